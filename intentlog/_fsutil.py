@@ -1,0 +1,116 @@
+"""The one atomic-write helper and its directory fsyncs (DESIGN §4 rules 1 and 3).
+
+Besides the ``O_APPEND`` stream writer, this is the only place that opens files for
+writing. A file published here is complete and durable when the call returns: its bytes
+were fsynced before it got its name, and the directory entry was fsynced after.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["fsync_dir", "makedirs_durable", "publish_bytes", "publish_chunks", "write_all"]
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a directory's entries (a new or renamed file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def makedirs_durable(path: str | os.PathLike[str]) -> bool:
+    """Create ``path`` and any missing parents, fsyncing each parent that gained an entry.
+
+    Returns True when something was created.
+    """
+    p = Path(path)
+    missing: list[Path] = []
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            continue
+        fsync_dir(d.parent)
+    return bool(missing)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write every byte, looping on short writes."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _temp_path(tmp_dir: Path, stem: str) -> Path:
+    return tmp_dir / f".{stem}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+
+
+def publish_chunks(
+    chunks: Iterable[bytes],
+    dest: str | os.PathLike[str],
+    *,
+    tmp_dir: str | os.PathLike[str],
+    replace: bool = False,
+    mode: int = 0o444,
+) -> bool:
+    """Write ``chunks`` to a temp file, fsync it, give it its name, fsync the directory.
+
+    With ``replace=False`` the name is given by ``os.link``, which never overwrites: if
+    ``dest`` already exists the temp file is removed and False is returned (the caller
+    decides whether the existing file is acceptable). With ``replace=True`` ``os.replace``
+    swaps it in. The temp file is removed on any error.
+    """
+    dest = Path(dest)
+    tmp = _temp_path(Path(tmp_dir), dest.name)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            for chunk in chunks:
+                write_all(fd, chunk)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.replace(tmp, dest)
+            created = True
+        else:
+            try:
+                os.link(tmp, dest)
+                created = True
+            except FileExistsError:
+                created = False
+            os.unlink(tmp)
+        if created:
+            fsync_dir(dest.parent)
+        return created
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def publish_bytes(
+    data: bytes,
+    dest: str | os.PathLike[str],
+    *,
+    tmp_dir: str | os.PathLike[str],
+    replace: bool = False,
+    mode: int = 0o444,
+) -> bool:
+    """:func:`publish_chunks` for one bytes object."""
+    return publish_chunks((data,), dest, tmp_dir=tmp_dir, replace=replace, mode=mode)

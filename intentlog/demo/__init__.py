@@ -1,0 +1,1 @@
+"""``intentlog demo``: the seed experiment, offline, with real processes and real kills."""

@@ -1,0 +1,301 @@
+"""The one exception tree of intentlog.
+
+Every error the library raises on purpose derives from :class:`IntentlogError`.
+Misuse errors also derive from :class:`ValueError` or :class:`TypeError` so that
+generic handlers keep working. Messages say what went wrong, where, and what next;
+the fields behind the message are attributes so scripts need not parse text.
+
+::
+
+    IntentlogError
+    ├── InvalidTaskId (ValueError)
+    ├── NotSerializable (TypeError)
+    ├── LedgerError
+    │   └── NotALedger (ValueError)
+    ├── CorruptStream
+    ├── StreamPoisoned
+    ├── TaskBusy
+    ├── Conflict
+    ├── ReservedKind (ValueError)
+    ├── UsageError (ValueError)
+    ├── ArtifactError
+    │   ├── InvalidDigest (ValueError)
+    │   ├── ArtifactMissing
+    │   ├── DigestMismatch
+    │   └── OutsideWorkspace (ValueError)
+    ├── UnknownCall (KeyError)
+    ├── ResumeRefused
+    │   └── EffectUnknown
+    ├── PreparationFailed
+    │   └── RequiredContextMissing
+    ├── CallFailed
+    ├── NotSent          (raised by a ``send`` function: the request never left)
+    └── ProviderFailure  (raised by a ``send`` function: the provider answered with an error)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ArtifactError",
+    "ArtifactMissing",
+    "CallFailed",
+    "Conflict",
+    "CorruptStream",
+    "DigestMismatch",
+    "EffectUnknown",
+    "IntentlogError",
+    "InvalidDigest",
+    "InvalidTaskId",
+    "LedgerError",
+    "NotALedger",
+    "NotSent",
+    "NotSerializable",
+    "OutsideWorkspace",
+    "PreparationFailed",
+    "ProviderFailure",
+    "RequiredContextMissing",
+    "ReservedKind",
+    "ResumeRefused",
+    "StreamPoisoned",
+    "TaskBusy",
+    "UnknownCall",
+    "UsageError",
+]
+
+
+class IntentlogError(Exception):
+    """Base of every error intentlog raises on purpose."""
+
+
+class InvalidTaskId(IntentlogError, ValueError):
+    """A task id does not match ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``; nothing was written."""
+
+    def __init__(self, task_id: object) -> None:
+        self.task_id = task_id
+        super().__init__(
+            f"invalid task id {task_id!r}: use 1-128 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
+        )
+
+
+class NotSerializable(IntentlogError, TypeError):
+    """A value cannot be recorded as JSON exactly; nothing was written."""
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        self.path = path
+        super().__init__(f"not serializable at {path}: {message}")
+
+
+class LedgerError(IntentlogError):
+    """The ledger folder cannot be used as it is."""
+
+
+class NotALedger(LedgerError, ValueError):
+    """The root path is not a usable ledger folder; nothing was written."""
+
+    def __init__(self, root: str, reason: str) -> None:
+        self.root = root
+        self.reason = reason
+        super().__init__(f"{root}: {reason}")
+
+
+class CorruptStream(IntentlogError):
+    """A stream holds a line that fails its checks and cannot be repaired automatically."""
+
+    def __init__(self, path: str, line: int, reason: str, *, hint: str | None = None) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        tail = hint or "run 'intentlog verify' and restore the file from a copy or git"
+        super().__init__(f"{path} line {line}: {reason}; {tail}")
+
+
+class StreamPoisoned(IntentlogError):
+    """A write or sync failed earlier; the handle refuses appends until the task is reopened."""
+
+    def __init__(self, path: str, cause: str) -> None:
+        self.path = path
+        self.cause = cause
+        super().__init__(
+            f"{path}: an earlier write or sync failed ({cause}); its durability is unknown, "
+            "so this handle refuses to append: close the task and open it again to re-check the tail"
+        )
+
+
+class TaskBusy(IntentlogError):
+    """Another writer holds the task's lock."""
+
+    def __init__(self, task_id: str, path: str, holder_pid: int | None) -> None:
+        self.task_id = task_id
+        self.path = path
+        self.holder_pid = holder_pid
+        who = f"process {holder_pid}" if holder_pid else "another process"
+        super().__init__(
+            f"task {task_id!r} is being written by {who} (lock {path}); wait for it to finish or pass a longer wait"
+        )
+
+
+class Conflict(IntentlogError):
+    """An append carried ``expected_seq`` and the stream had moved on."""
+
+    def __init__(self, task_id: str, expected_seq: int, actual_seq: int) -> None:
+        self.task_id = task_id
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+        super().__init__(
+            f"task {task_id!r}: expected the next seq to be {expected_seq} but it is {actual_seq}; "
+            "re-read the task and decide again"
+        )
+
+
+class ArtifactError(IntentlogError):
+    """Base for artifact store errors."""
+
+
+class InvalidDigest(ArtifactError, ValueError):
+    """A digest is not ``blake3:`` followed by 64 lowercase hex digits."""
+
+    def __init__(self, digest: object) -> None:
+        self.digest = digest
+        super().__init__(f"invalid digest {digest!r}: expected 'blake3:' and 64 lowercase hex digits")
+
+
+class ArtifactMissing(ArtifactError):
+    """No object with that digest is in the store."""
+
+    def __init__(self, digest: str, where: str | None = None) -> None:
+        self.digest = digest
+        self.where = where
+        at = f" (referenced by {where})" if where else ""
+        super().__init__(f"artifact {digest} is not in the store{at}")
+
+
+class DigestMismatch(ArtifactError):
+    """Stored bytes no longer hash to their name."""
+
+    def __init__(self, digest: str, actual: str, path: str) -> None:
+        self.digest = digest
+        self.actual = actual
+        self.path = path
+        super().__init__(
+            f"{path}: named {digest} but its bytes hash to {actual}; the object is corrupt: restore it from a copy"
+        )
+
+
+class OutsideWorkspace(ArtifactError, ValueError):
+    """A locator escapes the workspace root; nothing was written."""
+
+    def __init__(self, locator: str, workspace: str) -> None:
+        self.locator = locator
+        self.workspace = workspace
+        super().__init__(f"locator {locator!r} is outside the workspace {workspace}")
+
+
+class UnknownCall(IntentlogError, KeyError):
+    """No call with that id exists in the task."""
+
+    def __init__(self, task_id: str, call_id: str) -> None:
+        self.task_id = task_id
+        self.call_id = call_id
+        super().__init__(f"task {task_id!r} has no call {call_id!r}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ResumeRefused(IntentlogError):
+    """The record does not prove that continuing is safe; nothing was appended."""
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        key: str,
+        reason: str,
+        next_operation: str,
+        detail: str = "",
+    ) -> None:
+        self.call_id = call_id
+        self.key = key
+        self.reason = reason
+        self.next_operation = next_operation
+        self.detail = detail
+        extra = f": {detail}" if detail else ""
+        super().__init__(
+            f"resume refused for {call_id} (key {key!r}): {reason}{extra}; next operation: {next_operation}"
+        )
+
+
+class EffectUnknown(ResumeRefused):
+    """An attempt started and nothing after it was recorded: the effect may have happened."""
+
+
+class PreparationFailed(IntentlogError):
+    """A call's request could not be built or recorded; ``call.preparation_failed`` was appended."""
+
+    def __init__(self, call_id: str, key: str, error: str) -> None:
+        self.call_id = call_id
+        self.key = key
+        self.error = error
+        super().__init__(f"preparing {call_id} (key {key!r}) failed: {error}; fix the inputs and run again")
+
+
+class RequiredContextMissing(PreparationFailed):
+    """A compilation lacked required context items; ``context.compilation_failed`` was appended."""
+
+    def __init__(self, compilation_id: str, missing: Sequence[str]) -> None:
+        self.compilation_id = compilation_id
+        self.missing = list(missing)
+        IntentlogError.__init__(
+            self,
+            f"compilation {compilation_id!r} is missing required context {', '.join(self.missing)}; "
+            "offer them and compile again",
+        )
+        self.call_id = compilation_id
+        self.key = compilation_id
+        self.error = "RequiredContextMissing"
+
+
+class CallFailed(IntentlogError):
+    """A call ended failed (retries exhausted, interpretation refused); an operator decides."""
+
+    def __init__(self, call_id: str, key: str, reason: str) -> None:
+        self.call_id = call_id
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{call_id} (key {key!r}) failed: {reason}; an operator decides what next")
+
+
+class NotSent(IntentlogError):
+    """Raised by a ``send`` function when the request provably never left (safe to retry)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class ProviderFailure(IntentlogError):
+    """Raised by a ``send`` function when the provider answered with a failure."""
+
+    def __init__(self, reason: str, *, body: bytes = b"", retryable: bool = False) -> None:
+        self.reason = reason
+        self.body = body
+        self.retryable = retryable
+        super().__init__(reason)
+
+
+class ReservedKind(IntentlogError, ValueError):
+    """A script tried to append an event kind that only intentlog itself writes."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(
+            f"event kind {kind!r} is reserved for intentlog's own records "
+            "(task., stream., call., attempt., effect., context., artifact., session., approval.); "
+            "use the matching Task method, or another kind name"
+        )
+
+
+class UsageError(IntentlogError, ValueError):
+    """An argument is not one the call accepts; nothing was written."""

@@ -1,0 +1,204 @@
+"""Canonical JSON bytes and the request hash (DESIGN §3 and §5).
+
+Two rules make records trustworthy: a value is recorded exactly or refused (orjson
+would write NaN as ``null``; a set, bytes or a datetime would be changed or coerced), and
+a request hashes the same whatever its key order or timestamps. ``CANON_VERSION`` names
+the canonicalisation so a manifest can say which one produced its hash.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .._digest import digest_bytes
+from ..errors import NotSerializable
+
+__all__ = [
+    "CANON_VERSION",
+    "DEFAULT_DROP",
+    "DEFAULT_REDACT",
+    "Canonical",
+    "canonicalize",
+    "check_json",
+    "dumps",
+    "request_hash",
+]
+
+CANON_VERSION = "intentlog-canon/1"
+DEFAULT_DROP: frozenset[str] = frozenset({"ts", "timestamp", "created_at", "updated_at"})
+DEFAULT_REDACT: frozenset[str] = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "api-key",
+        "x-api-key",
+        "authorization",
+        "proxy-authorization",
+        "password",
+        "secret",
+        "access_token",
+        "refresh_token",
+        "client_secret",
+        "cookie",
+        "set-cookie",
+    }
+)
+REDACTED = "[REDACTED]"
+
+# Passthrough options make orjson hand dataclasses, datetimes and subclasses to
+# ``default``, which refuses them: those would otherwise be silently converted.
+_OPTS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _find_bad(value: Any, path: str) -> tuple[str, str] | None:
+    """Locate the first value orjson would change or refuse, with its JSON path."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return path, f"{value!r} is not a finite number"
+        return None
+    if type(value) in (str, int):
+        if type(value) is int and not -(2**63) <= value < 2**64:
+            return path, "integer exceeds 64 bits"
+        return None
+    if type(value) is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return path, f"key {k!r} is not a string"
+            found = _find_bad(v, f"{path}.{k}")
+            if found:
+                return found
+        return None
+    if type(value) in (list, tuple):
+        for i, v in enumerate(value):
+            found = _find_bad(v, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return path, f"{type(value).__name__} is not JSON"
+
+
+def check_json(value: Any) -> None:
+    """Raise :class:`NotSerializable` naming the first value that is not exact JSON."""
+    found = _find_bad(value, "$")
+    if found:
+        raise NotSerializable(found[1], path=found[0])
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON with sorted keys, or :class:`NotSerializable`; never a silent change.
+
+    orjson does the work; the slow walk runs only when orjson refuses the value (to name
+    the bad path) or when its output contains ``null`` (the only way NaN can hide).
+    """
+    try:
+        out = orjson.dumps(value, default=_refuse, option=_OPTS)
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        check_json(value)
+        raise NotSerializable(str(exc)) from exc
+    if b"null" in out:
+        check_json(value)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Canonical:
+    """A request in canonical form: its bytes, its hash, and what was dropped or redacted."""
+
+    data: bytes
+    digest: str
+    dropped: tuple[str, ...]
+    redacted: tuple[str, ...]
+    version: str = CANON_VERSION
+
+
+RedactHook = Callable[[str, str, Any], bool]
+
+
+def _transform(
+    value: Any,
+    path: str,
+    drop: frozenset[str],
+    redact: Callable[[str, str, Any], bool] | frozenset[str],
+    dropped: list[str],
+    redacted: list[str],
+) -> Any:
+    if type(value) is dict:
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            sub = f"{path}.{k}"
+            if isinstance(k, str):
+                if k in drop:
+                    dropped.append(sub)
+                    continue
+                hit = redact(sub, k, v) if callable(redact) else (k.lower() in redact)
+                if hit:
+                    redacted.append(sub)
+                    out[k] = REDACTED
+                    continue
+            out[k] = _transform(v, sub, drop, redact, dropped, redacted)
+        return out
+    if type(value) in (list, tuple):
+        return [_transform(v, f"{path}[{i}]", drop, redact, dropped, redacted) for i, v in enumerate(value)]
+    return value
+
+
+def canonicalize(
+    obj: Any,
+    *,
+    drop: Iterable[str] | None = None,
+    redact: Iterable[str] | RedactHook | None = None,
+) -> Canonical:
+    """Drop timestamp fields at any depth, redact credentials, sort keys, serialize, hash.
+
+    ``drop`` names keys removed wherever they occur (default :data:`DEFAULT_DROP`).
+    ``redact`` is a set of key names (case-insensitive, default :data:`DEFAULT_REDACT`) or
+    a hook ``(path, key, value) -> bool``; matching values are replaced by ``"[REDACTED]"``
+    before hashing, so credentials never reach the record. Raises :class:`NotSerializable`.
+    """
+    drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
+    redact_rule: RedactHook | frozenset[str]
+    if redact is None:
+        redact_rule = DEFAULT_REDACT
+    elif callable(redact):
+        redact_rule = redact
+    else:
+        redact_rule = frozenset(k.lower() for k in redact)
+    dropped: list[str] = []
+    redacted: list[str] = []
+    cleaned = _transform(obj, "$", drop_set, redact_rule, dropped, redacted)
+    data = dumps(cleaned)
+    return Canonical(data, digest_bytes(data), tuple(dropped), tuple(redacted))
+
+
+def request_hash(
+    obj: Any,
+    *,
+    drop: Iterable[str] | None = None,
+    redact: Iterable[str] | RedactHook | None = None,
+) -> str:
+    """The canonical hash of a request: ``"blake3:…"``, independent of key order and timestamps."""
+    return canonicalize(obj, drop=drop, redact=redact).digest
+
+
+def loads_mapping(data: bytes) -> Mapping[str, Any]:
+    """Parse JSON bytes that must hold an object."""
+    value = orjson.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value

@@ -1,0 +1,208 @@
+"""The ledger: a root folder of task streams and artifacts (DESIGN §3).
+
+Task handles are shared process-wide (DESIGN §4 rule 5): opening the same root twice in
+one process and asking for the same task gives the same :class:`~intentlog.task.Task`, so
+a process never locks itself out of its own task.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, final
+
+import orjson
+
+from ._fsutil import makedirs_durable, publish_bytes
+from .artifacts import ArtifactStore, inline_bytes
+from .errors import NotALedger
+from .eventlog import FORMAT, check_task_id
+from .eventlog.reader import StreamScan
+from .task import Task
+
+__all__ = ["DEFAULT_ROOT", "Ledger", "open_ledger"]
+
+DEFAULT_ROOT: Final = ".intentlog"
+MARKER: Final = "intentlog.json"
+_SUBDIRS: Final = ("tasks", "objects", "tmp", "quarantine")
+GITIGNORE: Final = b"# intentlog: lock files and staging are not evidence\n*.lock\ntmp/\n"
+GITATTRIBUTES: Final = (
+    b"# intentlog: hashes cover exact bytes; never let git rewrite line endings\n"
+    b"tasks/** -text\nobjects/** -text\nquarantine/** -text\n"
+)
+
+# what an interrupted creation may have left before the marker was written
+_LAYOUT: Final = frozenset({*_SUBDIRS, ".gitignore", ".gitattributes"})
+
+_HANDLES: dict[tuple[str, str], Task] = {}
+_HANDLES_LOCK = threading.Lock()
+
+
+def _read_marker(root: Path) -> dict[str, Any]:
+    try:
+        marker = orjson.loads((root / MARKER).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise NotALedger(str(root), f"{MARKER} cannot be read ({exc})") from exc
+    if not isinstance(marker, dict) or marker.get("format") != FORMAT:
+        raise NotALedger(str(root), f"{MARKER} does not declare format {FORMAT!r}: {marker!r}")
+    return marker
+
+
+@final
+class Ledger:
+    """A ledger folder. Use :func:`intentlog.open` to get one.
+
+    ``workspace`` is the folder that :meth:`Task.record_artifact` locators are relative
+    to; by default the ledger's parent folder.
+    """
+
+    def __init__(self, root: Path, *, workspace: Path | None = None) -> None:
+        self.root = root
+        self.workspace = workspace if workspace is not None else root.parent
+        self.tasks_dir = root / "tasks"
+        self.tmp_dir = root / "tmp"
+        self.quarantine_dir = root / "quarantine"
+        self.marker = _read_marker(root)
+        self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup)
+        self._key = str(root.resolve())
+        self._opened: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<Ledger {str(self.root)!r}>"
+
+    # -- tasks ---------------------------------------------------------------------
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> Task:
+        """The process-wide handle of task ``task_id`` (created on its first write).
+
+        ``wait`` is how long its first write waits for another process's lock before
+        raising :class:`~intentlog.errors.TaskBusy`.
+        """
+        check_task_id(task_id)
+        with _HANDLES_LOCK:
+            handle = _HANDLES.get((self._key, task_id))
+            if handle is None:
+                handle = Task(self, task_id)
+                _HANDLES[(self._key, task_id)] = handle
+            self._opened.add(task_id)
+        handle.wait = max(handle.wait, wait)
+        return handle
+
+    def task_ids(self) -> list[str]:
+        """Every task with a stream, sorted."""
+        try:
+            names = os.listdir(self.tasks_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n[: -len(".jsonl")] for n in names if n.endswith(".jsonl"))
+
+    def stream_path(self, task_id: str) -> Path:
+        return self.tasks_dir / f"{check_task_id(task_id)}.jsonl"
+
+    # -- inline payloads -----------------------------------------------------------
+
+    def _inline_lookup(self, digest: str) -> bytes | None:
+        """Find bytes stored inline in some event (DESIGN §3); a full scan, used rarely."""
+        for task_id in self.task_ids():
+            for ev in StreamScan(self.stream_path(task_id)):
+                found = _find_inline(ev.data, digest)
+                if found is not None:
+                    return found
+        return None
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Sync and close every task handle this ledger gave out, releasing their locks."""
+        with _HANDLES_LOCK:
+            handles = [_HANDLES.get((self._key, t)) for t in self._opened]
+        for h in handles:
+            if h is not None:
+                h.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _find_inline(value: Any, digest: str) -> bytes | None:
+    if isinstance(value, dict):
+        if value.get("digest") == digest and ("inline" in value or "inline_b64" in value):
+            return inline_bytes(value)
+        for v in value.values():
+            found = _find_inline(v, digest)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for v in value:
+            found = _find_inline(v, digest)
+            if found is not None:
+                return found
+    return None
+
+
+def iter_refs(value: Any) -> Iterator[dict[str, Any]]:
+    """Every ``{"digest", "size"}`` object inside an event's data."""
+    if isinstance(value, dict):
+        if isinstance(value.get("digest"), str) and isinstance(value.get("size"), int):
+            yield value
+        for v in value.values():
+            yield from iter_refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from iter_refs(v)
+
+
+def open_ledger(
+    root: str | os.PathLike[str] = DEFAULT_ROOT,
+    *,
+    create: bool = True,
+    workspace: str | os.PathLike[str] | None = None,
+) -> Ledger:
+    """Open the ledger at ``root``, creating its folder layout if missing.
+
+    A missing or empty folder becomes a new ledger (every new directory and file is
+    fsynced). An existing folder must hold ``intentlog.json``; anything else raises
+    :class:`~intentlog.errors.NotALedger` and writes nothing.
+    """
+    path = Path(root)
+    if path.exists() and not path.is_dir():
+        raise NotALedger(str(path), "exists and is not a folder")
+    has_marker = (path / MARKER).is_file()
+    if not has_marker:
+        if path.exists() and any(n not in _LAYOUT for n in os.listdir(path)):
+            raise NotALedger(
+                str(path),
+                f"is a non-empty folder without {MARKER}: not an intentlog ledger; "
+                "pass a new or empty folder, or run 'intentlog init' there",
+            )
+        if not create:
+            raise NotALedger(str(path), f"no ledger here (no {MARKER}); run 'intentlog init'")
+        try:
+            makedirs_durable(path)
+            for sub in _SUBDIRS:
+                makedirs_durable(path / sub)
+            tmp = path / "tmp"
+            publish_bytes(GITIGNORE, path / ".gitignore", tmp_dir=tmp, mode=0o644, replace=True)
+            publish_bytes(GITATTRIBUTES, path / ".gitattributes", tmp_dir=tmp, mode=0o644, replace=True)
+            # the marker goes last: a folder with it is complete
+            publish_bytes(
+                orjson.dumps({"format": FORMAT, "hash": "blake3"}, option=orjson.OPT_SORT_KEYS) + b"\n",
+                path / MARKER,
+                tmp_dir=tmp,
+                mode=0o644,
+            )
+        except OSError as exc:
+            raise NotALedger(str(path), f"cannot create the ledger ({exc})") from exc
+    else:
+        try:
+            for sub in _SUBDIRS:
+                makedirs_durable(path / sub)
+        except OSError as exc:
+            raise NotALedger(str(path), f"cannot complete the folder layout ({exc})") from exc
+    return Ledger(path, workspace=Path(workspace) if workspace is not None else None)
