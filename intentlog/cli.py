@@ -1,0 +1,470 @@
+"""The ``intentlog`` command line: thin over the library.
+
+Each command parses its arguments, makes one library call and renders the result.
+Errors are mapped once: an :class:`~intentlog.errors.IntentlogError` (or an OS error) is
+one line on stderr and exit 1; a usage error exits 2; a refusal or a failed check exits 1.
+Colour is used only on a terminal (click strips it elsewhere).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import orjson
+
+from ._text import format_table
+from .errors import IntentlogError
+from .eventlog.format import Event
+from .ledger import DEFAULT_ROOT, Ledger, open_ledger
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+class _Ctx:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def ledger(self, *, create: bool = False) -> Ledger:
+        return open_ledger(self.root, create=create)
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode())
+
+
+def json_option(f: F) -> F:
+    """The one shared ``--json`` option: machine-readable output for scripts."""
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"intentlog: error: {message}", err=True)
+    sys.exit(EXIT_PROBLEMS)
+
+
+def handle_errors(f: F) -> F:
+    """Map library and OS errors to one clear line on stderr and exit 1: never a traceback."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except IntentlogError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path),
+    envvar="INTENTLOG_ROOT",
+    default=DEFAULT_ROOT,
+    show_default=True,
+    help="The ledger folder (else $INTENTLOG_ROOT, else ./.intentlog).",
+)
+@click.version_option(package_name="intentlog")
+@click.pass_context
+def main(ctx: click.Context, root: Path) -> None:
+    """Durable, resumable records of work that calls things that cannot be taken back.
+
+    \b
+    Example:
+      intentlog demo                 # see what it is for, in under 30 seconds
+      intentlog --root evidence status chapter-16
+    """
+    ctx.obj = _Ctx(root)
+
+
+pass_ctx = click.make_pass_decorator(_Ctx)
+
+
+# -- ledger ---------------------------------------------------------------------------
+
+
+@main.command()
+@pass_ctx
+@handle_errors
+def init(c: _Ctx) -> None:
+    """Create a ledger folder (with .gitignore and .gitattributes for git-kept evidence).
+
+    \b
+    Example:
+      intentlog --root evidence init
+    """
+    ledger = c.ledger(create=True)
+    click.echo(f"ledger ready at {ledger.root}")
+
+
+@main.command()
+@json_option
+@pass_ctx
+@handle_errors
+def tasks(c: _Ctx, as_json: bool) -> None:
+    """One line per task: id, events, last activity, state, next operation.
+
+    \b
+    Example:
+      intentlog tasks --json
+    """
+    from .projections.status import task_status
+
+    ledger = c.ledger()
+    rows = []
+    for tid in ledger.task_ids():
+        st = task_status(ledger.task(tid).events(), task_id=tid)
+        rows.append(
+            {
+                "task": tid,
+                "events": st.work.events,
+                "last_activity": st.work.last_ts,
+                "state": st.state,
+                "next_operation": st.work.next_operation,
+            }
+        )
+    if as_json:
+        _emit_json(rows)
+        return
+    if not rows:
+        click.echo("no tasks")
+        return
+    _table(
+        ["task", "events", "last activity", "state", "next operation"],
+        [
+            [
+                str(r["task"]),
+                str(r["events"]),
+                str(r["last_activity"] or "-"),
+                str(r["state"]),
+                str(r["next_operation"]),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    first, *rest = format_table(header, rows)
+    click.echo(click.style(first, bold=True))
+    for line in rest:
+        click.echo(line)
+
+
+@main.command()
+@click.argument("task")
+@json_option
+@pass_ctx
+@handle_errors
+def status(c: _Ctx, task: str, as_json: bool) -> None:
+    """The operator view: phase, last outcome, what is unresolved outside, the safe next step.
+
+    \b
+    Example:
+      intentlog status chapter-16
+    """
+    from .projections.status import task_status
+
+    ledger = c.ledger()
+    t = ledger.task(task)
+    if not t.exists():
+        raise IntentlogError(f"no task {task!r} in {ledger.root}; see 'intentlog tasks'")
+    st = task_status(t.events(), task_id=task)
+    if as_json:
+        _emit_json(st.to_json())
+        return
+    colour = {"complete": "green", "paused for review": "red", "interrupted": "yellow"}.get(st.state)
+    click.echo(f"task            {task}")
+    click.echo(f"state           {click.style(st.state, fg=colour)}")
+    click.echo(f"phase           {st.phase or '-'}")
+    click.echo(f"last outcome    {st.last_outcome or '-'}")
+    click.echo(f"unresolved      {st.unresolved_action or '-'}")
+    click.echo(f"next step       {click.style(st.next_step, bold=True)}")
+    ws = st.work
+    if ws.calls or ws.compilations:
+        click.echo("")
+        rows = [
+            [
+                c_.call_id,
+                c_.key,
+                c_.stage,
+                c_.next_operation,
+                c_.provider_effect,
+                str(c_.attempts),
+                c_.superseded_by or c_.resumes or "",
+            ]
+            for c_ in ws.calls.values()
+        ]
+        rows += [
+            [k.compilation_id, "(compilation)", k.stage, k.next_operation, "none", "-", ", ".join(k.missing)]
+            for k in ws.compilations.values()
+        ]
+        _table(["id", "key", "stage", "next operation", "provider effect", "attempts", "link/missing"], rows)
+
+
+def _summary(ev: Event, width: int = 100) -> str:
+    data = {k: v for k, v in ev.data.items()}
+    for k, v in list(data.items()):
+        if isinstance(v, dict) and "digest" in v:
+            data[k] = f"{v['digest'][:19]}… ({v.get('size')} B)"
+    text = orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@main.command()
+@click.argument("task")
+@click.option("--kind", "kinds", multiple=True, help="Only events of this kind (repeatable).")
+@click.option("--call", "call_id", help="Only events of this call (call-N).")
+@click.option("--since", type=int, default=0, show_default=True, help="Start at this seq.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they are appended.")
+@click.option("--timeout", type=float, default=None, help="With --follow: stop after this many idle seconds.")
+@json_option
+@pass_ctx
+@handle_errors
+def log(
+    c: _Ctx,
+    task: str,
+    kinds: tuple[str, ...],
+    call_id: str | None,
+    since: int,
+    follow: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """The events of a task, readable (or one JSON object per line with --json).
+
+    \b
+    Example:
+      intentlog log chapter-16 --call call-3
+      intentlog log chapter-16 --kind attempt.started --json
+    """
+    t = c.ledger().task(task)
+    if not t.exists():
+        raise IntentlogError(f"no task {task!r}; see 'intentlog tasks'")
+
+    def wanted(ev: Event) -> bool:
+        return (not kinds or ev.kind in kinds) and (call_id is None or ev.data.get("call") == call_id)
+
+    def show(ev: Event) -> None:
+        if as_json:
+            click.echo(orjson.dumps(ev.to_json() | {"digest": ev.digest}, option=orjson.OPT_SORT_KEYS).decode())
+        else:
+            click.echo(f"{ev.seq:>6}  {ev.ts}  {click.style(ev.kind.ljust(26), fg='cyan')}  {_summary(ev)}")
+
+    nxt = since
+    for ev in t.events(since=since):
+        nxt = ev.seq + 1
+        if wanted(ev):
+            show(ev)
+    if not follow:
+        return
+    idle_since = time.monotonic()
+    try:
+        while timeout is None or time.monotonic() - idle_since < timeout:
+            time.sleep(0.2)
+            for ev in t.events(since=nxt):
+                nxt = ev.seq + 1
+                idle_since = time.monotonic()
+                if wanted(ev):
+                    show(ev)
+    except KeyboardInterrupt:
+        return
+
+
+@main.command()
+@click.argument("digest")
+@pass_ctx
+@handle_errors
+def show(c: _Ctx, digest: str) -> None:
+    """Write an artifact's bytes to stdout (checked against its digest first).
+
+    \b
+    Example:
+      intentlog show blake3:6a1f… > response.json
+    """
+    data = c.ledger().artifacts.get(digest)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("tasks", nargs=-1)
+@json_option
+@pass_ctx
+@handle_errors
+def verify(c: _Ctx, tasks: tuple[str, ...], as_json: bool) -> None:
+    """Check chains, event shapes, the identity graph and every artifact's bytes; write nothing.
+
+    Exit 0 when nothing is wrong, 1 when problems were found.
+
+    \b
+    Example:
+      intentlog --root evidence verify
+      intentlog verify chapter-16 --json
+    """
+    from .projections.verify import verify_ledger
+
+    ledger = c.ledger()
+    progress = _progress if (sys.stderr.isatty() and not as_json) else None
+    report = verify_ledger(ledger, list(tasks) or None, progress=progress)
+    if progress is not None:
+        click.echo("", err=True)
+    if as_json:
+        _emit_json(report.to_json())
+    else:
+        click.echo(report.render())
+    sys.exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
+
+
+def _progress(what: str, done: int, total: int) -> None:
+    click.echo(f"\rverifying {what}: {done}/{total}", nl=False, err=True)
+
+
+@main.command()
+@pass_ctx
+@handle_errors
+def seal(c: _Ctx) -> None:
+    """Write heads.json (each stream's last seq and head digest) so truncation is detectable.
+
+    Commit the folder to git, or sign heads.json, to anchor it.
+
+    \b
+    Example:
+      intentlog seal && git add evidence && git commit -m "seal"
+    """
+    from .heads import seal as seal_heads
+
+    path = seal_heads(c.ledger())
+    click.echo(f"sealed {path}")
+
+
+# -- operator decisions ----------------------------------------------------------------
+
+
+@main.command()
+@click.argument("task")
+@click.argument("call")
+@click.option("--served", "outcome", flag_value="served", help="The provider served it.")
+@click.option("--not-served", "outcome", flag_value="not_served", help="The provider never served it.")
+@click.option("--resend", "outcome", flag_value="resend", help="Resend, accepting the duplicate risk.")
+@click.option(
+    "--evidence",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --served: the response bytes the provider returned.",
+)
+@click.option("--note", help="Why you decided so (kept in the record).")
+@click.option("--by", help="Who decided (kept in the record).")
+@pass_ctx
+@handle_errors
+def reconcile(
+    c: _Ctx, task: str, call: str, outcome: str | None, evidence: Path | None, note: str | None, by: str | None
+) -> None:
+    """Record what happened to an unknown effect, so the next run can continue safely.
+
+    \b
+    Example:
+      intentlog reconcile chapter-16 call-3 --served --evidence response.json
+      intentlog reconcile chapter-16 call-3 --not-served --note "not in the provider's usage log"
+    """
+    if outcome is None:
+        raise click.UsageError("say what happened: --served, --not-served or --resend")
+    if evidence is not None and outcome != "served":
+        raise click.UsageError("--evidence goes with --served")
+    with c.ledger() as ledger:
+        data = evidence.read_bytes() if evidence is not None else None
+        ev = ledger.task(task).reconcile(call, outcome, evidence=data, note=note, by=by)
+    click.echo(f"recorded effect.reconciled ({outcome}) for {call} at seq {ev.seq}")
+
+
+@main.command()
+@click.argument("task")
+@click.argument("call")
+@click.option("--reason", required=True, help="Why the call is given up (kept in the record).")
+@click.option("--by", help="Who decided.")
+@pass_ctx
+@handle_errors
+def fail(c: _Ctx, task: str, call: str, reason: str, by: str | None) -> None:
+    """Record that an unresolved call has failed (an operator's decision).
+
+    \b
+    Example:
+      intentlog fail chapter-16 call-3 --reason "served but the response is lost"
+    """
+    with c.ledger() as ledger:
+        ev = ledger.task(task).fail(call, reason, by=by)
+    click.echo(f"recorded call.failed for {call} at seq {ev.seq}")
+
+
+@main.command()
+@click.argument("task")
+@click.option("--note", help="What was checked.")
+@click.option("--by", help="Who accepted.")
+@pass_ctx
+@handle_errors
+def accept(c: _Ctx, task: str, note: str | None, by: str | None) -> None:
+    """Record that a task's results were checked and accepted.
+
+    \b
+    Example:
+      intentlog accept chapter-16 --by alice --note "read the reviews"
+    """
+    with c.ledger() as ledger:
+        t = ledger.task(task)
+        if not t.exists():
+            raise IntentlogError(f"no task {task!r}; see 'intentlog tasks'")
+        ev = t.accept(note=note, by=by)
+    click.echo(f"recorded task.accepted at seq {ev.seq}")
+
+
+# -- demo -------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@json_option
+@handle_errors
+def demo(directory: Path | None, as_json: bool) -> None:
+    """Reproduce the crash experiment: real processes, real kills, a provider with its own receipts.
+
+    Leaves one folder per case under DIRECTORY (default ./intentlog-demo) to inspect
+    with 'status', 'log' and 'verify'. Exit 1 if any claim fails its check.
+
+    \b
+    Example:
+      intentlog demo /tmp/intentlog-demo
+      intentlog --root /tmp/intentlog-demo/1-killed-after-manifest/ledger status chapter-16
+    """
+    from .demo.run import render, run_demo
+
+    result = run_demo(directory or Path("intentlog-demo"))
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        click.echo(render(result))
+    sys.exit(EXIT_OK if result.ok else EXIT_PROBLEMS)
+
+
+def _iter_commands() -> Iterator[str]:
+    yield from main.commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name=os.path.basename(sys.argv[0]) or "intentlog")

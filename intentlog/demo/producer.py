@@ -1,0 +1,120 @@
+"""One demo process: produce (and die at a chosen boundary), resume, restart naively, inspect.
+
+Run as ``python -m intentlog.demo.producer MODE LEDGER RECEIPTS [options]``. Every mode
+is its own OS process; kills are real ``SIGKILL``s that run no cleanup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+import orjson
+
+import intentlog
+from intentlog.artifacts.inline import inline_bytes
+from intentlog.demo.provider import SyntheticProvider
+
+TASK = "chapter-16"
+KEY = "review-p7"
+
+
+def build_request(model: str) -> dict[str, Any]:
+    return {
+        "idempotency_key": KEY,
+        "messages": [
+            {"role": "system", "content": "You review one paragraph of chapter 16."},
+            {"role": "user", "content": "Paragraph 7: restart is not resume."},
+        ],
+        "model": model,
+        "temperature": 0,
+    }
+
+
+def parse_review(raw: bytes) -> dict[str, Any]:
+    review = orjson.loads(raw)
+    return {"verdict": review["verdict"], "model": review["model"]}
+
+
+parse_review.version = "1"  # type: ignore[attr-defined]
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _print(obj: dict[str, Any]) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode() + "\n")
+    sys.stdout.flush()
+
+
+def run(mode: str, ledger_path: str, receipts: str, *, kill: str, model: str, hold: float) -> int:
+    ledger = intentlog.open(ledger_path)
+    task = ledger.task(TASK)
+    provider = SyntheticProvider(receipts, hold=hold, label=mode)
+    request = build_request(model)
+    if mode == "inspect":
+        ws = task.work_state()
+        c = ws.call_for_key(KEY)
+        _print(
+            {
+                "events": ws.events,
+                "stage": c.stage if c else None,
+                "next_operation": c.next_operation if c else ws.next_operation,
+                "provider_effect": c.provider_effect if c else None,
+                "task_next_operation": ws.next_operation,
+            }
+        )
+        return 0
+    if mode == "naive":
+        # what restart loops do: take the recorded request and send it again, never asking the work state
+        for ev in task.events():
+            if ev.kind == "call.manifest":
+                recorded = inline_bytes(ev.data["request"]) or ledger.artifacts.get(ev.data["request"]["digest"])
+                provider.send(orjson.loads(recorded))
+                _print({"outcome": "resent"})
+                return 0
+        return 1
+    if kill == "after-manifest":
+        task.prepare(KEY, request)
+        _die()
+
+    def interpret(raw: bytes) -> dict[str, Any]:
+        if kill == "after-observation":
+            _die()
+        return parse_review(raw)
+
+    interpret.version = "1"  # type: ignore[attr-defined]
+    try:
+        result = task.effect(KEY, request, send=provider.send, interpret=interpret)
+    except intentlog.ResumeRefused as exc:
+        _print(
+            {
+                "outcome": "refused",
+                "error": type(exc).__name__,
+                "reason": exc.reason,
+                "next_operation": exc.next_operation,
+            }
+        )
+        return 3
+    _print({"outcome": "completed", "result": result})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m intentlog.demo.producer")
+    p.add_argument("mode", choices=["produce", "resume", "naive", "inspect"])
+    p.add_argument("ledger")
+    p.add_argument("receipts")
+    p.add_argument("--kill", default="none", choices=["none", "after-manifest", "provider-holds", "after-observation"])
+    p.add_argument("--model", default="reviewer-1")
+    p.add_argument("--hold", type=float, default=0.0)
+    a = p.parse_args(argv)
+    return run(a.mode, a.ledger, a.receipts, kill=a.kill, model=a.model, hold=a.hold)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
