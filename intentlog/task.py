@@ -7,6 +7,7 @@ end of a ``with`` block, or process exit). Reads take no lock.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from .ledger import Ledger
 
 __all__ = ["RESERVED_PREFIXES", "Task"]
+
+_CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.ContextVar(
+    "intentlog_current_key", default=None
+)
 
 RESERVED_PREFIXES: Final = (
     "task.",
@@ -275,6 +280,27 @@ class Task:
         from .effects import compile_context
 
         return compile_context(self, compilation_id, offered, required=required, select=select)
+
+    @contextmanager
+    def key(self, key: str) -> Iterator[str]:
+        """Name the idempotency key of the effects made inside the block by integrations.
+
+        Clients that make effects for you (``intentlog.http``) use this key instead of the
+        request's hash and occurrence count. Nested blocks use the innermost key.
+        """
+        from .effects import _check_key
+
+        _check_key(key)
+        token = _CURRENT_KEY.set((self, key))
+        try:
+            yield key
+        finally:
+            _CURRENT_KEY.reset(token)
+
+    def current_key(self) -> str | None:
+        """The key named by the innermost :meth:`key` block for this task, if any."""
+        cur = _CURRENT_KEY.get()
+        return cur[1] if cur is not None and cur[0] is self else None
 
     def accept(self, *, note: str | None = None, by: str | None = None) -> Event:
         """Record that the task's outcome was checked and accepted (``task.accepted``)."""
