@@ -320,18 +320,22 @@ def verify(c: _Ctx, tasks: tuple[str, ...], as_json: bool) -> None:
       intentlog --root evidence verify
       intentlog verify chapter-16 --json
     """
-    from .projections.verify import verify_ledger
+    from .errors import InvalidTaskId, NotALedger, UsageError
+    from .projections.verify import verify_path
 
-    ledger = c.ledger()
     progress = _progress if (sys.stderr.isatty() and not as_json) else None
-    report = verify_ledger(ledger, list(tasks) or None, progress=progress)
+    try:
+        # verify_path, not open_ledger: a check must not even create the empty folders a git clone lacks
+        report = verify_path(c.root, list(tasks) or None, progress=progress)
+    except (UsageError, InvalidTaskId, NotALedger) as exc:
+        raise click.UsageError(str(exc)) from exc
     if progress is not None:
         click.echo("", err=True)
     if as_json:
         _emit_json(report.to_json())
     else:
         click.echo(report.render())
-    sys.exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
+    sys.exit(report.exit_code)
 
 
 def _progress(what: str, done: int, total: int) -> None:

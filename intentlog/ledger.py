@@ -18,7 +18,7 @@ import orjson
 
 from ._fsutil import makedirs_durable, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
-from .errors import NotALedger
+from .errors import ArtifactError, NotALedger
 from .eventlog import FORMAT, check_task_id
 from .eventlog.reader import StreamScan
 from .task import Task
@@ -133,7 +133,10 @@ class Ledger:
 def _find_inline(value: Any, digest: str) -> bytes | None:
     if isinstance(value, dict):
         if value.get("digest") == digest and ("inline" in value or "inline_b64" in value):
-            return inline_bytes(value)
+            try:
+                return inline_bytes(value)
+            except ArtifactError:
+                pass  # a corrupt copy: keep looking for a good one (verify reports the bad one)
         for v in value.values():
             found = _find_inline(v, digest)
             if found is not None:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, final
 
 from .errors import ReservedKind
 from .eventlog import Event, StreamScan, StreamWriter
-from .eventlog.format import check_kind
+from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
 from .projections.workstate import WorkState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
@@ -32,17 +32,6 @@ _CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.Cont
     "intentlog_current_key", default=None
 )
 
-RESERVED_PREFIXES: Final = (
-    "task.",
-    "stream.",
-    "call.",
-    "attempt.",
-    "effect.",
-    "context.",
-    "artifact.",
-    "session.",
-    "approval.",
-)
 
 
 @final
@@ -99,9 +88,15 @@ class Task:
         :class:`~intentlog.errors.TaskBusy` when another process writes this task.
         """
         check_kind(kind)
-        if kind.startswith(RESERVED_PREFIXES):
+        if is_reserved(kind):
             raise ReservedKind(kind)
-        return self._append(kind, dict(data or {}), expected_seq=expected_seq)
+        if data is None:
+            data = {}
+        elif not isinstance(data, Mapping):
+            from .errors import NotSerializable
+
+            raise NotSerializable(f"event data must be a dict (a JSON object), not {type(data).__name__}", path="data")
+        return self._append(kind, dict(data), expected_seq=expected_seq)
 
     def _append(self, kind: str, data: dict[str, Any], *, expected_seq: int | None = None, sync: bool = False) -> Event:
         from .eventlog.format import encode_data

@@ -21,12 +21,14 @@ from .canonical import dumps
 
 __all__ = [
     "FORMAT",
+    "RESERVED_PREFIXES",
     "TASK_CREATED",
     "Event",
     "LineError",
     "check_kind",
     "check_task_id",
     "encode_line",
+    "is_reserved",
     "new_stream_id",
     "parse_line",
     "utc_now",
@@ -37,6 +39,24 @@ TASK_CREATED: Final = "task.created"
 _TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 _KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
+
+#: Namespaces only intentlog itself writes; ``Task.append`` refuses them.
+RESERVED_PREFIXES: Final = (
+    "task.",
+    "stream.",
+    "call.",
+    "attempt.",
+    "effect.",
+    "context.",
+    "artifact.",
+    "session.",
+    "approval.",
+)
+
+
+def is_reserved(kind: str) -> bool:
+    """Kinds in intentlog's own namespaces (``call.``, ``attempt.`` …), which scripts cannot append."""
+    return kind.startswith(RESERVED_PREFIXES)
 
 
 def check_task_id(task_id: object) -> str:
