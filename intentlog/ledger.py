@@ -202,7 +202,8 @@ def open_ledger(
             )
         except OSError as exc:
             raise NotALedger(str(path), f"cannot create the ledger ({exc})") from exc
-    else:
+    elif create:
+        # a git clone drops empty folders; a writer puts them back, a reader (create=False) never writes
         try:
             for sub in _SUBDIRS:
                 makedirs_durable(path / sub)

@@ -246,3 +246,23 @@ def test_installed_entry_point_runs(tmp_path: Path) -> None:
     assert p.stderr.startswith("intentlog: error:") and "Traceback" not in p.stderr
     p = subprocess.run([*cmd, "no-such-command"], env=env, capture_output=True, text=True)
     assert p.returncode == 2
+
+
+def test_reads_do_not_write_and_writes_work_on_a_git_clone(tmp_path: Path) -> None:
+    """A clone without the empty folders git drops: reads create nothing, operator writes still work."""
+    _unknown_task(tmp_path / "ev")
+    for sub in ("tmp", "quarantine", "objects"):
+        path = tmp_path / "ev" / sub
+        if path.exists() and not any(path.rglob("*")):
+            path.rmdir()
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for args in (["tasks"], ["status", "t"], ["log", "t"], ["verify"]):
+        assert run(*args, root=tmp_path / "ev").exit_code == 0, args
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    evidence = tmp_path / "resp.bin"
+    evidence.write_bytes(b"x" * 10_000)
+    r = run("reconcile", "t", "call-1", "--served", "--evidence", str(evidence), root=tmp_path / "ev")
+    assert r.exit_code == 0, r.output
+    ws = intentlog.open(tmp_path / "ev", create=False).task("t").work_state()
+    assert ws.calls["call-1"].stage == "observed"
+    assert run("verify", root=tmp_path / "ev").exit_code == 0

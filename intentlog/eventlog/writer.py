@@ -21,8 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from blake3 import blake3
+
 from .._digest import digest_bytes
-from .._fsutil import publish_bytes, write_all
+from .._fsutil import makedirs_durable, publish_bytes, publish_chunks, write_all
 from ..errors import Conflict, CorruptStream, IntentlogError, StreamPoisoned
 from .canonical import dumps
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
@@ -114,6 +116,8 @@ class StreamWriter:
                 replay(self.repaired)
 
     def _create(self) -> None:
+        makedirs_durable(self.path.parent)
+        makedirs_durable(self.tmp_dir)
         line = encode_line(
             TASK_CREATED,
             dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
@@ -128,14 +132,19 @@ class StreamWriter:
         p = s.problem
         if self._fd is None or p is None:
             return
-        with open(self.path, "rb") as f:
-            f.seek(p.offset)
-            bad = f.read()
-        digest = digest_bytes(bad)
+        # two streaming passes (hash, then copy) keep memory bounded whatever garbage follows
+        hasher = blake3()
+        size = 0
+        for chunk in _chunks_from(self.path, p.offset):
+            hasher.update(chunk)
+            size += len(chunk)
+        digest = "blake3:" + hasher.hexdigest()
         qname = f"{self.task_id}.{digest.split(':', 1)[1][:32]}.bin"
         qpath = self.quarantine_dir / qname
         if not qpath.exists():
-            publish_bytes(bad, qpath, tmp_dir=self.tmp_dir, mode=0o444)
+            makedirs_durable(self.quarantine_dir)
+            makedirs_durable(self.tmp_dir)
+            publish_chunks(_chunks_from(self.path, p.offset, limit=size), qpath, tmp_dir=self.tmp_dir, mode=0o444)
         os.ftruncate(self._fd, p.offset)
         os.fsync(self._fd)
         if p.offset == 0:
@@ -155,7 +164,7 @@ class StreamWriter:
                 "line": p.line,
                 "offset": p.offset,
                 "reason": p.reason,
-                "quarantined": {"file": f"quarantine/{qname}", "digest": digest, "size": len(bad)},
+                "quarantined": {"file": f"quarantine/{qname}", "digest": digest, "size": size},
             },
         )
 
@@ -255,3 +264,17 @@ class StreamWriter:
             finally:
                 self._close_fd()
                 self._lock.release()
+
+
+def _chunks_from(path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20) -> Iterator[bytes]:
+    """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time."""
+    left = limit
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while left is None or left > 0:
+            chunk = f.read(size if left is None else min(size, left))
+            if not chunk:
+                return
+            if left is not None:
+                left -= len(chunk)
+            yield chunk
