@@ -16,6 +16,7 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── StreamPoisoned
     ├── TaskBusy
     ├── Conflict
+    ├── GcRefused
     ├── ReservedKind (ValueError)
     ├── UsageError (ValueError)
     ├── ArtifactError
@@ -45,6 +46,7 @@ __all__ = [
     "CorruptStream",
     "DigestMismatch",
     "EffectUnknown",
+    "GcRefused",
     "IntentlogError",
     "InvalidDigest",
     "InvalidTaskId",
@@ -299,3 +301,11 @@ class ReservedKind(IntentlogError, ValueError):
 
 class UsageError(IntentlogError, ValueError):
     """An argument is not one the call accepts; nothing was written."""
+
+
+class GcRefused(IntentlogError):
+    """Garbage collection refused to run or to carry out a plan; nothing was deleted."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -31,7 +31,7 @@ _SUBDIRS: Final = ("tasks", "objects", "tmp", "quarantine")
 GITIGNORE: Final = b"# intentlog: lock files and staging are not evidence\n*.lock\ntmp/\n"
 GITATTRIBUTES: Final = (
     b"# intentlog: hashes cover exact bytes; never let git rewrite line endings\n"
-    b"tasks/** -text\nobjects/** -text\nquarantine/** -text\n"
+    b"tasks/** -text\nobjects/** -text\nquarantine/** -text\ngc.jsonl -text\n"
 )
 
 # what an interrupted creation may have left before the marker was written

@@ -284,6 +284,77 @@ def read_heads_at(root: str | os.PathLike[str]) -> dict[str, StreamHead] | None:
     return decode_heads(data, where=str(path))
 
 
+# -- gc.jsonl: what garbage collection deleted on purpose (written by intentlog.retention) --
+
+GC_LOG: Final = "gc.jsonl"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class GcDeletion:
+    """A task stream that gc recorded deleting: which stream, its head and length, when."""
+
+    task: str
+    stream: str | None
+    head: str | None
+    events: int
+    ts: str  # the gc.started event's timestamp
+    seq: int  # the gc.started event's seq in gc.jsonl
+    finished: bool  # a gc.finished confirmed it (False: that run was interrupted)
+
+    def matches(self, sealed: StreamHead) -> bool:
+        """Did the stream gc deleted contain the sealed head? (same stream, sealed event within it)"""
+        if sealed.stream != self.stream or sealed.seq >= self.events:
+            return False
+        return sealed.seq < self.events - 1 or sealed.head == self.head
+
+
+def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
+    """The deletions recorded in ``root/gc.jsonl`` (latest per task), and what is wrong with the log, if anything.
+
+    The log is a hash-chained stream: a line that fails its checks (other than an
+    incomplete last line) makes the whole log untrusted, and then no deletion is excused.
+    """
+    from ..eventlog.reader import StreamScan
+
+    path = root / GC_LOG
+    if not path.exists():
+        return {}, None
+    out: dict[str, GcDeletion] = {}
+    scan = StreamScan(path)
+    try:
+        for ev in scan:
+            if ev.kind == "gc.started":
+                for t in ev.data.get("tasks") or []:
+                    if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("events")) is int:
+                        stream, head = t.get("stream"), t.get("head")
+                        out[t["task"]] = GcDeletion(
+                            t["task"],
+                            stream if isinstance(stream, str) else None,
+                            head if isinstance(head, str) else None,
+                            t["events"],
+                            ev.ts,
+                            ev.seq,
+                            False,
+                        )
+            elif ev.kind == "gc.finished":
+                started = ev.data.get("started")
+                for name in ev.data.get("deleted") or []:
+                    d = out.get(name) if isinstance(name, str) else None
+                    if d is not None and d.seq == started:
+                        out[name] = replace(d, finished=True)
+                for skipped in ev.data.get("skipped") or []:
+                    left = skipped.get("task") if isinstance(skipped, dict) else None
+                    if isinstance(left, str) and left in out and out[left].seq == started:
+                        del out[left]  # left in place after all
+    except OSError as exc:
+        return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
+    p = scan.problem
+    if p is not None and not p.incomplete:
+        return {}, f"{GC_LOG} line {p.line}: {p.reason}"
+    return out, None
+
+
 # -- reading files, read-only -----------------------------------------------------------
 #
 # The store's own helpers live beside its writing code (artifacts/store.py imports the
@@ -1040,9 +1111,25 @@ def verify_path(
             checker.add(INFO, "unsealed", "not in heads.json (written after the last seal): its tail is not anchored; "
                         "run 'intentlog seal'", task=task)
         checker._tick("streams", i, len(checked))
+    gc_deleted, gc_problem = read_gc_deletions(root_path)
+    if gc_problem is not None:
+        checker.add(
+            ERROR, "gc_log", f"{gc_problem}: which streams garbage collection deleted cannot be trusted; "
+            "restore gc.jsonl from a copy or git",
+        )
     for task in selected if tasks is not None else sorted(heads):
         if task not in present_set and task in heads:
             h = heads[task]
+            d = gc_deleted.get(task)
+            if d is not None and d.matches(h):
+                end = "" if d.finished else "; that gc run did not record its end (interrupted)"
+                checker.add(
+                    INFO, "deleted_by_gc", f"deleted by gc at {d.ts} ({GC_LOG} seq {d.seq}), not lost: heads.json "
+                    f"sealed it at seq {h.seq}, and the stream gc deleted held {d.events} events ending at "
+                    f"{_abbr(d.head)}{end}; run 'intentlog seal' to drop it from heads.json",
+                    task=task, seq=h.seq, digest=h.head,
+                )
+                continue
             checker.add(
                 ERROR, "heads", f"heads.json sealed this task at seq {h.seq} ({h.events} events), but its stream is "
                 "gone; restore it from a copy or git", task=task, seq=h.seq, digest=h.head,
