@@ -11,8 +11,9 @@ what was done, what is unknown and what is safe next.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .artifacts import ArtifactStore, Ref
-from .effects import NO_RETRY, Call, Package, RetryPolicy, Served
 from .errors import (
     ArtifactError,
     ArtifactMissing,
@@ -46,6 +47,24 @@ from .projections import CallState, CompilationState, WorkState, work_state
 from .task import Task
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .effects import NO_RETRY, Call, Package, RetryPolicy, Served
+
+_LAZY = {"NO_RETRY", "Call", "Package", "RetryPolicy", "Served"}
+
+
+def __getattr__(name: str) -> Any:
+    """The effect protocol's names load on first use: a script that only appends never pays for them."""
+    if name in _LAZY:
+        from . import effects
+
+        return getattr(effects, name)
+    if name == "http":
+        import importlib
+
+        return importlib.import_module(".http", __name__)
+    raise AttributeError(f"module 'intentlog' has no attribute {name!r}")
 
 __all__ = [
     "CANON_VERSION",

@@ -8,7 +8,6 @@ were fsynced before it got its name, and the directory entry was fsynced after.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -54,7 +53,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def _temp_path(tmp_dir: Path, stem: str) -> Path:
-    return tmp_dir / f".{stem}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    return tmp_dir / f".{stem}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
 
 
 def publish_chunks(

@@ -88,7 +88,7 @@ class Ledger:
                 handle = Task(self, task_id)
                 _HANDLES[(self._key, task_id)] = handle
             self._opened.add(task_id)
-        handle.wait = max(handle.wait, wait)
+        handle.wait = wait
         return handle
 
     def task_ids(self) -> list[str]:

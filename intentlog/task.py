@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from .errors import ReservedKind
 from .eventlog import Event, StreamScan, StreamWriter
-from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
+from .eventlog.format import RESERVED_PREFIXES, check_kind, encode_data, is_reserved
 from .projections.workstate import WorkState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
@@ -99,10 +99,8 @@ class Task:
         return self._append(kind, dict(data), expected_seq=expected_seq)
 
     def _append(self, kind: str, data: dict[str, Any], *, expected_seq: int | None = None, sync: bool = False) -> Event:
-        from .eventlog.format import encode_data
-
-        encode_data(data)  # refuse bad data before the lock or the disk is touched
-        return self._open_writer().append(kind, data, expected_seq=expected_seq, sync=sync)
+        data_json = encode_data(data)  # refuse bad data before the lock or the disk is touched
+        return self._open_writer().append(kind, data, expected_seq=expected_seq, sync=sync, data_json=data_json)
 
     @contextmanager
     def _inflight(self, key: str) -> Iterator[None]:

@@ -177,10 +177,6 @@ def test_a_killed_batch_keeps_its_whole_lines_and_the_next_writer_continues(tmp_
     assert len(check_chain(root / "tasks" / "t.jsonl")) == 102
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="writer._open_locked treats an existing empty stream as valid: no task.created is written at seq 0",
-)
 def test_a_crash_while_repairing_a_fully_torn_stream_still_starts_at_task_created(tmp_path: Path) -> None:
     """A writer killed after truncating a wholly torn stream (before its new task.created) leaves a stream that
     the next writer still starts with task.created at seq 0."""

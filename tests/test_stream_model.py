@@ -66,6 +66,18 @@ def failing(name: str, at_call: int, how: str) -> Iterator[None]:
         setattr(writer_mod, name, real)
 
 
+def _suspect(tail: bytes) -> bool:
+    """A whole first line that parses as an event object but does not chain (DESIGN §4 rule 4: suspect)."""
+    first, nl, _ = tail.partition(b"\n")
+    if not nl:
+        return False
+    try:
+        obj = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and set(obj) == {"data", "kind", "prev", "seq", "ts"}
+
+
 class StreamMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -101,6 +113,7 @@ class StreamMachine(RuleBasedStateMachine):
                     {
                         "line": line,
                         "offset": offset,
+                        "suspect": _suspect(self.tail),
                         "quarantined": {
                             "file": qfile,
                             "digest": digest,

@@ -238,7 +238,6 @@ def test_a_stream_emptied_by_repair_starts_again_at_task_created(ledger: intentl
     assert (ledger.root / q["file"]).read_bytes() == garbage
 
 
-@pytest.mark.xfail(strict=True, reason="writer._open_locked: an existing empty stream file gets no task.created line 0")
 def test_an_empty_stream_file_starts_at_task_created(ledger: intentlog.Ledger) -> None:
     """A zero-byte stream file (truncated outside intentlog) still gets task.created as line 0 before any event."""
     path = ledger.stream_path("t")

@@ -9,7 +9,6 @@ payload and event. They are kept as a JSON string (``"inline"``) when they are v
 
 from __future__ import annotations
 
-import base64
 import binascii
 from collections.abc import Mapping
 
@@ -40,7 +39,7 @@ def inline_ref(data: bytes, *, media_type: str | None = None) -> dict[str, objec
     try:
         ref["inline"] = payload.decode("utf-8")
     except UnicodeDecodeError:
-        ref["inline_b64"] = base64.b64encode(payload).decode("ascii")
+        ref["inline_b64"] = binascii.b2a_base64(payload, newline=False).decode("ascii")
     return ref
 
 
@@ -73,6 +72,8 @@ def inline_bytes(ref: Mapping[str, object]) -> bytes | None:
         encoded = ref["inline_b64"]
         if not isinstance(encoded, str):
             raise ArtifactError(f"inline payload of {digest}: 'inline_b64' must be a string")
+        import base64  # only here: the encoder above needs only binascii, and imports cost every script
+
         try:
             data = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError) as exc:

@@ -26,7 +26,6 @@ import io
 import mmap
 import os
 import re
-import secrets
 import stat
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -315,7 +314,7 @@ class ArtifactStore:
                 total += len(chunk)
                 yield chunk
 
-        staged = self._tmp / f"put.{os.getpid()}.{secrets.token_hex(8)}.staged"
+        staged = self._tmp / f"put.{os.getpid()}.{os.urandom(8).hex()}.staged"
         digest: str | None = None
         dest = staged
         try:
@@ -399,7 +398,7 @@ class ArtifactStore:
         if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino):
             return None  # already replaced by another process: leave its object alone
         makedirs_durable(self._quarantine)
-        dest = self._quarantine / f"blake3-{path.parent.name}{path.name}.{secrets.token_hex(6)}.corrupt"
+        dest = self._quarantine / f"blake3-{path.parent.name}{path.name}.{os.urandom(6).hex()}.corrupt"
         try:
             os.rename(path, dest)
         except FileNotFoundError:

@@ -64,6 +64,14 @@ def _refuse(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def _bad_text(text: str, path: str) -> tuple[str, str] | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return path, f"text holds a lone surrogate at index {exc.start}: surrogates are not valid UTF-8"
+    return None
+
+
 def _find_bad(value: Any, path: str) -> tuple[str, str] | None:
     """Locate the first value orjson would change or refuse, with its JSON path."""
     if isinstance(value, bool) or value is None:
@@ -72,15 +80,17 @@ def _find_bad(value: Any, path: str) -> tuple[str, str] | None:
         if not math.isfinite(value):
             return path, f"{value!r} is not a finite number"
         return None
-    if type(value) in (str, int):
-        if type(value) is int and not -(2**63) <= value < 2**64:
+    if type(value) is str:
+        return _bad_text(value, path)
+    if type(value) is int:
+        if not -(2**63) <= value < 2**64:
             return path, "integer exceeds 64 bits"
         return None
     if type(value) is dict:
         for k, v in value.items():
             if type(k) is not str:
                 return path, f"key {k!r} is not a string"
-            found = _find_bad(v, f"{path}.{k}")
+            found = _bad_text(k, path) or _find_bad(v, f"{path}.{k}")
             if found:
                 return found
         return None

@@ -7,11 +7,10 @@ so an edit, deletion, reordering or splice breaks the chain and is visible offli
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 import time
-from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 import orjson
 
@@ -76,24 +75,30 @@ def check_kind(kind: object) -> str:
     return kind
 
 
+_last_second: list[Any] = [None, ""]  # the last whole second formatted, and its text
+
+
 def utc_now() -> str:
-    """UTC with microseconds, ``2026-11-30T02:04:05.123456Z``."""
-    ns = time.time_ns()
-    secs, rem = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
+    """UTC with microseconds, ``2026-11-30T02:04:05.123456Z`` (the second's text is cached)."""
+    secs, rem = divmod(time.time_ns(), 1_000_000_000)
+    cache = _last_second
+    if cache[0] != secs:
+        cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+        cache[0] = secs
+    return f"{cache[1]}.{rem // 1000:06d}Z"
 
 
 def new_stream_id() -> str:
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()
 
 
 @final
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One recorded event, as read back or as just appended.
+class Event(NamedTuple):
+    """One recorded event, as read back or as just appended (immutable).
 
     ``digest`` is the BLAKE3 digest of the event's exact line bytes; the next event's
-    ``prev`` equals it.
+    ``prev`` equals it. A named tuple, because reads build one per line and a tuple is
+    the cheapest immutable object Python makes.
     """
 
     seq: int

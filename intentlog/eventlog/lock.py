@@ -8,9 +8,11 @@ say who holds it. filelock costs ~40 ms to import, so it is imported on first us
 
 from __future__ import annotations
 
+import inspect
 import os
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TaskBusy
 
@@ -36,24 +38,34 @@ class WriterLock:
             return
         import filelock
 
-        lock = filelock.UnixFileLock(str(self.path), timeout=wait, thread_local=False, is_singleton=False)
+        kwargs: dict[str, Any] = {"timeout": wait, "thread_local": False, "is_singleton": False}
+        if "fallback_to_soft" in inspect.signature(filelock.UnixFileLock.__init__).parameters:
+            kwargs["fallback_to_soft"] = False  # never a soft lock file: it would outlive a SIGKILL
+        lock = filelock.UnixFileLock(str(self.path), **kwargs)
         try:
             lock.acquire()
         except filelock.Timeout as exc:
             raise TaskBusy(self.task_id, str(self.path), self._holder()) from exc
         self._lock = lock
+        pid = f"{os.getpid()}\n".encode()
         fd = os.open(self.path, os.O_WRONLY)
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            # write first, then cut: a refused writer never reads an empty file in between
+            os.pwrite(fd, pid, 0)
+            os.ftruncate(fd, len(pid))
         finally:
             os.close(fd)
 
     def _holder(self) -> int | None:
-        try:
-            return int(self.path.read_text().strip() or 0) or None
-        except (OSError, ValueError):
-            return None
+        for _ in range(5):
+            try:
+                first = self.path.read_text().split("\n", 1)[0].strip()
+                if first:
+                    return int(first)
+            except (OSError, ValueError):
+                return None
+            time.sleep(0.01)
+        return None
 
     def release(self) -> None:
         lock, self._lock = self._lock, None

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from blake3 import blake3
 
-from .format import Event, LineError, parse_line
+from .._digest import DIGEST_PREFIX as _PREFIX
+from .format import _KEYS, Event, LineError, parse_line
 
 __all__ = ["ScanProblem", "StreamScan", "iter_lines", "scan"]
 
@@ -39,6 +41,7 @@ class ScanProblem:
     torn: bool  # True: a tail the next writer may quarantine; False: mid-file corruption
     size: int  # bytes from offset to the end of the file
     incomplete: bool = False  # the bad line is the last one and lacks its newline
+    suspect: bool = False  # the bad line is a whole JSON event that does not chain (DESIGN §4 rule 4)
 
 
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
@@ -94,17 +97,36 @@ class StreamScan:
         prev: str | None = None
         lines = iter_lines(self.path)
         lineno = 0
+        loads = orjson.loads
         for offset, line in lines:
             lineno += 1
             if not line.endswith(b"\n"):
                 self._fail(lineno, offset, "the last line is incomplete (a torn append)", torn=True, incomplete=True)
                 return
+            # the common case inline (a read builds one event per line); parse_line explains failures
             try:
-                ev = parse_line(line, seq, prev)
+                obj = loads(line)
+                ok = (
+                    type(obj) is dict
+                    and obj.keys() == _KEYS
+                    and obj["seq"] == seq
+                    and type(obj["seq"]) is int
+                    and obj["prev"] == prev
+                    and type(obj["kind"]) is str
+                    and type(obj["data"]) is dict
+                    and type(obj["ts"]) is str
+                )
+            except orjson.JSONDecodeError:
+                ok = False
+            try:
+                if not ok:
+                    parse_line(line, seq, prev)
+                    raise LineError("the line fails its checks", parsed=True)  # pragma: no cover
             except LineError as exc:
                 torn = not any(_looks_like_event(rest) for _, rest in lines)
-                self._fail(lineno, offset, exc.reason, torn=torn)
+                self._fail(lineno, offset, exc.reason, torn=torn, suspect=exc.parsed)
                 return
+            ev = Event(seq, obj["kind"], obj["ts"], prev, obj["data"], _PREFIX + blake3(line).hexdigest())
             seq += 1
             prev = ev.digest
             self.end = offset + len(line)
@@ -113,8 +135,10 @@ class StreamScan:
             self.last = ev
             yield ev
 
-    def _fail(self, lineno: int, offset: int, reason: str, *, torn: bool, incomplete: bool = False) -> None:
-        self.problem = ScanProblem(lineno, offset, reason, torn, self.file_size - offset, incomplete)
+    def _fail(
+        self, lineno: int, offset: int, reason: str, *, torn: bool, incomplete: bool = False, suspect: bool = False
+    ) -> None:
+        self.problem = ScanProblem(lineno, offset, reason, torn, self.file_size - offset, incomplete, suspect)
 
 
 def scan(path: str | os.PathLike[str]) -> StreamScan:

@@ -33,6 +33,11 @@ from .reader import StreamScan, scan
 
 __all__ = ["StreamWriter"]
 
+def fdatasync(fd: int) -> None:
+    """``fdatasync`` where the platform has it, else ``fsync`` (looked up per call so tests can count it)."""
+    _fdatasync(fd)
+
+
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
@@ -110,6 +115,10 @@ class StreamWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._seq = s.count
         self._head = s.head
+        if s.count == 0 and s.problem is None:
+            # an empty file: a crash between a repair's truncate and its new first line
+            self._write_created()
+            fdatasync(self._fd)
         if s.problem:
             self._repair(s)
             if replay and self.repaired is not None:
@@ -148,25 +157,31 @@ class StreamWriter:
         os.ftruncate(self._fd, p.offset)
         os.fsync(self._fd)
         if p.offset == 0:
-            self._seq, self._head = 0, None
-            line = encode_line(
-                TASK_CREATED,
-                dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
-                None,
-                0,
-                utc_now(),
-            )
-            write_all(self._fd, line)
-            self._seq, self._head = 1, digest_bytes(line)
+            self._write_created()
         self.repaired = self.append(
             "stream.repaired",
             {
                 "line": p.line,
                 "offset": p.offset,
                 "reason": p.reason,
+                "suspect": p.suspect,
                 "quarantined": {"file": f"quarantine/{qname}", "digest": digest, "size": size},
             },
         )
+
+    def _write_created(self) -> None:
+        """Line 0 of a stream left empty (it is synced by the caller's next sync)."""
+        if self._fd is None:
+            return
+        line = encode_line(
+            TASK_CREATED,
+            dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
+            None,
+            0,
+            utc_now(),
+        )
+        write_all(self._fd, line)
+        self._seq, self._head = 1, digest_bytes(line)
 
     # -- appending ---------------------------------------------------------------
 
@@ -185,11 +200,16 @@ class StreamWriter:
         *,
         expected_seq: int | None = None,
         sync: bool = False,
-        ts: str | None = None,
+        data_json: bytes | None = None,
     ) -> Event:
-        """Append one event; durable on return unless inside a batch (then at its end, or now with ``sync``)."""
-        check_kind(kind)
-        data_json = encode_data(data)
+        """Append one event; durable on return unless inside a batch (then at its end, or now with ``sync``).
+
+        ``data_json`` is ``data`` already encoded by :func:`encode_data` (callers that
+        checked it pass it, so the data is serialised once).
+        """
+        if data_json is None:
+            check_kind(kind)
+            data_json = encode_data(data)
         with self._mutex:
             if self._poisoned is not None:
                 raise StreamPoisoned(str(self.path), self._poisoned)
@@ -198,12 +218,12 @@ class StreamWriter:
                 raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
             if expected_seq is not None and expected_seq != self._seq:
                 raise Conflict(self.task_id, expected_seq, self._seq)
-            stamp = ts or utc_now()
+            stamp = utc_now()
             line = encode_line(kind, data_json, self._head, self._seq, stamp)
             try:
                 write_all(fd, line)
                 if self._batch_depth == 0 or sync:
-                    _fdatasync(fd)
+                    fdatasync(fd)
                     self._dirty = False
                 else:
                     self._dirty = True
@@ -228,7 +248,7 @@ class StreamWriter:
             if self._fd is None or not self._dirty:
                 return
             try:
-                _fdatasync(self._fd)
+                fdatasync(self._fd)
             except OSError as exc:
                 self._poison(exc)
                 raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc

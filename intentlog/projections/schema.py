@@ -566,6 +566,7 @@ for _rule in (
     KindRule(
         "stream.repaired",
         {"line": POS, "offset": NAT, "reason": STR, "quarantined": FILE},
+        {"suspect": BOOL},
         files=("quarantined",),
         graph=_on_stream_repaired,
     ),
