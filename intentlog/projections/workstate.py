@@ -5,11 +5,32 @@ I/O, no provider query. Each call is classified by the last evidence recorded fo
 the dangerous rung is an attempt that started and left nothing after it — the effect is
 *unknown* and only reconciliation may move it on. Memory grows with the number of calls
 and compilations, not with the number of events.
+
+The ladder, first rung that matches (stage -> next operation, provider effect):
+
+- ``call.completed`` -> completed: none, happened
+- ``call.preparation_failed`` -> preparation_failed: fix inputs, none
+- ``call.resumed`` to a new call recorded with ``resumes`` -> superseded: none
+- ``call.failed`` -> failed: operator decides, per its attempts
+- no ``call.manifest`` -> requested: start call, none
+- manifest, no attempt -> manifest_recorded: start call, none
+- last attempt: retry decided -> retry_decided: start next attempt; decided ``fail`` ->
+  failed; interpreted -> interpreted: finalize (redecide after an interpretation error);
+  observed -> observed: reinterpret (redecide when the provider answered with a failure);
+  reconciled ``not_served`` -> reconciled_not_served: start next attempt, none;
+  ``resend`` -> risk_accepted: start next attempt, duplicate risk; ``served`` without
+  bytes -> reconciled_served: operator decides; ``attempt.not_sent`` -> not_sent: start
+  next attempt; nothing after ``attempt.started`` (or only ``attempt.errored``) ->
+  effect_unknown: reconcile effect, **unknown**, duplicate risk.
+
+Compilations: requested -> recompile; failed -> fix inputs; compiled -> none. The task's
+next operation is the first unresolved (latest-per-key) call's or compilation's, else
+``check and accept`` once a call completed after the last ``task.accepted``, else none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -166,34 +187,75 @@ def _comp_json(c: CompilationState) -> dict[str, Any]:
     }
 
 
-@dataclass(slots=True)
-class _Attempt:
-    n: int
-    kinds: set[str] = field(default_factory=set)
-    outcome: str | None = None  # reconciliation outcome
-    evidence: bool = False
-    interpreted_ok: bool | None = None
-    retry: str | None = None  # "retry" | "fail"
-    observed_error: bool = False
+# what an attempt's record holds, as bit flags (a set per attempt costs a container per attempt)
+_STARTED: Final = 1
+_NOT_SENT: Final = 2
+_ERRORED: Final = 4
+_OBSERVED: Final = 8
+_INTERPRETED: Final = 16
+_DECIDED: Final = 32
+_RECONCILED: Final = 64
 
 
-@dataclass(slots=True)
 class _Call:
-    call_id: str
-    key: str
-    name: str | None
-    first_seq: int
-    last_seq: int
-    since: str
-    resumes: str | None = None
-    manifest: dict[str, Any] | None = None
-    attempts: list[_Attempt] = field(default_factory=list)
-    completed: dict[str, Any] | None = None
-    failed: str | None = None
-    preparation_failed: str | None = None
-    superseded_by: str | None = None
-    response: dict[str, Any] | None = None
-    interpreter: dict[str, Any] | None = None
+    """What the record says about one call (mutable while folding; never handed out)."""
+
+    __slots__ = (
+        "call_id",
+        "completed",
+        "error",
+        "failed",
+        "first_seq",
+        "flags",
+        "inputs",
+        "interpret_error",
+        "interpreter",
+        "key",
+        "last_seq",
+        "manifest",
+        "n",
+        "name",
+        "outcome",
+        "preparation_failed",
+        "prior_effect",
+        "request",
+        "request_hash",
+        "response",
+        "result",
+        "resumes",
+        "retry",
+        "since",
+        "superseded_by",
+    )
+
+    def __init__(self, call_id: str, key: str, name: str | None, ev: Event, resumes: str | None) -> None:
+        self.call_id = call_id
+        self.key = key
+        self.name = name
+        self.first_seq = self.last_seq = ev.seq  # the first and the latest event naming this call
+        self.since = ev.ts
+        self.resumes = resumes
+        # only the fields the states need are kept, never whole event data: a long fold
+        # then holds few containers, and the garbage collector has little to walk
+        self.manifest = False
+        self.request_hash: str | None = None
+        self.request: dict[str, Any] | None = None
+        self.inputs: dict[str, Any] | None = None
+        # the latest attempt (earlier ones only count for what the provider may have done)
+        self.n = 0  # attempts started
+        self.flags = 0
+        self.outcome: str | None = None  # reconciliation outcome
+        self.retry: str | None = None  # "retry" | "fail"
+        self.error: str | None = None  # the provider answered with this failure
+        self.interpret_error: str | None = None
+        self.prior_effect = "none"  # across the attempts before the latest
+        self.completed = False
+        self.result: Any = None
+        self.failed: str | None = None
+        self.preparation_failed: str | None = None
+        self.superseded_by: str | None = None
+        self.response: dict[str, Any] | None = None
+        self.interpreter: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -211,16 +273,20 @@ class _Comp:
 
 
 class WorkStateFold:
-    """The projection as a fold: feed events to :meth:`apply`, read :meth:`result` any time."""
+    """The projection as a fold: feed events to :meth:`apply`, read :meth:`result` any time.
+
+    Each event costs one dictionary lookup for its kind and one small handler; the fold
+    keeps one record per call and compilation, never the events themselves.
+    """
 
     def __init__(self, task_id: str | None = None) -> None:
         self.task_id = task_id
         self._calls: dict[str, _Call] = {}
         self._comps: dict[str, _Comp] = {}
         self._keys: dict[str, str] = {}
+        self._reserved: set[str] = set()  # new call ids named by call.resumed, not yet requested
         self._events = 0
-        self._last_seq = -1
-        self._last_ts: str | None = None
+        self._last: Event | None = None
         self._last_completed = -1
         self._last_accepted = -1
         self._other: dict[str, int] = {}
@@ -237,8 +303,8 @@ class WorkStateFold:
             "call.completed": self._on_completed,
             "call.failed": self._on_failed,
             "attempt.started": self._on_attempt_started,
-            "attempt.not_sent": self._on_attempt_event,
-            "attempt.errored": self._on_attempt_event,
+            "attempt.not_sent": self._on_not_sent,
+            "attempt.errored": self._on_errored,
             "attempt.observed": self._on_observed,
             "attempt.interpreted": self._on_interpreted,
             "attempt.retry_decided": self._on_retry_decided,
@@ -251,34 +317,40 @@ class WorkStateFold:
     # -- feeding -------------------------------------------------------------------
 
     def apply(self, ev: Event) -> None:
+        """Fold one event in. Never raises for an event's content: what cannot be placed is an anomaly."""
         self._events += 1
-        self._last_seq = ev.seq
-        self._last_ts = ev.ts
+        self._last = ev
         handler = self._handlers.get(ev.kind)
         if handler is None:
-            self._other[ev.kind] = self._other.get(ev.kind, 0) + 1
-            return
-        handler(ev, ev.data)
+            other = self._other
+            other[ev.kind] = other.get(ev.kind, 0) + 1
+        else:
+            handler(ev, ev.data)
 
     def _anomaly(self, ev: Event, what: str) -> None:
         if len(self._anomalies) < 100:
             self._anomalies.append(f"seq {ev.seq} ({ev.kind}): {what}")
 
     def _call(self, ev: Event, d: dict[str, Any]) -> _Call | None:
-        c = self._calls.get(d.get("call"))  # type: ignore[arg-type]
+        cid = d.get("call")
+        c = self._calls.get(cid) if type(cid) is str else None
         if c is None:
-            self._anomaly(ev, f"names call {d.get('call')!r}, which was never requested")
+            self._anomaly(ev, f"names call {cid!r}, which was never requested")
             return None
         c.last_seq = ev.seq
         c.since = ev.ts
         return c
 
-    def _attempt(self, ev: Event, c: _Call, d: dict[str, Any]) -> _Attempt | None:
+    def _attempt(self, ev: Event, d: dict[str, Any]) -> _Call | None:
+        """The call, when the event names its latest started attempt (else an anomaly)."""
+        c = self._call(ev, d)
+        if c is None:
+            return None
         n = d.get("attempt")
-        if not c.attempts or c.attempts[-1].n != n:
+        if c.n == 0 or n != c.n:
             self._anomaly(ev, f"names attempt {n!r} of {c.call_id}, which is not its latest started attempt")
             return None
-        return c.attempts[-1]
+        return c
 
     # -- handlers ------------------------------------------------------------------
 
@@ -291,17 +363,28 @@ class WorkStateFold:
 
     def _on_requested(self, ev: Event, d: dict[str, Any]) -> None:
         cid, key = d.get("call"), d.get("key")
-        if not isinstance(cid, str) or not isinstance(key, str) or cid in self._calls:
+        if type(cid) is not str or type(key) is not str or cid in self._calls:
             self._anomaly(ev, "call.requested without a new call id and a key")
             return
-        resumes = d.get("resumes")
-        self._calls[cid] = _Call(cid, key, d.get("name"), ev.seq, ev.seq, ev.ts, resumes=resumes)
+        name, resumes = d.get("name"), d.get("resumes")
+        self._reserved.discard(cid)
+        self._calls[cid] = _Call(
+            cid,
+            key,
+            name if type(name) is str else None,
+            ev,
+            resumes if type(resumes) is str else None,
+        )
         self._keys[key] = cid
 
     def _on_manifest(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._call(ev, d)
         if c is not None:
-            c.manifest = d
+            request_hash, request, inputs = d.get("request_hash"), d.get("request"), d.get("inputs")
+            c.manifest = True
+            c.request_hash = request_hash if type(request_hash) is str else None
+            c.request = request if type(request) is dict else None
+            c.inputs = inputs if type(inputs) is dict and inputs else None
 
     def _on_preparation_failed(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._call(ev, d)
@@ -310,13 +393,21 @@ class WorkStateFold:
 
     def _on_resumed(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._call(ev, d)
-        if c is not None:
-            c.superseded_by = d.get("new_call")
+        if c is None:
+            return
+        new = d.get("new_call")
+        if type(new) is not str:
+            self._anomaly(ev, "call.resumed without a new call id")
+            return
+        c.superseded_by = new
+        if new not in self._calls:
+            self._reserved.add(new)
 
     def _on_completed(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._call(ev, d)
         if c is not None:
-            c.completed = d
+            c.completed = True
+            c.result = d.get("result")
             self._last_completed = ev.seq
 
     def _on_failed(self, ev: Event, d: dict[str, Any]) -> None:
@@ -329,62 +420,68 @@ class WorkStateFold:
         if c is None:
             return
         n = d.get("attempt")
-        if not isinstance(n, int) or n != len(c.attempts) + 1:
-            self._anomaly(ev, f"attempt {n!r} of {c.call_id} does not follow attempt {len(c.attempts)}")
-        c.attempts.append(_Attempt(n if isinstance(n, int) else len(c.attempts) + 1, {ev.kind}))
+        if n != c.n + 1 or type(n) is not int:
+            self._anomaly(ev, f"attempt {n!r} of {c.call_id} does not follow attempt {c.n}")
+        if c.n:
+            c.prior_effect = _worse(c.prior_effect, _attempt_effect(c))
+        c.n += 1
+        c.flags = _STARTED
+        c.outcome = c.retry = c.error = c.interpret_error = None
 
-    def _on_attempt_event(self, ev: Event, d: dict[str, Any]) -> None:
-        c = self._call(ev, d)
-        a = self._attempt(ev, c, d) if c is not None else None
+    def _on_not_sent(self, ev: Event, d: dict[str, Any]) -> None:
+        a = self._attempt(ev, d)
         if a is not None:
-            a.kinds.add(ev.kind)
+            a.flags |= _NOT_SENT
+
+    def _on_errored(self, ev: Event, d: dict[str, Any]) -> None:
+        a = self._attempt(ev, d)
+        if a is not None:
+            a.flags |= _ERRORED
 
     def _on_observed(self, ev: Event, d: dict[str, Any]) -> None:
-        c = self._call(ev, d)
-        a = self._attempt(ev, c, d) if c is not None else None
-        if c is None or a is None:
+        a = self._attempt(ev, d)
+        if a is None:
             return
-        a.kinds.add(ev.kind)
-        a.observed_error = d.get("error") is not None
+        a.flags |= _OBSERVED
+        error = d.get("error")
+        a.error = None if error is None else str(error)
         resp = d.get("response")
-        c.response = resp if isinstance(resp, dict) else None
+        a.response = resp if type(resp) is dict else None
 
     def _on_interpreted(self, ev: Event, d: dict[str, Any]) -> None:
-        c = self._call(ev, d)
-        a = self._attempt(ev, c, d) if c is not None else None
-        if c is None or a is None:
+        a = self._attempt(ev, d)
+        if a is None:
             return
-        a.kinds.add(ev.kind)
-        a.interpreted_ok = d.get("error") is None
+        a.flags |= _INTERPRETED
+        error = d.get("error")
+        a.interpret_error = None if error is None else str(error)
         interp = d.get("interpreter")
-        c.interpreter = interp if isinstance(interp, dict) else None
+        a.interpreter = interp if type(interp) is dict else None
 
     def _on_retry_decided(self, ev: Event, d: dict[str, Any]) -> None:
-        c = self._call(ev, d)
-        a = self._attempt(ev, c, d) if c is not None else None
+        a = self._attempt(ev, d)
         if a is not None:
-            a.kinds.add(ev.kind)
+            a.flags |= _DECIDED
             a.retry = str(d.get("decision"))
 
     def _on_reconciled(self, ev: Event, d: dict[str, Any]) -> None:
-        c = self._call(ev, d)
-        a = self._attempt(ev, c, d) if c is not None else None
+        a = self._attempt(ev, d)
         if a is not None:
-            a.kinds.add(ev.kind)
+            a.flags |= _RECONCILED
             a.outcome = str(d.get("outcome"))
-            a.evidence = d.get("evidence") is not None
 
     def _on_comp_requested(self, ev: Event, d: dict[str, Any]) -> None:
         cid = d.get("compilation")
         if not isinstance(cid, str):
             self._anomaly(ev, "compilation request without an id")
             return
-        offered = [o for o in d.get("offered") or [] if isinstance(o, dict)]
-        required = [r for r in d.get("required") or [] if isinstance(r, str)]
+        offered = [o for o in _list(d.get("offered")) if isinstance(o, dict)]
+        required = [r for r in _list(d.get("required")) if isinstance(r, str)]
         self._comps[cid] = _Comp(cid, ev.seq, ev.seq, offered, required)
 
     def _comp(self, ev: Event, d: dict[str, Any]) -> _Comp | None:
-        c = self._comps.get(d.get("compilation"))  # type: ignore[arg-type]
+        cid = d.get("compilation")
+        c = self._comps.get(cid) if isinstance(cid, str) else None
         if c is None:
             self._anomaly(ev, f"names compilation {d.get('compilation')!r}, which was never requested")
             return None
@@ -394,9 +491,10 @@ class WorkStateFold:
     def _on_compiled(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._comp(ev, d)
         if c is not None:
+            package = d.get("package")
             c.stage = "compiled"
-            c.package = d.get("package")
-            c.selected = [s for s in d.get("selected") or [] if isinstance(s, str)]
+            c.package = package if isinstance(package, dict) else None
+            c.selected = [s for s in _list(d.get("selected")) if isinstance(s, str)]
 
     def _on_comp_failed(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._comp(ev, d)
@@ -405,29 +503,48 @@ class WorkStateFold:
             c.error = str(d.get("error"))
             offered_ids = {o.get("id") for o in c.offered}
             derived = [r for r in c.required if r not in offered_ids]
-            recorded = [m for m in d.get("missing") or [] if isinstance(m, str)]
+            recorded = [m for m in _list(d.get("missing")) if isinstance(m, str)]
             c.missing = sorted(set(derived) | set(recorded))
 
     # -- the result ----------------------------------------------------------------
 
     def call_state(self, cid: str) -> CallState:
-        return _classify(self._calls[cid])
+        """The state of one call (raises KeyError for a call never requested)."""
+        return _classify(self._calls[cid], self._calls)
 
     def latest_call(self, key: str) -> str | None:
         return self._keys.get(key)
+
+    def pending_resume(self, cid: str) -> str | None:
+        """The new call a ``call.resumed`` of ``cid`` named, if that call was never requested."""
+        new = self._calls[cid].superseded_by
+        return new if new is not None and new not in self._calls else None
+
+    def next_call_id(self) -> str:
+        """The id the next new call takes: ``call-<n>``, never one already used or promised."""
+        n = len(self._calls) + 1
+        while f"call-{n}" in self._calls or f"call-{n}" in self._reserved:
+            n += 1
+        return f"call-{n}"
 
     @property
     def call_count(self) -> int:
         return len(self._calls)
 
     def result(self) -> WorkState:
-        calls = {cid: _classify(c) for cid, c in self._calls.items()}
+        """The projection so far: a frozen :class:`WorkState` that later events do not change."""
+        known = self._calls
+        return self._result(MappingProxyType({cid: _classify(c, known) for cid, c in known.items()}))
+
+    def _result(self, calls: Mapping[str, CallState]) -> WorkState:
+        known = self._calls
         comps = {cid: _classify_comp(c) for cid, c in self._comps.items()}
-        latest = set(self._keys.values())
         pending: list[tuple[int, str, str]] = []
-        for cid, cs in calls.items():
-            if cid in latest and cs.next_operation != NONE:
-                pending.append((cs.first_seq, cid, cs.next_operation))
+        for cid in self._keys.values():  # only the latest call of each key can be unresolved
+            c = known[cid]
+            nxt = _ladder(c, known)[1]
+            if nxt != NONE:
+                pending.append((c.first_seq, cid, nxt))
         for cid, comp in comps.items():
             if comp.next_operation != NONE:
                 pending.append((comp.first_seq, cid, comp.next_operation))
@@ -439,17 +556,18 @@ class WorkStateFold:
             nxt = CHECK_AND_ACCEPT
         else:
             nxt = NONE
+        last = self._last
         return WorkState(
             task_id=self.task_id,
-            calls=MappingProxyType(calls),
+            calls=calls,
             compilations=MappingProxyType(comps),
             keys=MappingProxyType(dict(self._keys)),
             next_operation=nxt,
             unresolved=tuple(p[1] for p in pending),
             accepted=accepted,
             events=self._events,
-            last_seq=self._last_seq,
-            last_ts=self._last_ts,
+            last_seq=last.seq if last is not None else -1,
+            last_ts=last.ts if last is not None else None,
             other_kinds=MappingProxyType(dict(self._other)),
             anomalies=tuple(self._anomalies),
         )
@@ -459,59 +577,83 @@ def _ignore(ev: Event, d: dict[str, Any]) -> None:
     return None
 
 
-def _effect_of(attempts: list[_Attempt]) -> str:
-    """What the provider may have done across all attempts: happened > unknown > none."""
-    effect = "none"
-    for a in attempts:
-        if "attempt.observed" in a.kinds or a.outcome == "served":
-            return "happened"
-        if "attempt.not_sent" in a.kinds or a.outcome == "not_served":
-            continue
-        effect = "unknown"
-    return effect
+def _list(value: Any) -> list[Any]:
+    """A recorded list, or nothing: a projection never trusts a field's shape."""
+    return value if isinstance(value, list) else []
 
 
-def _classify(c: _Call) -> CallState:
-    """The ladder of DESIGN §6: each rung asks whether a particular event exists."""
-    effect = _effect_of(c.attempts)
-    risk = False
-    reason: str | None = None
-    if c.completed is not None:
-        stage, nxt, effect = "completed", NONE, "happened"
-    elif c.preparation_failed is not None:
-        stage, nxt, reason = "preparation_failed", FIX_INPUTS, c.preparation_failed
-    elif c.superseded_by is not None:
-        stage, nxt = "superseded", NONE
-    elif c.failed is not None:
-        stage, nxt, reason = "failed", OPERATOR_DECIDES, c.failed
-    elif c.manifest is None:
-        stage, nxt = "requested", START_CALL
-    elif not c.attempts:
-        stage, nxt = "manifest_recorded", START_CALL
-    else:
-        a = c.attempts[-1]
-        k = a.kinds
-        if a.retry == "retry":
-            stage, nxt = "retry_decided", START_NEXT_ATTEMPT
-        elif a.retry is not None:
-            stage, nxt = "failed", OPERATOR_DECIDES
-        elif "attempt.interpreted" in k:
-            stage, nxt = "interpreted", FINALIZE if a.interpreted_ok else REDECIDE
-        elif "attempt.observed" in k:
-            stage, nxt = "observed", REINTERPRET
-        elif a.outcome == "not_served":
-            stage, nxt = "reconciled_not_served", START_NEXT_ATTEMPT
-        elif a.outcome == "resend":
-            stage, nxt, risk = "risk_accepted", START_NEXT_ATTEMPT, True
-        elif a.outcome == "served":
-            stage, nxt = "reconciled_served", OPERATOR_DECIDES
-            reason = "served, but the response is lost: fail the call or resend accepting the duplicate risk"
-        elif "attempt.not_sent" in k:
-            stage, nxt = "not_sent", START_NEXT_ATTEMPT
-        else:
-            stage, nxt, effect, risk = "effect_unknown", RECONCILE_EFFECT, "unknown", True
-    m = c.manifest or {}
-    inputs = m.get("inputs")
+_RANK: Final = {"none": 0, "unknown": 1, "happened": 2}
+
+
+def _worse(a: str, b: str) -> str:
+    """Across attempts, what the provider may have done: happened > unknown > none."""
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def _attempt_effect(c: _Call) -> str:
+    """What the provider may have done for the call's latest attempt."""
+    if c.flags & _OBSERVED or c.outcome == "served":
+        return "happened"
+    if c.flags & _NOT_SENT or c.outcome == "not_served":
+        return "none"
+    return "unknown"
+
+
+_NO_INPUTS: Final[Mapping[str, str]] = MappingProxyType({})
+
+
+_Rung = tuple[str, str, str, bool, "str | None"]  # stage, next operation, provider effect, risk, reason
+
+
+def _ladder(c: _Call, known: Mapping[str, _Call]) -> _Rung:
+    """The ladder of DESIGN §6: each rung asks whether a particular event exists.
+
+    A ``call.resumed`` whose new call was never requested with ``resumes`` naming it (the
+    process died between the appends) does not supersede: the old call keeps its stage,
+    and running again records the promised new call.
+    """
+    effect = _worse(c.prior_effect, _attempt_effect(c)) if c.n else "none"
+    if c.completed:
+        return "completed", NONE, "happened", False, None
+    if c.preparation_failed is not None:
+        return "preparation_failed", FIX_INPUTS, effect, False, c.preparation_failed
+    new = known.get(c.superseded_by) if c.superseded_by is not None else None
+    if new is not None and new.resumes == c.call_id:
+        return "superseded", NONE, effect, False, None
+    if c.failed is not None:
+        return "failed", OPERATOR_DECIDES, effect, False, c.failed
+    if not c.manifest:
+        return "requested", START_CALL, effect, False, None
+    if not c.n:
+        return "manifest_recorded", START_CALL, effect, False, None
+    a = c
+    k = a.flags
+    if a.retry == "retry":
+        return "retry_decided", START_NEXT_ATTEMPT, effect, False, None
+    if a.retry is not None:
+        return "failed", OPERATOR_DECIDES, effect, False, None
+    if k & _INTERPRETED:
+        return "interpreted", FINALIZE if a.interpret_error is None else REDECIDE, effect, False, a.interpret_error
+    if k & _OBSERVED:
+        if a.error is not None:  # a failure answer: nothing to interpret, decide on it
+            return "observed", REDECIDE, effect, False, a.error
+        return "observed", REINTERPRET, effect, False, None
+    if a.outcome == "not_served":
+        return "reconciled_not_served", START_NEXT_ATTEMPT, effect, False, None
+    if a.outcome == "resend":
+        return "risk_accepted", START_NEXT_ATTEMPT, effect, True, None
+    if a.outcome == "served":
+        lost = "served, but the response is lost: fail the call or resend accepting the duplicate risk"
+        return "reconciled_served", OPERATOR_DECIDES, effect, False, lost
+    if k & _NOT_SENT:
+        return "not_sent", START_NEXT_ATTEMPT, effect, False, None
+    return "effect_unknown", RECONCILE_EFFECT, "unknown", True, None
+
+
+def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
+    """The :class:`CallState` of one call record."""
+    stage, nxt, effect, risk, reason = _ladder(c, known)
+    inputs = c.inputs
     return CallState(
         call_id=c.call_id,
         key=c.key,
@@ -520,13 +662,13 @@ def _classify(c: _Call) -> CallState:
         next_operation=nxt,
         provider_effect=effect,
         duplicate_effect_risk=risk,
-        attempts=len(c.attempts),
-        request_hash=m.get("request_hash"),
-        request=m.get("request"),
-        inputs=MappingProxyType(dict(inputs) if isinstance(inputs, dict) else {}),
+        attempts=c.n,
+        request_hash=c.request_hash,
+        request=c.request,
+        inputs=MappingProxyType(dict(inputs)) if inputs else _NO_INPUTS,
         resumes=c.resumes,
-        superseded_by=c.superseded_by,
-        result=(c.completed or {}).get("result"),
+        superseded_by=c.superseded_by if stage == "superseded" else None,
+        result=c.result,
         response=c.response,
         reason=reason,
         first_seq=c.first_seq,
@@ -534,6 +676,40 @@ def _classify(c: _Call) -> CallState:
         since=c.since,
         interpreter=c.interpreter,
     )
+
+
+class _FinishedCalls(Mapping[str, CallState]):
+    """The calls of a finished fold, each classified on first access.
+
+    Only :func:`work_state` makes one: its fold is private and done, so the records behind
+    this mapping never change again and classifying late gives what classifying early
+    would. A 100k-event task then pays for the states a caller reads, not for all of them.
+    """
+
+    __slots__ = ("_done", "_records")
+
+    def __init__(self, records: dict[str, _Call]) -> None:
+        self._records = records
+        self._done: dict[str, CallState] = {}
+
+    def __getitem__(self, cid: str) -> CallState:
+        state = self._done.get(cid)
+        if state is None:
+            state = _classify(self._records[cid], self._records)
+            self._done[cid] = state
+        return state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._records
+
+    def __repr__(self) -> str:
+        return f"<calls {list(self._records)}>"
 
 
 def _classify_comp(c: _Comp) -> CompilationState:
@@ -556,6 +732,7 @@ def _classify_comp(c: _Comp) -> CompilationState:
 def work_state(events: Iterable[Event], *, task_id: str | None = None) -> WorkState:
     """Fold ``events`` into a :class:`WorkState`. Pure: no clock, no I/O, appends nothing."""
     fold = WorkStateFold(task_id)
+    apply = fold.apply
     for ev in events:
-        fold.apply(ev)
-    return fold.result()
+        apply(ev)
+    return fold._result(_FinishedCalls(fold._calls))
