@@ -62,7 +62,7 @@ class StreamWriter:
         self._seq = 0
         self._head: str | None = None
         self._poisoned: str | None = None
-        self._batch_depth = 0
+        self._batch_depth: dict[int, int] = {}  # per thread: a batch defers only its own thread's syncs
         self._dirty = False
         self._mutex = threading.RLock()
         self._on_event = on_event
@@ -222,7 +222,7 @@ class StreamWriter:
             line = encode_line(kind, data_json, self._head, self._seq, stamp)
             try:
                 write_all(fd, line)
-                if self._batch_depth == 0 or sync:
+                if sync or not self._batch_depth.get(threading.get_ident()):
                     fdatasync(fd)
                     self._dirty = False
                 else:
@@ -257,14 +257,17 @@ class StreamWriter:
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Group commit: the events appended inside share one sync, done when the block exits."""
+        me = threading.get_ident()
         with self._mutex:
-            self._batch_depth += 1
+            self._batch_depth[me] = self._batch_depth.get(me, 0) + 1
         try:
             yield
         finally:
             with self._mutex:
-                self._batch_depth -= 1
-                last = self._batch_depth == 0
+                depth = self._batch_depth.pop(me) - 1
+                if depth:
+                    self._batch_depth[me] = depth
+                last = depth == 0
             if last:
                 self.sync()
 

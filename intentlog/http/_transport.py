@@ -1,0 +1,386 @@
+"""The live transports: every request an effect, sent through an inner transport (DESIGN §5).
+
+For each request the transport builds its envelope and hash (:mod:`._wire`), chooses its
+key (:mod:`._keys`) and runs :func:`intentlog.effects.effect` with a ``send`` that does
+the real exchange through the inner transport and returns the response artifact. What
+happens then is the protocol's: a completed call replays its recorded response and sends
+nothing; a call whose intent is recorded but that never started is sent after the drift
+check; an attempt that started and left nothing after it raises
+:class:`~intentlog.errors.EffectUnknown` and is never resent blind.
+
+What the caller sees:
+
+- a response: always built from the stored artifact, the first time as on every replay,
+  so a run and its replay hand the client the very same status, headers and body bytes;
+- an error status the server asks to be retried (408, 409, 429, 5xx, or
+  ``x-should-retry: true``): recorded as a provider failure (``attempt.observed`` with
+  the error, then ``attempt.retry_decided``) and *handed back* as that response, so the
+  SDK or script decides when to try again; its next try is the same call's next attempt;
+- a connection error proving the request never left (DNS failure, connection refused,
+  connect or pool timeout): recorded as ``attempt.not_sent`` plus a retry decision, and
+  the library's own exception (``ConnectError`` …) raised, so SDK retry logic works as
+  usual; the next try, in this run or the next, is the next attempt;
+- anything else after ``attempt.started`` (read timeout, connection reset, server gone
+  mid-answer): :class:`~intentlog.errors.EffectUnknown`, chained from the library's
+  exception. It is not an ``httpx`` error: ``openai`` lets it through untouched;
+  ``anthropic`` 2.x wraps it in ``APIConnectionError`` and may retry — each retry is the
+  same unresolved call and raises it again without sending (see ``unknown_effect``).
+
+Async transports run the protocol — its fsyncs — in a worker thread
+(``anyio.to_thread``), and the exchange itself back on the event loop
+(``anyio.from_thread``): a sync fsync can take milliseconds, and the loop must not stall
+for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, final
+
+from ..artifacts.inline import inline_bytes
+from ..effects import RetryPolicy
+from ..errors import IntentlogError, NotSent, ProviderFailure, UsageError
+from ._flavor import Flavor
+from ._keys import hash_key, named_key, occurrences
+from ._wire import (
+    HASHED_HEADERS,
+    REDACT_HEADERS,
+    REDACT_QUERY,
+    RequestPlan,
+    decode_response,
+    encode_response,
+    plan_request,
+)
+
+if TYPE_CHECKING:
+    from ..task import Task
+
+__all__ = ["AsyncTransportCore", "Options", "SyncTransportCore", "check_task", "default_retryable"]
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def default_retryable(status: int, headers: Headers) -> bool:
+    """408, 409, 429 and 5xx are worth another try, unless ``x-should-retry`` says otherwise.
+
+    The same rule the OpenAI and Anthropic SDKs apply before their own retries.
+    """
+    if status < 400:
+        return False
+    for name, value in headers:
+        if name.lower() == b"x-should-retry":
+            if value.strip().lower() == b"true":
+                return True
+            if value.strip().lower() == b"false":
+                return False
+    return status in (408, 409, 429) or status >= 500
+
+
+def check_task(task: Any) -> Task:
+    """``task`` if it is a :class:`~intentlog.task.Task`, else :class:`UsageError` (nothing is written)."""
+    from ..task import Task
+
+    if not isinstance(task, Task):
+        raise UsageError(f"intentlog.http needs a task (intentlog.open(...).task(id)), not {type(task).__name__}")
+    return task
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How requests become records: shared by every transport a client factory makes."""
+
+    hash_headers: frozenset[str] = HASHED_HEADERS
+    redact: frozenset[str] = REDACT_HEADERS
+    redact_query: frozenset[str] = REDACT_QUERY
+    drop: tuple[str, ...] | None = None
+    retryable: Callable[[int, Headers], bool] = default_retryable
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        hash_headers: Iterable[str] = (),
+        redact: Iterable[str] = (),
+        drop: Iterable[str] | None = None,
+        retryable: Callable[[int, Headers], bool] | None = None,
+    ) -> Options:
+        for label, names in (("hash_headers", hash_headers), ("redact", redact)):
+            if isinstance(names, str):
+                raise UsageError(f"{label} must be a collection of names, not the string {names!r}")
+        extra_redact = frozenset(n.lower() for n in redact)
+        return cls(
+            hash_headers=HASHED_HEADERS | frozenset(n.lower() for n in hash_headers),
+            redact=REDACT_HEADERS | extra_redact,
+            redact_query=REDACT_QUERY | extra_redact,
+            drop=None if drop is None else tuple(drop),
+            retryable=retryable or default_retryable,
+        )
+
+
+# -- handing a retry decision back to the caller ------------------------------------
+
+
+class _HandBack(BaseException):
+    """Raised by the policy's ``sleep`` once ``attempt.retry_decided`` is durable.
+
+    A BaseException so that no ``except Exception`` between here and the transport can
+    mistake it for a failed send.
+    """
+
+
+def _hand_back(delay: float) -> None:
+    raise _HandBack
+
+
+# Every attempt's failure that allows another try is recorded with a retry decision and
+# handed back: the SDK (or the script, or the next run) makes the next attempt. The
+# recorded delay is nominal -- the caller chooses when to try again -- and there is no
+# attempt limit here: the caller's own retry budget is the limit.
+HAND_BACK: Final = RetryPolicy(
+    max_attempts=1_000_000,
+    backoff=1e-9,
+    factor=1.0,
+    max_backoff=1e-9,
+    retry_not_sent=True,
+    retry_on=lambda failure: failure.retryable,
+    sleep=_hand_back,
+)
+
+
+@dataclass(slots=True)
+class _Raw:
+    status: int
+    headers: Headers
+    body: bytes
+    http_version: str
+    reason: str
+
+
+@dataclass(slots=True)
+class _Trace:
+    """What happened inside one ``effect`` run, for the caller's view of it."""
+
+    sent: bool = False
+    not_sent: BaseException | None = None  # the library's exception proving nothing left
+    failure: bytes | None = None  # the artifact of a failure handed back
+    handed_back: bool = False
+
+
+def _scrubbed(exc: BaseException, secrets: frozenset[str]) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "[REDACTED]")
+    return text
+
+
+class _Core:
+    """What the sync and async transports share: planning, keys, the protocol, the response."""
+
+    def __init__(self, task: Task, *, inner: Any, flavor: Flavor, options: Options) -> None:
+        self.task = check_task(task)
+        self.inner = inner
+        self.flavor = flavor
+        self.options = options
+        self._occurrences = occurrences(task)
+
+    def __repr__(self) -> str:
+        return f"<intentlog.http transport for task {self.task.id!r} ({self.flavor.name})>"
+
+    def _plan(self, request: Any) -> RequestPlan:
+        o = self.options
+        return plan_request(
+            request.method,
+            str(request.url),
+            request.headers.raw,
+            request.content,
+            hash_headers=o.hash_headers,
+            redact=o.redact,
+            redact_query=o.redact_query,
+            drop=o.drop,
+        )
+
+    def _scope(self, plan: RequestPlan) -> tuple[str, Callable[[int], str]]:
+        named = self.task.current_key()
+        if named is not None:
+            return named, functools.partial(named_key, named)
+        return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
+
+    def _raw_to_artifact(self, raw: _Raw, plan: RequestPlan, trace: _Trace) -> bytes:
+        data = encode_response(
+            raw.status,
+            raw.headers,
+            raw.body,
+            http_version=raw.http_version,
+            reason=raw.reason,
+            redact=self.options.redact,
+            secrets=plan.secrets,
+        )
+        if self.options.retryable(raw.status, raw.headers):
+            trace.failure = data
+            raise ProviderFailure(f"HTTP {raw.status} {raw.reason}".strip(), body=data, retryable=True)
+        return data
+
+    def _protocol(self, plan: RequestPlan, key: str, trace: _Trace, exchange: Callable[[], _Raw]) -> bytes:
+        """Run the effect for ``key``; the response artifact, live or from the record."""
+
+        def send(_request: Any) -> bytes:
+            trace.sent = True
+            return self._raw_to_artifact(exchange(), plan, trace)
+
+        try:
+            data = self.task.effect(
+                key,
+                plan.envelope,
+                send,
+                retry=HAND_BACK,
+                name=plan.label,
+                drop=self.options.drop,
+                redact=self.options.redact,
+            )
+        except _HandBack:
+            trace.handed_back = True
+            if trace.not_sent is not None:
+                raise trace.not_sent from None
+            return trace.failure if trace.failure is not None else self._last_response(key)
+        if not isinstance(data, bytes):  # pragma: no cover - an interpreter-free call returns bytes
+            raise IntentlogError(f"key {key!r}: the record holds a result that is not a response")
+        return data
+
+    def _last_response(self, key: str) -> bytes:
+        """The latest recorded response of ``key`` (a failure redecided from an earlier run)."""
+        state = self.task.work_state().call_for_key(key)
+        ref = state.response if state is not None else None
+        if ref is None:
+            raise IntentlogError(f"key {key!r}: a retry was decided but no response is recorded")
+        data = inline_bytes(ref)
+        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+
+    def _response(self, data: bytes, request: Any, plan: RequestPlan, key: str, trace: _Trace) -> Any:
+        parts = decode_response(data)
+        info = {
+            "task": self.task.id,
+            "key": key,
+            "request_hash": plan.canonical.digest,
+            "sent": trace.sent,
+            "retry_pending": trace.handed_back,
+        }
+        return self.flavor.response(
+            parts.status,
+            parts.headers,
+            parts.body,
+            http_version=parts.http_version,
+            reason=parts.reason,
+            request=request,
+            extensions={"intentlog": info},
+        )
+
+    def _not_sent(self, exc: BaseException, plan: RequestPlan, trace: _Trace) -> NotSent:
+        trace.not_sent = exc
+        return NotSent(_scrubbed(exc, plan.secrets))
+
+
+class SyncTransportCore(_Core):
+    """An ``httpx`` transport (sync) whose every request is an effect in ``task``'s record."""
+
+    def handle_request(self, request: Any) -> Any:
+        request.read()
+        plan = self._plan(request)
+        scope, make_key = self._scope(plan)
+        digest = plan.canonical.digest
+        n = self._occurrences.take(scope, digest)
+        key = make_key(n)
+        trace = _Trace()
+        done = False
+        try:
+            data = self._protocol(plan, key, trace, functools.partial(self._exchange, request, plan, trace))
+            done = not trace.handed_back
+        finally:
+            if not done:
+                self._occurrences.release(scope, digest, n)
+        return self._response(data, request, plan, key, trace)
+
+    def _exchange(self, request: Any, plan: RequestPlan, trace: _Trace) -> _Raw:
+        try:
+            response = self.inner.handle_request(request)
+        except self.flavor.not_sent as exc:
+            raise self._not_sent(exc, plan, trace) from exc
+        try:
+            body = b"".join(response.stream)  # as it came off the wire: no content decoding
+        finally:
+            response.close()
+        return _Raw(
+            response.status_code, list(response.headers.raw), body, response.http_version, response.reason_phrase
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self) -> SyncTransportCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncTransportCore(_Core):
+    """An ``httpx`` async transport whose every request is an effect in ``task``'s record."""
+
+    async def handle_async_request(self, request: Any) -> Any:
+        import anyio.to_thread
+
+        await request.aread()
+        plan = self._plan(request)
+        scope, make_key = self._scope(plan)  # the key block is a contextvar: read it on the loop
+        digest = plan.canonical.digest
+        n = self._occurrences.take(scope, digest)
+        key = make_key(n)
+        trace = _Trace()
+        done = False
+        try:
+            data = await anyio.to_thread.run_sync(
+                functools.partial(
+                    self._protocol, plan, key, trace, functools.partial(self._exchange, request, plan, trace)
+                )
+            )
+            done = not trace.handed_back
+        finally:
+            if not done:
+                self._occurrences.release(scope, digest, n)
+        return self._response(data, request, plan, key, trace)
+
+    def _exchange(self, request: Any, plan: RequestPlan, trace: _Trace) -> _Raw:
+        """Called in the worker thread: run the async exchange on the event loop and wait for it."""
+        import anyio.from_thread
+
+        return anyio.from_thread.run(self._exchange_async, request, plan, trace)
+
+    async def _exchange_async(self, request: Any, plan: RequestPlan, trace: _Trace) -> _Raw:
+        import anyio
+
+        # Shielded: once attempt.started is durable the exchange runs to its end (bounded by
+        # the request's own timeouts), so a cancelled caller still gets its paid-for answer
+        # recorded instead of an unknown effect; the cancellation lands right after.
+        with anyio.CancelScope(shield=True):
+            try:
+                response = await self.inner.handle_async_request(request)
+            except self.flavor.not_sent as exc:
+                raise self._not_sent(exc, plan, trace) from exc
+            try:
+                body = b"".join([chunk async for chunk in response.stream])
+            finally:
+                await response.aclose()
+        return _Raw(
+            response.status_code, list(response.headers.raw), body, response.http_version, response.reason_phrase
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> AsyncTransportCore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
