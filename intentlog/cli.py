@@ -307,10 +307,15 @@ def show(c: _Ctx, digest: str) -> None:
 
 @main.command()
 @click.argument("tasks", nargs=-1)
+@click.option(
+    "--bundle",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Check an exported bundle (this folder) instead of the ledger, with its states, receipts and hashes.json.",
+)
 @json_option
 @pass_ctx
 @handle_errors
-def verify(c: _Ctx, tasks: tuple[str, ...], as_json: bool) -> None:
+def verify(c: _Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -> None:
     """Check chains, event shapes, the identity graph and every artifact's bytes; write nothing.
 
     Exit 0 when nothing is wrong, 1 when problems were found.
@@ -319,14 +324,22 @@ def verify(c: _Ctx, tasks: tuple[str, ...], as_json: bool) -> None:
     Example:
       intentlog --root evidence verify
       intentlog verify chapter-16 --json
+      intentlog verify --bundle bundle
     """
     from .errors import InvalidTaskId, NotALedger, UsageError
     from .projections.verify import verify_path
 
+    if bundle is not None and tasks:
+        raise click.UsageError("--bundle checks the whole bundle; name no TASK")
     progress = _progress if (sys.stderr.isatty() and not as_json) else None
     try:
-        # verify_path, not open_ledger: a check must not even create the empty folders a git clone lacks
-        report = verify_path(c.root, list(tasks) or None, progress=progress)
+        if bundle is not None:
+            from .bundle import check_bundle
+
+            report = check_bundle(bundle, progress=progress)
+        else:
+            # verify_path, not open_ledger: a check must not even create the empty folders a git clone lacks
+            report = verify_path(c.root, list(tasks) or None, progress=progress)
     except (UsageError, InvalidTaskId, NotALedger) as exc:
         raise click.UsageError(str(exc)) from exc
     if progress is not None:
@@ -336,6 +349,65 @@ def verify(c: _Ctx, tasks: tuple[str, ...], as_json: bool) -> None:
     else:
         click.echo(report.render())
     sys.exit(report.exit_code)
+
+
+@main.command()
+@click.argument("tasks", nargs=-1)
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), help="Write the bundle into this new (or empty) folder."
+)
+@click.option(
+    "--tar",
+    "tar_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the bundle as this new tar file (deterministic: sorted, mtime 0, owner 0).",
+)
+@click.option(
+    "--receipts",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A provider's receipt log (JSON lines with a body_hash) to carry in the bundle; repeatable.",
+)
+@click.option("--no-check", is_flag=True, help="Do not run the library's check over the written bundle.")
+@json_option
+@pass_ctx
+@handle_errors
+def export(
+    c: _Ctx,
+    tasks: tuple[str, ...],
+    out: Path | None,
+    tar_file: Path | None,
+    receipts: tuple[Path, ...],
+    no_check: bool,
+    as_json: bool,
+) -> None:
+    """Export tasks (default: all) as an evidence bundle an auditor checks without intentlog.
+
+    The bundle holds the streams byte for byte, every artifact they reference, heads.json,
+    states.json, hashes.json, a README and verify_bundle.py. Exporting again gives the same
+    bytes. Exit 1 when the library's check of the written bundle finds a problem.
+
+    \b
+    Example:
+      intentlog --root evidence export chapter-16 --out bundle --receipts receipts.jsonl
+      python bundle/verify_bundle.py bundle
+    """
+    from .bundle import export_bundle
+    from .errors import InvalidTaskId, UsageError
+
+    if out is None and tar_file is None:
+        raise click.UsageError("say where the bundle goes: --out DIR, --tar FILE, or both")
+    try:
+        result = export_bundle(
+            c.root, list(tasks) or None, out=out, tar=tar_file, receipts=receipts, check=not no_check
+        )
+    except (UsageError, InvalidTaskId) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        click.echo(result.render(), nl=False)
+    sys.exit(result.exit_code)
 
 
 def _progress(what: str, done: int, total: int) -> None:
