@@ -24,8 +24,8 @@ from ..artifacts.inline import inline_bytes
 from ..errors import IntentlogError
 from ._flavor import Flavor
 from ._keys import Occurrences, hash_key, named_key
-from ._transport import Options, check_task
-from ._wire import RequestPlan, decode_response, plan_request
+from ._transport import Options, check_task, plan_for
+from ._wire import RequestPlan, decode_response
 
 if TYPE_CHECKING:
     from ..eventlog import Event
@@ -319,17 +319,7 @@ class _ReplayCore:
         return f"<intentlog.http replay transport for task {self.replay.task.id!r} ({self.flavor.name})>"
 
     def _handle(self, request: Any) -> Any:
-        o = self.replay.options
-        plan = plan_request(
-            request.method,
-            str(request.url),
-            request.headers.raw,
-            request.content,
-            hash_headers=o.hash_headers,
-            redact=o.redact,
-            redact_query=o.redact_query,
-            drop=o.drop,
-        )
+        plan = plan_for(request, self.replay.options)
         digest = plan.canonical.digest
         named = self.replay.task.current_key()
         scope = named if named is not None else digest

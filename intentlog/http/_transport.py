@@ -123,6 +123,20 @@ class Options:
 # -- handing a retry decision back to the caller ------------------------------------
 
 
+def plan_for(request: Any, o: Options) -> RequestPlan:
+    """What a request is for the record (method, URL, headers that matter, body), under ``o``."""
+    return plan_request(
+        request.method,
+        str(request.url),
+        request.headers.raw,
+        request.content,
+        hash_headers=o.hash_headers,
+        redact=o.redact,
+        redact_query=o.redact_query,
+        drop=o.drop,
+    )
+
+
 class _HandBack(BaseException):
     """Raised by the policy's ``sleep`` once ``attempt.retry_decided`` is durable.
 
@@ -190,17 +204,7 @@ class _Core:
         return f"<intentlog.http transport for task {self.task.id!r} ({self.flavor.name})>"
 
     def _plan(self, request: Any) -> RequestPlan:
-        o = self.options
-        return plan_request(
-            request.method,
-            str(request.url),
-            request.headers.raw,
-            request.content,
-            hash_headers=o.hash_headers,
-            redact=o.redact,
-            redact_query=o.redact_query,
-            drop=o.drop,
-        )
+        return plan_for(request, self.options)
 
     def _scope(self, plan: RequestPlan) -> tuple[str, Callable[[int], str]]:
         named = self.task.current_key()
