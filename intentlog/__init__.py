@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from .artifacts import ArtifactStore, Ref
 from .errors import (
+    ApprovalConflict,
+    ApprovalPending,
     ArtifactError,
     ArtifactMissing,
     CallFailed,
@@ -35,8 +37,10 @@ from .errors import (
     RequiredContextMissing,
     ReservedKind,
     ResumeRefused,
+    RetryHandedBack,
     StreamPoisoned,
     TaskBusy,
+    UnknownApproval,
     UnknownCall,
     UsageError,
 )
@@ -44,37 +48,56 @@ from .eventlog import CANON_VERSION, Event, canonicalize, request_hash
 from .ledger import Ledger
 from .ledger import open_ledger as open
 from .projections import CallState, CompilationState, WorkState, work_state
+from .projections.operator import ApprovalState
 from .task import Task
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .effects import NO_RETRY, Call, Package, RetryPolicy, Served
+    from .checkpoints import Checkpoint
+    from .effects import NO_RETRY, Call, Package, RetryPolicy, Served, heartbeat
+    from .sessions import Session, Turn
 
-_LAZY = {"NO_RETRY", "Call", "Package", "RetryPolicy", "Served"}
+# name -> the module that defines it, loaded on first use
+_LAZY = {
+    "NO_RETRY": "effects",
+    "Call": "effects",
+    "Package": "effects",
+    "RetryPolicy": "effects",
+    "Served": "effects",
+    "heartbeat": "effects",
+    "Session": "sessions",
+    "Turn": "sessions",
+    "Checkpoint": "checkpoints",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """The effect protocol's names load on first use: a script that only appends never pays for them."""
-    if name in _LAZY:
-        from . import effects
+    """The effect protocol's names (and sessions, checkpoints) load on first use: a script that only appends never
+    pays for them."""
+    import importlib
 
-        return getattr(effects, name)
+    module = _LAZY.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f".{module}", __name__), name)
     if name == "http":
-        import importlib
-
         return importlib.import_module(".http", __name__)
     raise AttributeError(f"module 'intentlog' has no attribute {name!r}")
+
 
 __all__ = [
     "CANON_VERSION",
     "NO_RETRY",
+    "ApprovalConflict",
+    "ApprovalPending",
+    "ApprovalState",
     "ArtifactError",
     "ArtifactMissing",
     "ArtifactStore",
     "Call",
     "CallFailed",
     "CallState",
+    "Checkpoint",
     "CompilationState",
     "Conflict",
     "CorruptStream",
@@ -97,16 +120,21 @@ __all__ = [
     "RequiredContextMissing",
     "ReservedKind",
     "ResumeRefused",
+    "RetryHandedBack",
     "RetryPolicy",
     "Served",
+    "Session",
     "StreamPoisoned",
     "Task",
     "TaskBusy",
+    "Turn",
+    "UnknownApproval",
     "UnknownCall",
     "UsageError",
     "WorkState",
     "__version__",
     "canonicalize",
+    "heartbeat",
     "open",
     "request_hash",
     "work_state",

@@ -116,24 +116,23 @@ def init(c: _Ctx) -> None:
 @pass_ctx
 @handle_errors
 def tasks(c: _Ctx, as_json: bool) -> None:
-    """One line per task: id, events, last activity, state, next operation.
+    """One line per task: id, events, last activity, state, phase, next operation.
 
     \b
     Example:
       intentlog tasks --json
     """
-    from .projections.status import task_status
-
     ledger = c.ledger()
     rows = []
     for tid in ledger.task_ids():
-        st = task_status(ledger.task(tid).events(), task_id=tid)
+        st = ledger.task(tid).status()
         rows.append(
             {
                 "task": tid,
                 "events": st.work.events,
                 "last_activity": st.work.last_ts,
                 "state": st.state,
+                "phase": st.phase,
                 "next_operation": st.work.next_operation,
             }
         )
@@ -144,13 +143,14 @@ def tasks(c: _Ctx, as_json: bool) -> None:
         click.echo("no tasks")
         return
     _table(
-        ["task", "events", "last activity", "state", "next operation"],
+        ["task", "events", "last activity", "state", "phase", "next operation"],
         [
             [
                 str(r["task"]),
                 str(r["events"]),
                 str(r["last_activity"] or "-"),
                 str(r["state"]),
+                str(r["phase"] or "-"),
                 str(r["next_operation"]),
             ]
             for r in rows
@@ -165,32 +165,47 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         click.echo(line)
 
 
+_STATE_COLOUR = {
+    "complete": "green",
+    "paused for review": "red",
+    "failed": "red",
+    "interrupted": "yellow",
+    "awaiting approval": "magenta",
+    "running": "cyan",
+}
+
+
 @main.command()
 @click.argument("task")
 @json_option
 @pass_ctx
 @handle_errors
 def status(c: _Ctx, task: str, as_json: bool) -> None:
-    """The operator view: phase, last outcome, what is unresolved outside, the safe next step.
+    """The operator view: state, phase, last outcome, what is unresolved outside, the safe next step.
 
     \b
     Example:
       intentlog status chapter-16
     """
-    from .projections.status import task_status
-
     ledger = c.ledger()
     t = ledger.task(task)
     if not t.exists():
         raise IntentlogError(f"no task {task!r} in {ledger.root}; see 'intentlog tasks'")
-    st = task_status(t.events(), task_id=task)
+    st = t.status()
     if as_json:
         _emit_json(st.to_json())
         return
-    colour = {"complete": "green", "paused for review": "red", "interrupted": "yellow"}.get(st.state)
+    why = f" ({st.reason})" if st.reason else ""
     click.echo(f"task            {task}")
-    click.echo(f"state           {click.style(st.state, fg=colour)}")
+    click.echo(f"state           {click.style(st.state, fg=_STATE_COLOUR.get(st.state))}{why}")
     click.echo(f"phase           {st.phase or '-'}")
+    cp = st.checkpoint
+    click.echo(f"checkpoint      {f'{cp.phase} ({cp.status}) at seq {cp.seq}' if cp is not None else '-'}")
+    for a in st.awaiting_approvals:
+        click.echo(f"approval        {a.approval_id} [{a.status}]: {a.question} (binds {a.binding or 'nothing'})")
+    forked = st.operator.forked if st.operator is not None else None
+    if forked is not None:
+        click.echo(f"forked from     {forked.get('from_task')} before {forked.get('from_call')}")
     click.echo(f"last outcome    {st.last_outcome or '-'}")
     click.echo(f"unresolved      {st.unresolved_action or '-'}")
     click.echo(f"next step       {click.style(st.next_step, bold=True)}")
@@ -472,21 +487,129 @@ def reconcile(
 
 @main.command()
 @click.argument("task")
-@click.argument("call")
-@click.option("--reason", required=True, help="Why the call is given up (kept in the record).")
+@click.argument("call", required=False)
+@click.option("--reason", required=True, help="Why it is given up (kept in the record).")
 @click.option("--by", help="Who decided.")
 @pass_ctx
 @handle_errors
-def fail(c: _Ctx, task: str, call: str, reason: str, by: str | None) -> None:
-    """Record that an unresolved call has failed (an operator's decision).
+def fail(c: _Ctx, task: str, call: str | None, reason: str, by: str | None) -> None:
+    """Record that an unresolved call has failed, or (without CALL) that the whole task is given up.
 
     \b
     Example:
       intentlog fail chapter-16 call-3 --reason "served but the response is lost"
+      intentlog fail chapter-16 --reason "the source was withdrawn"
     """
     with c.ledger() as ledger:
-        ev = ledger.task(task).fail(call, reason, by=by)
+        t = ledger.task(task)
+        if call is None:
+            if not t.exists():
+                raise IntentlogError(f"no task {task!r}; see 'intentlog tasks'")
+            ev = t.fail_task(reason, by=by)
+            click.echo(f"recorded task.failed at seq {ev.seq}: task {task} is failed")
+            return
+        ev = t.fail(call, reason, by=by)
     click.echo(f"recorded call.failed for {call} at seq {ev.seq}")
+
+
+def _decide(
+    c: _Ctx,
+    task: str,
+    approval: str,
+    decision: str,
+    by: str | None,
+    note: str | None,
+    request_hash: str | None,
+    wait: float,
+) -> None:
+    with c.ledger() as ledger:
+        t = ledger.task(task, wait=wait)
+        if not t.exists():
+            raise IntentlogError(f"no task {task!r}; see 'intentlog tasks'")
+        ev = t.decide(approval, decision, by=by, note=note, request_hash=request_hash)
+    click.echo(
+        f"recorded approval.decided ({decision}) for {approval} at seq {ev.seq}, bound to "
+        f"{ev.data['request_hash'] or 'no request'}; re-run the script to continue"
+    )
+
+
+_HASH = click.option("--hash", "request_hash", help="The request hash you reviewed: refused if the request changed.")
+_WAIT = click.option(
+    "--wait", type=float, default=10.0, show_default=True, help="Seconds to wait for the task's writer lock."
+)
+
+
+@main.command()
+@click.argument("task")
+@click.argument("approval")
+@click.option("--by", help="Who approves (kept in the record).")
+@click.option("--note", help="Why (kept in the record).")
+@_HASH
+@_WAIT
+@pass_ctx
+@handle_errors
+def approve(
+    c: _Ctx, task: str, approval: str, by: str | None, note: str | None, request_hash: str | None, wait: float
+) -> None:
+    """Record a person's approval of the exact request an approval binds.
+
+    \b
+    Example:
+      intentlog approve invoices pay-7 --by alice
+      intentlog approve invoices pay-7 --by alice --hash blake3:6a1f…   # refused if the request changed
+    """
+    _decide(c, task, approval, "approve", by, note, request_hash, wait)
+
+
+@main.command()
+@click.argument("task")
+@click.argument("approval")
+@click.option("--by", help="Who rejects (kept in the record).")
+@click.option("--note", help="Why (kept in the record).")
+@_HASH
+@_WAIT
+@pass_ctx
+@handle_errors
+def reject(
+    c: _Ctx, task: str, approval: str, by: str | None, note: str | None, request_hash: str | None, wait: float
+) -> None:
+    """Record a person's rejection of the exact request an approval binds.
+
+    \b
+    Example:
+      intentlog reject invoices pay-7 --by bob --note "over budget"
+    """
+    _decide(c, task, approval, "reject", by, note, request_hash, wait)
+
+
+@main.command()
+@click.argument("task")
+@click.option("--from", "from_call", required=True, help="The call (call-N) or key (turn-N) to run again from.")
+@click.option("--as", "new_id", help="The new task's id (default: TASK.fork-N).")
+@click.option("--note", help="Why (kept in the new task's task.forked).")
+@json_option
+@pass_ctx
+@handle_errors
+def fork(c: _Ctx, task: str, from_call: str, new_id: str | None, note: str | None, as_json: bool) -> None:
+    """Start a new task that reuses TASK's record up to a call; TASK is left byte-identical.
+
+    Run the script against the new task (with changed input) to continue from there.
+
+    \b
+    Example:
+      intentlog fork chapter-16 --from call-3 --as chapter-16.v2
+      intentlog fork chat-42 --from turn-5
+    """
+    with c.ledger() as ledger:
+        new = ledger.fork(task, from_call, new_id, note=note)
+        forked = next(ev.data for ev in new.events() if ev.kind == "task.forked")
+    if as_json:
+        _emit_json({"task": new.id, **forked})
+        return
+    click.echo(
+        f"forked {task} before {from_call} ({forked['upto_seq']} event(s) copied) as {new.id}; "
+        f"run the script against task {new.id!r}"
+    )
 
 
 @main.command()

@@ -17,6 +17,12 @@ own, interpretation and completion share the last — three syncs for a small ef
 without an interpreter: nothing reads the bytes, so observation and completion share one).
 ``effect`` never holds a group commit open across ``send``.
 
+Long effects: inside ``send``, :func:`heartbeat` records ``attempt.progress`` (rate
+limited) and resets the inactivity timer; with ``inactivity_timeout`` or ``max_duration``
+the send runs in a daemon worker thread and a passed limit records ``attempt.timed_out``
+(synced) and raises :class:`EffectUnknown` -- the effect is unknown, reconciled, never
+resent blind, and the abandoned worker's late answer is never recorded.
+
 Guarantees: no ``send`` without a durable ``attempt.started`` before it; no interpretation
 of bytes that are not durable; no resend of an attempt whose effect is unknown unless a
 reconciliation is recorded; no resumed call whose rebuilt request differs from the
@@ -27,10 +33,13 @@ reconciled, never guessed.
 
 from __future__ import annotations
 
+import contextvars
+import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ._digest import is_digest
@@ -45,6 +54,7 @@ from .errors import (
     ProviderFailure,
     RequiredContextMissing,
     ResumeRefused,
+    RetryHandedBack,
     UnknownCall,
     UsageError,
 )
@@ -65,6 +75,7 @@ if TYPE_CHECKING:
     from .task import Task
 
 __all__ = [
+    "DEFAULT_PROGRESS_INTERVAL",
     "DRIFT",
     "NO_RETRY",
     "Call",
@@ -72,8 +83,11 @@ __all__ = [
     "RetryPolicy",
     "Served",
     "compile_context",
+    "current_heartbeat",
+    "decode_text",
     "effect",
     "fail_call",
+    "heartbeat",
     "prepare",
     "reconcile",
 ]
@@ -95,6 +109,11 @@ class RetryPolicy:
     ``NotSent`` (the request provably never left) is retried when ``retry_not_sent``;
     a ``ProviderFailure`` when ``retry_on(failure)`` says so (default: its ``retryable``).
     An unknown effect is never retried: it needs reconciliation.
+
+    ``hand_back=True``: instead of sleeping and sending again, :meth:`Call.run` records
+    the decision with ``"delay": null``, syncs it and raises
+    :class:`~intentlog.errors.RetryHandedBack`; the caller (an SDK with its own retry
+    loop, the script, the next run) makes the next attempt, which the record allows.
     """
 
     max_attempts: int = 3
@@ -105,6 +124,7 @@ class RetryPolicy:
     retry_on: Callable[[ProviderFailure], bool] | None = None
     retry_on_interpret_error: bool = False
     sleep: Callable[[float], None] = time.sleep
+    hand_back: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
@@ -252,6 +272,8 @@ class _Intent:
     inputs: dict[str, str]
     request: Any
     secrets: frozenset[str]
+    # fields the manifest carries besides the protocol's own (a session turn's message refs)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _build(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] | None, redact: Any) -> _Intent:
@@ -289,6 +311,193 @@ def _refuse(state: CallState, reason: str, detail: str = "", next_operation: str
     nxt = next_operation or state.next_operation
     cls = EffectUnknown if state.next_operation == RECONCILE_EFFECT else ResumeRefused
     return cls(call_id=state.call_id, key=state.key, reason=reason, next_operation=nxt, detail=detail)
+
+
+def _encode_text(text: str) -> tuple[bytes, str | None]:
+    """The bytes of a ``send`` that returned text, and how to decode them back to the same ``str``.
+
+    Valid text is UTF-8 (``None``: plain). Text holding lone surrogates is not: one that
+    came from bytes decoded with ``surrogateescape`` gets those bytes back
+    (``utf-8/surrogateescape``); any other lone surrogate is kept as its three-byte form
+    (``utf-8/surrogatepass``). Either way the provider's answer is recorded, not lost.
+    """
+    try:
+        return text.encode("utf-8"), None
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape"), "utf-8/surrogateescape"
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass"), "utf-8/surrogatepass"
+
+
+def decode_text(data: bytes, encoding: str | None = None) -> str:
+    """The text of recorded response bytes; with the observation's ``encoding``, the very ``str`` send returned.
+
+    Without an ``encoding`` (bytes, or plain UTF-8 text) bytes that are not UTF-8 decode
+    with ``surrogateescape``, so ``text.encode("utf-8", "surrogateescape")`` is ``data`` again.
+    """
+    if encoding == "utf-8/surrogatepass":
+        return data.decode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "surrogateescape")
+
+
+# -- long effects: heartbeats and timeouts ---------------------------------------------
+
+#: Seconds between two recorded ``attempt.progress`` events of one attempt (beats in between are counted).
+DEFAULT_PROGRESS_INTERVAL: Final = 1.0
+
+_HEARTBEAT: contextvars.ContextVar[_Beat | None] = contextvars.ContextVar("intentlog_heartbeat", default=None)
+
+
+def _limit(value: float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise UsageError(f"{name} must be a positive number of seconds (or None), not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Long:
+    """How one run watches a long ``send``: the progress callback and the two limits."""
+
+    progress: Callable[[Any], None] | None = None
+    inactivity_timeout: float | None = None
+    max_duration: float | None = None
+    interval: float = DEFAULT_PROGRESS_INTERVAL
+
+    @classmethod
+    def of(
+        cls,
+        progress: Callable[[Any], None] | None,
+        inactivity_timeout: float | None,
+        max_duration: float | None,
+        interval: float,
+    ) -> _Long:
+        if progress is not None and not callable(progress):
+            raise UsageError(f"progress must be a callable taking the heartbeat's info, not {progress!r}")
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval < math.inf:
+            raise UsageError(f"progress_interval must be a non-negative number of seconds, not {interval!r}")
+        return cls(
+            progress,
+            _limit(inactivity_timeout, "inactivity_timeout"),
+            _limit(max_duration, "max_duration"),
+            float(interval),
+        )
+
+
+class _TimedOut(Exception):
+    """Internal: ``attempt.timed_out`` is durable; carries the EffectUnknown to raise."""
+
+    def __init__(self, error: EffectUnknown) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Beat:
+    """The heartbeat channel of one attempt: records progress, moves the inactivity deadline.
+
+    One lock orders heartbeats and the timeout: ``attempt.progress`` is never written after
+    ``attempt.timed_out``, and once the attempt is closed (returned, raised, timed out)
+    heartbeats are ignored.
+    """
+
+    def __init__(self, task: Task, call_id: str, attempt: int, long: _Long) -> None:
+        self.task = task
+        self.call_id = call_id
+        self.attempt = attempt
+        self.long = long
+        self.lock = threading.Lock()
+        self.closed = False
+        self.started = self.last_beat = time.monotonic()
+        self.last_record = -math.inf
+        self.pending = 0
+
+    def __call__(self, info: Mapping[str, Any] | None = None) -> bool:
+        if info is not None and not isinstance(info, Mapping):
+            raise UsageError(f"heartbeat info must be a dict (a JSON object) or None, not {type(info).__name__}")
+        with self.lock:
+            if self.closed:
+                return False
+            now = time.monotonic()
+            self.last_beat = now
+            self.pending += 1
+            if now - self.last_record >= self.long.interval:
+                self.task._append(
+                    "attempt.progress",
+                    {
+                        "call": self.call_id,
+                        "attempt": self.attempt,
+                        "beats": self.pending,
+                        "elapsed": round(now - self.started, 3),
+                        "info": dict(info) if info is not None else None,
+                    },
+                )
+                self.last_record = now
+                self.pending = 0
+        if self.long.progress is not None:
+            self.long.progress(info)
+        return True
+
+    def next_limit(self) -> tuple[float, str, float] | None:
+        """The earliest deadline (monotonic time), which limit it is, and its length."""
+        limits: list[tuple[float, str, float]] = []
+        with self.lock:
+            if self.long.inactivity_timeout is not None:
+                t = self.long.inactivity_timeout
+                limits.append((self.last_beat + t, "inactivity", t))
+            if self.long.max_duration is not None:
+                t = self.long.max_duration
+                limits.append((self.started + t, "max_duration", t))
+        return min(limits) if limits else None
+
+    def expire(self) -> tuple[str, float, float] | None:
+        """Record ``attempt.timed_out`` if a deadline has passed: (limit, its length, seconds elapsed)."""
+        with self.lock:
+            if self.closed:  # pragma: no cover - only the waiting thread closes before expiring
+                return None
+            now = time.monotonic()
+            due = [
+                (name, t)
+                for name, t, start in (
+                    ("inactivity", self.long.inactivity_timeout, self.last_beat),
+                    ("max_duration", self.long.max_duration, self.started),
+                )
+                if t is not None and now >= start + t
+            ]
+            if not due:
+                return None  # a heartbeat moved the deadline while the waiter woke up
+            limit, timeout = due[0]
+            after = round(now - self.started, 3)
+            self.closed = True
+            self.task._append(
+                "attempt.timed_out",
+                {"call": self.call_id, "attempt": self.attempt, "after": after, "limit": limit, "timeout": timeout},
+                sync=True,
+            )
+            return limit, timeout, after
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+
+
+def heartbeat(info: Mapping[str, Any] | None = None) -> bool:
+    """Report progress from inside a ``send``: resets the inactivity timeout, may record ``attempt.progress``.
+
+    ``info`` is a small JSON object (tokens so far, a phase name) recorded with the
+    heartbeat. Returns False, recording nothing, outside a running send or after its
+    attempt ended or timed out. Works in the thread running ``send`` (and in threads
+    started with a copy of its context); elsewhere use :func:`current_heartbeat`.
+    """
+    beat = _HEARTBEAT.get()
+    return beat(info) if beat is not None else False
+
+
+def current_heartbeat() -> Callable[..., bool] | None:
+    """The heartbeat function of the send running in this context, to hand to threads that ``send`` starts."""
+    return _HEARTBEAT.get()
 
 
 # -- prepare -----------------------------------------------------------------------
@@ -330,8 +539,25 @@ class Call:
         interpret: Interpret | None = None,
         retry: RetryPolicy | None = None,
         lookup: Callable[[str, str, int], Served | str | None] | None = None,
+        progress: Callable[[Any], None] | None = None,
+        inactivity_timeout: float | None = None,
+        max_duration: float | None = None,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     ) -> Any:
         """Carry out the call, or resume it from whatever the record proves.
+
+        Long effects: inside ``send``, :func:`heartbeat` (``intentlog.heartbeat(info)``)
+        reports progress. Heartbeats are recorded as ``attempt.progress {call, attempt,
+        beats, elapsed, info}`` at most once per ``progress_interval`` seconds (the beats in
+        between are counted), and each is passed to ``progress(info)`` when given. With
+        ``inactivity_timeout`` (seconds without a heartbeat; every heartbeat resets it)
+        or ``max_duration`` (seconds in all), ``send`` runs in a daemon worker thread
+        while this thread waits; when a limit passes, ``attempt.timed_out {call, attempt,
+        after, limit, timeout}`` is recorded and :class:`EffectUnknown` raised: the
+        provider may still serve the request, so the call needs reconciliation and is never
+        resent blind. The worker is abandoned: its late heartbeats and its late answer are
+        not recorded (a late answer enters the record only through
+        :meth:`Task.reconcile`).
 
         By the stage of the key's latest call: *completed* returns the recorded result and
         sends nothing; *requested/manifest recorded* by an earlier process appends
@@ -346,6 +572,18 @@ class Call:
         exception leaves the effect unknown and is re-raised as :class:`EffectUnknown`.
         Refusals (:class:`ResumeRefused`, :class:`EffectUnknown`) append nothing.
         """
+        long = _Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        return self._run(send, interpret=interpret, retry=retry, lookup=lookup, long=long)
+
+    def _run(
+        self,
+        send: Send,
+        *,
+        interpret: Interpret | None,
+        retry: RetryPolicy | None,
+        lookup: Callable[[str, str, int], Served | str | None] | None,
+        long: _Long,
+    ) -> Any:
         policy = retry or DEFAULT_RETRY
         task = self.task
         try:
@@ -359,14 +597,14 @@ class Call:
                         if not self._fresh:
                             self._resume(st)
                             continue
-                        self._attempt(st, send, interpret, policy)
+                        self._attempt(st, send, interpret, policy, long)
                         continue
                     if nxt == START_NEXT_ATTEMPT:
                         if st.attempts >= policy.max_attempts and stage in ("retry_decided", "not_sent"):
                             self._release()
                             self._give_up(st, f"{st.attempts} attempts used, the policy allows {policy.max_attempts}")
                             continue
-                        self._attempt(st, send, interpret, policy)
+                        self._attempt(st, send, interpret, policy, long)
                         continue
                     self._release()
                     if stage == "completed":
@@ -431,14 +669,19 @@ class Call:
         exc.__cause__ = cause
         return exc
 
-    def _attempt(self, st: CallState, send: Send, interpret: Interpret | None, policy: RetryPolicy) -> None:
+    def _attempt(
+        self, st: CallState, send: Send, interpret: Interpret | None, policy: RetryPolicy, long: _Long
+    ) -> None:
         task = self.task
         n = st.attempts + 1
         # durable before the send, together with the intent still pending in effect()'s batch
         task._append("attempt.started", {"call": st.call_id, "attempt": n}, sync=True)
         self._release()
+        encoding: str | None = None
         try:
-            raw = send(self._intent.request)
+            raw = self._send(send, st.call_id, n, long)
+        except _TimedOut as exc:
+            raise exc.error from None
         except NotSent as exc:
             reason = _scrub(exc.reason, self._intent.secrets)
             task._append("attempt.not_sent", {"call": st.call_id, "attempt": n, "reason": reason})
@@ -461,17 +704,16 @@ class Call:
         except Exception as exc:
             raise self._errored(st.call_id, n, f"send raised {_error_text(exc)}", exc) from exc
         if isinstance(raw, str):
-            try:
-                data = raw.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise self._errored(st.call_id, n, "send returned text that is not valid UTF-8", exc) from exc
+            data, encoding = _encode_text(raw)
         elif isinstance(raw, (bytes, bytearray, memoryview)):
             data = bytes(raw)
         else:
             bad = TypeError(f"send must return bytes or str, not {type(raw).__name__}")
             raise self._errored(st.call_id, n, str(bad), bad) from bad
         ref = _store(task, data)  # a blob is durable here, before the event that refers to it
-        observed = {"call": st.call_id, "attempt": n, "response": ref}
+        observed: dict[str, Any] = {"call": st.call_id, "attempt": n, "response": ref}
+        if encoding is not None:  # text with lone surrogates: how to get the very same str back
+            observed["encoding"] = encoding
         if interpret is None:  # nothing interprets the bytes: observation and completion share one sync
             with task.batch():
                 task._append("attempt.observed", observed)
@@ -479,6 +721,69 @@ class Call:
             return
         task._append("attempt.observed", observed, sync=True)  # durable before anything interprets it
         self._interpret(self.state(), interpret, policy)
+
+    def _send(self, send: Send, call_id: str, n: int, long: _Long) -> bytes | str:
+        """Call ``send`` with a heartbeat in scope; in a watched worker thread when a limit is set.
+
+        Raises what ``send`` raises, or :class:`_TimedOut` once ``attempt.timed_out`` is durable.
+        """
+        beat = _Beat(self.task, call_id, n, long)
+        try:
+            if long.inactivity_timeout is None and long.max_duration is None:
+                token = _HEARTBEAT.set(beat)
+                try:
+                    return send(self._intent.request)
+                finally:
+                    _HEARTBEAT.reset(token)
+            return self._watch(send, beat, long)
+        finally:
+            beat.close()  # heartbeats from threads that outlive the send are not recorded
+
+    def _watch(self, send: Send, beat: _Beat, long: _Long) -> bytes | str:
+        outcome: list[Any] = []  # [("ok", value)] or [("error", exc)], written once by the worker
+        done = threading.Event()
+        request = self._intent.request
+
+        def work() -> None:
+            _HEARTBEAT.set(beat)
+            try:
+                outcome.append(("ok", send(request)))
+            except BaseException as exc:  # handed to the waiting thread, which decides
+                outcome.append(("error", exc))
+            finally:
+                done.set()
+
+        ctx = contextvars.copy_context()
+        name = f"intentlog-send-{self.task.id}-{beat.call_id}-{beat.attempt}"
+        worker = threading.Thread(target=ctx.run, args=(work,), name=name, daemon=True)
+        worker.start()
+        while True:
+            limit = beat.next_limit()
+            if limit is None:  # pragma: no cover - _watch runs only with a limit
+                done.wait()
+                break
+            when, _, _ = limit
+            if done.wait(timeout=max(0.0, when - time.monotonic())):
+                break
+            expired = beat.expire()  # records attempt.timed_out, unless a heartbeat moved the deadline
+            if expired is not None:
+                raise _TimedOut(self._timed_out_error(beat, *expired))
+        kind, value = outcome[0]
+        if kind == "error":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def _timed_out_error(self, beat: _Beat, limit: str, timeout: float, after: float) -> EffectUnknown:
+        what = "without a heartbeat" if limit == "inactivity" else "in all"
+        return EffectUnknown(
+            call_id=beat.call_id,
+            key=self.key,
+            reason=f"attempt {beat.attempt} timed out after {after:.1f} s {what} (limit {limit} {timeout:g} s)",
+            next_operation=RECONCILE_EFFECT,
+            detail="the provider may still serve the request and its late answer is not recorded; reconcile "
+            f"with task.reconcile({beat.call_id!r}, ...) or 'intentlog reconcile {self.task.id} {beat.call_id}' "
+            "before any resend",
+        )
 
     def _failure_decision(
         self, call_id: str, n: int, reason: str, failure: ProviderFailure, policy: RetryPolicy
@@ -556,6 +861,13 @@ class Call:
         return ProviderFailure(st.reason or "provider failure")  # pragma: no cover
 
     def _retry(self, call_id: str, n: int, reason: str, policy: RetryPolicy) -> None:
+        if policy.hand_back:
+            self.task._append(
+                "attempt.retry_decided",
+                {"call": call_id, "attempt": n, "decision": "retry", "reason": reason, "delay": None},
+                sync=True,
+            )
+            raise RetryHandedBack(call_id, self.key, n, reason)
         delay = policy.delay(n)
         self.task._append(
             "attempt.retry_decided",
@@ -618,6 +930,7 @@ def _append_intent(
             "canon": c.version,
             "dropped": list(c.dropped),
             "redacted": list(c.redacted),
+            **intent.extra,
         },
     )
 
@@ -643,13 +956,39 @@ def prepare(
     ``call.requested`` and ``call.preparation_failed`` (the error message, never the
     value) and raises :class:`PreparationFailed`.
     """
+    return _prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact)
+
+
+_EXTRA_FIELDS: Final = frozenset({"messages"})
+
+
+def _prepare(
+    task: Task,
+    key: str,
+    request: Any,
+    *,
+    inputs: Mapping[str, str] | None = None,
+    name: str | None = None,
+    drop: Iterable[str] | None = None,
+    redact: Any = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Call:
+    """:func:`prepare`, with ``extra`` manifest fields (a session turn's ``messages``: refs, not part of the hash).
+
+    ``extra`` goes into this call's manifest and into the manifest of any call that resumes
+    it; the drift check compares the request hash and inputs only.
+    """
     _check_key(key)
     _check_name(name)
+    if extra and not set(extra) <= _EXTRA_FIELDS:  # pragma: no cover - internal callers only
+        raise UsageError(f"extra manifest fields must be among {sorted(_EXTRA_FIELDS)}, not {sorted(extra)}")
     try:
         intent: _Intent | None = _build(request, inputs, drop, redact)
         error = None
     except Exception as exc:  # building the request is user code: any failure is recorded
         intent, error = None, _error_text(exc)
+    if intent is not None and extra:
+        intent = _Intent(intent.canonical, intent.inputs, intent.request, intent.secrets, dict(extra))
     with task._mutex:  # threads sharing the handle must not take the same call id
         fold = task._live()
         existing = fold.latest_call(key)
@@ -686,12 +1025,50 @@ def effect(
     drop: Iterable[str] | None = None,
     redact: Any = None,
     lookup: Callable[[str, str, int], Served | str | None] | None = None,
+    progress: Callable[[Any], None] | None = None,
+    inactivity_timeout: float | None = None,
+    max_duration: float | None = None,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
 ) -> Any:
     """:func:`prepare` then :meth:`Call.run`; the intent and ``attempt.started`` share one sync.
 
     The batch that defers the intent's sync ends as soon as ``attempt.started`` is synced
-    (or the run takes any other path), so it is never held across ``send``.
+    (or the run takes any other path), so it is never held across ``send``. ``progress``,
+    ``inactivity_timeout``, ``max_duration`` and ``progress_interval``: see :meth:`Call.run`.
     """
+    return _run_effect(
+        task,
+        key,
+        request,
+        send,
+        interpret=interpret,
+        inputs=inputs,
+        retry=retry,
+        name=name,
+        drop=drop,
+        redact=redact,
+        lookup=lookup,
+        long=_Long.of(progress, inactivity_timeout, max_duration, progress_interval),
+    )
+
+
+def _run_effect(
+    task: Task,
+    key: str,
+    request: Any,
+    send: Send,
+    *,
+    interpret: Interpret | None = None,
+    inputs: Mapping[str, str] | None = None,
+    retry: RetryPolicy | None = None,
+    name: str | None = None,
+    drop: Iterable[str] | None = None,
+    redact: Any = None,
+    lookup: Callable[[str, str, int], Served | str | None] | None = None,
+    long: _Long | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Any:
+    """:func:`effect` for the package's own callers (sessions), with ``extra`` manifest fields."""
     _check_key(key)  # refused before the stream is opened (or created)
     _check_name(name)
     if not callable(send) or (interpret is not None and not callable(interpret)):
@@ -699,12 +1076,12 @@ def effect(
     held = ExitStack()
     held.enter_context(task.batch())
     try:
-        call = prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact)
+        call = _prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact, extra=extra)
     except BaseException:
         held.close()
         raise
     call._held = held
-    return call.run(send, interpret=interpret, retry=retry, lookup=lookup)
+    return call._run(send, interpret=interpret, retry=retry, lookup=lookup, long=long or _Long())
 
 
 # -- operators -----------------------------------------------------------------------

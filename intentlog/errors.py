@@ -25,6 +25,10 @@ the fields behind the message are attributes so scripts need not parse text.
     │   ├── DigestMismatch
     │   └── OutsideWorkspace (ValueError)
     ├── UnknownCall (KeyError)
+    ├── UnknownApproval (KeyError)
+    ├── ApprovalConflict
+    ├── ApprovalPending
+    ├── RetryHandedBack
     ├── ResumeRefused
     │   └── EffectUnknown
     ├── PreparationFailed
@@ -39,6 +43,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "ApprovalConflict",
+    "ApprovalPending",
     "ArtifactError",
     "ArtifactMissing",
     "CallFailed",
@@ -60,8 +66,10 @@ __all__ = [
     "RequiredContextMissing",
     "ReservedKind",
     "ResumeRefused",
+    "RetryHandedBack",
     "StreamPoisoned",
     "TaskBusy",
+    "UnknownApproval",
     "UnknownCall",
     "UsageError",
 ]
@@ -204,6 +212,63 @@ class UnknownCall(IntentlogError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class UnknownApproval(IntentlogError, KeyError):
+    """No approval with that id was requested in the task; nothing was written."""
+
+    def __init__(self, task_id: str, approval_id: str) -> None:
+        self.task_id = task_id
+        self.approval_id = approval_id
+        super().__init__(
+            f"task {task_id!r} has no approval {approval_id!r}: the script requests it with "
+            f"task.request_approval({approval_id!r}, ...); see 'intentlog status {task_id}'"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ApprovalConflict(IntentlogError):
+    """A decision cannot be recorded or used as asked (already decided, or the request changed); nothing was written."""
+
+    def __init__(self, task_id: str, approval_id: str, reason: str, *, next_step: str) -> None:
+        self.task_id = task_id
+        self.approval_id = approval_id
+        self.reason = reason
+        self.next_step = next_step
+        super().__init__(f"approval {approval_id!r} of task {task_id!r}: {reason}; {next_step}")
+
+
+class ApprovalPending(IntentlogError):
+    """``wait_for_approval`` gave up: no decision was recorded in time. Running the script again waits again."""
+
+    def __init__(self, task_id: str, approval_id: str, waited: float) -> None:
+        self.task_id = task_id
+        self.approval_id = approval_id
+        self.waited = waited
+        super().__init__(
+            f"approval {approval_id!r} of task {task_id!r} is still undecided after {waited:.1f} s; record a "
+            f"decision with 'intentlog approve {task_id} {approval_id}' (or reject), then run the script again"
+        )
+
+
+class RetryHandedBack(IntentlogError):
+    """A retry was decided and recorded (``attempt.retry_decided``, delay null); the caller makes the next attempt.
+
+    Raised by :meth:`Call.run` under ``RetryPolicy(hand_back=True)``: the decision is durable
+    before this is raised, so running the call again starts the next attempt.
+    """
+
+    def __init__(self, call_id: str, key: str, attempt: int, reason: str) -> None:
+        self.call_id = call_id
+        self.key = key
+        self.attempt = attempt
+        self.reason = reason
+        super().__init__(
+            f"{call_id} (key {key!r}): attempt {attempt} failed ({reason}) and a retry was recorded; "
+            "the next attempt is the caller's: run the call again when ready"
+        )
 
 
 class ResumeRefused(IntentlogError):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
@@ -22,6 +22,9 @@ from .errors import ArtifactError, NotALedger
 from .eventlog import FORMAT, check_task_id
 from .eventlog.reader import StreamScan
 from .task import Task
+
+if TYPE_CHECKING:
+    from .sessions import Session
 
 __all__ = ["DEFAULT_ROOT", "Ledger", "open_ledger"]
 
@@ -90,6 +93,33 @@ class Ledger:
             self._opened.add(task_id)
         handle.wait = wait
         return handle
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        messages_field: str = "messages",
+        drop: Iterable[str] | None = None,
+        redact: Any = None,
+        accept: bool = True,
+        wait: float = 0.0,
+    ) -> Session:
+        """A :class:`~intentlog.sessions.Session` over task ``session_id``: its calls are conversation turns.
+
+        Each call returns a new ``Session`` (turn numbering is per object) over the one
+        process-wide task handle.
+        """
+        from .sessions import Session
+
+        return Session(
+            self.task(session_id, wait=wait), messages_field=messages_field, drop=drop, redact=redact, accept=accept
+        )
+
+    def fork(self, task_id: str, from_call: str, new_id: str | None = None, *, note: str | None = None) -> Task:
+        """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
+        from .fork import fork_task
+
+        return fork_task(self, task_id, from_call, new_id, note=note)
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""

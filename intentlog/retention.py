@@ -65,6 +65,7 @@ from .eventlog.format import check_task_id
 from .eventlog.lock import WriterLock
 from .eventlog.reader import StreamScan
 from .eventlog.writer import StreamWriter
+from .projections.operator import OperatorFold, OperatorView
 from .projections.status import operator_state
 from .projections.workstate import NONE, WorkState, WorkStateFold
 
@@ -320,7 +321,7 @@ def _config_size(value: object, where: str) -> str | int:
 _UNRESOLVED_STAGES: Final = frozenset({"effect_unknown", "risk_accepted", "reconciled_served", "failed"})
 
 
-def _protected(ws: WorkState) -> str | None:
+def _protected(ws: WorkState, view: OperatorView | None = None) -> str | None:
     """Why no policy may delete this task's stream, or None.
 
     The one rule, kept in one place so later states (approvals) extend it:
@@ -346,6 +347,16 @@ def _protected(ws: WorkState) -> str | None:
                 f"{what}: {call.call_id} (key {call.key!r}) is {call.stage.replace('_', ' ')}; "
                 "see 'intentlog status' and resolve it first"
             )
+    if view is not None:
+        if view.awaiting:
+            a = view.awaiting[0]
+            return (
+                f"awaiting approval: {a.approval_id!r} is {a.status}; "
+                f"decide it first (intentlog approve/reject {ws.task_id} {a.approval_id})"
+            )
+        latest = view.latest_checkpoint
+        if latest is not None and latest.failed:
+            return f"paused for review: the latest checkpoint ({latest.phase!r}) is {latest.status}"
     if operator_state(ws) == "paused for review":  # pragma: no cover - covered by the stages above today
         return "paused for review: see 'intentlog status'"
     for cid in ws.unresolved:
@@ -855,9 +866,11 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
         info.size = before.st_size
         s = StreamScan(path)
         fold = WorkStateFold(info.task)
+        ops = OperatorFold()
         latest: str | None = None
         for ev in s:
             fold.apply(ev)
+            ops.apply(ev)
             if ev.seq == 0 and isinstance(ev.data.get("stream"), str):
                 info.stream = ev.data["stream"]
             if _TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
@@ -883,7 +896,8 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
     if _ident(before) != _ident(after):
         info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
         return True
-    protected = _protected(fold.result())
+    ws = fold.result()
+    protected = _protected(ws, ops.result(ws))
     if protected is not None:
         info.rule, info.detail = "protected", protected
     return True

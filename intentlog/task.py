@@ -23,8 +23,11 @@ from .projections.workstate import WorkState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
     from .artifacts import Ref
+    from .checkpoints import Checkpoint, Evidence
     from .effects import Call, Package, RetryPolicy
     from .ledger import Ledger
+    from .projections.operator import ApprovalState
+    from .projections.status import TaskStatus
 
 __all__ = ["RESERVED_PREFIXES", "Task"]
 
@@ -32,6 +35,57 @@ _CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.Cont
     "intentlog_current_key", default=None
 )
 
+
+
+#: Where Linux lists the file locks held (read to see a writer without touching its lock).
+PROC_LOCKS = "/proc/locks"
+
+
+def lock_holder(lock_path: Path) -> int | None:
+    """The pid holding an exclusive ``flock`` on ``lock_path``, or None; never takes or blocks on the lock.
+
+    Reads :data:`PROC_LOCKS` where it exists. Elsewhere a non-blocking *shared* lock is
+    tried and released at once (a writer starting in that instant with ``wait=0`` could
+    be refused; give writers a small ``wait`` on such systems).
+    """
+    try:
+        st = os.stat(lock_path)
+    except FileNotFoundError:
+        return None
+    try:
+        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        table = None
+    if table is not None:
+        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in table.splitlines():
+            parts = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
+                try:
+                    return int(parts[4])
+                except ValueError:
+                    return -1
+        return None
+    import fcntl
+
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return int(os.pread(fd, 32, 0).split(b"\n", 1)[0] or b"-1")
+            except ValueError:
+                return -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 @final
@@ -220,10 +274,16 @@ class Task:
         drop: Iterable[str] | None = None,
         redact: Any = None,
         lookup: Callable[..., Any] | None = None,
+        progress: Callable[[Any], None] | None = None,
+        inactivity_timeout: float | None = None,
+        max_duration: float | None = None,
+        progress_interval: float = 1.0,
     ) -> Any:
         """Run the whole effect protocol for ``key``; running it again after a crash resumes.
 
-        See :func:`intentlog.effects.effect` and DESIGN §5 for what happens in each stage.
+        See :func:`intentlog.effects.effect` and DESIGN §5 for what happens in each stage;
+        :meth:`intentlog.Call.run` for heartbeats (``intentlog.heartbeat``) and the
+        ``inactivity_timeout`` / ``max_duration`` limits of a long effect.
         """
         from .effects import effect
 
@@ -239,6 +299,10 @@ class Task:
             drop=drop,
             redact=redact,
             lookup=lookup,
+            progress=progress,
+            inactivity_timeout=inactivity_timeout,
+            max_duration=max_duration,
+            progress_interval=progress_interval,
         )
 
     def reconcile(
@@ -298,6 +362,144 @@ class Task:
     def accept(self, *, note: str | None = None, by: str | None = None) -> Event:
         """Record that the task's outcome was checked and accepted (``task.accepted``)."""
         return self._append("task.accepted", {"note": note, "by": by})
+
+    def fail_task(self, reason: str, *, by: str | None = None) -> Event:
+        """Record that the task is given up (``task.failed``): its operator state is *failed*.
+
+        For a single call that failed use :meth:`fail`. A later :meth:`accept` supersedes
+        it; to try again with changed input, :meth:`fork` the task.
+        """
+        from .errors import UsageError
+
+        if not isinstance(reason, str) or not reason:
+            raise UsageError(f"giving a task up needs a reason (a non-empty string), not {reason!r}")
+        if by is not None and not isinstance(by, str):
+            raise UsageError(f"by must be a string, not {type(by).__name__}")
+        return self._append("task.failed", {"reason": reason, "by": by})
+
+    # -- checkpoints (intentlog.checkpoints) -----------------------------------------
+
+    def checkpoint(
+        self,
+        phase: str,
+        *,
+        evidence: Iterable[Evidence] = (),
+        status: str = "accepted",
+        revision: str | None = None,
+        changed_files: Sequence[str] = (),
+        note: str | None = None,
+        by: str | None = None,
+        turn: str | None = None,
+        call: str | None = None,
+    ) -> Event:
+        """Record a named phase with its accepted evidence (``task.checkpoint``); durable on return.
+
+        See :func:`intentlog.checkpoints.record_checkpoint`.
+        """
+        from .checkpoints import record_checkpoint
+
+        return record_checkpoint(
+            self,
+            phase,
+            evidence=evidence,
+            status=status,
+            revision=revision,
+            changed_files=changed_files,
+            note=note,
+            by=by,
+            turn=turn,
+            call=call,
+        )
+
+    def checkpoints(self, *, verify: bool = True) -> list[Checkpoint]:
+        """Every checkpoint, oldest first, each with what checking its evidence found. Takes no lock."""
+        from .checkpoints import checkpoints
+
+        return checkpoints(self, verify=verify)
+
+    def latest_checkpoint(self, *, verified: bool = True, phase: str | None = None) -> Checkpoint | None:
+        """The newest checkpoint whose evidence all verifies (skipped ones named in its ``skipped``), or None."""
+        from .checkpoints import latest_checkpoint
+
+        return latest_checkpoint(self, verified=verified, phase=phase)
+
+    # -- approvals (intentlog.approvals) ---------------------------------------------
+
+    def request_approval(self, approval_id: str, question: str, *, binds: object = None) -> ApprovalState:
+        """Ask a person to decide about ``binds`` (a Call, call id, Turn or digest); idempotent per binding.
+
+        See :func:`intentlog.approvals.request_approval`.
+        """
+        from .approvals import request_approval
+
+        return request_approval(self, approval_id, question, binds=binds)
+
+    def decide(
+        self,
+        approval_id: str,
+        decision: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+        request_hash: str | None = None,
+    ) -> Event:
+        """Record ``"approve"`` or ``"reject"`` for the approval's current request (``approval.decided``)."""
+        from .approvals import decide
+
+        return decide(self, approval_id, decision, by=by, note=note, request_hash=request_hash)
+
+    def approval(self, approval_id: str) -> ApprovalState:
+        """One approval's state, read fresh from disk (takes no lock)."""
+        from .approvals import approval
+
+        return approval(self, approval_id)
+
+    def approvals(self) -> Mapping[str, ApprovalState]:
+        """Every approval's state, by id, read fresh from disk (takes no lock)."""
+        from .approvals import approvals
+
+        return approvals(self)
+
+    def wait_for_approval(
+        self, approval_id: str, *, timeout: float | None = None, poll: float = 1.0
+    ) -> ApprovalState:
+        """Wait for a decision on the approval's current request, releasing the writer lock while waiting.
+
+        See :func:`intentlog.approvals.wait_for_approval`.
+        """
+        from .approvals import wait_for_approval
+
+        return wait_for_approval(self, approval_id, timeout=timeout, poll=poll)
+
+    # -- fork and status -------------------------------------------------------------
+
+    def fork(self, from_call: str, new_id: str | None = None, *, note: str | None = None) -> Task:
+        """A new task reusing this one's record before ``from_call`` (a call id or key); this one is untouched.
+
+        See :func:`intentlog.fork.fork_task`.
+        """
+        from .fork import fork_task
+
+        return fork_task(self.ledger, self.id, from_call, new_id, note=note)
+
+    def writer_pid(self) -> int | None:
+        """The pid of the live process holding this task's writer lock (this one included), or None.
+
+        Probes without taking the lock (``/proc/locks`` where there is one), so a writer
+        starting at the same moment is never refused because of it; elsewhere a
+        non-blocking shared ``flock`` is tried and released at once.
+        """
+        with self._mutex:
+            if self._writer is not None and self._writer.is_open:
+                return os.getpid()
+        return lock_holder(self.path.with_name(self.path.name + ".lock"))
+
+    def status(self) -> TaskStatus:
+        """The operator view (``intentlog status``), with *running* when a live process holds the writer lock."""
+        from .projections.status import task_status
+
+        pid = self.writer_pid()
+        return task_status(self.events(), task_id=self.id, running=pid is not None)
 
     # -- lifetime ------------------------------------------------------------------
 

@@ -919,3 +919,27 @@ def test_docs_example_runs(tmp_path: Path) -> None:
     assert _objects(root) == {"blake3:" + blake3(b"nightly report " * 400).hexdigest(): 6000}
     assert [e["kind"] for e in _gc_log(root)] == ["task.created", "gc.started", "gc.finished"]
     _verify_ok(intentlog.open(root, create=False))
+
+
+def test_a_task_awaiting_approval_survives_any_policy(tmp_path: Path) -> None:
+    """A task with an undecided approval is protected: gc keeps it whatever its age."""
+    from intentlog.retention import apply_gc, plan_gc
+
+    ledger = intentlog.open(tmp_path / "ev")
+    t = ledger.task("waiting")
+    call = t.prepare("k", {"q": 1})
+    t.request_approval("ship-it", "send the email?", binds=call)
+    t.close()
+    old = ledger.task("old")
+    old.effect("k", {"q": 2}, send=lambda r: b"ok")
+    old.accept()
+    old.close()
+    before = (tmp_path / "ev" / "tasks" / "waiting.jsonl").read_bytes()
+    far = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3650)
+    plan = plan_gc(ledger, max_age="1d", grace="0s", now=far)
+    kept = {k.task: k for k in plan.kept}
+    assert kept["waiting"].rule == "protected"
+    assert "awaiting approval" in kept["waiting"].detail
+    apply_gc(ledger, max_age="1d", grace="0s", now=far)
+    assert (tmp_path / "ev" / "tasks" / "waiting.jsonl").read_bytes() == before
+    assert not (tmp_path / "ev" / "tasks" / "old.jsonl").exists()

@@ -14,6 +14,7 @@ import re
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,17 +201,51 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
 # -- a clean ledger ---------------------------------------------------------------------
 
 
+def _newer_kinds(ledger: intentlog.Ledger) -> list[str]:
+    """Tasks written with the kinds of sessions, checkpoints, approvals, long effects and forks; their ids."""
+    from intentlog.effects import heartbeat
+
+    s = ledger.session("s")
+    s.turn({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, lambda r: b"hello")
+    s.turn({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "x"}]},
+           lambda r: b"again")
+    t = ledger.task("t3")
+    release = threading.Event()
+
+    def stalls(r: Any) -> bytes:
+        heartbeat({"step": 1})
+        release.wait(10)  # past the inactivity timeout: the attempt is recorded timed out
+        return b"a late answer, never recorded"
+
+    with pytest.raises(EffectUnknown):
+        t.effect("slow", {"q": 1}, send=stalls, inactivity_timeout=0.2, progress_interval=0)
+    release.set()
+    t.reconcile("call-1", "served", evidence=b"late answer")
+    t.effect("slow", {"q": 1}, send=stalls)
+    call = t.prepare("pay", {"amount": 5})
+    t.request_approval("pay-ok", "pay 5?", binds=call)
+    t.decide("pay-ok", "approve", by="alice")
+    t.checkpoint("paid", evidence=[b"receipt"], revision="abc123", changed_files=["a.py"])
+    t.fail_task("given up", by="ops")
+    t.close()
+    ledger.fork("s", "turn-2", "s2").close()
+    ledger.close()
+    return ["s", "t3", "s2"]
+
+
 def test_clean_ledger_passes_with_zero_errors(built: Built) -> None:
-    """Effects, retries, reconciliation, a resume, compilations, artifacts and a repaired tail verify clean."""
+    """Effects, retries, reconciliation, a resume, compilations, artifacts and a repaired tail verify clean;
+    so do sessions, heartbeats, timeouts, checkpoints, approvals, task verdicts and forks."""
+    newer = _newer_kinds(built.ledger)
     seal(built.ledger)
     report = built.verify()
     assert errors(report) == [], report.render()
     assert report.ok and report.exit_code == 0
     assert [p for p in report.problems if p.severity == "changed"] == []
-    assert report.tasks == 2
-    assert report.events == sum(len(read_events(built.stream(t))) for t in ("t", "t2"))
+    assert report.tasks == 2 + len(newer)
+    assert report.events == sum(len(read_events(built.stream(t))) for t in ("t", "t2", *newer))
     assert report.artifacts >= 10 and report.bytes_hashed >= len(BIG)
-    kinds = {ev["kind"] for t in ("t", "t2") for ev in read_events(built.stream(t))}
+    kinds = {ev["kind"] for t in ("t", "t2", *newer) for ev in read_events(built.stream(t))}
     assert set(schema.RULES) <= kinds, set(schema.RULES) - kinds
 
 

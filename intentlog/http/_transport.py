@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from ..artifacts.inline import inline_bytes
 from ..effects import RetryPolicy
-from ..errors import IntentlogError, NotSent, ProviderFailure, UsageError
+from ..errors import IntentlogError, NotSent, ProviderFailure, RetryHandedBack, UsageError
 from ._flavor import Flavor
 from ._keys import hash_key, named_key, occurrences
 from ._wire import (
@@ -137,30 +137,15 @@ def plan_for(request: Any, o: Options) -> RequestPlan:
     )
 
 
-class _HandBack(BaseException):
-    """Raised by the policy's ``sleep`` once ``attempt.retry_decided`` is durable.
-
-    A BaseException so that no ``except Exception`` between here and the transport can
-    mistake it for a failed send.
-    """
-
-
-def _hand_back(delay: float) -> None:
-    raise _HandBack
-
-
-# Every attempt's failure that allows another try is recorded with a retry decision and
-# handed back: the SDK (or the script, or the next run) makes the next attempt. The
-# recorded delay is nominal -- the caller chooses when to try again -- and there is no
-# attempt limit here: the caller's own retry budget is the limit.
+# Every attempt's failure that allows another try is recorded with a retry decision
+# (delay null: the caller chooses when to try again) and handed back as RetryHandedBack:
+# the SDK (or the script, or the next run) makes the next attempt. There is no attempt
+# limit here: the caller's own retry budget is the limit.
 HAND_BACK: Final = RetryPolicy(
     max_attempts=1_000_000,
-    backoff=1e-9,
-    factor=1.0,
-    max_backoff=1e-9,
     retry_not_sent=True,
     retry_on=lambda failure: failure.retryable,
-    sleep=_hand_back,
+    hand_back=True,
 )
 
 
@@ -244,7 +229,7 @@ class _Core:
                 drop=self.options.drop,
                 redact=self.options.redact,
             )
-        except _HandBack:
+        except RetryHandedBack:
             trace.handed_back = True
             if trace.not_sent is not None:
                 raise trace.not_sent from None

@@ -149,6 +149,8 @@ class CallNode:
     resumed_by: str | None = None
     completed: bool = False
     failed: bool = False
+    request_hash: str | None = None  # the manifest's
+    timed_out: bool = False  # the latest attempt was recorded timed out
 
 
 @dataclass(slots=True)
@@ -333,6 +335,7 @@ def _on_manifest(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
     if node.preparation_failed:
         yield Finding("graph", f"{node.call} has a manifest after its preparation failed")
     node.manifest = True
+    node.request_hash = d["request_hash"]
     if d["request_hash"] != d["request"]["digest"]:
         yield Finding(
             "graph", f"request_hash {d['request_hash']} is not the digest of the recorded request "
@@ -417,6 +420,7 @@ def _on_attempt_started(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterato
     node.attempt = n
     node.settled = False
     node.outcome = False
+    node.timed_out = False
 
 
 def _on_not_sent(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
@@ -446,6 +450,11 @@ def _on_observed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
         yield Finding(
             "graph", f"an observation of attempt {d['attempt']} of {node.call} comes from a reconciliation, "
             "but no effect.reconciled 'served' with evidence precedes it"
+        )
+    elif d.get("source") != "reconciliation" and node.timed_out:
+        yield Finding(
+            "graph", f"attempt {d['attempt']} of {node.call} is observed after it timed out: a late answer "
+            "enters the record only through a reconciliation"
         )
 
 
@@ -554,6 +563,112 @@ def _on_comp_failed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Fi
         yield c
 
 
+# -- graph rules: long effects ------------------------------------------------------
+
+
+def _open_attempt(g: TaskGraph, d: Mapping[str, Any], what: str) -> Iterator[Finding]:
+    """An event that only belongs while an attempt is out: started, no outcome, not timed out."""
+    node = _attempt_of(g, d)
+    if isinstance(node, Finding):
+        yield node
+        return
+    if node.outcome or node.timed_out or node.completed:
+        yield Finding(
+            "graph", f"{what} for attempt {d['attempt']} of {node.call}, which already has an outcome or timed out"
+        )
+
+
+def _on_progress(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    yield from _open_attempt(g, d, "a heartbeat")
+
+
+def _on_timed_out(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    found = list(_open_attempt(g, d, "a timeout"))
+    yield from found
+    node = g.calls.get(d["call"])
+    if node is not None and not found:
+        node.timed_out = True
+    if d["after"] < 0 or d["timeout"] <= 0:
+        yield Finding("shape", "after must be >= 0 and timeout > 0 seconds")
+
+
+# -- graph rules: checkpoints, approvals, task verdicts, forks -----------------------
+
+
+def _turn_completed(g: TaskGraph, key: str) -> bool:
+    return any(n.key == key and n.completed for n in g.calls.values())
+
+
+def _on_checkpoint(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    cid, turn = d.get("call"), d.get("turn")
+    if cid is not None:
+        node = g.calls.get(cid)
+        if node is None:
+            yield Finding("graph", f"checkpoint {d['phase']!r} names call {cid!r}, which was never requested")
+        elif not node.completed:
+            yield Finding("graph", f"checkpoint {d['phase']!r} accepts {cid!r}, which has not completed")
+        elif turn is not None and node.key != turn:
+            yield Finding("graph", f"checkpoint {d['phase']!r} names turn {turn!r} but {cid!r} is key {node.key!r}")
+    elif turn is not None and not _turn_completed(g, turn):
+        yield Finding("graph", f"checkpoint {d['phase']!r} accepts turn {turn!r}, which has no completed call")
+
+
+def _approvals(g: TaskGraph) -> dict[str, dict[str, Any]]:
+    got: dict[str, dict[str, Any]] = g.extra.setdefault("approvals", {})
+    return got
+
+
+def _on_approval_requested(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    binds = d["binds"]
+    binding: str | None = None
+    cid = binds.get("call")
+    if cid is not None:
+        node = g.calls.get(cid) if isinstance(cid, str) else None
+        if node is None:
+            yield Finding("graph", f"approval {d['approval']!r} binds call {cid!r}, which was never requested")
+        else:
+            if binds.get("key") not in (None, node.key):
+                yield Finding("graph", f"approval {d['approval']!r} binds {cid!r} under key {binds.get('key')!r}, "
+                              f"but that call's key is {node.key!r}")
+            if binds.get("request_hash") != node.request_hash:
+                yield Finding(
+                    "graph", f"approval {d['approval']!r} binds {cid!r} with request hash "
+                    f"{binds.get('request_hash')!r}, but that call's manifest records {node.request_hash!r}"
+                )
+        binding = binds.get("request_hash")
+    elif "digest" in binds:
+        binding = binds["digest"]
+    if binding is not None and not is_digest(binding):
+        yield Finding("shape", f"approval {d['approval']!r} binds {binding!r}, which is not a digest")
+    _approvals(g)[d["approval"]] = {"binding": binding, "seq": seq, "decided": False}
+
+
+def _on_approval_decided(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    a = _approvals(g).get(d["approval"])
+    if a is None:
+        yield Finding("graph", f"a decision for approval {d['approval']!r}, which was never requested before it")
+        return
+    if d["request_hash"] != a["binding"]:
+        yield Finding(
+            "graph", f"approval {d['approval']!r} is decided for {d['request_hash']!r}, but its latest request "
+            f"(seq {a['seq']}) binds {a['binding']!r}: a decision must name what it approves"
+        )
+    elif a["decided"]:
+        yield Finding("graph", f"approval {d['approval']!r} is decided a second time for the same request")
+    a["decided"] = True
+
+
+def _on_forked(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    if g.extra.get("forked") is not None:
+        yield Finding("graph", f"a second task.forked (the first at seq {g.extra['forked']})")
+    g.extra["forked"] = seq
+    if seq != d["upto_seq"] + 1:
+        yield Finding(
+            "graph", f"task.forked copies seq 1..{d['upto_seq']} of {d['from_task']!r}, so it belongs at seq "
+            f"{d['upto_seq'] + 1}, right after the copied prefix, not at {seq}"
+        )
+
+
 # -- the kinds intentlog writes ------------------------------------------------------
 
 _CALL: Final = {"call": STR}
@@ -590,8 +705,9 @@ for _rule in (
             "dropped": list_of(STR),
             "redacted": list_of(STR),
         },
+        {"messages": list_of(REF)},  # a session turn: each message of the conversation, in order
         refs=("request",),
-        scan=("inputs",),
+        scan=("inputs", "messages"),
         graph=_on_manifest,
     ),
     KindRule("call.preparation_failed", {**_CALL, "key": STR, "error": STR}, graph=_on_preparation_failed),
@@ -604,7 +720,12 @@ for _rule in (
     KindRule(
         "attempt.observed",
         {**_ATTEMPT, "response": REF},
-        {"error": _OPT_STR, "retryable": BOOL, "source": STR},
+        {
+            "error": _OPT_STR,
+            "retryable": BOOL,
+            "source": STR,
+            "encoding": one_of("utf-8/surrogateescape", "utf-8/surrogatepass"),
+        },
         refs=("response",),
         graph=_on_observed,
     ),
@@ -620,6 +741,49 @@ for _rule in (
         {**_ATTEMPT, "decision": one_of("retry", "fail"), "reason": STR},
         {"delay": nullable(NUMBER)},
         graph=_on_retry_decided,
+    ),
+    KindRule(
+        "attempt.progress",
+        {**_ATTEMPT, "beats": POS},
+        {"elapsed": NUMBER, "info": nullable(DICT)},
+        graph=_on_progress,
+    ),
+    KindRule(
+        "attempt.timed_out",
+        {**_ATTEMPT, "after": NUMBER, "limit": one_of("inactivity", "max_duration"), "timeout": NUMBER},
+        graph=_on_timed_out,
+    ),
+    KindRule(
+        "task.checkpoint",
+        {"phase": STR, "evidence": list_of(REF), "status": STR},
+        {
+            "revision": _OPT_STR,
+            "changed_files": list_of(STR),
+            "note": _OPT_STR,
+            "by": _OPT_STR,
+            "turn": STR,
+            "call": STR,
+        },
+        scan=("evidence",),
+        graph=_on_checkpoint,
+    ),
+    KindRule("task.failed", {"reason": STR}, {"by": _OPT_STR}),
+    KindRule(
+        "task.forked",
+        {"from_task": STR, "from_call": STR, "upto_seq": NAT, "from_head": nullable(DIGEST), "from_stream": STR},
+        {"key": _OPT_STR, "note": _OPT_STR},
+        graph=_on_forked,
+    ),
+    KindRule(
+        "approval.requested",
+        {"approval": STR, "question": STR, "binds": DICT},
+        graph=_on_approval_requested,
+    ),
+    KindRule(
+        "approval.decided",
+        {"approval": STR, "decision": one_of("approve", "reject"), "request_hash": nullable(DIGEST)},
+        {"by": _OPT_STR, "note": _OPT_STR},
+        graph=_on_approval_decided,
     ),
     KindRule(
         "effect.reconciled",

@@ -3,15 +3,33 @@
 An operator who finds a dead process needs, without reading code: the current phase,
 the last verified outcome, the unresolved external action (which call, which key, since
 when, what is at risk) and the safe next step spelled as the command that performs it.
+
+The operator state, first that applies:
+
+- ``running`` -- a live process holds the task's writer lock (not in the record: the
+  caller probes the lock and passes ``running``; see :meth:`intentlog.Task.status`);
+- ``failed`` -- ``task.failed`` recorded after the last ``task.accepted``: given up;
+- ``awaiting approval`` -- an approval is requested and has no decision for its current
+  request (never decided, or its decision was made void by a changed request);
+- ``paused for review`` -- an operator must decide: an unknown effect (including a timed
+  out attempt), retries exhausted or a call failed, a call served whose answer is lost,
+  or the latest checkpoint failed verification (status ``failed`` / ``rejected``);
+- ``queued`` -- nothing recorded yet but the task's creation;
+- ``interrupted`` -- unresolved work that is safe to continue by re-running the script;
+- ``awaiting acceptance`` -- every call done; the results were not checked and accepted
+  (``task.accepted``, or a checkpoint with status ``accepted`` after the last completion,
+  such as a session's turn acceptance);
+- ``complete``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..eventlog.format import Event
+from .operator import ApprovalState, CheckpointRecord, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
     FIX_INPUTS,
@@ -24,27 +42,79 @@ from .workstate import (
     WorkStateFold,
 )
 
-__all__ = ["TaskStatus", "next_step", "operator_state", "task_status"]
+__all__ = [
+    "AWAITING_ACCEPTANCE",
+    "AWAITING_APPROVAL",
+    "COMPLETE",
+    "FAILED",
+    "INTERRUPTED",
+    "OPERATOR_STATES",
+    "PAUSED_FOR_REVIEW",
+    "QUEUED",
+    "RUNNING",
+    "TaskStatus",
+    "next_step",
+    "operator_state",
+    "task_status",
+]
+
+QUEUED: Final = "queued"
+RUNNING: Final = "running"
+AWAITING_APPROVAL: Final = "awaiting approval"
+PAUSED_FOR_REVIEW: Final = "paused for review"
+INTERRUPTED: Final = "interrupted"
+AWAITING_ACCEPTANCE: Final = "awaiting acceptance"
+COMPLETE: Final = "complete"
+FAILED: Final = "failed"
+#: Every operator state, in the order they are tested.
+OPERATOR_STATES: Final = (
+    RUNNING,
+    FAILED,
+    AWAITING_APPROVAL,
+    PAUSED_FOR_REVIEW,
+    QUEUED,
+    INTERRUPTED,
+    AWAITING_ACCEPTANCE,
+    COMPLETE,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class TaskStatus:
     task_id: str
-    state: str  # queued | interrupted | paused for review | awaiting acceptance | complete
+    state: str  # one of OPERATOR_STATES
     phase: str | None
     last_outcome: str | None
     unresolved_action: str | None
     next_step: str
     work: WorkState
+    operator: OperatorView | None = None
+    running: bool = False
+    reason: str | None = None  # why the state is what it is, when it is not obvious
+
+    @property
+    def awaiting_approvals(self) -> tuple[ApprovalState, ...]:
+        return self.operator.awaiting if self.operator is not None else ()
+
+    @property
+    def checkpoint(self) -> CheckpointRecord | None:
+        return self.operator.latest_checkpoint if self.operator is not None else None
 
     def to_json(self) -> dict[str, Any]:
+        ops = self.operator
+        cp = self.checkpoint
         return {
             "task": self.task_id,
             "state": self.state,
+            "reason": self.reason,
+            "running": self.running,
             "phase": self.phase,
             "last_outcome": self.last_outcome,
             "unresolved_action": self.unresolved_action,
             "next_step": self.next_step,
+            "checkpoint": cp.to_json() if cp is not None else None,
+            "approvals": [a.to_json() for a in ops.approvals.values()] if ops is not None else [],
+            "forked_from": dict(ops.forked) if ops is not None and ops.forked is not None else None,
             "work_state": self.work.to_json(),
         }
 
@@ -52,27 +122,85 @@ class TaskStatus:
 _PAUSING = frozenset({"effect_unknown", "failed", "reconciled_served"})
 
 
-def operator_state(ws: WorkState) -> str:
-    """One word for the task as an operator sees it."""
-    if not ws.calls and not ws.compilations:
-        return "queued"
+def _paused_call(ws: WorkState) -> CallState | None:
     for cid in ws.unresolved:
         c = ws.calls.get(cid)
         if c is not None and c.stage in _PAUSING:
-            return "paused for review"
+            return c
+    return None
+
+
+def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, str | None]:
+    if running:
+        return RUNNING, "a live process holds the task's writer lock"
+    if ops is not None and ops.failed is not None:
+        return FAILED, ops.failed
+    if ops is not None and ops.awaiting:
+        a = ops.awaiting[0]
+        return AWAITING_APPROVAL, f"approval {a.approval_id!r}: {a.question}"
+    c = _paused_call(ws)
+    if c is not None:
+        what = {"effect_unknown": "unknown effect", "failed": "call failed", "reconciled_served": "answer lost"}
+        return PAUSED_FOR_REVIEW, f"{what[c.stage]}: {c.call_id} (key {c.key!r})" + (
+            f": {c.reason}" if c.reason else ""
+        )
+    cp = ops.latest_checkpoint if ops is not None else None
+    if cp is not None and cp.failed:
+        return PAUSED_FOR_REVIEW, f"failed verification: checkpoint {cp.phase!r} is {cp.status}" + (
+            f" ({cp.note})" if cp.note else ""
+        )
+    if not ws.calls and not ws.compilations and (ops is None or (not ops.approvals and not ops.checkpoints)):
+        return QUEUED, None
     if ws.unresolved:
-        return "interrupted"
-    if ws.next_operation == CHECK_AND_ACCEPT:
-        return "awaiting acceptance"
-    return "complete"
+        return INTERRUPTED, None
+    if ws.next_operation == CHECK_AND_ACCEPT and not _accepted_by_checkpoint(ws, ops):
+        return AWAITING_ACCEPTANCE, None
+    return COMPLETE, None
 
 
-def next_step(task_id: str, ws: WorkState) -> str:
+def _accepted_by_checkpoint(ws: WorkState, ops: OperatorView | None) -> bool:
+    """An accepted checkpoint after the last completion accepts the work so far (a session's accepted turns do)."""
+    cp = ops.latest_checkpoint if ops is not None else None
+    if cp is None or cp.status != "accepted":
+        return False
+    done = [c.last_seq for c in ws.calls.values() if c.stage == "completed"]
+    return not done or cp.seq > max(done)
+
+
+def operator_state(ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
+    """One word for the task as an operator sees it (see the module docstring for the order)."""
+    return _why(ws, ops, running)[0]
+
+
+def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
     """The safe next step, spelled as the command or call that performs it."""
+    if running:
+        return "wait: a process is writing this task (or stop it, then look again)"
+    if ops is not None and ops.failed is not None:
+        return (
+            f"nothing: the task was given up ({ops.failed}); to try again from a call: "
+            f"intentlog fork {task_id} --from CALL"
+        )
+    if ops is not None and ops.awaiting:
+        a = ops.awaiting[0]
+        if a.status == "void":
+            return f"re-run the script: approval {a.approval_id!r} is void ({a.void_reason}) and is requested again"
+        return (
+            f"decide: intentlog approve {task_id} {a.approval_id} --by NAME, or intentlog reject {task_id} "
+            f"{a.approval_id} --by NAME --note WHY; then re-run the script (it resumes from the decision)"
+        )
+    if _paused_call(ws) is None:
+        cp = ops.latest_checkpoint if ops is not None else None
+        if cp is not None and cp.failed:
+            return (
+                f"review checkpoint {cp.phase!r} ({cp.status}): fix the work and re-run the script, or fork: "
+                f"intentlog fork {task_id} --from CALL"
+            )
     if not ws.unresolved:
-        if ws.next_operation == CHECK_AND_ACCEPT:
+        if ws.next_operation == CHECK_AND_ACCEPT and not _accepted_by_checkpoint(ws, ops):
             return f"check the results, then: intentlog accept {task_id}"
-        return "nothing: the task is complete" if ws.calls else "run the script: nothing has been recorded yet"
+        recorded = ws.calls or (ops is not None and (ops.checkpoints or ops.approvals))
+        return "nothing: the task is complete" if recorded else "run the script: nothing has been recorded yet"
     first = ws.unresolved[0]
     c = ws.calls.get(first)
     if c is None:
@@ -108,22 +236,26 @@ def _outcome(c: CallState) -> str:
 
 def _action(c: CallState) -> str:
     risk = "a duplicate effect (paid twice)" if c.duplicate_effect_risk else "nothing outside the process"
+    why = f" ({c.reason})" if c.reason and c.stage == "effect_unknown" else ""
     return (
-        f"{c.call_id} (key {c.key!r}) {c.stage.replace('_', ' ')} since {c.since}, "
+        f"{c.call_id} (key {c.key!r}) {c.stage.replace('_', ' ')}{why} since {c.since}, "
         f"attempt {c.attempts}; provider effect {c.provider_effect}; at risk: {risk}"
     )
 
 
-def task_status(events: Iterable[Event], *, task_id: str) -> TaskStatus:
-    """Fold a task's events into its operator view. Pure: no clock, no I/O."""
+def task_status(events: Iterable[Event], *, task_id: str, running: bool = False) -> TaskStatus:
+    """Fold a task's events into its operator view. Pure: no clock, no I/O.
+
+    ``running``: whether a live process holds the task's writer lock; the caller probes
+    it (:meth:`intentlog.Task.status` does), since a projection reads only the record.
+    """
     fold = WorkStateFold(task_id)
-    phase: str | None = None
+    ops_fold = OperatorFold()
     for ev in events:
         fold.apply(ev)
-        p = ev.data.get("phase")
-        if isinstance(p, str):
-            phase = p
+        ops_fold.apply(ev)
     ws = fold.result()
+    ops = ops_fold.result(ws)
     completed = [c for c in ws.calls.values() if c.stage == "completed"]
     last = max(completed, key=lambda c: c.last_seq) if completed else None
     action: str | None = None
@@ -132,13 +264,16 @@ def task_status(events: Iterable[Event], *, task_id: str) -> TaskStatus:
         if c is not None and (c.stage in _PAUSING or c.provider_effect == "unknown"):
             action = _action(c)
             break
-    state = operator_state(ws)
+    state, reason = _why(ws, ops, running)
     return TaskStatus(
         task_id=task_id,
         state=state,
-        phase=phase,
+        phase=ops.phase,
         last_outcome=_outcome(last) if last else None,
         unresolved_action=action,
-        next_step=next_step(task_id, ws),
+        next_step=next_step(task_id, ws, ops, running=running),
         work=ws,
+        operator=ops,
+        running=running,
+        reason=reason,
     )

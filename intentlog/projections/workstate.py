@@ -20,8 +20,9 @@ The ladder, first rung that matches (stage -> next operation, provider effect):
   reconciled ``not_served`` -> reconciled_not_served: start next attempt, none;
   ``resend`` -> risk_accepted: start next attempt, duplicate risk; ``served`` without
   bytes -> reconciled_served: operator decides; ``attempt.not_sent`` -> not_sent: start
-  next attempt; nothing after ``attempt.started`` (or only ``attempt.errored``) ->
-  effect_unknown: reconcile effect, **unknown**, duplicate risk.
+  next attempt; nothing after ``attempt.started`` (or only ``attempt.errored``,
+  ``attempt.progress`` heartbeats, or ``attempt.timed_out``) -> effect_unknown: reconcile
+  effect, **unknown**, duplicate risk (a timed-out attempt says so in its reason).
 
 Compilations: requested -> recompile; failed -> fix inputs; compiled -> none. The task's
 next operation is the first unresolved (latest-per-key) call's or compilation's, else
@@ -96,6 +97,7 @@ class CallState:
     last_seq: int
     since: str  # ts of the event that put the call in its stage
     interpreter: Mapping[str, Any] | None
+    encoding: str | None = None  # how the observed response decodes back to the text send returned (if not UTF-8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,7 @@ _OBSERVED: Final = 8
 _INTERPRETED: Final = 16
 _DECIDED: Final = 32
 _RECONCILED: Final = 64
+_TIMED_OUT: Final = 128
 
 
 class _Call:
@@ -203,6 +206,7 @@ class _Call:
     __slots__ = (
         "call_id",
         "completed",
+        "encoding",
         "error",
         "failed",
         "first_seq",
@@ -226,6 +230,7 @@ class _Call:
         "retry",
         "since",
         "superseded_by",
+        "timeout",
     )
 
     def __init__(self, call_id: str, key: str, name: str | None, ev: Event, resumes: str | None) -> None:
@@ -256,6 +261,8 @@ class _Call:
         self.superseded_by: str | None = None
         self.response: dict[str, Any] | None = None
         self.interpreter: dict[str, Any] | None = None
+        self.timeout: str | None = None  # why the latest attempt timed out
+        self.encoding: str | None = None  # the latest observation's text encoding, when not plain
 
 
 @dataclass(slots=True)
@@ -308,7 +315,15 @@ class WorkStateFold:
             "attempt.observed": self._on_observed,
             "attempt.interpreted": self._on_interpreted,
             "attempt.retry_decided": self._on_retry_decided,
+            "attempt.progress": self._on_progress,
+            "attempt.timed_out": self._on_timed_out,
             "effect.reconciled": self._on_reconciled,
+            # the operator's records: folded by projections.operator, not here
+            "task.checkpoint": _ignore,
+            "task.failed": _ignore,
+            "task.forked": _ignore,
+            "approval.requested": _ignore,
+            "approval.decided": _ignore,
             "context.compilation_requested": self._on_comp_requested,
             "context.compiled": self._on_compiled,
             "context.compilation_failed": self._on_comp_failed,
@@ -426,7 +441,7 @@ class WorkStateFold:
             c.prior_effect = _worse(c.prior_effect, _attempt_effect(c))
         c.n += 1
         c.flags = _STARTED
-        c.outcome = c.retry = c.error = c.interpret_error = None
+        c.outcome = c.retry = c.error = c.interpret_error = c.timeout = None
 
     def _on_not_sent(self, ev: Event, d: dict[str, Any]) -> None:
         a = self._attempt(ev, d)
@@ -447,6 +462,8 @@ class WorkStateFold:
         a.error = None if error is None else str(error)
         resp = d.get("response")
         a.response = resp if type(resp) is dict else None
+        enc = d.get("encoding")
+        a.encoding = enc if type(enc) is str else None
 
     def _on_interpreted(self, ev: Event, d: dict[str, Any]) -> None:
         a = self._attempt(ev, d)
@@ -463,6 +480,16 @@ class WorkStateFold:
         if a is not None:
             a.flags |= _DECIDED
             a.retry = str(d.get("decision"))
+
+    def _on_progress(self, ev: Event, d: dict[str, Any]) -> None:
+        self._attempt(ev, d)  # a heartbeat: the attempt is still out, its effect still unknown
+
+    def _on_timed_out(self, ev: Event, d: dict[str, Any]) -> None:
+        a = self._attempt(ev, d)
+        if a is not None:
+            a.flags |= _TIMED_OUT
+            limit, after, timeout = d.get("limit"), d.get("after"), d.get("timeout")
+            a.timeout = f"attempt {a.n} timed out after {after} s (limit {limit} {timeout} s)"
 
     def _on_reconciled(self, ev: Event, d: dict[str, Any]) -> None:
         a = self._attempt(ev, d)
@@ -647,7 +674,7 @@ def _ladder(c: _Call, known: Mapping[str, _Call]) -> _Rung:
         return "reconciled_served", OPERATOR_DECIDES, effect, False, lost
     if k & _NOT_SENT:
         return "not_sent", START_NEXT_ATTEMPT, effect, False, None
-    return "effect_unknown", RECONCILE_EFFECT, "unknown", True, None
+    return "effect_unknown", RECONCILE_EFFECT, "unknown", True, a.timeout
 
 
 def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
@@ -675,6 +702,7 @@ def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
         last_seq=c.last_seq,
         since=c.since,
         interpreter=c.interpreter,
+        encoding=c.encoding,
     )
 
 

@@ -1,0 +1,260 @@
+"""Checkpoints: a named phase of a task with the evidence that was accepted for it.
+
+``task.checkpoint(phase, evidence=[...], status=..., revision=..., changed_files=...,
+note=...)`` appends ``task.checkpoint {phase, evidence: [refs], status, revision,
+changed_files, note, by, turn?, call?}``; it is durable (fdatasynced) when it returns,
+and every evidence artifact is durable before it. A later process continues from
+:func:`latest_checkpoint`: the newest checkpoint whose evidence all verifies -- every
+artifact present and hashing to its digest. A checkpoint whose evidence does not verify
+is skipped, and the one returned says which were skipped and why.
+
+A checkpoint accepting a session turn names it (``turn``, ``call``): that is how a turn
+is linked to "the checkpoint that accepted it" (:mod:`intentlog.sessions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, final
+
+from ._digest import is_digest
+from .artifacts import Ref, inline_bytes
+from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
+from .projections.operator import CheckpointRecord, checkpoint_record
+
+if TYPE_CHECKING:
+    from .eventlog import Event
+    from .task import Task
+
+__all__ = ["Checkpoint", "Evidence", "checkpoints", "latest_checkpoint", "record_checkpoint"]
+
+#: What evidence may be given as: bytes (stored now), a :class:`Ref` or ref mapping of
+#: stored bytes, or a digest string of stored bytes.
+Evidence = bytes | Ref | Mapping[str, Any] | str
+
+_INLINE_KEYS = ("inline", "inline_b64")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A recorded checkpoint, with what checking its evidence found.
+
+    ``problems`` lists why its evidence does not verify (empty: verified, or not checked
+    when ``checked`` is False). ``skipped``, on the checkpoint :func:`latest_checkpoint`
+    returns, names the newer checkpoints passed over: ``(seq, phase, why)``.
+    """
+
+    record: CheckpointRecord
+    checked: bool = False
+    problems: tuple[str, ...] = ()
+    skipped: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        return self.checked and not self.problems
+
+    # the record's fields, for convenience
+    @property
+    def seq(self) -> int:
+        return self.record.seq
+
+    @property
+    def ts(self) -> str:
+        return self.record.ts
+
+    @property
+    def phase(self) -> str:
+        return self.record.phase
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def evidence(self) -> tuple[Mapping[str, Any], ...]:
+        return self.record.evidence
+
+    @property
+    def revision(self) -> str | None:
+        return self.record.revision
+
+    @property
+    def changed_files(self) -> tuple[str, ...]:
+        return self.record.changed_files
+
+    @property
+    def note(self) -> str | None:
+        return self.record.note
+
+    @property
+    def turn(self) -> str | None:
+        return self.record.turn
+
+    @property
+    def call(self) -> str | None:
+        return self.record.call
+
+
+def _opt_text(value: object, label: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"checkpoint {label} must be a string or None, not {type(value).__name__}")
+    return value
+
+
+def _evidence_ref(task: Task, item: object, i: int) -> dict[str, Any]:
+    """One evidence item as the ref the checkpoint records; refuses what is not stored."""
+    from .effects import _store
+
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return _store(task, bytes(item))
+    if isinstance(item, Ref):
+        ref: dict[str, Any] = dict(item.to_json())
+    elif isinstance(item, str):
+        if not is_digest(item):
+            raise UsageError(f"evidence {i}: {item!r} is not a digest ('blake3:' and 64 lowercase hex digits)")
+        return {"digest": item, "size": task.ledger.artifacts.size_of(item)}
+    elif isinstance(item, Mapping):
+        try:
+            base = Ref.from_json(item)
+        except ArtifactError as exc:
+            raise UsageError(f"evidence {i}: not an artifact ref ({exc})") from exc
+        ref = dict(base.to_json())
+        if any(k in item for k in _INLINE_KEYS):  # bytes carried inline: checked, and kept with the checkpoint
+            inline_bytes(item)
+            ref.update({k: item[k] for k in _INLINE_KEYS if k in item})
+            return ref
+    else:
+        raise UsageError(
+            f"evidence {i}: give bytes, a Ref, a ref mapping or a digest string, not {type(item).__name__}"
+        )
+    if not task.ledger.artifacts.exists(ref["digest"]):
+        raise ArtifactMissing(ref["digest"], f"evidence {i} of a checkpoint")
+    return ref
+
+
+def record_checkpoint(
+    task: Task,
+    phase: str,
+    *,
+    evidence: Iterable[Evidence] = (),
+    status: str = "accepted",
+    revision: str | None = None,
+    changed_files: Sequence[str] = (),
+    note: str | None = None,
+    by: str | None = None,
+    turn: str | None = None,
+    call: str | None = None,
+    _refs: Sequence[Mapping[str, Any]] | None = None,
+) -> Event:
+    """Append ``task.checkpoint``; durable on return, its evidence bytes durable before it.
+
+    ``evidence``: bytes (stored now: inline in the event when small, else a blob), a
+    :class:`~intentlog.Ref`, a ref mapping (a ``CallState.response``, say) or a digest
+    string naming bytes already stored -- anything not stored raises
+    :class:`~intentlog.errors.ArtifactMissing` and writes nothing. ``status`` is free
+    text; ``failed`` and ``rejected`` mean a verifier refused the work (the task pauses for
+    review). ``revision`` (a git commit, say) and ``changed_files`` (paths) describe the
+    workspace at the checkpoint; record the files themselves as evidence to keep their
+    bytes. ``turn`` and ``call`` name the session turn (or call) this checkpoint accepts.
+    """
+    if not isinstance(phase, str) or not phase:
+        raise UsageError(f"a checkpoint needs a phase name (a non-empty string), not {phase!r}")
+    if not isinstance(status, str) or not status:
+        raise UsageError(f"a checkpoint status must be a non-empty string, not {status!r}")
+    if isinstance(changed_files, str) or not all(isinstance(f, str) for f in changed_files):
+        raise UsageError("changed_files must be a list of paths (strings)")
+    if isinstance(evidence, (str, bytes, Mapping)):
+        raise UsageError("evidence must be a list of items (bytes, refs or digests), not a single one")
+    data: dict[str, Any] = {
+        "phase": phase,
+        "status": status,
+        "revision": _opt_text(revision, "revision"),
+        "changed_files": list(changed_files),
+        "note": _opt_text(note, "note"),
+        "by": _opt_text(by, "by"),
+    }
+    if turn is not None:
+        data["turn"] = _opt_text(turn, "turn")
+    if call is not None:
+        data["call"] = _opt_text(call, "call")
+    if _refs is not None:  # refs the caller knows are in this stream (a session's observed response)
+        data["evidence"] = [dict(r) for r in _refs]
+    else:
+        data["evidence"] = [_evidence_ref(task, e, i) for i, e in enumerate(evidence)]
+    return task._append("task.checkpoint", data)
+
+
+def _inline_index(task: Task, wanted: set[str]) -> dict[str, Mapping[str, Any]]:
+    """For each wanted digest, a ref carrying its bytes inline somewhere in this task's stream."""
+    found: dict[str, Mapping[str, Any]] = {}
+    if not wanted:
+        return found
+    for ev in task.events():
+        stack: list[Any] = [ev.data]
+        while stack:
+            v = stack.pop()
+            if type(v) is dict:
+                d = v.get("digest")
+                if d in wanted and d not in found and any(k in v for k in _INLINE_KEYS):
+                    found[d] = v
+                stack.extend(v.values())
+            elif type(v) is list:
+                stack.extend(v)
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def _check(task: Task, ref: Mapping[str, Any], index: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why ``ref``'s bytes do not verify, or None when they are present and hash to its digest."""
+    digest, size = ref.get("digest"), ref.get("size")
+    if not is_digest(digest) or type(size) is not int:
+        return f"evidence {ref!r} is not an artifact ref"
+    try:
+        data = inline_bytes(ref)
+        if data is None and digest in index:
+            data = inline_bytes(index[str(digest)])
+        if data is None:
+            data = task.ledger.artifacts.get(str(digest))
+    except IntentlogError as exc:
+        return str(exc)
+    if len(data) != size:
+        return f"{digest}: the ref says {size} bytes, the stored bytes are {len(data)}"
+    return None
+
+
+def checkpoints(task: Task, *, verify: bool = True) -> list[Checkpoint]:
+    """Every checkpoint of the task, oldest first; with ``verify``, each one's evidence checked. Takes no lock."""
+    records = [checkpoint_record(ev) for ev in task.events() if ev.kind == "task.checkpoint"]
+    if not verify:
+        return [Checkpoint(r) for r in records]
+    wanted = {
+        str(e.get("digest"))
+        for r in records
+        for e in r.evidence
+        if not any(k in e for k in _INLINE_KEYS) and is_digest(e.get("digest"))
+    }
+    index = _inline_index(task, wanted)
+    out = []
+    for r in records:
+        problems = tuple(p for p in (_check(task, e, index) for e in r.evidence) if p is not None)
+        out.append(Checkpoint(r, checked=True, problems=problems))
+    return out
+
+
+def latest_checkpoint(task: Task, *, verified: bool = True, phase: str | None = None) -> Checkpoint | None:
+    """The newest checkpoint (of ``phase``, when given) whose evidence all verifies; None if there is none.
+
+    With ``verified=False``, the newest checkpoint whatever its evidence. The checkpoint
+    returned lists in ``skipped`` the newer ones passed over and why, so a script can say
+    it continues from an older phase because a newer one's evidence is gone or corrupt.
+    """
+    found = [c for c in checkpoints(task, verify=verified) if phase is None or c.phase == phase]
+    skipped: list[tuple[int, str, str]] = []
+    for c in reversed(found):
+        if not verified or not c.problems:
+            return Checkpoint(c.record, c.checked, c.problems, tuple(skipped))
+        skipped.append((c.seq, c.phase, "; ".join(c.problems)))
+    return None

@@ -1,0 +1,210 @@
+"""Fork: a new task that reuses another's record up to a call, so the script can run again from there.
+
+``fork_task(ledger, "review", "call-3", "review.v2")`` writes a new stream:
+
+* line 0: its own ``task.created``;
+* lines 1..N: byte-for-byte copies of the original's events 1..N -- the events before
+  the first event of the call's key (every call of that key goes, so a resumed call's
+  chain is dropped whole) -- with the same ``seq``, ``kind``, ``ts`` and ``data`` bytes;
+  only ``prev`` differs, re-chained from the new line 0;
+* line N+1: ``task.forked {from_task, from_call, key, upto_seq: N, from_head, from_stream,
+  note}``, where ``from_head`` is the digest of the original's line N -- so an auditor can
+  check the copied prefix against the original (:func:`check_fork`).
+
+The new stream is written to a temp file, fsynced and linked into ``tasks/`` in one
+step: it exists whole or not at all, and an existing task is never overwritten. The
+original is only read (no lock), so it stays byte-identical. Artifact refs stay valid:
+the store is shared and inline payloads are copied with their events. Running the script
+against the new task then replays the copied calls from the record and runs the forked
+call -- with changed input, if the script changed it -- as a new call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from ._digest import digest_bytes
+from ._fsutil import makedirs_durable, publish_chunks
+from .errors import CorruptStream, IntentlogError, UnknownCall, UsageError
+from .eventlog.canonical import dumps
+from .eventlog.format import (
+    FORMAT,
+    TASK_CREATED,
+    LineError,
+    check_task_id,
+    encode_line,
+    new_stream_id,
+    parse_line,
+    utc_now,
+)
+from .eventlog.reader import iter_lines
+from .projections.workstate import WorkStateFold
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+    from .task import Task
+
+__all__ = ["check_fork", "fork_task"]
+
+_DATA_START: Final = b'{"data":'
+_KIND_MARK: Final = b',"kind":'
+
+
+def _data_bytes(line: bytes) -> bytes:
+    """The exact ``data`` JSON of a canonical line (keys are sorted: data first, kind right after it)."""
+    end = line.rindex(_KIND_MARK)  # kind, prev, seq and ts after it never contain the mark
+    return line[len(_DATA_START) : end]
+
+
+def _lines(path: Any) -> Iterator[tuple[bytes, Any]]:
+    """Every trusted line with its parsed event; a bad line in the middle raises."""
+    prev: str | None = None
+    for seq, (_offset, line) in enumerate(iter_lines(path)):
+        if not line.endswith(b"\n"):
+            return  # an append that never returned: not part of the record
+        try:
+            ev = parse_line(line, seq, prev)
+        except LineError as exc:
+            raise CorruptStream(str(path), seq + 1, exc.reason) from None
+        prev = ev.digest
+        yield line, ev
+
+
+def _cut(task: Task, from_call: str) -> tuple[int, str]:
+    """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), and the key."""
+    fold = WorkStateFold(task.id)
+    for ev in task.events():
+        fold.apply(ev)
+    ws = fold.result()
+    if from_call in ws.calls:
+        key = ws.calls[from_call].key
+    elif from_call in ws.keys:
+        key = from_call
+    else:
+        raise UnknownCall(task.id, from_call)
+    return min(c.first_seq for c in ws.calls.values() if c.key == key), key
+
+
+def _default_id(ledger: Ledger, task_id: str) -> str:
+    n = 1
+    while True:
+        candidate = f"{task_id}.fork-{n}"
+        check_task_id(candidate)
+        if not ledger.stream_path(candidate).exists():
+            return candidate
+        n += 1
+
+
+def fork_task(
+    ledger: Ledger, task_id: str, from_call: str, new_id: str | None = None, *, note: str | None = None
+) -> Task:
+    """Start task ``new_id`` (default ``<task>.fork-<n>``) from ``task_id``'s record before ``from_call``.
+
+    ``from_call`` is a call id (``call-3``) or a key (``turn-3``); the copy stops before
+    the first event of that key. Returns the new task's handle. Raises
+    :class:`UnknownCall` for a call or key the task does not have, :class:`UsageError`
+    when the task does not exist or ``new_id`` does; writes nothing then.
+    """
+    check_task_id(task_id)
+    if note is not None and not isinstance(note, str):
+        raise UsageError(f"note must be a string, not {type(note).__name__}")
+    src = ledger.task(task_id)
+    if not src.exists():
+        raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
+    target = check_task_id(new_id) if new_id is not None else _default_id(ledger, task_id)
+    if target == task_id:
+        raise UsageError("a fork needs a new task id, not the original's")
+    dest = ledger.stream_path(target)
+    if dest.exists():
+        raise UsageError(f"task {target!r} already exists in {ledger.root}; name another with --as")
+    cut, key = _cut(src, from_call)
+    upto = cut - 1
+    head: list[str] = []  # the original's line 0 stream id and the digest of line `upto`
+    stream: list[str] = []
+
+    def chunks() -> Iterator[bytes]:
+        created = encode_line(
+            TASK_CREATED, dumps({"format": FORMAT, "stream": new_stream_id(), "task": target}), None, 0, utc_now()
+        )
+        prev = digest_bytes(created)
+        yield created
+        for line, ev in _lines(src.path):
+            if ev.seq == 0:
+                stream.append(str(ev.data.get("stream")))
+            if ev.seq == upto:
+                head.append(ev.digest)
+            if ev.seq == 0:
+                continue
+            if ev.seq > upto:
+                break
+            copy = encode_line(ev.kind, _data_bytes(line), prev, ev.seq, ev.ts)
+            prev = digest_bytes(copy)
+            yield copy
+        if not head:  # pragma: no cover - the cut lies inside the trusted record read above
+            raise IntentlogError(f"{src.path}: the record ends before seq {upto}; cannot fork")
+        forked = {
+            "from_task": task_id,
+            "from_call": from_call,
+            "key": key,
+            "upto_seq": upto,
+            "from_head": head[0],
+            "from_stream": stream[0] if stream else "",
+            "note": note,
+        }
+        yield encode_line("task.forked", dumps(forked), prev, upto + 1, utc_now())
+
+    makedirs_durable(ledger.tmp_dir)
+    if not publish_chunks(chunks(), dest, tmp_dir=ledger.tmp_dir, mode=0o644):
+        raise UsageError(f"task {target!r} was created meanwhile in {ledger.root}; name another")
+    return ledger.task(target)
+
+
+def check_fork(ledger: Ledger, task_id: str) -> list[str]:
+    """What differs between a fork's copied prefix and its original; empty when they match.
+
+    Compares each copied event's ``seq``, ``kind``, ``ts`` and exact data bytes with the
+    original's, and ``from_head`` with the digest of the original's line ``upto_seq``.
+    Takes no lock and writes nothing.
+    """
+    task = ledger.task(task_id)
+    copied: list[tuple[bytes, Any]] = []
+    forked: dict[str, Any] | None = None
+    for line, ev in _lines(task.path):
+        if ev.kind == "task.forked":
+            forked = ev.data
+            break
+        if ev.seq > 0:
+            copied.append((line, ev))
+    if forked is None:
+        return [f"task {task_id!r} is not a fork (no task.forked)"]
+    problems: list[str] = []
+    origin = str(forked.get("from_task"))
+    upto = forked.get("upto_seq")
+    if len(copied) != upto:
+        problems.append(f"the fork copies {len(copied)} events but says upto_seq {upto}")
+    try:
+        src = ledger.task(origin)
+    except IntentlogError as exc:
+        return [*problems, f"the original {origin!r} cannot be named: {exc}"]
+    if not src.exists():
+        return [*problems, f"the original {origin!r} is not in this ledger"]
+    mine = iter(copied)
+    for line, ev in _lines(src.path):
+        if ev.seq == upto and ev.digest != forked.get("from_head"):
+            recorded = forked.get("from_head")
+            problems.append(f"the original's seq {upto} hashes to {ev.digest}, the fork recorded {recorded}")
+        if ev.seq == 0:
+            if ev.data.get("stream") != forked.get("from_stream"):
+                problems.append(f"the original's stream id is {ev.data.get('stream')!r}, not the one forked")
+            continue
+        if not isinstance(upto, int) or ev.seq > upto:
+            break
+        got = next(mine, None)
+        if got is None:
+            problems.append(f"the fork lacks the original's seq {ev.seq}")
+            break
+        cline, cev = got
+        if (cev.seq, cev.kind, cev.ts, _data_bytes(cline)) != (ev.seq, ev.kind, ev.ts, _data_bytes(line)):
+            problems.append(f"seq {ev.seq} differs from the original's ({ev.kind} vs the fork's {cev.kind})")
+    return problems

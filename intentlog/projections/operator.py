@@ -1,0 +1,312 @@
+"""The operator's records, folded: approvals, checkpoints, the task's verdict, its fork origin.
+
+A pure fold beside the work state (:mod:`intentlog.projections.workstate`): no clock, no
+I/O. The work state says what each *call* proves; this says what people and verifiers
+decided about the task:
+
+* **approvals** -- ``approval.requested {approval, question, binds}`` and
+  ``approval.decided {approval, decision, by, note, request_hash}``. A decision counts
+  only if it came after the approval's latest request and names the hash that request
+  binds (the bound call's manifest request hash, or a bound digest). It is *void* when the
+  binding changed after it (a new request re-binds the approval), or when the bound key's
+  latest call now records another request hash than the one approved.
+* **checkpoints** -- ``task.checkpoint {phase, evidence, status, ...}``, in order; the
+  latest one names the task's phase (their evidence is checked by
+  :mod:`intentlog.checkpoints`, which reads bytes).
+* **verdict** -- ``task.failed {reason, by}`` after the last ``task.accepted``: the task
+  was given up.
+* **fork** -- ``task.forked {from_task, from_call, upto_seq, from_head, from_stream}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
+
+from ..eventlog.format import Event
+from .workstate import WorkState
+
+__all__ = [
+    "APPROVED",
+    "FAILED_STATUSES",
+    "PENDING",
+    "REJECTED",
+    "VOID",
+    "ApprovalState",
+    "CheckpointRecord",
+    "OperatorFold",
+    "OperatorView",
+    "approval_states",
+    "checkpoint_record",
+]
+
+PENDING: Final = "pending"
+APPROVED: Final = "approved"
+REJECTED: Final = "rejected"
+VOID: Final = "void"
+
+#: Checkpoint statuses that mean a verifier refused the work: the task pauses for review.
+FAILED_STATUSES: Final = frozenset({"failed", "rejected"})
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalState:
+    """One approval as the record has it.
+
+    ``status``: ``pending`` (no decision for the current binding; ``voided`` counts the
+    decisions a re-request made void), ``approved``, ``rejected``, or ``void`` (the bound
+    key's call now records another request: ``void_reason`` says which; request the
+    approval again). ``binding`` is the hash a decision must name.
+    """
+
+    approval_id: str
+    question: str
+    binds: Mapping[str, Any]
+    binding: str | None
+    status: str
+    decision: str | None
+    by: str | None
+    note: str | None
+    requested_seq: int
+    requested_ts: str
+    decided_seq: int | None
+    decided_ts: str | None
+    voided: int
+    void_reason: str | None
+
+    @property
+    def approved(self) -> bool:
+        return self.status == APPROVED
+
+    @property
+    def decided(self) -> bool:
+        """True when a decision for exactly the current request is recorded (approved or rejected)."""
+        return self.status in (APPROVED, REJECTED)
+
+    @property
+    def awaiting(self) -> bool:
+        """True while a person still has to decide (pending, or void and to be requested again)."""
+        return self.status in (PENDING, VOID)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "approval": self.approval_id,
+            "question": self.question,
+            "binds": dict(self.binds),
+            "binding": self.binding,
+            "status": self.status,
+            "decision": self.decision,
+            "by": self.by,
+            "note": self.note,
+            "requested_seq": self.requested_seq,
+            "decided_seq": self.decided_seq,
+            "voided": self.voided,
+            "void_reason": self.void_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """One ``task.checkpoint`` as recorded (its evidence not yet checked)."""
+
+    seq: int
+    ts: str
+    phase: str
+    status: str
+    evidence: tuple[Mapping[str, Any], ...]
+    revision: str | None
+    changed_files: tuple[str, ...]
+    note: str | None
+    by: str | None
+    turn: str | None
+    call: str | None
+
+    @property
+    def failed(self) -> bool:
+        """A verifier refused the work at this checkpoint (status ``failed`` or ``rejected``)."""
+        return self.status in FAILED_STATUSES
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "phase": self.phase,
+            "status": self.status,
+            "evidence": [{k: v for k, v in e.items() if k in ("digest", "size", "media_type")} for e in self.evidence],
+            "revision": self.revision,
+            "changed_files": list(self.changed_files),
+            "note": self.note,
+            "by": self.by,
+            "turn": self.turn,
+            "call": self.call,
+        }
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if type(v) is str else None
+
+
+def checkpoint_record(ev: Event) -> CheckpointRecord:
+    """A :class:`CheckpointRecord` from a ``task.checkpoint`` event (fields of the wrong type read as absent)."""
+    d = ev.data
+    evidence = d.get("evidence")
+    changed = d.get("changed_files")
+    return CheckpointRecord(
+        seq=ev.seq,
+        ts=ev.ts,
+        phase=str(d.get("phase")),
+        status=str(d.get("status")),
+        evidence=tuple(MappingProxyType(e) for e in evidence if type(e) is dict) if type(evidence) is list else (),
+        revision=_opt_str(d.get("revision")),
+        changed_files=tuple(f for f in changed if type(f) is str) if type(changed) is list else (),
+        note=_opt_str(d.get("note")),
+        by=_opt_str(d.get("by")),
+        turn=_opt_str(d.get("turn")),
+        call=_opt_str(d.get("call")),
+    )
+
+
+@dataclass(slots=True)
+class _Approval:
+    aid: str
+    question: str
+    binds: dict[str, Any]
+    binding: str | None
+    seq: int
+    ts: str
+    decision: dict[str, Any] | None = None
+    decided_seq: int | None = None
+    decided_ts: str | None = None
+    voided: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorView:
+    """What the operator's records say about a task (see the module docstring)."""
+
+    approvals: Mapping[str, ApprovalState]
+    checkpoints: tuple[CheckpointRecord, ...]
+    failed: str | None  # the reason, when the task's latest verdict is task.failed
+    failed_by: str | None
+    forked: Mapping[str, Any] | None
+    phase: str | None  # the latest checkpoint's phase, else the latest event carrying a 'phase'
+
+    @property
+    def latest_checkpoint(self) -> CheckpointRecord | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    @property
+    def awaiting(self) -> tuple[ApprovalState, ...]:
+        """Approvals a person still has to decide, in the order they were requested."""
+        return tuple(a for a in self.approvals.values() if a.awaiting)
+
+
+@dataclass(slots=True)
+class OperatorFold:
+    """Feed events to :meth:`apply`; :meth:`result` with the task's work state gives the view."""
+
+    _approvals: dict[str, _Approval] = field(default_factory=dict)
+    _checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    _accepted: int = -1
+    _failed: tuple[int, str, str | None] | None = None
+    _forked: dict[str, Any] | None = None
+    _phase: str | None = None
+
+    def apply(self, ev: Event) -> None:
+        kind, d = ev.kind, ev.data
+        if kind == "task.checkpoint":
+            self._checkpoints.append(checkpoint_record(ev))
+        elif kind == "approval.requested":
+            self._on_requested(ev, d)
+        elif kind == "approval.decided":
+            self._on_decided(ev, d)
+        elif kind == "task.accepted":
+            self._accepted = ev.seq
+        elif kind == "task.failed":
+            self._failed = (ev.seq, str(d.get("reason")), _opt_str(d.get("by")))
+        elif kind == "task.forked":
+            self._forked = dict(d)
+        p = d.get("phase")
+        if type(p) is str and kind != "task.checkpoint":
+            self._phase = p
+
+    def _on_requested(self, ev: Event, d: dict[str, Any]) -> None:
+        aid = d.get("approval")
+        if type(aid) is not str:
+            return
+        binds = d.get("binds")
+        binds = binds if type(binds) is dict else {}
+        binding = binds.get("request_hash") if "call" in binds else binds.get("digest")
+        prior = self._approvals.get(aid)
+        a = _Approval(aid, str(d.get("question")), binds, _opt_str(binding), ev.seq, ev.ts)
+        if prior is not None:
+            a.voided = prior.voided + (1 if prior.decision is not None else 0)
+        self._approvals[aid] = a
+
+    def _on_decided(self, ev: Event, d: dict[str, Any]) -> None:
+        aid = d.get("approval")
+        a = self._approvals.get(aid) if type(aid) is str else None
+        if a is None or d.get("request_hash") != a.binding or a.decision is not None:
+            return  # a decision for nothing, for another request, or a second one: not counted (verify reports it)
+        a.decision = dict(d)
+        a.decided_seq = ev.seq
+        a.decided_ts = ev.ts
+
+    def result(self, ws: WorkState | None = None) -> OperatorView:
+        """The view; with ``ws``, approvals whose bound key now records another request are void."""
+        approvals = {aid: _approval_state(a, ws) for aid, a in self._approvals.items()}
+        failed = self._failed if self._failed is not None and self._failed[0] > self._accepted else None
+        phase = self._checkpoints[-1].phase if self._checkpoints else self._phase
+        return OperatorView(
+            approvals=MappingProxyType(approvals),
+            checkpoints=tuple(self._checkpoints),
+            failed=failed[1] if failed else None,
+            failed_by=failed[2] if failed else None,
+            forked=MappingProxyType(self._forked) if self._forked is not None else None,
+            phase=phase,
+        )
+
+
+def _approval_state(a: _Approval, ws: WorkState | None) -> ApprovalState:
+    void_reason: str | None = None
+    key = a.binds.get("key")
+    if ws is not None and "call" in a.binds and type(key) is str:
+        latest = ws.call_for_key(key)
+        if latest is not None and latest.request_hash is not None and latest.request_hash != a.binding:
+            void_reason = (
+                f"key {key!r} now records request {latest.request_hash} ({latest.call_id}), "
+                f"not the {a.binding} this approval binds"
+            )
+    d = a.decision
+    if void_reason is not None:
+        status = VOID
+    elif d is None:
+        status = PENDING
+    else:
+        status = APPROVED if d.get("decision") == "approve" else REJECTED
+    return ApprovalState(
+        approval_id=a.aid,
+        question=a.question,
+        binds=MappingProxyType(a.binds),
+        binding=a.binding,
+        status=status,
+        decision=_opt_str(d.get("decision")) if d else None,
+        by=_opt_str(d.get("by")) if d else None,
+        note=_opt_str(d.get("note")) if d else None,
+        requested_seq=a.seq,
+        requested_ts=a.ts,
+        decided_seq=a.decided_seq,
+        decided_ts=a.decided_ts,
+        voided=a.voided,
+        void_reason=void_reason,
+    )
+
+
+def approval_states(events: Iterable[Event], ws: WorkState | None = None) -> Mapping[str, ApprovalState]:
+    """Every approval of a task's events, by id. Pure."""
+    fold = OperatorFold()
+    for ev in events:
+        fold.apply(ev)
+    return fold.result(ws).approvals

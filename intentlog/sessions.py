@@ -1,0 +1,481 @@
+"""Sessions: a task whose calls are conversation turns, built on the effect protocol.
+
+``session = ledger.session("chat-42")`` wraps the task ``chat-42``. Each
+``session.turn(request, send)`` is one call of the effect protocol under the key
+``turn-<n>`` -- the turn's identity -- so everything the protocol guarantees holds for
+it: the intent is durable before the send, the raw answer before anything reads it, a
+re-run resumes instead of resending, an unknown effect is reconciled, never resent blind.
+
+**The request is hashed message by message.** When the request is a mapping holding a
+list under ``messages`` (the OpenAI and Anthropic shape; ``messages_field=`` names
+another), each message is canonicalised on its own (timestamp fields dropped at any
+depth, credentials redacted, keys sorted) and stored as its own artifact: inline in the
+turn's ``call.manifest`` (``messages``: a list of refs, in order) the first time it is
+recorded, and referred to by digest alone afterwards -- so a growing conversation
+records only its new messages. The call's canonical request is the request with its
+message list replaced by the messages' digests, so its hash covers every message's
+bytes. ``send`` always receives the request as given.
+
+**Identity and replay.** A ``Session`` numbers the turns asked through it 1, 2, 3 ...
+(or pass ``turn=n``). Asking a completed turn again with the same request returns the
+saved answer and sends nothing; the same turn with another request hash is refused
+(:class:`~intentlog.errors.ResumeRefused`, reason ``DRIFT``), as Stripe refuses an
+idempotency key reused with other parameters. Re-running the whole script therefore
+replays every completed turn from the record and continues at the first one that is not.
+
+**Acceptance.** A turn is *accepted* by a checkpoint naming it (``task.checkpoint
+{phase: "turn-<n>", turn, call, evidence: [the response], status: "accepted"}``) --
+the link from a turn to "the checkpoint that accepted it". By default ``turn`` records
+that checkpoint as soon as the turn completes; with ``accept=False`` a verifier decides
+later with :meth:`Session.accept` or :meth:`Session.reject`. :meth:`Session.history`
+returns the completed, accepted turns, for the next prompt; an incomplete or rejected
+turn stays in the record (:meth:`Session.turns`) but is left out.
+
+**Exact bytes.** The response is stored as the provider sent it and returned as the same
+bytes on every replay: quoted shell text, ``$`` and backticks, ``\\r\\n``, JSON escapes of
+lone surrogates, bytes that are not UTF-8. A ``send`` returning ``str`` with lone
+surrogates is recorded with the encoding that gives the very same ``str`` back
+(:attr:`Turn.text`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+from .artifacts import inline_bytes
+from .effects import DEFAULT_PROGRESS_INTERVAL, DRIFT, RetryPolicy, _bare, _Long, _run_effect, _store, decode_text
+from .errors import IntentlogError, ResumeRefused, UsageError
+from .eventlog.canonical import canonicalize
+from .projections.workstate import CallState, WorkStateFold
+
+if TYPE_CHECKING:
+    from .eventlog import Event
+    from .task import Task
+
+__all__ = ["TURN_PREFIX", "Session", "Turn"]
+
+TURN_PREFIX: Final = "turn-"
+_TURN_RE: Final = re.compile(r"turn-([1-9][0-9]{0,8})\Z")
+_JSON: Final = "application/json"
+
+
+@final
+class Turn:
+    """One turn of a session as the record has it: request messages, response, acceptance.
+
+    ``turn_id`` (``turn-<n>``) is the call's key; ``call_id`` its latest call. ``messages``
+    are the refs of the request's messages, in order. ``response`` is the exact bytes answered
+    (None until observed); ``result`` the interpreted value, if an interpreter ran.
+    ``accepted``: a checkpoint accepted it (``checkpoint``: that checkpoint's seq).
+    ``replayed``: returned from the record, nothing was sent by this call.
+    """
+
+    __slots__ = (
+        "_load",
+        "accepted",
+        "call_id",
+        "checkpoint",
+        "encoding",
+        "messages",
+        "number",
+        "replayed",
+        "request_hash",
+        "response",
+        "result",
+        "session",
+        "stage",
+        "turn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        session: str,
+        number: int,
+        state: CallState,
+        messages: tuple[Mapping[str, Any], ...],
+        response: bytes | None,
+        accepted: bool,
+        checkpoint: int | None,
+        replayed: bool,
+        load: Callable[[Mapping[str, Any]], bytes],
+    ) -> None:
+        self.session = session
+        self.number = number
+        self.turn_id = f"{TURN_PREFIX}{number}"
+        self.call_id = state.call_id
+        self.stage = state.stage
+        self.request_hash = state.request_hash
+        self.messages = messages
+        self.response = response
+        self.encoding = state.encoding
+        result = state.result
+        self.result: Any = result.get("value") if isinstance(result, dict) and "value" in result else None
+        self.accepted = accepted
+        self.checkpoint = checkpoint
+        self.replayed = replayed
+        self._load = load
+
+    def __repr__(self) -> str:
+        flag = "accepted" if self.accepted else self.stage
+        return f"<Turn {self.turn_id} of {self.session!r} ({self.call_id}, {flag})>"
+
+    @property
+    def key(self) -> str:
+        return self.turn_id
+
+    @property
+    def completed(self) -> bool:
+        return self.stage == "completed"
+
+    @property
+    def text(self) -> str | None:
+        """The response as text: the very ``str`` a text-returning ``send`` gave; bytes not UTF-8 decode with
+        ``surrogateescape`` (so ``text.encode("utf-8", "surrogateescape") == response``)."""
+        return decode_text(self.response, self.encoding) if self.response is not None else None
+
+    def message_bytes(self) -> list[bytes]:
+        """Each request message's canonical bytes, as recorded (timestamps dropped, credentials redacted)."""
+        return [self._load(ref) for ref in self.messages]
+
+    def message_values(self) -> list[Any]:
+        """Each request message, as the JSON value recorded (the canonical form of what was sent)."""
+        import orjson
+
+        return [orjson.loads(b) for b in self.message_bytes()]
+
+
+@final
+class Session:
+    """A task whose calls are conversation turns; get one with :meth:`intentlog.Ledger.session`.
+
+    ``messages_field`` names the request's list of messages; ``drop`` and ``redact`` are
+    the canonicalisation rules (as for :meth:`Task.effect`), applied to every message and
+    to the rest of the request. ``accept`` is the default for :meth:`turn`.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        messages_field: str = "messages",
+        drop: Iterable[str] | None = None,
+        redact: Any = None,
+        accept: bool = True,
+    ) -> None:
+        if not isinstance(messages_field, str) or not messages_field:
+            raise UsageError(f"messages_field must be a non-empty string, not {messages_field!r}")
+        self.task = task
+        self.messages_field = messages_field
+        self._drop = None if drop is None else tuple(drop)
+        self._redact = redact
+        self._accept = accept
+        self._asked = 0
+        self._known: dict[str, int] | None = None  # message digests recorded in this stream -> size
+        self._accepted: dict[str, int] | None = None  # calls accepted by a checkpoint -> its seq
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id!r}>"
+
+    # -- asking ----------------------------------------------------------------------
+
+    def _scan(self) -> tuple[dict[str, int], dict[str, int]]:
+        """What this stream already holds: message digests (for bare refs) and accepted calls."""
+        if self._known is None or self._accepted is None:
+            known: dict[str, int] = {}
+            accepted: dict[str, int] = {}
+            for ev in self.task.events():
+                if ev.kind == "call.manifest":
+                    for ref in _refs(ev.data.get("messages")):
+                        known[ref["digest"]] = ref["size"]
+                elif ev.kind == "task.checkpoint" and isinstance(ev.data.get("call"), str):
+                    if ev.data.get("status") == "accepted":
+                        accepted[ev.data["call"]] = ev.seq
+                    else:
+                        accepted.pop(ev.data["call"], None)
+            self._known, self._accepted = known, accepted
+        return self._known, self._accepted
+
+    def _split(self, value: Any) -> tuple[Any, list[dict[str, Any]] | None, dict[str, bytes]]:
+        """The envelope (messages replaced by digests), the message refs for the manifest, the bytes by digest."""
+        field = self.messages_field
+        if not isinstance(value, Mapping) or not isinstance(value.get(field), list):
+            return value, None, {}
+        known, _ = self._scan()
+        refs: list[dict[str, Any]] = []
+        digests: list[str] = []
+        payloads: dict[str, bytes] = {}
+        for i, message in enumerate(value[field]):
+            try:
+                c = canonicalize(message, drop=self._drop, redact=self._redact)
+            except IntentlogError as exc:
+                raise UsageError(f"message {i} of the request cannot be recorded: {exc}") from exc
+            digests.append(c.digest)
+            if c.digest in known or c.digest in payloads:  # recorded before (or twice in one request): by digest
+                refs.append({"digest": c.digest, "size": len(c.data), "media_type": _JSON})
+            else:
+                refs.append(_store(self.task, c.data, _JSON))  # inline when small, else a durable blob
+            payloads[c.digest] = c.data
+        envelope = {k: v for k, v in value.items() if k != field}
+        envelope[field] = digests
+        return envelope, refs, payloads
+
+    def turn(
+        self,
+        request: Any,
+        send: Callable[[Any], bytes | str],
+        *,
+        turn: int | None = None,
+        interpret: Callable[[bytes], Any] | None = None,
+        retry: RetryPolicy | None = None,
+        accept: bool | None = None,
+        name: str | None = None,
+        progress: Callable[[Any], None] | None = None,
+        inactivity_timeout: float | None = None,
+        max_duration: float | None = None,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    ) -> Turn:
+        """Ask one turn (``turn-<n>``), or replay it from the record; returns the :class:`Turn`.
+
+        ``request`` (a value, or a callable building it) is what ``send`` receives. A
+        completed turn asked with the same request returns its saved response and sends
+        nothing; another request under the same turn raises :class:`ResumeRefused`
+        (``DRIFT``) and appends nothing. Every other stage resumes as
+        :meth:`Task.effect` does (and raises what it raises: ``EffectUnknown`` for an
+        unknown effect, ``CallFailed``...). ``accept`` (default: the session's) records the
+        accepting checkpoint once the turn completes. Long turns: ``progress``,
+        ``inactivity_timeout``, ``max_duration`` as for :meth:`Call.run`.
+        """
+        n = self._asked + 1 if turn is None else turn
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"turn must be a positive integer, not {turn!r}")
+        self._asked = n
+        key = f"{TURN_PREFIX}{n}"
+        long = _Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        value: Any = None
+        refs: list[dict[str, Any]] | None = None
+        payloads: dict[str, bytes] = {}
+        build: Any
+        try:
+            value = request() if callable(request) else request
+            build, refs, payloads = self._split(value)
+        except Exception as exc:  # recorded as the turn's preparation failure, like any request that cannot be built
+            build = _raiser(exc)
+        sent = [False]
+
+        def send_turn(_envelope: Any) -> bytes | str:
+            sent[0] = True
+            return send(value)
+
+        try:
+            _run_effect(
+                self.task,
+                key,
+                build,
+                send_turn,
+                interpret=interpret,
+                retry=retry,
+                name=name or "turn",
+                drop=self._drop,
+                redact=self._redact,
+                long=long,
+                extra={"messages": refs} if refs is not None else None,
+            )
+        except ResumeRefused as exc:
+            if exc.reason != DRIFT:
+                raise
+            raise ResumeRefused(
+                call_id=exc.call_id,
+                key=key,
+                reason=DRIFT,
+                next_operation=exc.next_operation,
+                detail=f"{key} of session {self.id!r} is recorded with another request ({exc.detail}); the same "
+                "turn identity with a different request is refused: ask it as a new turn, or fork the session "
+                f"from it: intentlog fork {self.id} --from {key}",
+            ) from None
+        finally:
+            if refs is not None:
+                self._remember(key, build, refs)
+        st = self._state(key)
+        _, accepted = self._scan()
+        if (self._accept if accept is None else accept) and st.stage == "completed" and st.call_id not in accepted:
+            self._record_acceptance(st, "accepted", note="accepted on completion", by=None)
+        return self._turn(n, st, refs or [], payloads, replayed=not sent[0])
+
+    def _remember(self, key: str, envelope: Any, refs: list[dict[str, Any]]) -> None:
+        """Note the message digests the record now holds: only when the key's call records this very request."""
+        try:
+            want = canonicalize(envelope, drop=self._drop, redact=self._redact).digest
+            fold = self.task._live()
+        except IntentlogError:  # the run failed before recording anything (a busy task, say)
+            return
+        cid = fold.latest_call(key)
+        if cid is not None and fold.call_state(cid).request_hash == want:
+            known, _ = self._scan()
+            for ref in refs:
+                known[ref["digest"]] = ref["size"]
+
+    def _state(self, key: str) -> CallState:
+        fold = self.task._live()
+        cid = fold.latest_call(key)
+        if cid is None:  # pragma: no cover - _run_effect records the key or raises
+            raise IntentlogError(f"session {self.id!r}: {key} has no call in the record")
+        return fold.call_state(cid)
+
+    def _load_response(self, st: CallState) -> bytes | None:
+        ref = st.response
+        if ref is None:
+            return None
+        data = inline_bytes(ref)
+        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+
+    def _turn(
+        self, n: int, st: CallState, refs: list[dict[str, Any]], payloads: dict[str, bytes], *, replayed: bool
+    ) -> Turn:
+        _, accepted = self._scan()
+
+        def load(ref: Mapping[str, Any]) -> bytes:
+            got = payloads.get(str(ref.get("digest")))
+            return got if got is not None else self._load_ref(ref, {})
+
+        return Turn(
+            session=self.id,
+            number=n,
+            state=st,
+            messages=tuple(_bare(r) for r in refs),
+            response=self._load_response(st),
+            accepted=st.call_id in accepted,
+            checkpoint=accepted.get(st.call_id),
+            replayed=replayed,
+            load=load,
+        )
+
+    def _load_ref(self, ref: Mapping[str, Any], inline: Mapping[str, Mapping[str, Any]]) -> bytes:
+        data = inline_bytes(ref)
+        if data is None and str(ref.get("digest")) in inline:
+            data = inline_bytes(inline[str(ref.get("digest"))])
+        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+
+    # -- verifying ---------------------------------------------------------------------
+
+    def _record_acceptance(self, st: CallState, status: str, *, note: str | None, by: str | None) -> Event:
+        from .checkpoints import record_checkpoint
+
+        evidence = [_bare(st.response)] if st.response is not None else []
+        ev = record_checkpoint(
+            self.task, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
+        )
+        _, accepted = self._scan()
+        if status == "accepted":
+            accepted[st.call_id] = ev.seq
+        else:
+            accepted.pop(st.call_id, None)
+        return ev
+
+    def _resolve(self, turn: Turn | str | int) -> CallState:
+        key = turn.turn_id if isinstance(turn, Turn) else f"{TURN_PREFIX}{turn}" if isinstance(turn, int) else turn
+        if not isinstance(key, str) or _TURN_RE.match(key) is None:
+            raise UsageError(f"name a turn as a Turn, its number or 'turn-<n>', not {turn!r}")
+        fold = self.task._live()
+        cid = fold.latest_call(key)
+        if cid is None:
+            raise UsageError(f"session {self.id!r} has no {key}; see session.turns()")
+        st = fold.call_state(cid)
+        if st.stage != "completed":
+            raise UsageError(
+                f"{key} of session {self.id!r} is {st.stage.replace('_', ' ')}, not completed: only a completed "
+                "turn is accepted or rejected"
+            )
+        return st
+
+    def accept(self, turn: Turn | str | int, *, note: str | None = None, by: str | None = None) -> Event:
+        """Record the checkpoint that accepts a completed turn (its response as evidence); it enters history()."""
+        return self._record_acceptance(self._resolve(turn), "accepted", note=note, by=by)
+
+    def reject(self, turn: Turn | str | int, *, note: str | None = None, by: str | None = None) -> Event:
+        """Record a checkpoint refusing a completed turn (status ``rejected``): it leaves history() and the task
+        pauses for review until a later checkpoint."""
+        return self._record_acceptance(self._resolve(turn), "rejected", note=note, by=by)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def turns(self) -> list[Turn]:
+        """Every turn in the record, in turn order, incomplete ones included (for audit). Takes no lock."""
+        fold = WorkStateFold(self.id)
+        manifests: dict[str, list[dict[str, Any]]] = {}
+        inline: dict[str, Mapping[str, Any]] = {}
+        verdicts: dict[str, tuple[bool, int | None]] = {}
+        for ev in self.task.events():
+            fold.apply(ev)
+            d = ev.data
+            if ev.kind == "call.manifest" and isinstance(d.get("call"), str):
+                refs = _refs(d.get("messages"))
+                manifests[d["call"]] = refs
+                for r in refs:
+                    if "inline" in r or "inline_b64" in r:
+                        inline.setdefault(r["digest"], r)
+            elif ev.kind == "task.checkpoint" and isinstance(d.get("call"), str):
+                verdicts[d["call"]] = (d.get("status") == "accepted", ev.seq)
+        ws = fold.result()
+        out: list[Turn] = []
+        for key, cid in ws.keys.items():
+            m = _TURN_RE.match(key)
+            if m is None:
+                continue
+            st = ws.calls[cid]
+            refs = manifests.get(cid, [])
+            ok, seq = verdicts.get(cid, (False, None))
+
+            def load(ref: Mapping[str, Any], _inline: Mapping[str, Mapping[str, Any]] = inline) -> bytes:
+                return self._load_ref(ref, _inline)
+
+            out.append(
+                Turn(
+                    session=self.id,
+                    number=int(m.group(1)),
+                    state=st,
+                    messages=tuple(_bare(r) for r in refs),
+                    response=self._load_response(st),
+                    accepted=ok and st.stage == "completed",
+                    checkpoint=seq if ok else None,
+                    replayed=True,
+                    load=load,
+                )
+            )
+        out.sort(key=lambda t: t.number)
+        return out
+
+    def history(self) -> list[Turn]:
+        """The completed, accepted turns, in order: what the next prompt is built from.
+
+        A turn that did not complete (no answer, an unknown effect, a failure) or that a
+        verifier rejected stays in the record -- see :meth:`turns` -- but is left out.
+        """
+        return [t for t in self.turns() if t.completed and t.accepted]
+
+    def next_turn(self) -> int:
+        """The first turn number with nothing recorded: where a script that does not re-ask earlier turns goes on."""
+        numbers = [int(m.group(1)) for k in self.task.work_state().keys if (m := _TURN_RE.match(k)) is not None]
+        return max(numbers, default=0) + 1
+
+
+def _refs(value: object) -> list[dict[str, Any]]:
+    """The well-formed refs of a recorded list (a projection never trusts a field's shape)."""
+    if not isinstance(value, list):
+        return []
+    return [r for r in value if isinstance(r, dict) and isinstance(r.get("digest"), str) and type(r.get("size")) is int]
+
+
+def _raiser(exc: Exception) -> Callable[[], Any]:
+    """A request builder that fails as building the request did: the protocol records the failure."""
+
+    def build() -> Any:
+        raise exc
+
+    return build
