@@ -20,7 +20,7 @@ import click
 import orjson
 
 from ._text import format_table
-from .errors import IntentlogError
+from .errors import IntentlogError, InvalidDigest, InvalidTaskId, UsageError
 from .eventlog.format import Event
 from .ledger import DEFAULT_ROOT, Ledger, open_ledger
 
@@ -60,6 +60,10 @@ def handle_errors(f: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return f(*args, **kwargs)
+        except (InvalidTaskId, InvalidDigest, UsageError) as exc:
+            # a malformed id, digest or option value is a usage error, whichever command met it
+            click.echo(f"intentlog: error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
         except IntentlogError as exc:
             _fail(str(exc))
         except OSError as exc:
@@ -125,7 +129,20 @@ def tasks(c: _Ctx, as_json: bool) -> None:
     ledger = c.ledger()
     rows = []
     for tid in ledger.task_ids():
-        st = ledger.task(tid).status()
+        try:
+            st = ledger.task(tid).status()
+        except IntentlogError as exc:  # one unreadable task must not hide the others
+            rows.append(
+                {
+                    "task": tid,
+                    "events": 0,
+                    "last_activity": None,
+                    "state": f"unreadable: {exc}",
+                    "phase": None,
+                    "next_operation": "run 'intentlog verify'",
+                }
+            )
+            continue
         rows.append(
             {
                 "task": tid,

@@ -43,6 +43,12 @@ def stream_head(path: str | Path, task_id: str) -> StreamHead:
         if ev.seq == 0 and ev.kind == TASK_CREATED and isinstance(ev.data.get("stream"), str):
             stream_id = ev.data["stream"]
     p = scan.problem
+    if p is not None and p.suspect:
+        raise CorruptStream(
+            str(path),
+            p.line,
+            f"{p.reason}: a whole event that does not chain (the line before may be edited); not sealed",
+        )
     if p is not None and not p.torn:
         raise CorruptStream(str(path), p.line, f"{p.reason}, and event lines follow it; not sealed")
     if scan.last is None or scan.head is None or stream_id is None:

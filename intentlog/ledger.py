@@ -20,6 +20,7 @@ from ._fsutil import makedirs_durable, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, NotALedger
 from .eventlog import FORMAT, check_task_id
+from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
 from .task import Task
 
@@ -127,7 +128,8 @@ class Ledger:
             names = os.listdir(self.tasks_dir)
         except FileNotFoundError:
             return []
-        return sorted(n[: -len(".jsonl")] for n in names if n.endswith(".jsonl"))
+        ids = (n[: -len(".jsonl")] for n in names if n.endswith(".jsonl"))
+        return sorted(i for i in ids if _TASK_ID_RE.match(i))  # a stray file is verify's to report
 
     def stream_path(self, task_id: str) -> Path:
         return self.tasks_dir / f"{check_task_id(task_id)}.jsonl"

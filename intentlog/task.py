@@ -196,9 +196,11 @@ class Task:
     def events(self, *, since: int = 0) -> Iterator[Event]:
         """Every trusted event in order, streaming in constant memory; takes no lock.
 
-        Checks each line's parse, ``seq`` and ``prev`` as it goes. An incomplete last line
-        (an append that never returned) ends the iteration quietly; a complete line that
-        fails its checks raises :class:`~intentlog.errors.CorruptStream` naming the line.
+        Checks each line's parse, ``seq`` and ``prev`` as it goes. A torn tail (an append
+        that never returned, or garbage after the last whole event, which the next writer
+        quarantines) ends the iteration quietly; ``intentlog verify`` reports it. A whole
+        event line that fails to chain (suspect: the line before may be edited) or a bad
+        line followed by events raises :class:`~intentlog.errors.CorruptStream` naming it.
         """
         from .errors import CorruptStream
 
@@ -209,7 +211,7 @@ class Task:
             if ev.seq >= since:
                 yield ev
         p = scan.problem
-        if p is not None and not p.incomplete:
+        if p is not None and (p.suspect or not p.torn):
             raise CorruptStream(str(self.path), p.line, p.reason)
 
     def work_state(self) -> WorkState:

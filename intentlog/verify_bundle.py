@@ -478,6 +478,8 @@ class Graph:
         want = d["line"] - 1 if d["offset"] > 0 else 1
         if seq != want:
             self.bad(seq, kind, f"a repair from line {d['line']} belongs at seq {want}")
+        if d.get("suspect") is True:
+            self.bad(seq, kind, "quarantined a whole event line that did not chain: the line before it may be edited")
 
     def on_call_requested(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         cid, key = d["call"], d["key"]

@@ -108,12 +108,12 @@ def test_status_shows_phase_and_last_outcome(tmp_path: Path) -> None:
 
 
 def test_status_of_a_missing_task(tmp_path: Path) -> None:
-    """An unknown task is refused with one line; a malformed id too."""
+    """An unknown task is refused with one line (exit 1); a malformed id is a usage error (exit 2)."""
     run("init", root=tmp_path / "ev")
     r = run("status", "ghost", root=tmp_path / "ev")
     assert r.exit_code == 1 and "no task 'ghost'" in r.output
     r = run("status", "../etc", root=tmp_path / "ev")
-    assert r.exit_code == 1 and "invalid task id" in r.output
+    assert r.exit_code == 2 and "invalid task id" in r.output
 
 
 def test_log_filters(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_show_writes_artifact_bytes(tmp_path: Path) -> None:
     assert small is not None
     assert run("show", small["digest"], root=tmp_path / "ev").stdout_bytes == b"small response"
     r = run("show", "blake3:nothex", root=tmp_path / "ev")
-    assert r.exit_code == 1 and "invalid digest" in r.output
+    assert r.exit_code == 2 and "invalid digest" in r.output
 
 
 def test_reconcile_not_served_then_resume(tmp_path: Path) -> None:

@@ -298,6 +298,14 @@ def _on_stream_repaired(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterato
             "graph", f"says the bad region began at line {d['line']} (offset {d['offset']}), "
             f"so it belongs at seq {expected}, not {seq}"
         )
+    if d.get("suspect") is True:
+        # a crash leaves a torn or garbage tail, never a whole event that fails to chain:
+        # the line before it may have been edited (DESIGN §4 rule 4: reported loudly)
+        yield Finding(
+            "suspect_repair",
+            f"a whole event line that did not chain was quarantined to {d['quarantined'].get('file')}: "
+            f"the line before it (line {d['line'] - 1}) may have been edited; compare with a copy or git",
+        )
 
 
 # -- graph rules: calls --------------------------------------------------------------
