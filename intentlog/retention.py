@@ -1394,8 +1394,8 @@ def _delete_stream(ledger: Ledger, t: ExpiredTask, evac: set[str], evacuated: li
                         return f"copying inline bytes of {digest} that a kept task needs into objects/ failed ({exc})"
                     evacuated.append(digest)
         os.unlink(path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock_path)  # unlinked while held: filelock re-opens a lock file unlinked under a waiter
+        # the lock file stays: unlinking it while a writer waits on it would let a third
+        # process lock a fresh file of the same name, and two writers would hold "the" lock
         fsync_dir(ledger.tasks_dir)
         return None
     finally:
