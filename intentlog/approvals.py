@@ -152,6 +152,8 @@ def decide(
             raise UsageError(f"{label} must be a string, not {type(text).__name__}")
     if request_hash is not None and not is_digest(request_hash):
         raise UsageError(f"request_hash must be a digest ('blake3:' and 64 hex digits), not {request_hash!r}")
+    if not task.exists():  # a refusal must not create the task it refuses
+        raise UnknownApproval(task.id, approval_id)
     with task._mutex:
         fold = task._live()
         st = approval_states(task.events(), fold.result()).get(approval_id)

@@ -153,6 +153,10 @@ class Served:
 
     response: bytes | None = None
 
+    def __post_init__(self) -> None:
+        if self.response is not None and not isinstance(self.response, (bytes, bytearray)):
+            raise UsageError(f"Served(response=...) takes the response bytes, not {type(self.response).__name__}")
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -195,6 +199,24 @@ def _interpreter_id(fn: Callable[..., Any]) -> dict[str, Any]:
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
     version = getattr(fn, "version", None) or getattr(fn, "__version__", None)
     return {"name": name, "version": None if version is None else str(version)}
+
+
+def _check_rules(drop: Any, redact: Any) -> None:
+    for label, given in (("drop", drop), ("redact", redact)):
+        if isinstance(given, (str, bytes)):  # frozenset("ts") would be {"t", "s"}: refused before anything is written
+            raise UsageError(f"{label} takes a collection of key names, not the single string {given!r}")
+
+
+def _check_run_args(send: Any, interpret: Any, retry: Any, lookup: Any) -> None:
+    """Refuse misuse before anything is written: a half-run protocol is worse than none."""
+    if not callable(send) or (interpret is not None and not callable(interpret)):
+        raise UsageError("send (and interpret, when given) must be callables")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise UsageError(f"retry must be a RetryPolicy, not {type(retry).__name__}: e.g. RetryPolicy(max_attempts=3)")
+    if lookup is not None and not callable(lookup):
+        raise UsageError(
+            f"lookup must be a callable (key, call_id, attempt) -> Served | 'not_served' | None, not {lookup!r}"
+        )
 
 
 def _check_key(key: object) -> str:
@@ -280,18 +302,23 @@ def _build(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] |
     """Build and canonicalise the request; any failure is a preparation failure."""
     value = request() if callable(request) else request
     canonical = canonicalize(value, drop=drop, redact=redact)
+    secrets = secrets_of(value, drop=drop, redact=redact) if canonical.redacted else frozenset()
+    return _Intent(canonical, _check_inputs(inputs), value, secrets)
+
+
+def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozenset[str]:
+    """The values the redaction rule takes out of ``value``, to scrub them from error texts recorded later."""
     found: set[str] = set()
-    if canonical.redacted:  # the values taken out, to scrub them from any error text recorded later
-        drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
-        rule: RedactHook | frozenset[str]
-        if redact is None:
-            rule = DEFAULT_REDACT
-        elif callable(redact):
-            rule = redact
-        else:
-            rule = frozenset(k.lower() for k in redact)
-        _secret_strings(value, "$", drop_set, rule, found)
-    return _Intent(canonical, _check_inputs(inputs), value, frozenset(found))
+    drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
+    rule: RedactHook | frozenset[str]
+    if redact is None:
+        rule = DEFAULT_REDACT
+    elif callable(redact):
+        rule = redact
+    else:
+        rule = frozenset(k.lower() for k in redact)
+    _secret_strings(value, "$", drop_set, rule, found)
+    return frozenset(found)
 
 
 def _drift(state: CallState, intent: _Intent) -> str | None:
@@ -572,6 +599,7 @@ class Call:
         exception leaves the effect unknown and is re-raised as :class:`EffectUnknown`.
         Refusals (:class:`ResumeRefused`, :class:`EffectUnknown`) append nothing.
         """
+        _check_run_args(send, interpret, retry, lookup)
         long = _Long.of(progress, inactivity_timeout, max_duration, progress_interval)
         return self._run(send, interpret=interpret, retry=retry, lookup=lookup, long=long)
 
@@ -972,6 +1000,7 @@ def _prepare(
     drop: Iterable[str] | None = None,
     redact: Any = None,
     extra: Mapping[str, Any] | None = None,
+    secrets: frozenset[str] = frozenset(),
 ) -> Call:
     """:func:`prepare`, with ``extra`` manifest fields (a session turn's ``messages``: refs, not part of the hash).
 
@@ -980,6 +1009,7 @@ def _prepare(
     """
     _check_key(key)
     _check_name(name)
+    _check_rules(drop, redact)
     if extra and not set(extra) <= _EXTRA_FIELDS:  # pragma: no cover - internal callers only
         raise UsageError(f"extra manifest fields must be among {sorted(_EXTRA_FIELDS)}, not {sorted(extra)}")
     try:
@@ -987,8 +1017,8 @@ def _prepare(
         error = None
     except Exception as exc:  # building the request is user code: any failure is recorded
         intent, error = None, _error_text(exc)
-    if intent is not None and extra:
-        intent = _Intent(intent.canonical, intent.inputs, intent.request, intent.secrets, dict(extra))
+    if intent is not None and (extra or secrets):
+        intent = _Intent(intent.canonical, intent.inputs, intent.request, intent.secrets | secrets, dict(extra or {}))
     with task._mutex:  # threads sharing the handle must not take the same call id
         fold = task._live()
         existing = fold.latest_call(key)
@@ -1067,16 +1097,23 @@ def _run_effect(
     lookup: Callable[[str, str, int], Served | str | None] | None = None,
     long: _Long | None = None,
     extra: Mapping[str, Any] | None = None,
+    secrets: frozenset[str] = frozenset(),
 ) -> Any:
-    """:func:`effect` for the package's own callers (sessions), with ``extra`` manifest fields."""
+    """:func:`effect` for the package's own callers (sessions), with ``extra`` manifest fields.
+
+    ``secrets`` are further strings to scrub from recorded error texts (a session's
+    messages are hashed apart from the envelope, so their credentials are found there).
+    """
     _check_key(key)  # refused before the stream is opened (or created)
     _check_name(name)
-    if not callable(send) or (interpret is not None and not callable(interpret)):
-        raise UsageError("send (and interpret, when given) must be callables")
+    _check_run_args(send, interpret, retry, lookup)
+    _check_rules(drop, redact)
     held = ExitStack()
     held.enter_context(task.batch())
     try:
-        call = _prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact, extra=extra)
+        call = _prepare(
+            task, key, request, inputs=inputs, name=name, drop=drop, redact=redact, extra=extra, secrets=secrets
+        )
     except BaseException:
         held.close()
         raise
@@ -1120,6 +1157,8 @@ def _record_reconciliation(
 
 
 def _state_of(task: Task, call_id: str) -> CallState:
+    if not task.exists():  # a refusal must not create the task it refuses
+        raise UnknownCall(task.id, call_id)
     fold = task._live()
     try:
         return fold.call_state(call_id)
@@ -1229,11 +1268,13 @@ def compile_context(
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
             raise UsageError(f"offered item {item_id!r}: size must be a non-negative integer, not {size!r}")
         estimated = size is None
+        try:  # checked whether or not a size was given: the package holds the content
+            content_size = len(dumps(item.get("content")))
+        except IntentlogError as exc:
+            problems.append(f"item {item_id!r}: {exc}")
+            content_size = None
         if size is None:
-            try:
-                size = len(dumps(item.get("content")))
-            except IntentlogError as exc:
-                problems.append(f"item {item_id!r}: {exc}")
+            size = content_size
         inventory.append(
             {
                 "id": item_id,

@@ -345,9 +345,12 @@ class NotSent(IntentlogError):
 class ProviderFailure(IntentlogError):
     """Raised by a ``send`` function when the provider answered with a failure."""
 
-    def __init__(self, reason: str, *, body: bytes = b"", retryable: bool = False) -> None:
+    def __init__(self, reason: str, *, body: bytes | str | None = b"", retryable: bool = False) -> None:
         self.reason = reason
-        self.body = body
+        # the body is recorded as the attempt's observation: a str is kept as UTF-8, None as no bytes
+        if isinstance(body, str):
+            body = body.encode("utf-8", "surrogatepass")
+        self.body = bytes(body) if isinstance(body, (bytes, bytearray, memoryview)) else b""
         self.retryable = retryable
         super().__init__(reason)
 

@@ -83,7 +83,17 @@ def _cut(task: Task, from_call: str) -> tuple[int, str]:
         key = from_call
     else:
         raise UnknownCall(task.id, from_call)
-    return min(c.first_seq for c in ws.calls.values() if c.key == key), key
+    cut = min(c.first_seq for c in ws.calls.values() if c.key == key)
+    # a call of another key begun before the cut and continued after it would lose its
+    # attempts in the copy and look never sent: a re-run would pay again
+    spanning = sorted(c.call_id for c in ws.calls.values() if c.key != key and c.first_seq < cut <= c.last_seq)
+    if spanning:
+        raise UsageError(
+            f"cannot fork {task.id!r} before {from_call!r}: {', '.join(spanning)} began before it and went on "
+            "after it, so the copy would lose their attempts and a re-run would send them again; "
+            "fork from an earlier call"
+        )
+    return cut, key
 
 
 def _default_id(ledger: Ledger, task_id: str) -> str:

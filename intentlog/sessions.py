@@ -45,7 +45,17 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 from .artifacts import inline_bytes
-from .effects import DEFAULT_PROGRESS_INTERVAL, DRIFT, RetryPolicy, _bare, _Long, _run_effect, _store, decode_text
+from .effects import (
+    DEFAULT_PROGRESS_INTERVAL,
+    DRIFT,
+    RetryPolicy,
+    _bare,
+    _Long,
+    _run_effect,
+    _store,
+    decode_text,
+    secrets_of,
+)
 from .errors import IntentlogError, ResumeRefused, UsageError
 from .eventlog.canonical import canonicalize
 from .projections.workstate import CallState, WorkStateFold
@@ -175,6 +185,7 @@ class Session:
         self._asked = 0
         self._known: dict[str, int] | None = None  # message digests recorded in this stream -> size
         self._accepted: dict[str, int] | None = None  # calls accepted by a checkpoint -> its seq
+        self._judged: set[str] = set()  # calls any checkpoint accepted or rejected: never auto-accepted again
 
     @property
     def id(self) -> str:
@@ -195,6 +206,7 @@ class Session:
                     for ref in _refs(ev.data.get("messages")):
                         known[ref["digest"]] = ref["size"]
                 elif ev.kind == "task.checkpoint" and isinstance(ev.data.get("call"), str):
+                    self._judged.add(ev.data["call"])
                     if ev.data.get("status") == "accepted":
                         accepted[ev.data["call"]] = ev.seq
                     else:
@@ -262,9 +274,11 @@ class Session:
         refs: list[dict[str, Any]] | None = None
         payloads: dict[str, bytes] = {}
         build: Any
+        secrets: frozenset[str] = frozenset()
         try:
             value = request() if callable(request) else request
             build, refs, payloads = self._split(value)
+            secrets = secrets_of(value, drop=self._drop, redact=self._redact)
         except Exception as exc:  # recorded as the turn's preparation failure, like any request that cannot be built
             build = _raiser(exc)
         sent = [False]
@@ -286,6 +300,7 @@ class Session:
                 redact=self._redact,
                 long=long,
                 extra={"messages": refs} if refs is not None else None,
+                secrets=secrets,
             )
         except ResumeRefused as exc:
             if exc.reason != DRIFT:
@@ -303,8 +318,9 @@ class Session:
             if refs is not None:
                 self._remember(key, build, refs)
         st = self._state(key)
-        _, accepted = self._scan()
-        if (self._accept if accept is None else accept) and st.stage == "completed" and st.call_id not in accepted:
+        self._scan()
+        # a verdict already recorded (a reviewer's rejection included) is never overridden by a re-run
+        if (self._accept if accept is None else accept) and st.stage == "completed" and st.call_id not in self._judged:
             self._record_acceptance(st, "accepted", note="accepted on completion", by=None)
         return self._turn(n, st, refs or [], payloads, replayed=not sent[0])
 
@@ -372,6 +388,7 @@ class Session:
             self.task, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
         )
         _, accepted = self._scan()
+        self._judged.add(st.call_id)
         if status == "accepted":
             accepted[st.call_id] = ev.seq
         else:
@@ -382,6 +399,8 @@ class Session:
         key = turn.turn_id if isinstance(turn, Turn) else f"{TURN_PREFIX}{turn}" if isinstance(turn, int) else turn
         if not isinstance(key, str) or _TURN_RE.match(key) is None:
             raise UsageError(f"name a turn as a Turn, its number or 'turn-<n>', not {turn!r}")
+        if not self.task.exists():  # a refusal must not create the session it refuses
+            raise UsageError(f"session {self.id!r} has no {key}; see session.turns()")
         fold = self.task._live()
         cid = fold.latest_call(key)
         if cid is None:

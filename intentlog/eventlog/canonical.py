@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from .._digest import digest_bytes
-from ..errors import NotSerializable
+from ..errors import NotSerializable, UsageError
 
 __all__ = [
     "CANON_VERSION",
@@ -184,6 +184,9 @@ def canonicalize(
     a hook ``(path, key, value) -> bool``; matching values are replaced by ``"[REDACTED]"``
     before hashing, so credentials never reach the record. Raises :class:`NotSerializable`.
     """
+    for label, given in (("drop", drop), ("redact", redact)):
+        if isinstance(given, (str, bytes)):  # frozenset("ts") would be {"t", "s"}: a silent, wrong rule
+            raise UsageError(f"{label} takes a collection of key names, not the single string {given!r}")
     drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
     redact_rule: RedactHook | frozenset[str]
     if redact is None:

@@ -218,6 +218,13 @@ def _call_step(task_id: str, c: CallState) -> str:
             f"find out whether the provider served key {c.key!r}, then record it: "
             f"intentlog reconcile {task_id} {c.call_id} --served --evidence RESPONSE_FILE | --not-served"
         )
+    if op == OPERATOR_DECIDES and c.stage == "failed":
+        # the call is over; what is left to decide is the task's fate
+        return (
+            f"{c.call_id} (key {c.key!r}) failed ({c.reason or 'see intentlog log'}): give the task up with "
+            f"intentlog fail {task_id} --reason TEXT, or fork it before this call and re-run with changed "
+            f"input: intentlog fork {task_id} --from {c.call_id}"
+        )
     if op == OPERATOR_DECIDES:
         return (
             f"decide: intentlog fail {task_id} {c.call_id} --reason TEXT, or resend accepting the duplicate "
