@@ -201,8 +201,10 @@ def wait_for_approval(
     """
     _check_id(approval_id)
     for label, value in (("timeout", timeout), ("poll", poll)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise UsageError(f"{label} must be a non-negative number of seconds, not {value!r}")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf")
+        ):
+            raise UsageError(f"{label} must be a finite, non-negative number of seconds, not {value!r}")
     start = time.monotonic()
     st = approval(task, approval_id)
     if not st.decided:

@@ -46,6 +46,12 @@ DEFAULT_REDACT: frozenset[str] = frozenset(
         "client_secret",
         "cookie",
         "set-cookie",
+        "token",
+        "auth_token",
+        "x-auth-token",
+        "session_token",
+        "private_key",
+        "x-goog-api-key",
     }
 )
 REDACTED = "[REDACTED]"
