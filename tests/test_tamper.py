@@ -61,3 +61,16 @@ def test_a_stray_file_and_a_garbage_tail_do_not_hide_other_tasks(tmp_path: Path)
     assert CliRunner().invoke(main, ["--root", str(tmp_path / "ev"), "seal"]).exit_code == 0
     r = CliRunner().invoke(main, ["--root", str(tmp_path / "ev"), "status", "torn", "--json"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_quarantined_tail_without_its_record_is_reported(tmp_path: Path) -> None:
+    """A repair that crashed after moving the tail aside leaves quarantine/ bytes no event names: info, not silence."""
+    ledger = intentlog.open(tmp_path / "ev")
+    with ledger.task("a") as t:
+        t.append("note", {"n": 1})
+    (tmp_path / "ev" / "quarantine" / "a.0123456789abcdef0123456789abcdef.bin").write_bytes(b'{"half":')
+    report = verify_path(tmp_path / "ev")
+    assert report.ok
+    found = report.by_code("unrecorded_quarantine")
+    assert len(found) == 1 and found[0].severity == "info"
+    assert found[0].locator == "quarantine/a.0123456789abcdef0123456789abcdef.bin"

@@ -969,6 +969,26 @@ class _Checker:
                     f"recorded {q.digest} ({q.size} bytes); restore it from a copy or git", **at,
                 )
 
+    def check_unrecorded_quarantine(self) -> None:
+        """Files in quarantine/ that no stream.repaired names: worth knowing, never a failure."""
+        named = {_relative(q.file) for q in self.quarantined}
+        try:
+            names = sorted(os.listdir(self.root / "quarantine"))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            rel = f"quarantine/{name}"
+            if rel in named:
+                continue
+            if name.endswith(".corrupt"):
+                why = "an object the store found corrupt and moved aside (its good bytes were put back or are missing)"
+            else:
+                why = (
+                    "bytes moved aside by a repair whose stream.repaired was never written (a crash mid-repair), "
+                    "or from a stream since deleted"
+                )
+            self.add(INFO, "unrecorded_quarantine", f"{rel}: {why}; keep it as evidence", locator=rel)
+
     def check_captures(self) -> None:
         if not self.captures:
             return
@@ -1141,6 +1161,7 @@ def verify_path(
     checker.check_bare()
     if tasks is None:
         checker.check_orphans()
+        checker.check_unrecorded_quarantine()
     return VerifyReport(
         root=str(root_path),
         # errors first, then changed, then info; in the order found within each
