@@ -58,7 +58,7 @@ from .errors import (
     UnknownCall,
     UsageError,
 )
-from .eventlog.canonical import DEFAULT_DROP, DEFAULT_REDACT, REDACTED, Canonical, RedactHook, canonicalize, dumps
+from .eventlog.canonical import REDACTED, Canonical, RedactHook, canonicalize, dumps, resolve_rules
 from .projections.workstate import (
     FINALIZE,
     NONE,
@@ -202,9 +202,8 @@ def _interpreter_id(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _check_rules(drop: Any, redact: Any) -> None:
-    for label, given in (("drop", drop), ("redact", redact)):
-        if isinstance(given, (str, bytes)):  # frozenset("ts") would be {"t", "s"}: refused before anything is written
-            raise UsageError(f"{label} takes a collection of key names, not the single string {given!r}")
+    """Refuse a malformed drop/redact rule before anything is written."""
+    resolve_rules(drop, redact)
 
 
 def _check_run_args(send: Any, interpret: Any, retry: Any, lookup: Any) -> None:
@@ -309,14 +308,7 @@ def _build(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] |
 def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozenset[str]:
     """The values the redaction rule takes out of ``value``, to scrub them from error texts recorded later."""
     found: set[str] = set()
-    drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
-    rule: RedactHook | frozenset[str]
-    if redact is None:
-        rule = DEFAULT_REDACT
-    elif callable(redact):
-        rule = redact
-    else:
-        rule = frozenset(k.lower() for k in redact)
+    drop_set, rule = resolve_rules(drop, redact)
     _secret_strings(value, "$", drop_set, rule, found)
     return frozenset(found)
 

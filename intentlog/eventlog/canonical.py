@@ -27,6 +27,7 @@ __all__ = [
     "check_json",
     "dumps",
     "request_hash",
+    "resolve_rules",
 ]
 
 CANON_VERSION = "intentlog-canon/1"
@@ -177,6 +178,28 @@ def _transform(
     return value
 
 
+def resolve_rules(
+    drop: Iterable[str] | None, redact: Iterable[str] | RedactHook | None
+) -> tuple[frozenset[str], RedactHook | frozenset[str]]:
+    """The key names to drop and the redaction rule (names, lowercased, or a hook), defaults applied.
+
+    Raises :class:`UsageError` for a single string: ``frozenset("ts")`` would be
+    ``{"t", "s"}``, a silent and wrong rule.
+    """
+    for label, given in (("drop", drop), ("redact", redact)):
+        if isinstance(given, (str, bytes)):
+            raise UsageError(f"{label} takes a collection of key names, not the single string {given!r}")
+    drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
+    rule: RedactHook | frozenset[str]
+    if redact is None:
+        rule = DEFAULT_REDACT
+    elif callable(redact):
+        rule = redact
+    else:
+        rule = frozenset(k.lower() for k in redact)
+    return drop_set, rule
+
+
 def canonicalize(
     obj: Any,
     *,
@@ -190,17 +213,7 @@ def canonicalize(
     a hook ``(path, key, value) -> bool``; matching values are replaced by ``"[REDACTED]"``
     before hashing, so credentials never reach the record. Raises :class:`NotSerializable`.
     """
-    for label, given in (("drop", drop), ("redact", redact)):
-        if isinstance(given, (str, bytes)):  # frozenset("ts") would be {"t", "s"}: a silent, wrong rule
-            raise UsageError(f"{label} takes a collection of key names, not the single string {given!r}")
-    drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
-    redact_rule: RedactHook | frozenset[str]
-    if redact is None:
-        redact_rule = DEFAULT_REDACT
-    elif callable(redact):
-        redact_rule = redact
-    else:
-        redact_rule = frozenset(k.lower() for k in redact)
+    drop_set, redact_rule = resolve_rules(drop, redact)
     dropped: list[str] = []
     redacted: list[str] = []
     cleaned = _transform(obj, "$", drop_set, redact_rule, dropped, redacted)
