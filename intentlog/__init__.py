@@ -48,13 +48,13 @@ from .eventlog import CANON_VERSION, Event, canonicalize, request_hash
 from .ledger import Ledger
 from .ledger import open_ledger as open
 from .projections import CallState, CompilationState, WorkState, work_state
-from .projections.operator import ApprovalState
 from .task import Task
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .checkpoints import Checkpoint
+    from .projections.operator import ApprovalState
     from .effects import NO_RETRY, Call, Package, RetryPolicy, Served, heartbeat
     from .sessions import Session, Turn
 
@@ -69,6 +69,7 @@ _LAZY = {
     "Session": "sessions",
     "Turn": "sessions",
     "Checkpoint": "checkpoints",
+    "ApprovalState": "projections.operator",
 }
 
 
