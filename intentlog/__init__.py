@@ -54,8 +54,8 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .checkpoints import Checkpoint
-    from .projections.operator import ApprovalState
     from .effects import NO_RETRY, Call, Package, RetryPolicy, Served, heartbeat
+    from .projections.operator import ApprovalState
     from .sessions import Session, Turn
 
 # name -> the module that defines it, loaded on first use
