@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -813,10 +813,6 @@ def demo(directory: Path | None, as_json: bool) -> None:
     else:
         click.echo(render(result))
     sys.exit(EXIT_OK if result.ok else EXIT_PROBLEMS)
-
-
-def _iter_commands() -> Iterator[str]:
-    yield from main.commands
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ the canonicalisation so a manifest can say which one produced its hash.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,11 +229,3 @@ def request_hash(
 ) -> str:
     """The canonical hash of a request: ``"blake3:…"``, independent of key order and timestamps."""
     return canonicalize(obj, drop=drop, redact=redact).digest
-
-
-def loads_mapping(data: bytes) -> Mapping[str, Any]:
-    """Parse JSON bytes that must hold an object."""
-    value = orjson.loads(data)
-    if not isinstance(value, dict):
-        raise ValueError("not a JSON object")
-    return value

@@ -137,9 +137,6 @@ class Flavor:
                 self._classes[(core, asynchronous)] = cls
             return cls
 
-    def is_client(self, obj: object) -> bool:
-        return isinstance(obj, (self.lib.Client, self.lib.AsyncClient))
-
 
 def flavor(lib: str | ModuleType | None = None) -> Flavor:
     """The flavor for ``lib``: ``"httpx"`` (default), ``"httpx2"`` or one of those modules."""

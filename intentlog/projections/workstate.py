@@ -554,10 +554,6 @@ class WorkStateFold:
             n += 1
         return f"call-{n}"
 
-    @property
-    def call_count(self) -> int:
-        return len(self._calls)
-
     def result(self) -> WorkState:
         """The projection so far: a frozen :class:`WorkState` that later events do not change."""
         known = self._calls
