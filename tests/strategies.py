@@ -18,41 +18,16 @@ import orjson
 from blake3 import blake3
 from hypothesis import strategies as st
 
+from intentlog.eventlog.canonical import DEFAULT_DROP, DEFAULT_REDACT
+from intentlog.eventlog.format import RESERVED_PREFIXES
+
 # -- names ---------------------------------------------------------------------------
 
 DROP_NAMES = ("ts", "timestamp", "created_at", "updated_at")
 REDACT_NAMES = ("api_key", "authorization")
-RESERVED_PREFIXES = (
-    "task.",
-    "stream.",
-    "call.",
-    "attempt.",
-    "effect.",
-    "context.",
-    "artifact.",
-    "session.",
-    "approval.",
-)
-# every key the default canonicalisation drops or redacts (compared lowercased)
-_SPECIAL = {
-    "ts",
-    "timestamp",
-    "created_at",
-    "updated_at",
-    "api_key",
-    "apikey",
-    "api-key",
-    "x-api-key",
-    "authorization",
-    "proxy-authorization",
-    "password",
-    "secret",
-    "access_token",
-    "refresh_token",
-    "client_secret",
-    "cookie",
-    "set-cookie",
-}
+# every key the default canonicalisation drops or redacts (compared lowercased): taken from
+# the library so generated "plain" keys stay plain when the defaults grow
+_SPECIAL = DEFAULT_DROP | DEFAULT_REDACT
 
 TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
 DIGEST_RE = re.compile(r"blake3:[0-9a-f]{64}\Z")
