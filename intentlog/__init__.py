@@ -17,6 +17,8 @@ from .artifacts import ArtifactStore, Ref
 from .errors import (
     ApprovalConflict,
     ApprovalPending,
+    ApprovalRejected,
+    ApprovalVoid,
     ArtifactError,
     ArtifactMissing,
     CallFailed,
@@ -91,7 +93,9 @@ __all__ = [
     "NO_RETRY",
     "ApprovalConflict",
     "ApprovalPending",
+    "ApprovalRejected",
     "ApprovalState",
+    "ApprovalVoid",
     "ArtifactError",
     "ArtifactMissing",
     "ArtifactStore",

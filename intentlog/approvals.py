@@ -65,7 +65,7 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
         latest = fold.latest_call(st.key)  # a resumed call is bound through its key's latest call
         if latest is not None and latest != st.call_id:
             st = fold.call_state(latest)
-        if st.request_hash is None:
+        if st.request is None or st.request_hash is None:
             raise UsageError(
                 f"{st.call_id} (key {st.key!r}) has no manifest yet, so there is no request to approve; "
                 "prepare the call first (task.prepare) and bind the Call it returns"

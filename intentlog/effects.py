@@ -43,8 +43,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ._digest import is_digest
+import orjson
+
+from ._diff import first_difference
 from .artifacts.inline import INLINE_MAX, inline_bytes, inline_ref
 from .errors import (
+    ApprovalPending,
+    ApprovalRejected,
+    ApprovalVoid,
     CallFailed,
     EffectUnknown,
     IntentlogError,
@@ -183,7 +189,14 @@ def _bare(ref: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ref[k] for k in ("digest", "size", "media_type") if k in ref}
 
 
-def _load(task: Task, ref: Mapping[str, Any]) -> bytes:
+def _load(task: Task, ref: Any, what: str = "a recorded ref") -> bytes:
+    """The bytes of a recorded ref; a damaged ref is an :class:`IntentlogError` naming it, never a KeyError."""
+    if not isinstance(ref, Mapping) or not is_digest(ref.get("digest")):
+        raise IntentlogError(
+            f"{task.path}: {what} is not an artifact ref ({{'digest': 'blake3:...', 'size': N}}) but "
+            f"{str(ref)[:80]}: the record was damaged or edited; run 'intentlog verify' and restore the "
+            "stream from a copy"
+        )
     data = inline_bytes(ref)
     if data is not None:
         return data
@@ -313,17 +326,37 @@ def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozen
     return frozenset(found)
 
 
-def _drift(state: CallState, intent: _Intent) -> str | None:
-    """What differs between the recorded manifest and the rebuilt request, or None."""
-    if state.request_hash is None:
+def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
+    """What differs between the recorded intent and the rebuilt request, or None.
+
+    The hash (and input digests) come from the call's first event, ``call.requested``, so a
+    run that died before its manifest is checked too. With the manifest's stored request
+    bytes at hand, the message names the first differing path; before it, only the hashes.
+    """
+    if state.request_hash is None:  # a record older than hashes in call.requested, killed before its manifest
         return None
     if state.request_hash != intent.canonical.digest:
-        return f"the rebuilt request hashes to {intent.canonical.digest}, the manifest recorded {state.request_hash}"
+        hashes = f"the rebuilt request hashes to {intent.canonical.digest}, the record has {state.request_hash}"
+        where = _recorded_difference(task, state, intent)
+        if where is None:
+            return f"{hashes} (only its hash is recorded: the run stopped before its manifest)"
+        return f"the rebuilt request differs from the recorded one at {where} ({hashes})"
     if dict(state.inputs) != intent.inputs:
         recorded, now = dict(state.inputs), intent.inputs
         names = sorted(n for n in {*recorded, *now} if recorded.get(n) != now.get(n))
-        return f"the input digests differ from the manifest's for {', '.join(names)}"
+        return f"the input digests differ from the recorded ones for {', '.join(names)}"
     return None
+
+
+def _recorded_difference(task: Task, state: CallState, intent: _Intent) -> str | None:
+    """The first path where the manifest's stored request differs from the rebuilt one (None: not readable)."""
+    if state.request is None:
+        return None
+    try:
+        recorded = orjson.loads(_load(task, state.request))
+        return first_difference(recorded, orjson.loads(intent.canonical.data))
+    except (IntentlogError, orjson.JSONDecodeError, RecursionError):
+        return None
 
 
 def _refuse(state: CallState, reason: str, detail: str = "", next_operation: str | None = None) -> ResumeRefused:
@@ -614,6 +647,7 @@ class Call:
                     stage = st.stage
                     nxt = st.next_operation
                     if stage in ("requested", "manifest_recorded"):
+                        self._gate(st)
                         if not self._fresh:
                             self._resume(st)
                             continue
@@ -624,6 +658,7 @@ class Call:
                             self._release()
                             self._give_up(st, f"{st.attempts} attempts used, the policy allows {policy.max_attempts}")
                             continue
+                        self._gate(st)
                         self._attempt(st, send, interpret, policy, long)
                         continue
                     self._release()
@@ -651,6 +686,54 @@ class Call:
             self._release()
 
     # -- the steps -------------------------------------------------------------------
+
+    def _gate(self, st: CallState) -> None:
+        """Refuse to start an attempt unless every approval that bound this key approves its current request.
+
+        Pending raises :class:`ApprovalPending`, rejected :class:`ApprovalRejected` (who and
+        why), a decision on another request hash :class:`ApprovalVoid` (both hashes named).
+        Raised before anything is appended, so a refused call sends nothing.
+        """
+        task = self.task
+        fold = task._live()
+        bound = fold.approvals_of(self.key)
+        if not bound:
+            return
+        from .projections.operator import APPROVED, PENDING, REJECTED, approval_states
+
+        states = approval_states(task.events(), fold.result())
+        current = self._intent.canonical.digest
+        for aid in bound:
+            a = states[aid]
+            binds_key = a.binds.get("key")
+            if binds_key != self.key or a.binding != current:
+                what = f"key {binds_key!r}" if binds_key != self.key else "this key"
+                why = a.void_reason or (
+                    f"it now binds {what} with request {a.binding}, not this call's request {current}"
+                )
+                raise ApprovalVoid(
+                    call_id=st.call_id, key=self.key, approval_id=aid, binding=a.binding, request_hash=current, why=why
+                )
+            if a.status == REJECTED:
+                raise ApprovalRejected(
+                    call_id=st.call_id,
+                    key=self.key,
+                    approval_id=aid,
+                    decision=a.decision or "reject",
+                    by=a.by,
+                    note=a.note,
+                )
+            if a.status == PENDING:
+                raise ApprovalPending(task.id, aid, None)
+            if a.status != APPROVED:
+                raise ApprovalVoid(
+                    call_id=st.call_id,
+                    key=self.key,
+                    approval_id=aid,
+                    binding=a.binding,
+                    request_hash=current,
+                    why=a.void_reason or f"it is {a.status}",
+                )
 
     def _result(self, st: CallState) -> Any:
         result = st.result
@@ -934,11 +1017,18 @@ def _reversed_call_events(task: Task, st: CallState) -> list[Event]:
 def _append_intent(
     task: Task, call_id: str, key: str, intent: _Intent, *, name: str | None, resumes: str | None
 ) -> None:
-    requested: dict[str, Any] = {"call": call_id, "key": key, "name": name}
+    c = intent.canonical
+    # the hash and inputs ride in the first event: a run killed before the manifest is drift-checked too
+    requested: dict[str, Any] = {
+        "call": call_id,
+        "key": key,
+        "name": name,
+        "request_hash": c.digest,
+        "inputs": intent.inputs,
+    }
     if resumes is not None:
         requested["resumes"] = resumes
     task._append("call.requested", requested)
-    c = intent.canonical
     task._append(
         "call.manifest",
         {
@@ -1018,7 +1108,7 @@ def _prepare(
         if st is not None and st.stage != "preparation_failed":
             if intent is None:
                 raise _refuse(st, DRIFT, f"the request cannot be rebuilt ({error}), so it cannot be checked")
-            drift = _drift(st, intent)
+            drift = _drift(task, st, intent)
             if drift is not None:
                 nxt = "use a new key" if st.next_operation in (START_CALL, NONE) else st.next_operation
                 raise _refuse(st, DRIFT, f"{drift}; a changed request needs a new key", next_operation=nxt)

@@ -30,7 +30,9 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── ApprovalPending
     ├── RetryHandedBack
     ├── ResumeRefused
-    │   └── EffectUnknown
+    │   ├── EffectUnknown
+    │   ├── ApprovalRejected
+    │   └── ApprovalVoid
     ├── PreparationFailed
     │   └── RequiredContextMissing
     ├── CallFailed
@@ -45,6 +47,8 @@ from collections.abc import Sequence
 __all__ = [
     "ApprovalConflict",
     "ApprovalPending",
+    "ApprovalRejected",
+    "ApprovalVoid",
     "ArtifactError",
     "ArtifactMissing",
     "CallFailed",
@@ -241,14 +245,22 @@ class ApprovalConflict(IntentlogError):
 
 
 class ApprovalPending(IntentlogError):
-    """``wait_for_approval`` gave up: no decision was recorded in time. Running the script again waits again."""
+    """No decision is recorded for the approval's current request.
 
-    def __init__(self, task_id: str, approval_id: str, waited: float) -> None:
+    Raised by ``wait_for_approval`` after its timeout (``waited``: seconds), and by the effect
+    protocol (``waited`` None) when a call the approval binds would start an attempt.
+    Running the script again waits again.
+    """
+
+    def __init__(self, task_id: str, approval_id: str, waited: float | None) -> None:
         self.task_id = task_id
         self.approval_id = approval_id
         self.waited = waited
+        when = "not decided yet, so the call it binds does not start" if waited is None else (
+            f"still undecided after {waited:.1f} s"
+        )
         super().__init__(
-            f"approval {approval_id!r} of task {task_id!r} is still undecided after {waited:.1f} s; record a "
+            f"approval {approval_id!r} of task {task_id!r} is {when}; record a "
             f"decision with 'intentlog approve {task_id} {approval_id}' (or reject), then run the script again"
         )
 
@@ -296,6 +308,49 @@ class ResumeRefused(IntentlogError):
 
 class EffectUnknown(ResumeRefused):
     """An attempt started and nothing after it was recorded: the effect may have happened."""
+
+
+class ApprovalRejected(ResumeRefused):
+    """The approval bound to the call was rejected for its current request: no attempt starts, nothing is sent.
+
+    ``approval_id``, ``decision``, ``by`` and ``note`` say who refused and why.
+    """
+
+    def __init__(
+        self, *, call_id: str, key: str, approval_id: str, decision: str, by: str | None, note: str | None
+    ) -> None:
+        self.approval_id = approval_id
+        self.decision = decision
+        self.by = by
+        self.note = note
+        why = f" ({note})" if note else ""
+        super().__init__(
+            call_id=call_id,
+            key=key,
+            reason=f"approval {approval_id!r} was rejected by {by or 'someone'}{why}",
+            next_operation="operator decides",
+            detail="a rejected request is never sent; change the request (a new key) and request approval again, "
+            "or fail the call",
+        )
+
+
+class ApprovalVoid(ResumeRefused):
+    """The approval bound to the call decided on another request hash than the call's current one."""
+
+    def __init__(
+        self, *, call_id: str, key: str, approval_id: str, binding: str | None, request_hash: str, why: str
+    ) -> None:
+        self.approval_id = approval_id
+        self.binding = binding
+        self.request_hash = request_hash
+        super().__init__(
+            call_id=call_id,
+            key=key,
+            reason=f"approval {approval_id!r} is void for this request: {why}",
+            next_operation="request approval",
+            detail=f"the call's request hashes to {request_hash}; request the approval again for it "
+            "(task.request_approval) and have it decided before the call runs",
+        )
 
 
 class PreparationFailed(IntentlogError):

@@ -312,7 +312,10 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"locator": is_str, "digest": is_digest, "size": nat},
         {"producer": OPTIONAL_TEXT, "media_type": OPTIONAL_TEXT},
     ),
-    "call.requested": ({**CALL, "key": is_str}, {"name": OPTIONAL_TEXT, "resumes": is_str}),
+    "call.requested": (
+        {**CALL, "key": is_str},
+        {"name": OPTIONAL_TEXT, "resumes": is_str, "request_hash": is_digest, "inputs": values_of(is_digest)},
+    ),
     "call.manifest": (
         {
             **CALL,

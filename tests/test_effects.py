@@ -106,7 +106,13 @@ def test_a_new_key_appends_the_protocol_events_in_order(ledger: intentlog.Ledger
         "call.completed",
     ]
     d = [e["data"] for e in events]
-    assert d[1] == {"call": "call-1", "key": "k", "name": "review"}
+    assert d[1] == {
+        "call": "call-1",
+        "key": "k",
+        "name": "review",
+        "request_hash": intentlog.request_hash(req),
+        "inputs": {},
+    }
     assert d[2]["request_hash"] == intentlog.request_hash(req)
     assert d[2]["request"]["digest"] == d[2]["request_hash"]
     assert d[2]["inputs"] == {} and d[2]["canon"] == intentlog.CANON_VERSION
@@ -614,7 +620,14 @@ def test_a_prepared_call_is_resumed_as_a_new_linked_call(ledger: intentlog.Ledge
     assert task.effect("k", {"q": 1}, Provider(b"ok")) == b"ok"
     assert kinds(ledger)[3:6] == ["call.resumed", "call.requested", "call.manifest"]
     assert of_kind(ledger, "call.resumed") == [{"call": "call-1", "new_call": "call-2", "key": "k"}]
-    assert of_kind(ledger, "call.requested")[1] == {"call": "call-2", "key": "k", "name": "first", "resumes": "call-1"}
+    got = of_kind(ledger, "call.requested")[1]
+    assert {k: got[k] for k in ("call", "key", "name", "resumes")} == {
+        "call": "call-2",
+        "key": "k",
+        "name": "first",
+        "resumes": "call-1",
+    }
+    assert got["request_hash"] == of_kind(ledger, "call.manifest")[0]["request_hash"]
     ws = reopen(ledger).work_state()
     assert (ws.calls["call-1"].stage, ws.calls["call-1"].superseded_by) == ("superseded", "call-2")
     assert (ws.calls["call-2"].stage, ws.calls["call-2"].resumes) == ("completed", "call-1")

@@ -109,7 +109,12 @@ def test_the_states_win_in_order(ledger: intentlog.Ledger) -> None:
     """An unknown effect while an approval waits is 'awaiting approval'; a failed task is 'failed' whatever waits."""
     t = ledger.task("t")
     _approval(t)
-    _unknown(ledger.task("t"))
+
+    def dies(r: Any) -> bytes:
+        raise ConnectionResetError("reset mid-answer")
+
+    with pytest.raises(intentlog.EffectUnknown):  # another key: the approval gates the send of "k" itself
+        t.effect("k2", REQ, dies)
     ledger.close()
     assert task_status(StreamScan(t.path), task_id="t").state == "awaiting approval"
     t = intentlog.open(ledger.root).task("t")

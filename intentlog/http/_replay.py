@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import orjson
 
+from .._diff import first_difference
 from ..artifacts.inline import inline_bytes
 from ..errors import IntentlogError
 from ._flavor import Flavor
@@ -126,36 +127,6 @@ def index_record(events: Iterable[Event]) -> dict[str, _Recorded]:
     for rec in by_key.values():
         rec.tries = [t for t in rec.tries if t.kind != "skip"]
     return by_key
-
-
-def _short(value: Any) -> str:
-    text = orjson.dumps(value).decode() if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def first_difference(recorded: Any, now: Any, path: str = "$") -> str | None:
-    """Where two request envelopes first differ, as ``path: recorded X, now Y``."""
-    if isinstance(recorded, dict) and isinstance(now, dict):
-        for k in sorted({*recorded, *now}):
-            if k not in now:
-                return f"{path}.{k}: recorded {_short(recorded[k])}, now absent"
-            if k not in recorded:
-                return f"{path}.{k}: not recorded, now {_short(now[k])}"
-            found = first_difference(recorded[k], now[k], f"{path}.{k}")
-            if found:
-                return found
-        return None
-    if isinstance(recorded, list) and isinstance(now, list):
-        for i, (a, b) in enumerate(zip(recorded, now, strict=False)):
-            found = first_difference(a, b, f"{path}[{i}]")
-            if found:
-                return found
-        if len(recorded) != len(now):
-            return f"{path}: recorded {len(recorded)} items, now {len(now)}"
-        return None
-    if recorded != now or type(recorded) is not type(now):
-        return f"{path}: recorded {_short(recorded)}, now {_short(now)}"
-    return None
 
 
 @final

@@ -700,7 +700,13 @@ for _rule in (
         self_ref=True,
         locator="locator",
     ),
-    KindRule("call.requested", {**_CALL, "key": STR}, {"name": _OPT_STR, "resumes": STR}, graph=_on_requested),
+    KindRule(
+        "call.requested",
+        {**_CALL, "key": STR},
+        # the intent's hash and input digests from the first event on (equal to the manifest's)
+        {"name": _OPT_STR, "resumes": STR, "request_hash": DIGEST, "inputs": dict_of(DIGEST)},
+        graph=_on_requested,
+    ),
     KindRule(
         "call.manifest",
         {

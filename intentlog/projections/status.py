@@ -130,6 +130,17 @@ def _paused_call(ws: WorkState) -> CallState | None:
     return None
 
 
+def _rejected(ws: WorkState, ops: OperatorView | None) -> ApprovalState | None:
+    """A rejected approval binding an unresolved call: the protocol refuses to send it (never 'safe to start')."""
+    if ops is None:
+        return None
+    keys = {ws.calls[cid].key for cid in ws.unresolved if cid in ws.calls}
+    for a in ops.approvals.values():
+        if a.status == "rejected" and a.binds.get("key") in keys:
+            return a
+    return None
+
+
 def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, str | None]:
     if running:
         return RUNNING, "a live process holds the task's writer lock"
@@ -138,6 +149,11 @@ def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, s
     if ops is not None and ops.awaiting:
         a = ops.awaiting[0]
         return AWAITING_APPROVAL, f"approval {a.approval_id!r}: {a.question}"
+    r = _rejected(ws, ops)
+    if r is not None:
+        return PAUSED_FOR_REVIEW, f"approval {r.approval_id!r} rejected by {r.by or 'someone'}" + (
+            f": {r.note}" if r.note else ""
+        )
     c = _paused_call(ws)
     if c is not None:
         what = {"effect_unknown": "unknown effect", "failed": "call failed", "reconciled_served": "answer lost"}
@@ -188,6 +204,12 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
         return (
             f"decide: intentlog approve {task_id} {a.approval_id} --by NAME, or intentlog reject {task_id} "
             f"{a.approval_id} --by NAME --note WHY; then re-run the script (it resumes from the decision)"
+        )
+    r = _rejected(ws, ops)
+    if r is not None:
+        return (
+            f"nothing is sent: approval {r.approval_id!r} was rejected; change the request (a new key) and "
+            f"request approval again, or give up: intentlog fail {task_id} {r.binds.get('call')} --reason WHY"
         )
     if _paused_call(ws) is None:
         cp = ops.latest_checkpoint if ops is not None else None

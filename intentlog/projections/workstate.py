@@ -98,6 +98,9 @@ class CallState:
     since: str  # ts of the event that put the call in its stage
     interpreter: Mapping[str, Any] | None
     encoding: str | None = None  # how the observed response decodes back to the text send returned (if not UTF-8)
+    interpret_error: str | None = None  # the latest attempt's latest interpretation failed with this
+    reinterpretations: int = 0  # how many interpretations of stored bytes followed the first one
+    observation_pending: bool = False  # served evidence is recorded in effect.reconciled, its observation not yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,7 @@ class _Call:
         "completed",
         "encoding",
         "error",
+        "evidence",
         "failed",
         "first_seq",
         "flags",
@@ -222,6 +226,7 @@ class _Call:
         "outcome",
         "preparation_failed",
         "prior_effect",
+        "reinterpretations",
         "request",
         "request_hash",
         "response",
@@ -263,6 +268,8 @@ class _Call:
         self.interpreter: dict[str, Any] | None = None
         self.timeout: str | None = None  # why the latest attempt timed out
         self.encoding: str | None = None  # the latest observation's text encoding, when not plain
+        self.evidence: dict[str, Any] | None = None  # served evidence of the latest attempt's reconciliation
+        self.reinterpretations = 0
 
 
 @dataclass(slots=True)
@@ -292,6 +299,7 @@ class WorkStateFold:
         self._comps: dict[str, _Comp] = {}
         self._keys: dict[str, str] = {}
         self._reserved: set[str] = set()  # new call ids named by call.resumed, not yet requested
+        self._approval_keys: dict[str, list[str]] = {}  # key -> approvals that ever bound one of its calls
         self._events = 0
         self._last: Event | None = None
         self._last_completed = -1
@@ -322,7 +330,7 @@ class WorkStateFold:
             "task.checkpoint": _ignore,
             "task.failed": _ignore,
             "task.forked": _ignore,
-            "approval.requested": _ignore,
+            "approval.requested": self._on_approval_requested,
             "approval.decided": _ignore,
             "context.compilation_requested": self._on_comp_requested,
             "context.compiled": self._on_compiled,
@@ -383,14 +391,27 @@ class WorkStateFold:
             return
         name, resumes = d.get("name"), d.get("resumes")
         self._reserved.discard(cid)
-        self._calls[cid] = _Call(
+        c = _Call(
             cid,
             key,
             name if type(name) is str else None,
             ev,
             resumes if type(resumes) is str else None,
         )
+        # the intent's hash rides in the first event, so drift is refused before any manifest exists
+        request_hash, inputs = d.get("request_hash"), d.get("inputs")
+        c.request_hash = request_hash if type(request_hash) is str else None
+        c.inputs = inputs if type(inputs) is dict and inputs else None
+        self._calls[cid] = c
         self._keys[key] = cid
+
+    def _on_approval_requested(self, ev: Event, d: dict[str, Any]) -> None:
+        binds, aid = d.get("binds"), d.get("approval")
+        key = binds.get("key") if type(binds) is dict and "call" in binds else None
+        if type(key) is str and type(aid) is str:
+            bound = self._approval_keys.setdefault(key, [])
+            if aid not in bound:
+                bound.append(aid)
 
     def _on_manifest(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._call(ev, d)
@@ -422,7 +443,7 @@ class WorkStateFold:
         c = self._call(ev, d)
         if c is not None:
             c.completed = True
-            c.result = d.get("result")
+            c.result = d.get("result")  # a reinterpretation's completion follows the first: the latest counts
             self._last_completed = ev.seq
 
     def _on_failed(self, ev: Event, d: dict[str, Any]) -> None:
@@ -441,7 +462,8 @@ class WorkStateFold:
             c.prior_effect = _worse(c.prior_effect, _attempt_effect(c))
         c.n += 1
         c.flags = _STARTED
-        c.outcome = c.retry = c.error = c.interpret_error = c.timeout = None
+        c.outcome = c.retry = c.error = c.interpret_error = c.timeout = c.evidence = None
+        c.reinterpretations = 0
 
     def _on_not_sent(self, ev: Event, d: dict[str, Any]) -> None:
         a = self._attempt(ev, d)
@@ -469,6 +491,8 @@ class WorkStateFold:
         a = self._attempt(ev, d)
         if a is None:
             return
+        if a.flags & _INTERPRETED:
+            a.reinterpretations += 1
         a.flags |= _INTERPRETED
         error = d.get("error")
         a.interpret_error = None if error is None else str(error)
@@ -496,6 +520,8 @@ class WorkStateFold:
         if a is not None:
             a.flags |= _RECONCILED
             a.outcome = str(d.get("outcome"))
+            evidence = d.get("evidence")
+            a.evidence = evidence if a.outcome == "served" and type(evidence) is dict else None
 
     def _on_comp_requested(self, ev: Event, d: dict[str, Any]) -> None:
         cid = d.get("compilation")
@@ -541,6 +567,10 @@ class WorkStateFold:
 
     def latest_call(self, key: str) -> str | None:
         return self._keys.get(key)
+
+    def approvals_of(self, key: str) -> tuple[str, ...]:
+        """The approvals that ever bound a call of ``key``, in the order first requested."""
+        return tuple(self._approval_keys.get(key, ()))
 
     def pending_resume(self, cid: str) -> str | None:
         """The new call a ``call.resumed`` of ``cid`` named, if that call was never requested."""
@@ -665,6 +695,8 @@ def _ladder(c: _Call, known: Mapping[str, _Call]) -> _Rung:
         return "reconciled_not_served", START_NEXT_ATTEMPT, effect, False, None
     if a.outcome == "resend":
         return "risk_accepted", START_NEXT_ATTEMPT, effect, True, None
+    if a.outcome == "served" and a.evidence is not None:  # the observation naming the evidence is still to come
+        return "observed", REINTERPRET, effect, False, None
     if a.outcome == "served":
         lost = "served, but the response is lost: fail the call or resend accepting the duplicate risk"
         return "reconciled_served", OPERATOR_DECIDES, effect, False, lost
@@ -677,6 +709,7 @@ def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
     """The :class:`CallState` of one call record."""
     stage, nxt, effect, risk, reason = _ladder(c, known)
     inputs = c.inputs
+    pending = c.evidence is not None and not c.flags & _OBSERVED
     return CallState(
         call_id=c.call_id,
         key=c.key,
@@ -692,13 +725,16 @@ def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
         resumes=c.resumes,
         superseded_by=c.superseded_by if stage == "superseded" else None,
         result=c.result,
-        response=c.response,
+        response=c.evidence if pending else c.response,
         reason=reason,
         first_seq=c.first_seq,
         last_seq=c.last_seq,
         since=c.since,
         interpreter=c.interpreter,
         encoding=c.encoding,
+        interpret_error=c.interpret_error if c.flags & _INTERPRETED else None,
+        reinterpretations=c.reinterpretations,
+        observation_pending=pending,
     )
 
 
