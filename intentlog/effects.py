@@ -42,10 +42,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
-from ._digest import is_digest
 import orjson
 
 from ._diff import first_difference
+from ._digest import is_digest
 from .artifacts.inline import INLINE_MAX, inline_bytes, inline_ref
 from .errors import (
     ApprovalPending,
@@ -674,6 +674,8 @@ class Call:
                                 f"task.reconcile({st.call_id!r}, 'served' | 'not_served' | 'resend') "
                                 f"or 'intentlog reconcile {task.id} {st.call_id}'",
                             )
+                    elif nxt == REINTERPRET and st.observation_pending:
+                        self._observe_evidence(st)
                     elif nxt == REINTERPRET:
                         self._interpret(st, interpret, policy)
                     elif nxt in (FINALIZE, REDECIDE):
@@ -744,6 +746,17 @@ class Call:
                 raise IntentlogError(f"{st.call_id}: completed raw but no response is recorded")
             return _load(self.task, ref)
         return result.get("value") if isinstance(result, dict) else result
+
+    def _observe_evidence(self, st: CallState) -> None:
+        """Finish a reconciliation torn after ``effect.reconciled``: its evidence is in objects/, observe it."""
+        if st.response is None:  # pragma: no cover - observation_pending means evidence is recorded
+            raise IntentlogError(f"{st.call_id}: reconciled served without evidence")
+        _load(self.task, st.response, f"the evidence of {st.call_id}'s reconciliation")  # present and intact
+        self.task._append(
+            "attempt.observed",
+            {"call": st.call_id, "attempt": st.attempts, "response": _bare(st.response), "source": "reconciliation"},
+            sync=True,
+        )
 
     def _resume(self, st: CallState) -> None:
         """Drift was checked at prepare; link the old call to a new one and continue there."""
@@ -1216,8 +1229,10 @@ def _record_reconciliation(
     by: str | None,
     source: str,
 ) -> Event:
+    # the evidence goes to objects/ (durable) before the event naming it, whatever its size: a crash
+    # between effect.reconciled and its attempt.observed must not leave a 'served' without its bytes
+    ref = task.ledger.artifacts.put(evidence).to_json() if evidence is not None else None
     with task.batch():
-        ref = _store(task, evidence) if evidence is not None else None
         ev = task._append(
             "effect.reconciled",
             {

@@ -8,7 +8,8 @@
   chain is dropped whole) -- with the same ``seq``, ``kind``, ``ts`` and ``data`` bytes;
   only ``prev`` differs, re-chained from the new line 0;
 * line N+1: ``task.forked {from_task, from_call, key, upto_seq: N, from_head, from_stream,
-  note}``, where ``from_head`` is the digest of the original's line N -- so an auditor can
+  note}`` (with ``accept_risk: true, unknown: [calls]`` when the operator forked past an
+  unknown effect), where ``from_head`` is the digest of the original's line N -- so an auditor can
   check the copied prefix against the original (:func:`check_fork`).
 
 The new stream is written to a temp file, fsynced and linked into ``tasks/`` in one
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._digest import digest_bytes
 from ._fsutil import makedirs_durable, publish_chunks
-from .errors import CorruptStream, IntentlogError, UnknownCall, UsageError
+from .errors import CorruptStream, EffectUnknown, IntentlogError, UnknownCall, UsageError
 from .eventlog.canonical import dumps
 from .eventlog.format import (
     FORMAT,
@@ -39,7 +40,7 @@ from .eventlog.format import (
     utc_now,
 )
 from .eventlog.reader import iter_lines
-from .projections.workstate import WorkStateFold
+from .projections.workstate import RECONCILE_EFFECT, CallState, WorkStateFold
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -71,8 +72,9 @@ def _lines(path: Any) -> Iterator[tuple[bytes, Any]]:
         yield line, ev
 
 
-def _cut(task: Task, from_call: str) -> tuple[int, str]:
-    """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), and the key."""
+def _cut(task: Task, from_call: str) -> tuple[int, str, list[CallState]]:
+    """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), the key, and
+    the calls the copy drops whose effect is unknown (a re-run of the fork would send them again)."""
     fold = WorkStateFold(task.id)
     for ev in task.events():
         fold.apply(ev)
@@ -93,7 +95,8 @@ def _cut(task: Task, from_call: str) -> tuple[int, str]:
             "after it, so the copy would lose their attempts and a re-run would send them again; "
             "fork from an earlier call"
         )
-    return cut, key
+    unknown = [c for c in ws.calls.values() if c.first_seq >= cut and c.provider_effect == "unknown"]
+    return cut, key, unknown
 
 
 def _default_id(ledger: Ledger, task_id: str) -> str:
@@ -107,7 +110,13 @@ def _default_id(ledger: Ledger, task_id: str) -> str:
 
 
 def fork_task(
-    ledger: Ledger, task_id: str, from_call: str, new_id: str | None = None, *, note: str | None = None
+    ledger: Ledger,
+    task_id: str,
+    from_call: str,
+    new_id: str | None = None,
+    *,
+    note: str | None = None,
+    accept_risk: bool = False,
 ) -> Task:
     """Start task ``new_id`` (default ``<task>.fork-<n>``) from ``task_id``'s record before ``from_call``.
 
@@ -115,10 +124,18 @@ def fork_task(
     the first event of that key. Returns the new task's handle. Raises
     :class:`UnknownCall` for a call or key the task does not have, :class:`UsageError`
     when the task does not exist or ``new_id`` does; writes nothing then.
+
+    A fork never re-sends an unknown effect blind: when a call the copy leaves out (the
+    forked one, or any later one) has an attempt whose effect is unknown, running the
+    script on the fork would send it again, so :class:`EffectUnknown` is raised and
+    nothing is written -- reconcile it in the original first. ``accept_risk=True`` forks
+    anyway and records the risk in ``task.forked`` (``accept_risk: true, unknown: [calls]``).
     """
     check_task_id(task_id)
     if note is not None and not isinstance(note, str):
         raise UsageError(f"note must be a string, not {type(note).__name__}")
+    if not isinstance(accept_risk, bool):
+        raise UsageError(f"accept_risk must be True or False, not {accept_risk!r}")
     src = ledger.task(task_id)
     if not src.exists():
         raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
@@ -128,7 +145,19 @@ def fork_task(
     dest = ledger.stream_path(target)
     if dest.exists():
         raise UsageError(f"task {target!r} already exists in {ledger.root}; name another with --as")
-    cut, key = _cut(src, from_call)
+    cut, key, unknown = _cut(src, from_call)
+    if unknown and not accept_risk:
+        first = unknown[0]
+        names = ", ".join(f"{c.call_id} (key {c.key!r})" for c in unknown)
+        raise EffectUnknown(
+            call_id=first.call_id,
+            key=first.key,
+            reason=f"forking {task_id!r} before {from_call!r} drops {names}, whose effect is unknown, so running "
+            "the script on the fork would send it again",
+            next_operation=RECONCILE_EFFECT,
+            detail=f"reconcile it in the original first ('intentlog reconcile {task_id} {first.call_id}'), or fork "
+            "accepting the duplicate risk (accept_risk=True), which the new task records",
+        )
     upto = cut - 1
     head: list[str] = []  # the original's line 0 stream id and the digest of line `upto`
     stream: list[str] = []
@@ -162,6 +191,9 @@ def fork_task(
             "from_stream": stream[0] if stream else "",
             "note": note,
         }
+        if unknown:
+            forked["accept_risk"] = True
+            forked["unknown"] = [c.call_id for c in unknown]
         yield encode_line("task.forked", dumps(forked), prev, upto + 1, utc_now())
 
     makedirs_durable(ledger.tmp_dir)

@@ -116,11 +116,19 @@ class Ledger:
             self.task(session_id, wait=wait), messages_field=messages_field, drop=drop, redact=redact, accept=accept
         )
 
-    def fork(self, task_id: str, from_call: str, new_id: str | None = None, *, note: str | None = None) -> Task:
+    def fork(
+        self,
+        task_id: str,
+        from_call: str,
+        new_id: str | None = None,
+        *,
+        note: str | None = None,
+        accept_risk: bool = False,
+    ) -> Task:
         """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
         from .fork import fork_task
 
-        return fork_task(self, task_id, from_call, new_id, note=note)
+        return fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk)
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""

@@ -475,14 +475,16 @@ class Task:
 
     # -- fork and status -------------------------------------------------------------
 
-    def fork(self, from_call: str, new_id: str | None = None, *, note: str | None = None) -> Task:
+    def fork(
+        self, from_call: str, new_id: str | None = None, *, note: str | None = None, accept_risk: bool = False
+    ) -> Task:
         """A new task reusing this one's record before ``from_call`` (a call id or key); this one is untouched.
 
         See :func:`intentlog.fork.fork_task`.
         """
         from .fork import fork_task
 
-        return fork_task(self.ledger, self.id, from_call, new_id, note=note)
+        return fork_task(self.ledger, self.id, from_call, new_id, note=note, accept_risk=accept_risk)
 
     def writer_pid(self) -> int | None:
         """The pid of the live process holding this task's writer lock (this one included), or None.

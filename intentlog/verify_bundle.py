@@ -370,7 +370,12 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
             "from_head": maybe(is_digest),
             "from_stream": is_str,
         },
-        {"key": OPTIONAL_TEXT, "note": OPTIONAL_TEXT},
+        {
+            "key": OPTIONAL_TEXT,
+            "note": OPTIONAL_TEXT,
+            "accept_risk": lambda v: type(v) is bool,
+            "unknown": list_of(is_str),
+        },
     ),
     "approval.requested": ({"approval": is_str, "question": is_str, "binds": obj}, {}),
     "approval.decided": (

@@ -785,7 +785,7 @@ for _rule in (
     KindRule(
         "task.forked",
         {"from_task": STR, "from_call": STR, "upto_seq": NAT, "from_head": nullable(DIGEST), "from_stream": STR},
-        {"key": _OPT_STR, "note": _OPT_STR},
+        {"key": _OPT_STR, "note": _OPT_STR, "accept_risk": BOOL, "unknown": list_of(STR)},
         graph=_on_forked,
     ),
     KindRule(
