@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
@@ -58,6 +59,7 @@ from .errors import (
     NotSerializable,
     PreparationFailed,
     ProviderFailure,
+    ReinterpretFailed,
     RequiredContextMissing,
     ResumeRefused,
     RetryHandedBack,
@@ -96,6 +98,7 @@ __all__ = [
     "heartbeat",
     "prepare",
     "reconcile",
+    "reinterpret",
 ]
 
 DRIFT: Final = "DRIFT"
@@ -185,6 +188,29 @@ def _store(task: Task, data: bytes, media_type: str | None = None) -> dict[str, 
     return task.ledger.artifacts.put(data, media_type=media_type).to_json()
 
 
+def _keep_aside(task: Task, call_id: str, n: int, data: bytes) -> str | None:
+    """Write response bytes the store refused to ``tmp/`` or, failing that, the system's temp folder.
+
+    Returns the path of a durable copy (fsynced, its folder too), or None when no place took
+    them. The file is named ``unstored.<task>.<call>.<attempt>.<digest prefix>``; it is
+    evidence for a reconciliation, not part of the record.
+    """
+    import tempfile
+
+    from ._digest import digest_bytes
+    from ._fsutil import makedirs_durable, publish_bytes
+
+    name = f"unstored.{task.id}.{call_id}.{n}.{digest_bytes(data)[7:23]}"
+    for folder in (Path(task.ledger.tmp_dir), Path(tempfile.gettempdir()) / "intentlog-unstored"):
+        try:
+            makedirs_durable(folder)
+            publish_bytes(data, folder / name, tmp_dir=folder)
+        except OSError:
+            continue
+        return str(folder / name)
+    return None
+
+
 def _bare(ref: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ref[k] for k in ("digest", "size", "media_type") if k in ref}
 
@@ -201,6 +227,35 @@ def _load(task: Task, ref: Any, what: str = "a recorded ref") -> bytes:
     if data is not None:
         return data
     return task.ledger.artifacts.get(str(ref["digest"]))
+
+
+#: The longest error text recorded (characters); the rest is cut, with a note, so lines stay small.
+ERROR_TEXT_MAX: Final = 2000
+
+
+def _cap(text: str) -> str:
+    """``text`` cut to :data:`ERROR_TEXT_MAX` characters (after scrubbing, so no secret is cut in half)."""
+    if len(text) <= ERROR_TEXT_MAX:
+        return text
+    return f"{text[:ERROR_TEXT_MAX]}... ({len(text) - ERROR_TEXT_MAX} more characters not recorded)"
+
+
+def _value_record(task: Task, value: Any) -> dict[str, Any]:
+    """How a completion records an interpreted value: ``{"value": v}``, or ``{"value_ref": ref}`` when large.
+
+    Raises :class:`NotSerializable` (or RecursionError) for a value that is not exact JSON.
+    """
+    data = dumps(value)
+    if len(data) <= INLINE_MAX:
+        return {"value": value}
+    return {"value_ref": _bare(task.ledger.artifacts.put(data, media_type="application/json").to_json())}
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise IntentlogError(f"a stored result is not JSON ({exc}); run 'intentlog verify'") from exc
 
 
 def _error_text(exc: BaseException) -> str:
@@ -678,10 +733,13 @@ class Call:
                         self._observe_evidence(st)
                     elif nxt == REINTERPRET:
                         self._interpret(st, interpret, policy)
-                    elif nxt in (FINALIZE, REDECIDE):
-                        self._decide(st, policy)
-                    elif stage == "failed":
-                        raise CallFailed(st.call_id, st.key, st.reason or "failed")
+                    elif nxt in (FINALIZE, REDECIDE) or stage == "failed":
+                        if self._can_reinterpret(st, interpret):  # a newer interpreter, the same stored bytes
+                            self._reinterpret(st, interpret)  # type: ignore[arg-type]
+                        elif stage == "failed":
+                            raise CallFailed(st.call_id, st.key, st.reason or "failed")
+                        else:
+                            self._decide(st, policy)
                     else:
                         raise _refuse(st, f"the call is {stage}", st.reason or "")
         finally:
@@ -738,14 +796,7 @@ class Call:
                 )
 
     def _result(self, st: CallState) -> Any:
-        result = st.result
-        if isinstance(result, dict) and result.get("raw") is True:
-            # the observation's ref carries small bytes inline; the completion's names them
-            ref = st.response if st.response is not None else result.get("response")
-            if not isinstance(ref, Mapping):  # pragma: no cover - a completed raw call always observed
-                raise IntentlogError(f"{st.call_id}: completed raw but no response is recorded")
-            return _load(self.task, ref)
-        return result.get("value") if isinstance(result, dict) else result
+        return _result_of(self.task, st)
 
     def _observe_evidence(self, st: CallState) -> None:
         """Finish a reconciliation torn after ``effect.reconciled``: its evidence is in objects/, observe it."""
@@ -784,6 +835,32 @@ class Call:
         )
         exc.__cause__ = cause
         return exc
+
+    def _unstored(self, call_id: str, n: int, data: bytes, cause: BaseException) -> EffectUnknown:
+        """The response could not be stored: keep its bytes aside, then report the effect unknown, saying where."""
+        task = self.task
+        kept = _keep_aside(task, call_id, n, data)
+        text = f"the response ({len(data)} bytes) could not be stored: {_error_text(cause)}"
+        if kept is not None:
+            text += (
+                f"; its bytes are kept in {kept} (reconcile with them: intentlog reconcile {task.id} {call_id} "
+                f"--served --evidence {kept})"
+            )
+        else:
+            text += "; no copy of its bytes could be written anywhere: ask the provider for them"
+        try:
+            return self._errored(call_id, n, text, cause)
+        except (OSError, IntentlogError):  # the stream cannot take the event either: the record says unknown
+            exc = EffectUnknown(
+                call_id=call_id,
+                key=self.key,
+                reason=text,
+                next_operation=RECONCILE_EFFECT,
+                detail="the provider served the request but the ledger could not record its answer; free space, "
+                "then reconcile",
+            )
+            exc.__cause__ = cause
+            return exc
 
     def _attempt(
         self, st: CallState, send: Send, interpret: Interpret | None, policy: RetryPolicy, long: _Long
@@ -826,7 +903,10 @@ class Call:
         else:
             bad = TypeError(f"send must return bytes or str, not {type(raw).__name__}")
             raise self._errored(st.call_id, n, str(bad), bad) from bad
-        ref = _store(task, data)  # a blob is durable here, before the event that refers to it
+        try:
+            ref = _store(task, data)  # a blob is durable here, before the event that refers to it
+        except (OSError, IntentlogError) as exc:  # the disk filled after the send: keep the paid-for bytes
+            raise self._unstored(st.call_id, n, data, exc) from exc
         observed: dict[str, Any] = {"call": st.call_id, "attempt": n, "response": ref}
         if encoding is not None:  # text with lone surrogates: how to get the very same str back
             observed["encoding"] = encoding
@@ -920,37 +1000,36 @@ class Call:
                 {"call": st.call_id, "attempt": n, "result": {"raw": True, "response": _bare(st.response)}},
             )
             return
-        raw = _load(task, st.response)
-        ident = _interpreter_id(interpret)
-        error: str | None = None
+        raw = _load(task, st.response, f"the response of {st.call_id}")
         with task.batch():
-            try:
-                value = interpret(raw)
-            except Exception as exc:  # the interpreter is user code: its failure is recorded
-                error = _scrub(_error_text(exc), self._intent.secrets)
-            else:
-                try:  # a value that is not exact JSON is refused before anything is written
-                    task._append(
-                        "attempt.interpreted",
-                        {"call": st.call_id, "attempt": n, "interpreter": ident, "result": value},
-                    )
-                except NotSerializable as exc:
-                    error = f"the interpreter returned a value that is not JSON: {exc}"
+            error = self._record_interpretation(st, interpret, raw)
             if error is not None:
-                task._append(
-                    "attempt.interpreted",
-                    {"call": st.call_id, "attempt": n, "interpreter": ident, "error": error},
-                )
                 self._decide(self.state(), policy, error=error)
-                return
-            task._append("call.completed", {"call": st.call_id, "attempt": n, "result": {"value": value}})
+
+    def _record_interpretation(
+        self, st: CallState, interpret: Interpret, raw: bytes, *, reinterpretation: int | None = None
+    ) -> str | None:
+        return _record_interpretation(
+            self.task, st, interpret, raw, secrets=self._intent.secrets, reinterpretation=reinterpretation
+        )
+
+    def _can_reinterpret(self, st: CallState, interpret: Interpret | None) -> bool:
+        """The latest interpretation failed and ``interpret`` is another interpreter (name or version)."""
+        if interpret is None or st.interpret_error is None or st.response is None:
+            return False
+        return dict(st.interpreter or {}) != _interpreter_id(interpret)
+
+    def _reinterpret(self, st: CallState, interpret: Interpret) -> str | None:
+        """Interpret the stored response again, beside the earlier interpretation; never sends."""
+        raw = _load(self.task, st.response, f"the response of {st.call_id}")
+        with self.task.batch():
+            return self._record_interpretation(st, interpret, raw, reinterpretation=st.reinterpretations + 1)
 
     def _decide(self, st: CallState, policy: RetryPolicy, *, error: str | None = None) -> None:
         task = self.task
         n = st.attempts
         if st.next_operation == FINALIZE:
-            value = self._interpreted_value(st)
-            task._append("call.completed", {"call": st.call_id, "attempt": n, "result": {"value": value}})
+            task._append("call.completed", {"call": st.call_id, "attempt": n, "result": self._interpreted_result(st)})
             return
         if st.stage == "observed":  # a provider failure was observed; its decision was never recorded
             failure = self._observed_failure(st)
@@ -963,11 +1042,15 @@ class Call:
         else:
             self._give_up(st, reason, attempt=n)
 
-    def _interpreted_value(self, st: CallState) -> Any:
+    def _interpreted_result(self, st: CallState) -> dict[str, Any]:
+        """The completion's ``result`` for the latest interpretation: its value, or the ref of a large one."""
         for ev in _reversed_call_events(self.task, st):
             if ev.kind == "attempt.interpreted":
-                return ev.data.get("result")
-        return None  # pragma: no cover - FINALIZE means an interpretation is recorded
+                d = ev.data
+                if "result_ref" in d:
+                    return {"value_ref": d["result_ref"]}
+                return {"value": d.get("result")}
+        return {"value": None}  # pragma: no cover - FINALIZE means an interpretation is recorded
 
     def _observed_failure(self, st: CallState) -> ProviderFailure:
         for ev in _reversed_call_events(self.task, st):
@@ -1019,6 +1102,109 @@ class Call:
         else:
             raise UsageError(f"lookup must return Served(...), 'not_served' or None, not {answer!r}")
         return True
+
+
+def _record_interpretation(
+    task: Task,
+    st: CallState,
+    interpret: Interpret,
+    raw: bytes,
+    *,
+    secrets: Iterable[str],
+    reinterpretation: int | None = None,
+) -> str | None:
+    """Run ``interpret`` over ``raw``; append ``attempt.interpreted`` and, when it succeeded, ``call.completed``.
+
+    Returns the recorded error text, or None on success. A value that is not exact JSON
+    (or nests too deep to walk) is a recorded interpretation error; a large value goes to
+    objects/ as canonical JSON and both events carry its ref (``result_ref`` /
+    ``{"value_ref": ref}``), so no line grows past the inline threshold.
+    ``reinterpretation`` (1, 2, ...) marks both events of a later interpretation of the
+    same stored bytes.
+    """
+    head: dict[str, Any] = {"call": st.call_id, "attempt": st.attempts, "interpreter": _interpreter_id(interpret)}
+    tail: dict[str, Any] = {} if reinterpretation is None else {"reinterpretation": reinterpretation}
+    error: str | None = None
+    try:
+        value = interpret(raw)
+    except Exception as exc:  # the interpreter is user code: its failure is recorded
+        error = _cap(_scrub(_error_text(exc), secrets))
+    else:
+        try:  # a value that is not exact JSON is refused before anything is written
+            result = _value_record(task, value)
+        except (NotSerializable, RecursionError) as exc:
+            why = "nests too deep to record" if isinstance(exc, RecursionError) else f"is not JSON: {exc}"
+            error = _cap(f"the interpreter returned a value that {why}")
+    if error is not None:
+        task._append("attempt.interpreted", {**head, "error": error, **tail})
+        return error
+    if "value_ref" in result:
+        task._append("attempt.interpreted", {**head, "result_ref": result["value_ref"], **tail})
+    else:
+        task._append("attempt.interpreted", {**head, "result": value, **tail})
+    task._append("call.completed", {"call": st.call_id, "attempt": st.attempts, "result": result, **tail})
+    return None
+
+
+def _result_of(task: Task, st: CallState) -> Any:
+    """What a completed call returns: the raw response bytes, or the (latest) interpreted value."""
+    result = st.result
+    if isinstance(result, dict) and result.get("raw") is True:
+        # the observation's ref carries small bytes inline; the completion's names them
+        ref = st.response if st.response is not None else result.get("response")
+        if not isinstance(ref, Mapping):  # pragma: no cover - a completed raw call always observed
+            raise IntentlogError(f"{st.call_id}: completed raw but no response is recorded")
+        return _load(task, ref)
+    if isinstance(result, dict) and "value_ref" in result:  # a large value, stored as canonical JSON
+        return _loads(_load(task, result["value_ref"], f"the result of {st.call_id}"))
+    return result.get("value") if isinstance(result, dict) else result
+
+
+def _reinterpretable(st: CallState) -> bool:
+    """Stored bytes a new interpreter may read: a completion, or an interpretation that failed."""
+    if st.response is None:
+        return False
+    return st.stage == "completed" or (st.interpret_error is not None and st.stage in ("interpreted", "failed"))
+
+
+def reinterpret(task: Task, call_or_key: str, interpret: Interpret) -> Any:
+    """Run ``interpret`` over a call's stored response bytes and record the new interpretation beside the old.
+
+    ``call_or_key`` is a call id or a key (its latest call). The call must be completed, or
+    have an interpretation that failed. Appends ``attempt.interpreted`` and, when it
+    succeeds, ``call.completed``, both with ``reinterpretation: n`` (1, 2, ...), durable
+    on return; earlier events are never replaced, and the work state (and a re-run) then
+    return the latest completion's value, which this returns too. Never sends. Raises
+    :class:`UnknownCall` for a call or key the task does not have, :class:`ResumeRefused`
+    for a call with nothing to reinterpret (appending nothing), and
+    :class:`ReinterpretFailed` when the interpreter fails (its failure is recorded; the
+    earlier result stands). Error texts are scrubbed of nothing the request marked secret
+    (the request is not rebuilt here): interpreters should not quote credentials.
+    """
+    if not callable(interpret):
+        raise UsageError(f"interpret must be a callable taking the response bytes, not {interpret!r}")
+    if not isinstance(call_or_key, str) or not task.exists():
+        raise UnknownCall(task.id, str(call_or_key))
+    with task._mutex:
+        fold = task._live()
+        cid = call_or_key if call_or_key in fold.result().calls else fold.latest_call(call_or_key)
+        if cid is None:
+            raise UnknownCall(task.id, call_or_key)
+        st = fold.call_state(cid)
+        if not _reinterpretable(st):
+            raise _refuse(
+                st,
+                f"nothing to reinterpret: the call is {st.stage}",
+                "only a completed call, or one whose interpretation failed, has stored bytes to interpret again",
+            )
+        raw = _load(task, st.response, f"the response of {st.call_id}")
+        n = st.reinterpretations + 1
+        with task.batch():
+            error = _record_interpretation(task, st, interpret, raw, secrets=(), reinterpretation=n)
+        if error is not None:
+            raise ReinterpretFailed(st.call_id, st.key, n, error)
+        done = fold.call_state(cid)
+        return _result_of(task, done)
 
 
 def _reversed_call_events(task: Task, st: CallState) -> list[Event]:

@@ -36,6 +36,7 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── PreparationFailed
     │   └── RequiredContextMissing
     ├── CallFailed
+    ├── ReinterpretFailed
     ├── NotSent          (raised by a ``send`` function: the request never left)
     └── ProviderFailure  (raised by a ``send`` function: the provider answered with an error)
 """
@@ -68,6 +69,7 @@ __all__ = [
     "PreparationFailed",
     "ProviderFailure",
     "RequiredContextMissing",
+    "ReinterpretFailed",
     "ReservedKind",
     "ResumeRefused",
     "RetryHandedBack",
@@ -387,6 +389,21 @@ class CallFailed(IntentlogError):
         self.key = key
         self.reason = reason
         super().__init__(f"{call_id} (key {key!r}) failed: {reason}; an operator decides what next")
+
+
+class ReinterpretFailed(IntentlogError):
+    """``task.reinterpret``: the new interpreter failed on the stored bytes; its failure is recorded, the earlier
+    interpretation and result stand."""
+
+    def __init__(self, call_id: str, key: str, reinterpretation: int, error: str) -> None:
+        self.call_id = call_id
+        self.key = key
+        self.reinterpretation = reinterpretation
+        self.error = error
+        super().__init__(
+            f"reinterpretation {reinterpretation} of {call_id} (key {key!r}) failed: {error}; it is recorded "
+            "beside the earlier interpretation, whose result stands; fix the interpreter and try again"
+        )
 
 
 class NotSent(IntentlogError):

@@ -321,6 +321,12 @@ class Task:
 
         return reconcile(self, call_id, outcome, evidence=evidence, note=note, by=by)
 
+    def reinterpret(self, call_or_key: str, interpret: Callable[[bytes], Any]) -> Any:
+        """Interpret a call's stored response again, beside the old; see :func:`.effects.reinterpret`."""
+        from .effects import reinterpret
+
+        return reinterpret(self, call_or_key, interpret)
+
     def fail(self, call_id: str, reason: str, *, by: str | None = None) -> Event:
         """Record an operator's decision that a call has failed (``call.failed``)."""
         from .effects import fail_call

@@ -331,7 +331,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     ),
     "call.preparation_failed": ({**CALL, "key": is_str, "error": is_str}, {}),
     "call.resumed": ({**CALL, "new_call": is_str, "key": is_str}, {}),
-    "call.completed": ({**ATTEMPT, "result": anything}, {}),
+    "call.completed": ({**ATTEMPT, "result": anything}, {"reinterpretation": pos}),
     "call.failed": ({**CALL, "reason": is_str}, {"by": OPTIONAL_TEXT}),
     "attempt.started": (dict(ATTEMPT), {}),
     "attempt.not_sent": (dict(ATTEMPT), {"reason": OPTIONAL_TEXT}),
@@ -382,7 +382,10 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"approval": is_str, "decision": one_of("approve", "reject"), "request_hash": maybe(is_digest)},
         {"by": OPTIONAL_TEXT, "note": OPTIONAL_TEXT},
     ),
-    "attempt.interpreted": ({**ATTEMPT, "interpreter": obj}, {"result": anything, "error": is_str}),
+    "attempt.interpreted": (
+        {**ATTEMPT, "interpreter": obj},
+        {"result": anything, "result_ref": is_ref, "error": is_str, "reinterpretation": pos},
+    ),
     "attempt.retry_decided": (
         {**ATTEMPT, "decision": one_of("retry", "fail"), "reason": is_str},
         {"delay": maybe(number)},
@@ -411,8 +414,8 @@ def shape_problems(kind: str, data: dict[str, Any]) -> list[str]:
     for name, check in optional.items():
         if name in data and not check(data[name]):
             out.append(f"field {name!r} has the wrong type or value: {data[name]!r:.60}")
-    if kind == "attempt.interpreted" and ("result" in data) == ("error" in data):
-        out.append("carries neither or both of 'result' and 'error'")
+    if kind == "attempt.interpreted" and sum(k in data for k in ("result", "result_ref", "error")) != 1:
+        out.append("carries not exactly one of 'result', 'result_ref' and 'error'")
     return out
 
 
@@ -621,7 +624,7 @@ class Graph:
         if c is None:
             return
         n = d["attempt"]
-        if c.completed:
+        if c.completed and "reinterpretation" not in d:
             self.bad(seq, kind, f"{d['call']} completes twice")
         if n not in c.observed:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, which was never observed")

@@ -126,6 +126,7 @@ def test_public_names_are_pinned() -> None:
         "PreparationFailed",
         "ProviderFailure",
         "Ref",
+        "ReinterpretFailed",
         "RequiredContextMissing",
         "ReservedKind",
         "ResumeRefused",

@@ -155,3 +155,225 @@ def test_a_kill_at_any_point_of_reconcile_keeps_the_evidence(tmp_path: Path, poi
     assert report.ok, report
     led.close()
     shutil.rmtree(root)
+
+
+# -- 13.4: stored bytes can be reinterpreted --------------------------------------------
+
+
+def review_v1(raw: bytes) -> Any:
+    raise ValueError("v1 cannot read the 'review' field")
+
+
+review_v1.version = "1"  # type: ignore[attr-defined]
+
+
+def review_v2(raw: bytes) -> Any:
+    value = orjson.loads(raw)
+    return {"verdict": value["verdict"]}
+
+
+review_v2.version = "2"  # type: ignore[attr-defined]
+
+
+def review_v3(raw: bytes) -> Any:
+    return {"verdict": orjson.loads(raw)["verdict"].upper()}
+
+
+review_v3.version = "3"  # type: ignore[attr-defined]
+
+
+def same_name_v1(raw: bytes) -> Any:
+    raise ValueError("still broken")
+
+
+def bundle_ok(ledger: intentlog.Ledger, task_id: str, tmp_path: Path) -> None:
+    from intentlog.verify_bundle import main as verify_bundle_main
+
+    out = tmp_path / f"{task_id}.bundle"
+    ledger.export(task_id, out) if hasattr(ledger, "export") else None
+    if out.exists():
+        assert verify_bundle_main([str(out)]) == 0
+
+
+def test_a_newer_interpreter_reinterprets_the_stored_bytes(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """v1 raises: the call fails. A re-run with v1 stays refused (CallFailed, nothing appended); a re-run with v2
+    reads the stored bytes and completes -- the provider's receipt count stays 1 -- beside v1's record."""
+    task = ledger.task("t")
+    with pytest.raises(intentlog.CallFailed):
+        task.effect("k", REQ, answers(tmp_path), interpret=review_v1)
+    before = snapshot(ledger.root)
+    with pytest.raises(intentlog.CallFailed):
+        task.effect("k", REQ, answers(tmp_path), interpret=review_v1)
+    assert snapshot(ledger.root) == before
+    assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
+    assert receipts(tmp_path) == 1
+    events = disk_events(task.path)
+    interpreted = [e["data"] for e in events if e["kind"] == "attempt.interpreted"]
+    assert [i["interpreter"]["version"] for i in interpreted] == ["1", "2"]
+    assert "error" in interpreted[0] and interpreted[1]["reinterpretation"] == 1
+    completed = [e["data"] for e in events if e["kind"] == "call.completed"]
+    assert completed == [{"call": "call-1", "attempt": 1, "result": {"value": {"verdict": "accept"}}, "reinterpretation": 1}]
+    ledger.close()
+    again = intentlog.open(ledger.root)
+    assert again.task("t").effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
+    assert receipts(tmp_path) == 1
+    report = verify_ledger(again)
+    assert report.ok, report
+
+
+def test_reinterpret_records_beside_a_completed_call(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """task.reinterpret over a completed call appends a new interpretation and completion (reinterpretation 1, 2),
+    never replacing the first; the work state and a re-run return the latest value; no send."""
+    task = ledger.task("t")
+    assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
+    assert task.reinterpret("k", review_v3) == {"verdict": "ACCEPT"}
+    assert task.reinterpret("call-1", review_v2) == {"verdict": "accept"}
+    completed = [e["data"] for e in disk_events(task.path) if e["kind"] == "call.completed"]
+    assert [c.get("reinterpretation") for c in completed] == [None, 1, 2]
+    assert [c["result"]["value"]["verdict"] for c in completed] == ["accept", "ACCEPT", "accept"]
+    with pytest.raises(intentlog.ReinterpretFailed, match="reinterpretation 3 of call-1"):
+        task.reinterpret("k", review_v1)
+    assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
+    assert task.work_state().calls["call-1"].result == {"value": {"verdict": "accept"}}
+    assert receipts(tmp_path) == 1
+    report = verify_ledger(ledger)
+    assert report.ok, report
+    before = snapshot(ledger.root)
+    with pytest.raises(intentlog.UnknownCall):
+        task.reinterpret("nope", review_v2)
+    assert snapshot(ledger.root) == before
+
+
+def test_reinterpret_refuses_a_call_without_stored_bytes(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """An unknown effect has no stored response: reinterpret is refused and appends nothing."""
+    task = ledger.task("t")
+    with pytest.raises(intentlog.EffectUnknown):
+        task.effect("k", REQ, dies_after_receipt(tmp_path))
+    before = snapshot(ledger.root)
+    with pytest.raises(intentlog.ResumeRefused, match="nothing to reinterpret"):
+        task.reinterpret("k", review_v2)
+    assert snapshot(ledger.root) == before
+
+
+# -- 12.5: lines stay small --------------------------------------------------------------
+
+
+def test_a_large_result_is_stored_as_a_ref(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """An interpreter returning a 30 MB string leaves a stream of a few KiB (the value is canonical JSON in
+    objects/); a re-run in a fresh process returns the same value without a send."""
+    big = "x" * 30_000_000
+
+    def grow(raw: bytes) -> Any:
+        return {"text": big, "n": 1}
+
+    task = ledger.task("t")
+    assert task.effect("k", REQ, answers(tmp_path), interpret=grow)["text"] == big
+    assert task.path.stat().st_size < 64 * 1024
+    ledger.close()
+    again = intentlog.open(ledger.root)
+    got = again.task("t").effect("k", REQ, answers(tmp_path), interpret=grow)
+    assert got == {"text": big, "n": 1}
+    assert receipts(tmp_path) == 1
+    assert verify_ledger(again).ok
+
+
+def test_a_large_error_text_is_cut(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """An interpreter whose exception quotes 5 MB records a cut error text: the stream stays small."""
+
+    def loud(raw: bytes) -> Any:
+        raise ValueError("y" * 5_000_000)
+
+    task = ledger.task("t")
+    with pytest.raises(intentlog.CallFailed):
+        task.effect("k", REQ, answers(tmp_path), interpret=loud)
+    assert task.path.stat().st_size < 64 * 1024
+
+
+# -- 12.7 / 12.9: smaller -----------------------------------------------------------------
+
+
+def test_a_deeply_nested_result_is_a_recorded_interpretation_error(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """Data nested 10,000 deep from an interpreter is recorded as an interpretation error (the call is decided,
+    not left half-done), and a fixed interpreter then reinterprets it."""
+    deep: Any = []
+    for _ in range(10_000):
+        deep = [deep]
+
+    def nest(raw: bytes) -> Any:
+        return deep
+
+    task = ledger.task("t")
+    with pytest.raises(intentlog.CallFailed):
+        task.effect("k", REQ, answers(tmp_path), interpret=nest)
+    st = task.work_state().calls["call-1"]
+    assert st.stage == "failed" and "nests too deep" in (st.interpret_error or "")
+    assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
+    assert receipts(tmp_path) == 1
+    assert verify_ledger(ledger).ok
+
+
+def test_a_damaged_response_ref_is_a_library_error(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """A re-chained record whose observation lost its digest gives an IntentlogError on re-run, not a KeyError."""
+    from intentlog._digest import digest_bytes
+    from intentlog.eventlog.format import encode_line
+
+    task = ledger.task("t")
+
+    def kill(raw: bytes) -> Any:
+        raise KeyboardInterrupt  # stops the run after the observation (not an Exception: nothing records it)
+
+    with pytest.raises(KeyboardInterrupt):
+        task.effect("k", REQ, answers(tmp_path), interpret=kill)
+    ledger.close()
+    lines = task.path.read_bytes().splitlines(keepends=True)
+    out, prev = [], None
+    for line in lines:
+        ev = orjson.loads(line)
+        if ev["kind"] == "attempt.observed":
+            ev["data"]["response"] = {"size": 3, "inline": "abc"}
+        new = encode_line(ev["kind"], orjson.dumps(ev["data"], option=orjson.OPT_SORT_KEYS), prev, ev["seq"], ev["ts"])
+        prev = digest_bytes(new)
+        out.append(new)
+    task.path.write_bytes(b"".join(out))
+    again = intentlog.open(ledger.root).task("t")
+    with pytest.raises(intentlog.IntentlogError) as info:
+        again.effect("k", REQ, answers(tmp_path), interpret=review_v2)
+    assert not isinstance(info.value, KeyError)
+    assert "not an artifact ref" in str(info.value)
+    assert receipts(tmp_path) == 1
+
+
+def test_a_response_that_cannot_be_stored_is_kept_aside(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Disk full after the send: the paid-for bytes are written to a second place, the EffectUnknown names that
+    file, and reconciling with its bytes completes the call without a second send."""
+    import errno
+
+    from intentlog.artifacts.store import ArtifactStore
+
+    big = b'{"verdict": "accept", "review": "' + b"z" * 10_000 + b'"}'
+    provider = SyntheticProvider(tmp_path / "receipts.jsonl")
+
+    def send(request: Any) -> bytes:
+        provider.send(request)
+        return big
+
+    real = ArtifactStore.put
+
+    def full(self: Any, data: Any, **kw: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ArtifactStore, "put", full)
+    task = ledger.task("t")
+    with pytest.raises(intentlog.EffectUnknown) as info:
+        task.effect("k", REQ, send, interpret=review_v2)
+    text = str(info.value)
+    assert "No space left" in text
+    kept = Path(text.split("kept in ")[1].split(" ")[0].rstrip(";,"))
+    assert kept.read_bytes() == big
+    monkeypatch.setattr(ArtifactStore, "put", real)
+    assert task.work_state().calls["call-1"].stage == "effect_unknown"
+    task.reconcile("call-1", "served", evidence=kept.read_bytes(), by="ops")
+    assert task.effect("k", REQ, send, interpret=review_v2) == {"verdict": "accept"}
+    assert receipts(tmp_path) == 1

@@ -467,8 +467,8 @@ def _on_observed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
 
 
 def _on_interpreted(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
-    if ("result" in d) == ("error" in d):
-        yield Finding("shape", "carries neither or both of 'result' and 'error'; exactly one belongs")
+    if sum(k in d for k in ("result", "result_ref", "error")) != 1:
+        yield Finding("shape", "carries not exactly one of 'result', 'result_ref' and 'error'")
     node = _attempt_of(g, d)
     if isinstance(node, Finding):
         yield node
@@ -518,7 +518,7 @@ def _on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
         yield node
         return
     n = d["attempt"]
-    if node.completed:
+    if node.completed and "reinterpretation" not in d:
         yield Finding("graph", f"{node.call} completes a second time")
     if n not in node.observed:
         yield Finding(
@@ -726,7 +726,15 @@ for _rule in (
     ),
     KindRule("call.preparation_failed", {**_CALL, "key": STR, "error": STR}, graph=_on_preparation_failed),
     KindRule("call.resumed", {**_CALL, "new_call": STR, "key": STR}, graph=_on_resumed),
-    KindRule("call.completed", {**_ATTEMPT, "result": ANY}, scan=("result",), graph=_on_completed),
+    KindRule(
+        "call.completed",
+        {**_ATTEMPT, "result": ANY},
+        # a large value is {"value_ref": ref} (canonical JSON in objects/); a later interpretation of the same
+        # stored bytes completes again beside the first, marked reinterpretation: n
+        {"reinterpretation": POS},
+        scan=("result",),
+        graph=_on_completed,
+    ),
     KindRule("call.failed", {**_CALL, "reason": STR}, {"by": _OPT_STR}, graph=_on_failed),
     KindRule("attempt.started", _ATTEMPT, graph=_on_attempt_started),
     KindRule("attempt.not_sent", _ATTEMPT, {"reason": _OPT_STR}, graph=_on_not_sent),
@@ -746,7 +754,8 @@ for _rule in (
     KindRule(
         "attempt.interpreted",
         {**_ATTEMPT, "interpreter": DICT},
-        {"result": ANY, "error": STR},
+        {"result": ANY, "result_ref": REF, "error": STR, "reinterpretation": POS},
+        refs=("result_ref",),
         scan=("result",),
         graph=_on_interpreted,
     ),
