@@ -23,12 +23,17 @@ the send runs in a daemon worker thread and a passed limit records ``attempt.tim
 (synced) and raises :class:`EffectUnknown` -- the effect is unknown, reconciled, never
 resent blind, and the abandoned worker's late answer is never recorded.
 
+Gates before every attempt: the rebuilt request's hash and inputs equal the recorded
+ones (from ``call.requested`` on), and every approval that bound the key is approved for
+that hash. Stored bytes are reinterpreted by a newer interpreter, beside the old record.
+
 Guarantees: no ``send`` without a durable ``attempt.started`` before it; no interpretation
 of bytes that are not durable; no resend of an attempt whose effect is unknown unless a
 reconciliation is recorded; no resumed call whose rebuilt request differs from the
 manifest. Credentials named by the redaction rule never reach the record (error texts are
 scrubbed of their values too). Not exactly-once: an unknown effect is refused or
-reconciled, never guessed.
+reconciled, never guessed. No line grows past the inline threshold with recorded payloads:
+large requests, responses, evidence and interpreted values are refs into ``objects/``.
 """
 
 from __future__ import annotations
@@ -824,7 +829,7 @@ class Call:
         self._fresh = True
 
     def _errored(self, call_id: str, n: int, text: str, cause: BaseException) -> EffectUnknown:
-        text = _scrub(text, self._intent.secrets)
+        text = _cap(_scrub(text, self._intent.secrets))
         self.task._append("attempt.errored", {"call": call_id, "attempt": n, "error": text}, sync=True)
         exc = EffectUnknown(
             call_id=call_id,

@@ -123,6 +123,10 @@ class Turn:
         self.encoding = state.encoding
         result = state.result
         self.result: Any = result.get("value") if isinstance(result, dict) and "value" in result else None
+        if isinstance(result, dict) and isinstance(result.get("value_ref"), Mapping):  # a large value, in objects/
+            import orjson
+
+            self.result = orjson.loads(load(result["value_ref"]))
         self.accepted = accepted
         self.checkpoint = checkpoint
         self.replayed = replayed

@@ -813,6 +813,8 @@ class Projection:
             if type(cid) is str and type(key) is str and cid not in self.calls:
                 resumes = d.get("resumes")
                 self.calls[cid] = CallRecord(cid, key, seq, resumes if type(resumes) is str else None)
+                h = d.get("request_hash")  # the intent's hash rides in the first event (the manifest repeats it)
+                self.calls[cid].request_hash = h if type(h) is str else None
                 self.latest_of_key[key] = cid
             return
         if not kind.startswith(("call.", "attempt.", "effect.")) or type(cid) is not str or cid not in self.calls:

@@ -190,7 +190,7 @@ def _reconciled_not_served(t: intentlog.Task, mp: pytest.MonkeyPatch) -> None:
 @row("reconciled-served-bytes")
 def _reconciled_served_bytes(t: intentlog.Task, mp: pytest.MonkeyPatch) -> None:
     _unknown(t)
-    t.reconcile("call-1", "served", evidence=b'{"verdict": "accept"}')
+    t.reconcile("call-1", "served", evidence=b'{"verdict": "accept", "via": "console"}')  # evidence: always an object
 
 
 @row("reconciled-served-no-bytes")

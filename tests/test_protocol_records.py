@@ -60,7 +60,7 @@ def test_a_fork_never_resends_an_unknown_effect(ledger: intentlog.Ledger, tmp_pa
     assert receipts(tmp_path) == 2
     before = snapshot(ledger.root)
     for where in ("b", "call-2", "a"):
-        with pytest.raises(intentlog.EffectUnknown, match="call-2.*unknown") as info:
+        with pytest.raises(intentlog.EffectUnknown, match=r"call-2.*unknown") as info:
             ledger.fork("t", where, "t.v2")
         assert "accept_risk=True" in str(info.value) and "intentlog reconcile t call-2" in str(info.value)
     assert snapshot(ledger.root) == before
@@ -123,9 +123,8 @@ def test_a_kill_at_any_point_of_reconcile_keeps_the_evidence(tmp_path: Path, poi
     the record holds either no reconciliation or one whose bytes are readable; a re-run completes from them
     without a send, and the ledger verifies."""
     root = tmp_path / "ledger"
-    with intentlog.open(root) as led:
-        with pytest.raises(intentlog.EffectUnknown):
-            led.task("t").effect("k", REQ, dies_after_receipt(tmp_path))
+    with intentlog.open(root) as led, pytest.raises(intentlog.EffectUnknown):
+        led.task("t").effect("k", REQ, dies_after_receipt(tmp_path))
     evidence = '{"verdict": "accept", "review": "recovered from the console"}'
     proc = subprocess.run(
         [sys.executable, "-c", RECONCILE_AND_DIE, str(root), point, evidence], capture_output=True, text=True
@@ -186,15 +185,6 @@ def same_name_v1(raw: bytes) -> Any:
     raise ValueError("still broken")
 
 
-def bundle_ok(ledger: intentlog.Ledger, task_id: str, tmp_path: Path) -> None:
-    from intentlog.verify_bundle import main as verify_bundle_main
-
-    out = tmp_path / f"{task_id}.bundle"
-    ledger.export(task_id, out) if hasattr(ledger, "export") else None
-    if out.exists():
-        assert verify_bundle_main([str(out)]) == 0
-
-
 def test_a_newer_interpreter_reinterprets_the_stored_bytes(ledger: intentlog.Ledger, tmp_path: Path) -> None:
     """v1 raises: the call fails. A re-run with v1 stays refused (CallFailed, nothing appended); a re-run with v2
     reads the stored bytes and completes -- the provider's receipt count stays 1 -- beside v1's record."""
@@ -212,7 +202,9 @@ def test_a_newer_interpreter_reinterprets_the_stored_bytes(ledger: intentlog.Led
     assert [i["interpreter"]["version"] for i in interpreted] == ["1", "2"]
     assert "error" in interpreted[0] and interpreted[1]["reinterpretation"] == 1
     completed = [e["data"] for e in events if e["kind"] == "call.completed"]
-    assert completed == [{"call": "call-1", "attempt": 1, "result": {"value": {"verdict": "accept"}}, "reinterpretation": 1}]
+    assert completed == [
+        {"call": "call-1", "attempt": 1, "result": {"value": {"verdict": "accept"}}, "reinterpretation": 1}
+    ]
     ledger.close()
     again = intentlog.open(ledger.root)
     assert again.task("t").effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}

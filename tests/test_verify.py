@@ -456,7 +456,7 @@ def test_reconciliation_evidence_without_its_observation_is_caught(built: Built)
     rechain(path, events)
     report = built.verify()
     assert any(p.seq == i - 1 and "no attempt.observed" in p.message for p in report.by_code("graph")), report.render()
-    assert report.by_code("artifact_missing")  # the evidence's bytes rode inline in that observation
+    assert not report.by_code("artifact_missing")  # the evidence is in objects/ before effect.reconciled names it
 
 
 def test_an_edited_inline_payload_is_corrupt(built: Built) -> None:

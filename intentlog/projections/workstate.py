@@ -18,11 +18,19 @@ The ladder, first rung that matches (stage -> next operation, provider effect):
   failed; interpreted -> interpreted: finalize (redecide after an interpretation error);
   observed -> observed: reinterpret (redecide when the provider answered with a failure);
   reconciled ``not_served`` -> reconciled_not_served: start next attempt, none;
-  ``resend`` -> risk_accepted: start next attempt, duplicate risk; ``served`` without
+  ``resend`` -> risk_accepted: start next attempt, duplicate risk; ``served`` with
+  evidence whose observation is not recorded yet (a kill between the two) -> observed:
+  reinterpret (``observation_pending``; the bytes are in objects/); ``served`` without
   bytes -> reconciled_served: operator decides; ``attempt.not_sent`` -> not_sent: start
   next attempt; nothing after ``attempt.started`` (or only ``attempt.errored``,
   ``attempt.progress`` heartbeats, or ``attempt.timed_out``) -> effect_unknown: reconcile
   effect, **unknown**, duplicate risk (a timed-out attempt says so in its reason).
+
+A later interpretation of the same stored bytes (``reinterpretation: n``) completes again
+beside the first: the latest completion's result counts. ``call.requested`` carries the
+request hash (and input digests), so ``request_hash`` is known from the first event.
+Approvals are folded by the operator projection; here only which keys they ever bound
+(:meth:`WorkStateFold.approvals_of`), so the protocol reads them only for those keys.
 
 Compilations: requested -> recompile; failed -> fix inputs; compiled -> none. The task's
 next operation is the first unresolved (latest-per-key) call's or compilation's, else
