@@ -220,14 +220,20 @@ def _bare(ref: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ref[k] for k in ("digest", "size", "media_type") if k in ref}
 
 
-def _load(task: Task, ref: Any, what: str = "a recorded ref") -> bytes:
-    """The bytes of a recorded ref; a damaged ref is an :class:`IntentlogError` naming it, never a KeyError."""
+def _check_ref(task: Task, ref: Any, what: str) -> Mapping[str, Any]:
+    """``ref`` if it is an artifact ref; a damaged one is an :class:`IntentlogError` naming it, never a KeyError."""
     if not isinstance(ref, Mapping) or not is_digest(ref.get("digest")):
         raise IntentlogError(
             f"{task.path}: {what} is not an artifact ref ({{'digest': 'blake3:...', 'size': N}}) but "
             f"{str(ref)[:80]}: the record was damaged or edited; run 'intentlog verify' and restore the "
             "stream from a copy"
         )
+    return ref
+
+
+def _load(task: Task, ref: Any, what: str = "a recorded ref") -> bytes:
+    """The bytes of a recorded ref (inline, or from objects/); a damaged ref is an :class:`IntentlogError`."""
+    ref = _check_ref(task, ref, what)
     data = inline_bytes(ref)
     if data is not None:
         return data
@@ -1000,10 +1006,8 @@ class Call:
         if st.response is None:  # pragma: no cover - observed always carries a response
             raise IntentlogError(f"{st.call_id}: observed without a response ref")
         if interpret is None:
-            task._append(
-                "call.completed",
-                {"call": st.call_id, "attempt": n, "result": {"raw": True, "response": _bare(st.response)}},
-            )
+            ref = _bare(_check_ref(task, st.response, f"the response of {st.call_id}"))
+            task._append("call.completed", {"call": st.call_id, "attempt": n, "result": {"raw": True, "response": ref}})
             return
         raw = _load(task, st.response, f"the response of {st.call_id}")
         with task.batch():

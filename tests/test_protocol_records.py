@@ -24,6 +24,27 @@ from intentlog.projections.verify import verify_ledger
 REQ = {"model": "m", "prompt": "review chapter 16", "idempotency_key": "k"}
 
 
+def both_verifiers_pass(root: Path, tmp_path: Path) -> None:
+    """The ledger verifies, and an exported bundle passes the library's check and the standalone verify_bundle.py."""
+    import importlib.util
+
+    from intentlog.bundle import VERIFIER_FILE, export_bundle
+
+    report = verify_ledger(intentlog.open(root, create=False))
+    assert report.ok, report.render()
+    out = tmp_path / f"bundle-{len(list(tmp_path.glob('bundle-*')))}"
+    result = export_bundle(root, out=out)
+    assert result.ok, result
+    spec = importlib.util.spec_from_file_location(f"vb_{abs(hash(out))}", out / VERIFIER_FILE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    v = mod.Verifier(str(out), inventory=True)
+    v.run()
+    failed = [f"{c.text} :: {' | '.join(c.details)}" for c in v.claims if c.status == "FAIL"]
+    assert not failed, failed
+
+
 def receipts(tmp_path: Path) -> int:
     return len(read_receipts(tmp_path / "receipts.jsonl"))
 
@@ -67,7 +88,8 @@ def test_a_fork_never_resends_an_unknown_effect(ledger: intentlog.Ledger, tmp_pa
     fork = ledger.fork("t", "b", "t.v2", accept_risk=True)
     forked = [e["data"] for e in disk_events(fork.path) if e["kind"] == "task.forked"]
     assert forked[0]["accept_risk"] is True and forked[0]["unknown"] == ["call-2"]
-    assert verify_ledger(ledger).ok
+    fork.close()
+    both_verifiers_pass(ledger.root, tmp_path)
     fork.effect("b", {**REQ, "idempotency_key": "b"}, answers(tmp_path), interpret=parse)
     assert receipts(tmp_path) == 3  # the accepted duplicate, and only with the risk recorded
 
@@ -150,9 +172,8 @@ def test_a_kill_at_any_point_of_reconcile_keeps_the_evidence(tmp_path: Path, poi
     assert receipts(tmp_path) == 1
     observed = [e["data"] for e in disk_events(root / "tasks" / "t.jsonl") if e["kind"] == "attempt.observed"]
     assert len(observed) == 1 and observed[0]["source"] == "reconciliation"
-    report = verify_ledger(led)
-    assert report.ok, report
     led.close()
+    both_verifiers_pass(root, tmp_path)
     shutil.rmtree(root)
 
 
@@ -209,8 +230,8 @@ def test_a_newer_interpreter_reinterprets_the_stored_bytes(ledger: intentlog.Led
     again = intentlog.open(ledger.root)
     assert again.task("t").effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
     assert receipts(tmp_path) == 1
-    report = verify_ledger(again)
-    assert report.ok, report
+    again.close()
+    both_verifiers_pass(ledger.root, tmp_path)
 
 
 def test_reinterpret_records_beside_a_completed_call(ledger: intentlog.Ledger, tmp_path: Path) -> None:
@@ -228,8 +249,8 @@ def test_reinterpret_records_beside_a_completed_call(ledger: intentlog.Ledger, t
     assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
     assert task.work_state().calls["call-1"].result == {"value": {"verdict": "accept"}}
     assert receipts(tmp_path) == 1
-    report = verify_ledger(ledger)
-    assert report.ok, report
+    task.close()
+    both_verifiers_pass(ledger.root, tmp_path)
     before = snapshot(ledger.root)
     with pytest.raises(intentlog.UnknownCall):
         task.reinterpret("nope", review_v2)
@@ -266,7 +287,8 @@ def test_a_large_result_is_stored_as_a_ref(ledger: intentlog.Ledger, tmp_path: P
     got = again.task("t").effect("k", REQ, answers(tmp_path), interpret=grow)
     assert got == {"text": big, "n": 1}
     assert receipts(tmp_path) == 1
-    assert verify_ledger(again).ok
+    again.close()
+    both_verifiers_pass(ledger.root, tmp_path)
 
 
 def test_a_large_error_text_is_cut(ledger: intentlog.Ledger, tmp_path: Path) -> None:
@@ -301,11 +323,14 @@ def test_a_deeply_nested_result_is_a_recorded_interpretation_error(ledger: inten
     assert st.stage == "failed" and "nests too deep" in (st.interpret_error or "")
     assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
     assert receipts(tmp_path) == 1
-    assert verify_ledger(ledger).ok
+    task.close()
+    both_verifiers_pass(ledger.root, tmp_path)
 
 
-def test_a_damaged_response_ref_is_a_library_error(ledger: intentlog.Ledger, tmp_path: Path) -> None:
-    """A re-chained record whose observation lost its digest gives an IntentlogError on re-run, not a KeyError."""
+@pytest.mark.parametrize("interpreted", [True, False])
+def test_a_damaged_response_ref_is_a_library_error(ledger: intentlog.Ledger, tmp_path: Path, interpreted: bool) -> None:
+    """A re-chained record whose observation lost its digest gives an IntentlogError on re-run, not a KeyError,
+    and appends nothing (with an interpreter, and for a raw result)."""
     from intentlog._digest import digest_bytes
     from intentlog.eventlog.format import encode_line
 
@@ -328,8 +353,10 @@ def test_a_damaged_response_ref_is_a_library_error(ledger: intentlog.Ledger, tmp
         out.append(new)
     task.path.write_bytes(b"".join(out))
     again = intentlog.open(ledger.root).task("t")
+    before = snapshot(ledger.root)
     with pytest.raises(intentlog.IntentlogError) as info:
-        again.effect("k", REQ, answers(tmp_path), interpret=review_v2)
+        again.effect("k", REQ, answers(tmp_path), interpret=review_v2 if interpreted else None)
+    assert snapshot(ledger.root) == before
     assert not isinstance(info.value, KeyError)
     assert "not an artifact ref" in str(info.value)
     assert receipts(tmp_path) == 1
@@ -369,3 +396,17 @@ def test_a_response_that_cannot_be_stored_is_kept_aside(
     task.reconcile("call-1", "served", evidence=kept.read_bytes(), by="ops")
     assert task.effect("k", REQ, send, interpret=review_v2) == {"verdict": "accept"}
     assert receipts(tmp_path) == 1
+
+
+def test_a_session_turn_with_a_large_value_reads_it_back(ledger: intentlog.Ledger) -> None:
+    """A turn whose interpreter returns a value over the inline threshold keeps its value in objects/, and the
+    turn read back from the record (a fresh ledger's turns()) carries the same value."""
+    value = {"summary": "s" * 20_000}
+    session = ledger.session("chat")
+    req = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    turn = session.turn(req, lambda r: b'{"ok": true}', interpret=lambda raw: value)
+    assert turn.result == value
+    ledger.close()
+    again = intentlog.open(ledger.root).session("chat").turns()
+    assert again[0].result == value
+    assert (ledger.root / "tasks" / "chat.jsonl").stat().st_size < 16 * 1024
