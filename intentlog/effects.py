@@ -194,11 +194,12 @@ def _store(task: Task, data: bytes, media_type: str | None = None) -> dict[str, 
 
 
 def _keep_aside(task: Task, call_id: str, n: int, data: bytes) -> str | None:
-    """Write response bytes the store refused to ``tmp/`` or, failing that, the system's temp folder.
+    """Write response bytes the store refused to ``quarantine/`` or, failing that, the system's temp folder.
 
     Returns the path of a durable copy (fsynced, its folder too), or None when no place took
     them. The file is named ``unstored.<task>.<call>.<attempt>.<digest prefix>``; it is
-    evidence for a reconciliation, not part of the record.
+    evidence for a reconciliation, not part of the record. ``quarantine/`` is never swept
+    (``tmp/`` may be) and travels with the ledger.
     """
     import tempfile
 
@@ -206,7 +207,7 @@ def _keep_aside(task: Task, call_id: str, n: int, data: bytes) -> str | None:
     from ._fsutil import makedirs_durable, publish_bytes
 
     name = f"unstored.{task.id}.{call_id}.{n}.{digest_bytes(data)[7:23]}"
-    for folder in (Path(task.ledger.tmp_dir), Path(tempfile.gettempdir()) / "intentlog-unstored"):
+    for folder in (Path(task.ledger.quarantine_dir), Path(tempfile.gettempdir()) / "intentlog-unstored"):
         try:
             makedirs_durable(folder)
             publish_bytes(data, folder / name, tmp_dir=folder)

@@ -390,12 +390,16 @@ def test_a_response_that_cannot_be_stored_is_kept_aside(
     text = str(info.value)
     assert "No space left" in text
     kept = Path(text.split("kept in ")[1].split(" ")[0].rstrip(";,"))
-    assert kept.read_bytes() == big
+    assert kept.read_bytes() == big and kept.parent == ledger.root / "quarantine"
     monkeypatch.setattr(ArtifactStore, "put", real)
     assert task.work_state().calls["call-1"].stage == "effect_unknown"
+    errored = [e["data"] for e in disk_events(task.path) if e["kind"] == "attempt.errored"]
+    assert str(kept) in errored[0]["error"]  # the record says where the paid-for bytes are
     task.reconcile("call-1", "served", evidence=kept.read_bytes(), by="ops")
     assert task.effect("k", REQ, send, interpret=review_v2) == {"verdict": "accept"}
     assert receipts(tmp_path) == 1
+    report = verify_ledger(ledger)
+    assert report.ok, report.render()
 
 
 def test_a_session_turn_with_a_large_value_reads_it_back(ledger: intentlog.Ledger) -> None:
