@@ -404,9 +404,11 @@ def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
         return None
     if state.request_hash != intent.canonical.digest:
         hashes = f"the rebuilt request hashes to {intent.canonical.digest}, the record has {state.request_hash}"
-        where = _recorded_difference(task, state, intent)
-        if where is None:
+        if state.request is None:
             return f"{hashes} (only its hash is recorded: the run stopped before its manifest)"
+        where = _recorded_difference(task, state, intent)
+        if where is None:  # the stored bytes are unreadable, or differ only in how they were canonicalised
+            return hashes
         return f"the rebuilt request differs from the recorded one at {where} ({hashes})"
     if dict(state.inputs) != intent.inputs:
         recorded, now = dict(state.inputs), intent.inputs
@@ -416,9 +418,7 @@ def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
 
 
 def _recorded_difference(task: Task, state: CallState, intent: _Intent) -> str | None:
-    """The first path where the manifest's stored request differs from the rebuilt one (None: not readable)."""
-    if state.request is None:
-        return None
+    """The first path where the manifest's stored request differs from the rebuilt one (None: not found)."""
     try:
         recorded = orjson.loads(_load(task, state.request))
         return first_difference(recorded, orjson.loads(intent.canonical.data))
@@ -866,7 +866,7 @@ class Call:
             exc = EffectUnknown(
                 call_id=call_id,
                 key=self.key,
-                reason=text,
+                reason=_cap(_scrub(text, self._intent.secrets)),
                 next_operation=RECONCILE_EFFECT,
                 detail="the provider served the request but the ledger could not record its answer; free space, "
                 "then reconcile",
