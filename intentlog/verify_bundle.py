@@ -312,7 +312,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"locator": is_str, "digest": is_digest, "size": nat},
         {"producer": OPTIONAL_TEXT, "media_type": OPTIONAL_TEXT},
     ),
-    "call.requested": ({**CALL, "key": is_str}, {"name": OPTIONAL_TEXT, "resumes": is_str}),
+    "call.requested": ({**CALL, "key": is_str}, {"name": OPTIONAL_TEXT, "resumes": is_str, "request_hash": is_digest}),
     "call.manifest": (
         {
             **CALL,
@@ -328,7 +328,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     ),
     "call.preparation_failed": ({**CALL, "key": is_str, "error": is_str}, {}),
     "call.resumed": ({**CALL, "new_call": is_str, "key": is_str}, {}),
-    "call.completed": ({**ATTEMPT, "result": anything}, {}),
+    "call.completed": ({**ATTEMPT, "result": anything}, {"reinterpretation": pos}),
     "call.failed": ({**CALL, "reason": is_str}, {"by": OPTIONAL_TEXT}),
     "attempt.started": (dict(ATTEMPT), {}),
     "attempt.not_sent": (dict(ATTEMPT), {"reason": OPTIONAL_TEXT}),
@@ -374,7 +374,10 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"approval": is_str, "decision": one_of("approve", "reject"), "request_hash": maybe(is_digest)},
         {"by": OPTIONAL_TEXT, "note": OPTIONAL_TEXT},
     ),
-    "attempt.interpreted": ({**ATTEMPT, "interpreter": obj}, {"result": anything, "error": is_str}),
+    "attempt.interpreted": (
+        {**ATTEMPT, "interpreter": obj},
+        {"result": anything, "error": is_str, "reinterpretation": pos},
+    ),
     "attempt.retry_decided": (
         {**ATTEMPT, "decision": one_of("retry", "fail"), "reason": is_str},
         {"delay": maybe(number)},
@@ -424,7 +427,16 @@ class GraphCall:
         self.completed = False
         self.failed = False
         self.request_hash: str | None = None
+        self.requested_hash: str | None = None  # what call.requested recorded, if anything
         self.timed_out = False  # the latest attempt was recorded timed out
+        self.responses: dict[int, tuple[str, int]] = {}  # attempt -> (digest, size) of its latest observation
+        # the latest interpretation no completion used yet: (attempt, canonical result digest or None for an error)
+        self.interpretation: tuple[int, str | None] | None = None
+
+
+def canonical(value: Any) -> str:
+    """The digest of a value as canonical JSON: sorted keys, compact, UTF-8."""
+    return b3(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 class Graph:
@@ -438,6 +450,7 @@ class Graph:
         self.forked_at: int | None = None
         self.promises: dict[str, tuple[int, str]] = {}
         self.problems: list[str] = []
+        self.notes: list[str] = []
 
     def bad(self, seq: int, kind: str, text: str) -> None:
         self.problems.append(f"seq {seq} {kind}: {text}")
@@ -487,6 +500,7 @@ class Graph:
             self.bad(seq, kind, f"call {cid!r} is requested twice")
             return
         self.calls[cid] = GraphCall(key)
+        self.calls[cid].requested_hash = d.get("request_hash")
         promised = self.promises.pop("resume:" + cid, None) is not None
         old_id = d.get("resumes")
         if old_id is None:
@@ -513,6 +527,8 @@ class Graph:
         c.request_hash = d["request_hash"]
         if d["request_hash"] != d["request"]["digest"]:
             self.bad(seq, kind, "request_hash is not the digest of the recorded request")
+        if c.requested_hash is not None and c.requested_hash != d["request_hash"]:
+            self.bad(seq, kind, f"records another request hash than {d['call']}'s call.requested: the intent changed")
 
     def on_call_preparation_failed(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
@@ -534,7 +550,11 @@ class Graph:
             self.bad(seq, kind, f"the new call {d['new_call']!r} already exists")
             return
         c.resumed_by = d["new_call"]
-        self.promises["resume:" + d["new_call"]] = (seq, f"no call.requested of {d['new_call']!r} follows")
+        self.promises["resume:" + d["new_call"]] = (
+            seq,
+            f"no call.requested of {d['new_call']!r} follows the resume yet (legal after a crash right after it: "
+            "the next run of the key continues it)",
+        )
 
     def on_attempt_started(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
@@ -572,6 +592,7 @@ class Graph:
         if c is None:
             return
         c.observed.add(d["attempt"])
+        c.responses[d["attempt"]] = (d["response"]["digest"], d["response"]["size"])
         c.has_outcome = True
         from_reconciliation = d.get("source") == "reconciliation"
         if from_reconciliation and self.promises.pop(f"evidence:{d['call']}:{d['attempt']}", None) is None:
@@ -583,8 +604,11 @@ class Graph:
 
     def on_attempt_interpreted(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.latest_attempt(seq, kind, d)
-        if c is not None and d["attempt"] not in c.observed:
+        if c is None:
+            return
+        if d["attempt"] not in c.observed:
             self.bad(seq, kind, f"attempt {d['attempt']} of {d['call']} is interpreted but was never observed")
+        c.interpretation = (d["attempt"], canonical(d["result"]) if "result" in d else None)
 
     def on_attempt_retry_decided(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.latest_attempt(seq, kind, d)
@@ -613,13 +637,32 @@ class Graph:
         if c is None:
             return
         n = d["attempt"]
-        if c.completed:
-            self.bad(seq, kind, f"{d['call']} completes twice")
+        if c.completed and "reinterpretation" not in d:
+            self.bad(seq, kind, f"{d['call']} completes twice, and the second is not a reinterpretation")
         if n not in c.observed:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, which was never observed")
         elif n != c.latest:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, but attempt {c.latest} started after it")
+        else:
+            self.derivable(seq, kind, c, n, d["result"])
         c.completed = True
+
+    def derivable(self, seq: int, kind: str, c: GraphCall, n: int, result: Any) -> None:
+        """What a completion carries must come from the events before it: an interpretation, or the response."""
+        if type(result) is dict and sorted(result) == ["value"]:
+            interp, c.interpretation = c.interpretation, None
+            if interp is None or interp[0] != n:
+                self.bad(seq, kind, f"a value for attempt {n}, but no interpretation of that attempt precedes it")
+            elif interp[1] is None:
+                self.bad(seq, kind, f"a value for attempt {n}, whose latest interpretation recorded an error")
+            elif canonical(result["value"]) != interp[1]:
+                self.bad(seq, kind, f"the value differs from the result the latest interpretation of attempt {n} holds")
+        elif type(result) is dict and sorted(result) == ["raw", "response"] and result["raw"] is True:
+            ref = result["response"]
+            if not is_ref(ref) or c.responses.get(n) != (ref["digest"], ref["size"]):
+                self.bad(seq, kind, f"the raw response it names is not the one attempt {n}'s observation stored")
+        else:
+            self.bad(seq, kind, f"result is neither {{value}} nor {{raw: true, response}}: {result!r:.60}")
 
     def on_call_failed(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
@@ -725,8 +768,9 @@ class Graph:
             )
 
     def finish(self) -> None:
-        for seq, text in sorted(self.promises.values()):
-            self.problems.append(f"seq {seq}: {text}")
+        for tag, (seq, text) in sorted(self.promises.items(), key=lambda x: x[1]):
+            # a pending resume is a legal crash state; every other unkept promise is a problem
+            (self.notes if tag.startswith("resume:") else self.problems).append(f"seq {seq}: {text}")
         self.promises.clear()
 
 
@@ -1256,7 +1300,7 @@ class Verifier:
             problem = self.quarantine_problem(q)
             if problem is not None:
                 c.fail(f"seq {seq} stream.repaired: {problem}")
-        for note in s.notes[:MAX_DETAILS]:
+        for note in (s.notes + s.graph.notes)[:MAX_DETAILS]:
             c.text += f" [note: {note}]"
 
     def artifact_problem(self, digest: str, size: int) -> str | None:
