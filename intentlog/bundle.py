@@ -849,9 +849,17 @@ def check_bundle(
     ``receipts/`` is covered by an ``attempt.started`` of a call whose manifest has its
     request hash (``receipts``); every file matches ``hashes.json`` and none is unlisted
     (``inventory``; skipped when ``inventory`` is false). Raises
-    :class:`~intentlog.errors.NotALedger` when ``bundle`` is not a folder.
+    :class:`~intentlog.errors.NotALedger` when ``bundle`` is neither a folder nor a tar.
+
+    ``bundle`` may also be the tar :func:`export_bundle` writes: it is extracted into a
+    temporary folder (removed afterwards) member by member, refusing with
+    :class:`~intentlog.errors.LedgerError` any member that is not a plain file or folder
+    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates) before
+    anything of it is checked.
     """
     root = Path(bundle)
+    if root.is_file():
+        return _check_tar(root, inventory=inventory, progress=progress)
     no_workspace = root / ".no-workspace-in-a-bundle"
     report = verify_path(root, workspace=no_workspace, progress=progress)
     problems: list[Problem] = []
@@ -866,6 +874,84 @@ def check_bundle(
     problems.extend(_BundleCheck(root).run(inventory))
     order = {ERROR: 0, "changed": 1, INFO: 2}
     return replace(report, problems=tuple(sorted(problems, key=lambda p: order.get(p.severity, 3))))
+
+
+_TAR_FILE_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
+
+
+def _check_tar(path: Path, *, inventory: bool, progress: Progress | None) -> VerifyReport:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="intentlog-bundle-") as tmp:
+        inner = _extract_tar(path, Path(tmp))
+        report = check_bundle(inner, inventory=inventory, progress=progress)
+        shown = f"{path}:{TAR_ROOT}"
+        problems = tuple(replace(p, message=p.message.replace(str(inner), shown)) for p in report.problems)
+        return replace(report, root=str(path), problems=problems)
+
+
+def _tar_member_path(name: str, where: Path) -> tuple[str, ...]:
+    """The parts of a member name below ``intentlog-bundle/``; :class:`LedgerError` for anything else."""
+    parts = tuple(name.rstrip("/").split("/"))
+    if (
+        name.startswith("/")
+        or "\\" in name
+        or "\x00" in name
+        or parts[0] != TAR_ROOT
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise LedgerError(
+            f"{where}: the member {name!r} is not a plain path inside {TAR_ROOT}/ (absolute, '..', or elsewhere); "
+            "the tar was not extracted: it is not a bundle export wrote"
+        )
+    return parts[1:]
+
+
+def _open_tar(path: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as exc:
+        raise NotALedger(str(path), f"is neither a bundle folder nor a readable tar ({exc})") from exc
+
+
+def _extract_tar(path: Path, dest: Path) -> Path:
+    """Extract a bundle tar into ``dest`` safely and return the bundle folder (``dest/intentlog-bundle``)."""
+    inner = dest / TAR_ROOT
+    seen: set[tuple[str, ...]] = set()
+    with _open_tar(path) as tf:
+        while True:
+            try:
+                m = tf.next()
+            except tarfile.TarError as exc:
+                raise LedgerError(f"{path}: the tar is damaged ({exc}); it was not checked") from exc
+            if m is None:
+                break
+            parts = _tar_member_path(m.name, path)
+            if parts in seen:
+                raise LedgerError(f"{path}: the member {m.name!r} appears twice; the tar was not checked")
+            seen.add(parts)
+            target = inner.joinpath(*parts)
+            if m.type == tarfile.DIRTYPE:
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if m.type not in _TAR_FILE_TYPES:
+                raise LedgerError(
+                    f"{path}: the member {m.name!r} is a link or a special file; a bundle holds only files and "
+                    "folders, so the tar was not checked"
+                )
+            if not parts:
+                raise LedgerError(f"{path}: {TAR_ROOT} is a file, not a folder; the tar was not checked")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(m)
+            if src is None:  # pragma: no cover - a regular member always has a file object
+                raise LedgerError(f"{path}: the member {m.name!r} cannot be read")
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as out, src:
+                while chunk := src.read(_CHUNK):
+                    out.write(chunk)
+    if not inner.is_dir():
+        raise LedgerError(f"{path}: the tar holds no {TAR_ROOT}/ folder; it is not a bundle export wrote")
+    return inner
 
 
 class _BundleCheck:

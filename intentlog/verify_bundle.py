@@ -6,6 +6,7 @@ Usage::
     python verify_bundle.py BUNDLE_DIR            # numbered claims, each PASS or FAIL; exit 0 only if all pass
     python verify_bundle.py BUNDLE_DIR --json     # the same, plus the re-derived work states, as JSON
     python verify_bundle.py BUNDLE_DIR --no-inventory   # skip the hashes.json check (to test meaning alone)
+    python verify_bundle.py BUNDLE.tar            # the tar 'intentlog export --tar' writes, extracted safely first
 
 This file is a standalone program. It imports only the Python standard library and the
 ``blake3`` package (``pip install blake3``), and shares no code with intentlog: the
@@ -18,8 +19,11 @@ that every receipt is covered by an ``attempt.started`` in the record: an effect
 recorded intent to cause it fails.
 
 It reads only; it writes nothing, follows no symbolic link and leaves the bundle folder.
-Exit status: 0 every claim passed (skipped claims do not fail); 1 a claim failed;
-2 usage (not a folder, blake3 missing).
+A tar is extracted into a temporary folder (removed afterwards) only when every member
+is a plain file or folder inside ``intentlog-bundle/``: an absolute path, ``..``, a link,
+a device or a repeated name is refused before anything is written.
+Exit status: 0 every claim passed (skipped claims do not fail); 1 a claim failed or the
+tar was refused; 2 usage (neither a folder nor a tar, blake3 missing).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import os
 import re
 import stat
 import sys
+import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -1439,6 +1445,59 @@ class Verifier:
             c.text = c.text.replace("every receipt", f"each of its {n} receipt(s)", 1)
 
 
+# -- a bundle as a tar ---------------------------------------------------------------------------
+
+TAR_ROOT = "intentlog-bundle"
+
+
+def open_tar(path: str) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as exc:
+        raise BundleError(f"{path} is not a readable tar ({exc})") from exc
+
+
+def extract_tar(path: str, dest: str) -> str:
+    """Extract the bundle tar ``path`` under ``dest``; return the bundle folder. BundleError refuses the tar."""
+    seen: set[str] = set()
+    with open_tar(path) as tf:
+        for m in tf:
+            name = m.name.rstrip("/")
+            parts = name.split("/")
+            if (
+                m.name.startswith("/")
+                or "\\" in name
+                or "\x00" in name
+                or parts[0] != TAR_ROOT
+                or any(p in ("", ".", "..") for p in parts)
+            ):
+                raise BundleError(f"member {m.name!r} is not a plain path inside {TAR_ROOT}/")
+            if name in seen:
+                raise BundleError(f"member {m.name!r} appears twice")
+            seen.add(name)
+            target = os.path.join(dest, *parts)
+            if m.isdir():
+                os.makedirs(target, exist_ok=True)
+            elif m.isreg() and len(parts) > 1:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                src = tf.extractfile(m)
+                if src is None:
+                    raise BundleError(f"member {m.name!r} cannot be read")
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                with os.fdopen(fd, "wb") as out, src:
+                    while True:
+                        chunk = src.read(CHUNK)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+            else:
+                raise BundleError(f"member {m.name!r} is a link or a special file; a bundle holds only files")
+    inner = os.path.join(dest, TAR_ROOT)
+    if not os.path.isdir(inner):
+        raise BundleError(f"the tar holds no {TAR_ROOT}/ folder")
+    return inner
+
+
 # -- output ------------------------------------------------------------------------------------
 
 
@@ -1463,14 +1522,29 @@ def main(argv: list[str] | None = None) -> int:
         description="Check an intentlog evidence bundle independently: chains, kinds, the identity graph, every "
         "byte, the re-derived work states and the provider receipts. Exit 0 only when every claim passes.",
     )
-    p.add_argument("bundle", nargs="?", default=".", help="the bundle folder (default: the current folder)")
+    p.add_argument(
+        "bundle", nargs="?", default=".", help="the bundle folder or its tar (default: the current folder)"
+    )
     p.add_argument("--json", action="store_true", help="print the claims and the re-derived states as JSON")
     p.add_argument("--no-inventory", action="store_true", help="skip the hashes.json check (meaning alone)")
     a = p.parse_args(argv)
+    if os.path.isfile(a.bundle):
+        with tempfile.TemporaryDirectory(prefix="verify-bundle-") as tmp:
+            try:
+                folder = extract_tar(a.bundle, tmp)
+            except (BundleError, OSError) as exc:
+                sys.stderr.write(f"verify_bundle.py: {printable(a.bundle)}: refused, not checked: {exc}\n")
+                return 1
+            return report(a, folder)
     if not os.path.isdir(a.bundle):
-        sys.stderr.write(f"verify_bundle.py: {a.bundle} is not a folder\n")
+        sys.stderr.write(f"verify_bundle.py: {a.bundle} is neither a folder nor a tar\n")
         return 2
-    v = Verifier(a.bundle, inventory=not a.no_inventory)
+    return report(a, a.bundle)
+
+
+def report(a: argparse.Namespace, folder: str) -> int:
+    """Run every claim over the bundle folder and print them as ``a`` asks; the exit status."""
+    v = Verifier(folder, inventory=not a.no_inventory)
     v.run()
     ok = not any(c.status == "FAIL" for c in v.claims)
     if a.json:
