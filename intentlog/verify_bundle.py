@@ -36,10 +36,11 @@ import os
 import re
 import stat
 import sys
-import tarfile
-import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # tarfile and tempfile are imported only to read a tar (they pull in more modules)
+    import tarfile
 
 try:
     from blake3 import blake3
@@ -1451,6 +1452,8 @@ TAR_ROOT = "intentlog-bundle"
 
 
 def open_tar(path: str) -> tarfile.TarFile:
+    import tarfile
+
     try:
         return tarfile.open(path, "r:")
     except (OSError, tarfile.TarError) as exc:
@@ -1529,6 +1532,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-inventory", action="store_true", help="skip the hashes.json check (meaning alone)")
     a = p.parse_args(argv)
     if os.path.isfile(a.bundle):
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="verify-bundle-") as tmp:
             try:
                 folder = extract_tar(a.bundle, tmp)
