@@ -35,10 +35,12 @@ by a recorded ``attempt.started``, and every file matches ``hashes.json``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
 import shutil
+import stat
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -73,6 +75,7 @@ from .projections.verify import (
     VerifyReport,
     decode_heads,
     encode_heads,
+    find_links,
     read_heads_at,
     verify_path,
 )
@@ -224,6 +227,10 @@ class ExportResult:
     files: int
     size: int
     report: VerifyReport | None
+    #: staging left by killed exports (of processes no longer alive), removed before this one
+    removed: tuple[str, ...] = ()
+    #: targets that already held exactly this bundle (a re-export after a killed one): kept as they were
+    kept: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -237,6 +244,11 @@ class ExportResult:
         where = " and ".join(str(p) for p in (self.out, self.tar) if p is not None)
         lines = [f"exported {len(self.tasks)} task(s) ({', '.join(self.tasks)}): {self.files} files, {self.size} bytes"]
         lines.append(f"  to {where}")
+        for p in self.kept:
+            lines.append(f"  {p} already held exactly this bundle (an earlier export was interrupted): kept")
+        if self.removed:
+            lines.append(f"  removed {len(self.removed)} staging folder(s) or file(s) left by killed exports: "
+                         + ", ".join(self.removed))
         if self.report is not None:
             lines.append(f"  library check: {self.report.summary()}")
             lines.extend(f"  {p.render()}" for p in self.report.problems if p.severity != INFO)
@@ -253,6 +265,8 @@ class ExportResult:
             "bytes": self.size,
             "ok": self.ok,
             "check": self.report.to_json() if self.report is not None else None,
+            "removed": list(self.removed),
+            "kept": list(self.kept),
         }
 
 
@@ -384,7 +398,7 @@ class _Exporter:
             if _QUARANTINE_FILE.match(rel) is None:
                 raise ArtifactError(f"{where}: stream.repaired names {rel!r}, not a file in quarantine/; not exported")
             src = self.root / rel
-            if not src.is_file():
+            if not os.path.lexists(src):
                 raise ArtifactMissing(digest, f"{where}, which moved a torn tail to {rel}: that file is gone")
             self.publish(rel, _checked_copy(src, digest, size))
 
@@ -392,16 +406,37 @@ class _Exporter:
         """Copy one blob if the store has it, checking every byte on the way; False if it has not."""
         rel = _object_rel(digest)
         src = self.root / rel
-        if not src.is_file():
-            return False
+        if not os.path.lexists(src):
+            return False  # (a link is refused by the copy, which never reads through one)
         if not (self.staging / rel).exists():
             self.publish(rel, _checked_copy(src, digest, size, where=where))
         return True
 
 
-def _read_range(path: Path, end: int) -> Iterator[bytes]:
-    """The first ``end`` bytes of ``path`` (a stream's trusted lines; later appends are not read)."""
-    with open(path, "rb") as f:
+_O_READ: Final = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_no_link(path: Path) -> Any:
+    """``path`` opened for reading as a regular file, never through a final link (:class:`LedgerError` names it)."""
+    try:
+        fd = os.open(path, _O_READ | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LedgerError(f"{path} is a symbolic link; export never copies through one: replace it with the "
+                              "real file (from a copy or git), then export again") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LedgerError(f"{path} is not a regular file; a bundle copies only files")
+    return os.fdopen(fd, "rb")
+
+
+def _read_range(path: Path, end: int, *, follow: bool = False) -> Iterator[bytes]:
+    """The first ``end`` bytes of ``path`` (a stream's trusted lines; later appends are not read).
+
+    Never through a link inside the ledger; ``follow`` for files the caller named (receipt logs).
+    """
+    with open(path, "rb") if follow else _open_no_link(path) as f:
         left = end
         while left > 0:
             chunk = f.read(min(_CHUNK, left))
@@ -415,7 +450,7 @@ def _checked_copy(src: Path, digest: str, size: int | None, *, where: str | None
     """``src`` in chunks; raises (so the copy is discarded) unless it hashes to ``digest`` with ``size`` bytes."""
     h = blake3()
     n = 0
-    with open(src, "rb") as f:
+    with _open_no_link(src) as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
             n += len(chunk)
@@ -552,12 +587,13 @@ def export_bundle(
     names = sorted({check_task_id(t) for t in tasks}) if tasks else None
     out_path = Path(out) if out is not None else None
     tar_path = Path(tar) if tar is not None else None
-    if out_path is not None and out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
-        raise UsageError(f"{out_path} exists and is not an empty folder; name a new folder for the bundle")
-    if tar_path is not None and (tar_path.exists() or tar_path.is_symlink()):
-        raise UsageError(f"{tar_path} exists; name a new file for the tar")
+    if out_path is not None:
+        _check_out(out_path)
+    if tar_path is not None and (tar_path.is_symlink() or (tar_path.exists() and not tar_path.is_file())):
+        raise UsageError(f"{tar_path} exists and is not a file; name a new file for the tar")
     logs = _receipt_names(receipts)
     root_path = Path(root)
+    _refuse_links(root_path)
     _check_marker(root_path)
     present = _task_ids(root_path)
     if names is None:
@@ -573,7 +609,11 @@ def export_bundle(
     if anchor is None:  # pragma: no cover - checked above
         raise UsageError("no target")
     makedirs_durable(anchor.absolute().parent)
-    staging = anchor.absolute().parent / f".{anchor.name}.{os.getpid()}.{secrets.token_hex(4)}.export"
+    if tar_path is not None:
+        makedirs_durable(tar_path.absolute().parent)
+    removed = _remove_stale([p for p in (out_path, tar_path) if p is not None])
+    kept: list[str] = []
+    staging = anchor.absolute().parent / f".{anchor.name}.{os.getpid()}.{secrets.token_hex(4)}{_STAGING_SUFFIX}"
     os.mkdir(staging)
     try:
         ex = _Exporter(root_path, staging, sealed)
@@ -581,7 +621,7 @@ def export_bundle(
             ex.stream(t)
         ex.objects([t for t in present if t not in set(names)])
         for name, path in logs.items():
-            ex.publish(f"{RECEIPTS_DIR}/{name}", _read_range(path, path.stat().st_size))
+            ex.publish(f"{RECEIPTS_DIR}/{name}", _read_range(path, path.stat().st_size, follow=True))
         ex.publish(MARKER_FILE, (_MARKER,))
         ex.publish(".gitattributes", (_GITATTRIBUTES,))
         ex.publish(HEADS_FILE, (encode_heads(ex.heads),))
@@ -593,23 +633,136 @@ def export_bundle(
         size = sum(n for _, n in files.values()) + (staging / HASHES_FILE).stat().st_size
         bundle_dir = staging
         if out_path is not None:
-            try:
-                os.rename(staging, out_path)
-            except OSError as exc:
-                raise UsageError(f"{out_path} appeared while the bundle was built; name a new folder ({exc})") from exc
-            fsync_dir(out_path.absolute().parent)
+            if _holds_bundle(out_path, staging):
+                kept.append(str(out_path))  # an earlier export of the same record was killed after its rename
+            else:
+                try:
+                    os.rename(staging, out_path)
+                except OSError as exc:
+                    raise UsageError(
+                        f"{out_path} exists and holds another bundle (or appeared while this one was built); "
+                        f"name a new folder ({exc.strerror or exc})"
+                    ) from exc
+                fsync_dir(out_path.absolute().parent)
             bundle_dir = out_path
         report = check_bundle(bundle_dir) if check else None
         if report is not None and out_path is None and tar_path is not None:
             report = replace(report, root=str(tar_path))
-        if tar_path is not None and not publish_chunks(
-            _tar_chunks(bundle_dir), tar_path, tmp_dir=tar_path.absolute().parent, mode=_FILE_MODE
-        ):
-            raise UsageError(f"{tar_path} appeared while the bundle was built; name a new file")
+        if tar_path is not None:
+            if tar_path.exists() and _same_bytes(tar_path, _tar_chunks(bundle_dir)):
+                kept.append(str(tar_path))
+            elif not publish_chunks(
+                _tar_chunks(bundle_dir), tar_path, tmp_dir=tar_path.absolute().parent, mode=_FILE_MODE
+            ):
+                raise UsageError(f"{tar_path} exists and holds another tar (or appeared meanwhile); name a new file")
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    return ExportResult(out_path, tar_path, tuple(names), len(files) + 1, size, report)
+    return ExportResult(out_path, tar_path, tuple(names), len(files) + 1, size, report, tuple(removed), tuple(kept))
+
+
+_STAGING_SUFFIX: Final = ".export"
+_STALE_STAGING: Final = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{8}\.export\Z")
+_STALE_TMP: Final = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{12}\.tmp\Z")
+
+
+def _check_out(out_path: Path) -> None:
+    """Refuse a folder target that exists and can hold no bundle; an existing bundle is compared at the end."""
+    if out_path.is_symlink():
+        raise UsageError(f"{out_path} is a symbolic link; name a new folder for the bundle")
+    if not out_path.exists():
+        return
+    if not out_path.is_dir():
+        raise UsageError(f"{out_path} exists and is not a folder; name a new folder for the bundle")
+    if any(out_path.iterdir()) and not (out_path / HASHES_FILE).is_file():
+        raise UsageError(f"{out_path} exists and is not an empty folder; name a new folder for the bundle")
+
+
+def _holds_bundle(out_path: Path, staging: Path) -> bool:
+    """Does the existing ``out_path`` hold exactly the bundle just built in ``staging``? (False if it is empty.)"""
+    try:
+        if not any(out_path.iterdir()):
+            return False  # an empty folder: the rename gives it the bundle
+        theirs = (out_path / HASHES_FILE).read_bytes()
+        return theirs == (staging / HASHES_FILE).read_bytes() and file_hashes(out_path) == file_hashes(staging)
+    except (OSError, UsageError):
+        return False
+
+
+def _same_bytes(path: Path, chunks: Iterable[bytes]) -> bool:
+    """Does the regular file ``path`` hold exactly the bytes of ``chunks``?"""
+    mine = blake3()
+    for chunk in chunks:
+        mine.update(chunk)
+    try:
+        theirs, _ = _hash_path(path)
+    except OSError:
+        return False
+    return theirs == DIGEST_PREFIX + mine.hexdigest()
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` a live process (on this host)? Unknown counts as alive: nothing of it is removed."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _remove_stale(targets: Sequence[Path]) -> list[str]:
+    """Remove what killed exports to these targets' folders left: staging folders, and temp tars of a target.
+
+    Only names this module makes (``.<name>.<pid>.<8 hex>.export`` folders, and the temp
+    ``.<tar name>.<pid>.<12 hex>.tmp`` of a tar being published) whose pid is no longer
+    alive are removed, never through a link; the removed paths are returned (reported).
+    """
+    removed: list[str] = []
+    tar_names = {t.name for t in targets}
+    for folder in sorted({t.absolute().parent for t in targets}):
+        before = len(removed)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            staging = _STALE_STAGING.match(e.name)
+            tmp = _STALE_TMP.match(e.name)
+            if staging is not None and e.is_dir(follow_symlinks=False) and not _alive(int(staging.group(2))):
+                shutil.rmtree(e.path, ignore_errors=True)
+            elif (
+                tmp is not None
+                and tmp.group(1) in tar_names
+                and e.is_file(follow_symlinks=False)
+                and not _alive(int(tmp.group(2)))
+            ):
+                os.unlink(e.path)
+            else:
+                continue
+            removed.append(e.path)
+        if len(removed) > before:
+            fsync_dir(folder)
+    return removed
+
+
+#: What export reads below the ledger root: none of it may be (or lie behind) a link.
+_READ_TOP: Final = frozenset({MARKER_FILE, HEADS_FILE, "tasks", "objects", "quarantine"})
+
+
+def _refuse_links(root: Path) -> None:
+    """:class:`LedgerError` naming the first link among what export reads; export never copies through one."""
+    for rel, target in find_links(root).items():
+        top = rel.split("/", 1)[0]
+        if top in _READ_TOP and not (top == "tasks" and rel.endswith(".lock")):
+            raise LedgerError(
+                f"{root / rel} is a symbolic link (to {target!r}); export never copies through one, so nothing was "
+                "exported. Replace it with the real file or folder (from a copy or git), then export again; "
+                "'intentlog verify' lists every link in the ledger"
+            )
 
 
 def _check_marker(root: Path) -> None:
@@ -696,9 +849,17 @@ def check_bundle(
     ``receipts/`` is covered by an ``attempt.started`` of a call whose manifest has its
     request hash (``receipts``); every file matches ``hashes.json`` and none is unlisted
     (``inventory``; skipped when ``inventory`` is false). Raises
-    :class:`~intentlog.errors.NotALedger` when ``bundle`` is not a folder.
+    :class:`~intentlog.errors.NotALedger` when ``bundle`` is neither a folder nor a tar.
+
+    ``bundle`` may also be the tar :func:`export_bundle` writes: it is extracted into a
+    temporary folder (removed afterwards) member by member, refusing with
+    :class:`~intentlog.errors.LedgerError` any member that is not a plain file or folder
+    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates) before
+    anything of it is checked.
     """
     root = Path(bundle)
+    if root.is_file():
+        return _check_tar(root, inventory=inventory, progress=progress)
     no_workspace = root / ".no-workspace-in-a-bundle"
     report = verify_path(root, workspace=no_workspace, progress=progress)
     problems: list[Problem] = []
@@ -713,6 +874,84 @@ def check_bundle(
     problems.extend(_BundleCheck(root).run(inventory))
     order = {ERROR: 0, "changed": 1, INFO: 2}
     return replace(report, problems=tuple(sorted(problems, key=lambda p: order.get(p.severity, 3))))
+
+
+_TAR_FILE_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
+
+
+def _check_tar(path: Path, *, inventory: bool, progress: Progress | None) -> VerifyReport:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="intentlog-bundle-") as tmp:
+        inner = _extract_tar(path, Path(tmp))
+        report = check_bundle(inner, inventory=inventory, progress=progress)
+        shown = f"{path}:{TAR_ROOT}"
+        problems = tuple(replace(p, message=p.message.replace(str(inner), shown)) for p in report.problems)
+        return replace(report, root=str(path), problems=problems)
+
+
+def _tar_member_path(name: str, where: Path) -> tuple[str, ...]:
+    """The parts of a member name below ``intentlog-bundle/``; :class:`LedgerError` for anything else."""
+    parts = tuple(name.rstrip("/").split("/"))
+    if (
+        name.startswith("/")
+        or "\\" in name
+        or "\x00" in name
+        or parts[0] != TAR_ROOT
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise LedgerError(
+            f"{where}: the member {name!r} is not a plain path inside {TAR_ROOT}/ (absolute, '..', or elsewhere); "
+            "the tar was not extracted: it is not a bundle export wrote"
+        )
+    return parts[1:]
+
+
+def _open_tar(path: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as exc:
+        raise NotALedger(str(path), f"is neither a bundle folder nor a readable tar ({exc})") from exc
+
+
+def _extract_tar(path: Path, dest: Path) -> Path:
+    """Extract a bundle tar into ``dest`` safely and return the bundle folder (``dest/intentlog-bundle``)."""
+    inner = dest / TAR_ROOT
+    seen: set[tuple[str, ...]] = set()
+    with _open_tar(path) as tf:
+        while True:
+            try:
+                m = tf.next()
+            except tarfile.TarError as exc:
+                raise LedgerError(f"{path}: the tar is damaged ({exc}); it was not checked") from exc
+            if m is None:
+                break
+            parts = _tar_member_path(m.name, path)
+            if parts in seen:
+                raise LedgerError(f"{path}: the member {m.name!r} appears twice; the tar was not checked")
+            seen.add(parts)
+            target = inner.joinpath(*parts)
+            if m.type == tarfile.DIRTYPE:
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if m.type not in _TAR_FILE_TYPES:
+                raise LedgerError(
+                    f"{path}: the member {m.name!r} is a link or a special file; a bundle holds only files and "
+                    "folders, so the tar was not checked"
+                )
+            if not parts:
+                raise LedgerError(f"{path}: {TAR_ROOT} is a file, not a folder; the tar was not checked")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(m)
+            if src is None:  # pragma: no cover - a regular member always has a file object
+                raise LedgerError(f"{path}: the member {m.name!r} cannot be read")
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as out, src:
+                while chunk := src.read(_CHUNK):
+                    out.write(chunk)
+    if not inner.is_dir():
+        raise LedgerError(f"{path}: the tar holds no {TAR_ROOT}/ folder; it is not a bundle export wrote")
+    return inner
 
 
 class _BundleCheck:

@@ -341,8 +341,9 @@ def show(c: _Ctx, digest: str) -> None:
 @click.argument("tasks", nargs=-1)
 @click.option(
     "--bundle",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Check an exported bundle (this folder) instead of the ledger, with its states, receipts and hashes.json.",
+    type=click.Path(path_type=Path),
+    help="Check an exported bundle (this folder, or the tar export --tar wrote) instead of the ledger, with its "
+    "states, receipts and hashes.json.",
 )
 @json_option
 @pass_ctx
@@ -357,6 +358,7 @@ def verify(c: _Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) 
       intentlog --root evidence verify
       intentlog verify chapter-16 --json
       intentlog verify --bundle bundle
+      intentlog verify --bundle bundle.tar
     """
     from .errors import InvalidTaskId, NotALedger, UsageError
     from .projections.verify import verify_path

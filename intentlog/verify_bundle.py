@@ -6,6 +6,7 @@ Usage::
     python verify_bundle.py BUNDLE_DIR            # numbered claims, each PASS or FAIL; exit 0 only if all pass
     python verify_bundle.py BUNDLE_DIR --json     # the same, plus the re-derived work states, as JSON
     python verify_bundle.py BUNDLE_DIR --no-inventory   # skip the hashes.json check (to test meaning alone)
+    python verify_bundle.py BUNDLE.tar            # the tar 'intentlog export --tar' writes, extracted safely first
 
 This file is a standalone program. It imports only the Python standard library and the
 ``blake3`` package (``pip install blake3``), and shares no code with intentlog: the
@@ -18,8 +19,11 @@ that every receipt is covered by an ``attempt.started`` in the record: an effect
 recorded intent to cause it fails.
 
 It reads only; it writes nothing, follows no symbolic link and leaves the bundle folder.
-Exit status: 0 every claim passed (skipped claims do not fail); 1 a claim failed;
-2 usage (not a folder, blake3 missing).
+A tar is extracted into a temporary folder (removed afterwards) only when every member
+is a plain file or folder inside ``intentlog-bundle/``: an absolute path, ``..``, a link,
+a device or a repeated name is refused before anything is written.
+Exit status: 0 every claim passed (skipped claims do not fail); 1 a claim failed or the
+tar was refused; 2 usage (neither a folder nor a tar, blake3 missing).
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # tarfile and tempfile are imported only to read a tar (they pull in more modules)
+    import tarfile
 
 try:
     from blake3 import blake3
@@ -435,7 +442,16 @@ class GraphCall:
         self.completed = False
         self.failed = False
         self.request_hash: str | None = None
+        self.requested_hash: str | None = None  # what call.requested recorded, if anything
         self.timed_out = False  # the latest attempt was recorded timed out
+        self.responses: dict[int, tuple[str, int]] = {}  # attempt -> (digest, size) of its latest observation
+        # the latest interpretation no completion used yet: (attempt, canonical result digest or None for an error)
+        self.interpretation: tuple[int, str | None] | None = None
+
+
+def canonical(value: Any) -> str:
+    """The digest of a value as canonical JSON: sorted keys, compact, UTF-8."""
+    return b3(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 class Graph:
@@ -449,6 +465,7 @@ class Graph:
         self.forked_at: int | None = None
         self.promises: dict[str, tuple[int, str]] = {}
         self.problems: list[str] = []
+        self.notes: list[str] = []
 
     def bad(self, seq: int, kind: str, text: str) -> None:
         self.problems.append(f"seq {seq} {kind}: {text}")
@@ -498,6 +515,7 @@ class Graph:
             self.bad(seq, kind, f"call {cid!r} is requested twice")
             return
         self.calls[cid] = GraphCall(key)
+        self.calls[cid].requested_hash = d.get("request_hash")
         promised = self.promises.pop("resume:" + cid, None) is not None
         old_id = d.get("resumes")
         if old_id is None:
@@ -524,6 +542,8 @@ class Graph:
         c.request_hash = d["request_hash"]
         if d["request_hash"] != d["request"]["digest"]:
             self.bad(seq, kind, "request_hash is not the digest of the recorded request")
+        if c.requested_hash is not None and c.requested_hash != d["request_hash"]:
+            self.bad(seq, kind, f"records another request hash than {d['call']}'s call.requested: the intent changed")
 
     def on_call_preparation_failed(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
@@ -545,7 +565,11 @@ class Graph:
             self.bad(seq, kind, f"the new call {d['new_call']!r} already exists")
             return
         c.resumed_by = d["new_call"]
-        self.promises["resume:" + d["new_call"]] = (seq, f"no call.requested of {d['new_call']!r} follows")
+        self.promises["resume:" + d["new_call"]] = (
+            seq,
+            f"no call.requested of {d['new_call']!r} follows the resume yet (legal after a crash right after it: "
+            "the next run of the key continues it)",
+        )
 
     def on_attempt_started(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
@@ -583,6 +607,7 @@ class Graph:
         if c is None:
             return
         c.observed.add(d["attempt"])
+        c.responses[d["attempt"]] = (d["response"]["digest"], d["response"]["size"])
         c.has_outcome = True
         from_reconciliation = d.get("source") == "reconciliation"
         if from_reconciliation and self.promises.pop(f"evidence:{d['call']}:{d['attempt']}", None) is None:
@@ -594,8 +619,15 @@ class Graph:
 
     def on_attempt_interpreted(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.latest_attempt(seq, kind, d)
-        if c is not None and d["attempt"] not in c.observed:
+        if c is None:
+            return
+        if d["attempt"] not in c.observed:
             self.bad(seq, kind, f"attempt {d['attempt']} of {d['call']} is interpreted but was never observed")
+        ref = d.get("result_ref")
+        if "result" in d:
+            c.interpretation = (d["attempt"], "value " + canonical(d["result"]))
+        else:
+            c.interpretation = (d["attempt"], f"ref {ref['digest']}" if ref is not None and is_ref(ref) else None)
 
     def on_attempt_retry_decided(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.latest_attempt(seq, kind, d)
@@ -625,12 +657,36 @@ class Graph:
             return
         n = d["attempt"]
         if c.completed and "reinterpretation" not in d:
-            self.bad(seq, kind, f"{d['call']} completes twice")
+            self.bad(seq, kind, f"{d['call']} completes twice, and the second is not a reinterpretation")
         if n not in c.observed:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, which was never observed")
         elif n != c.latest:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, but attempt {c.latest} started after it")
+        else:
+            self.derivable(seq, kind, c, n, d["result"])
         c.completed = True
+
+    def derivable(self, seq: int, kind: str, c: GraphCall, n: int, result: Any) -> None:
+        """What a completion carries must come from the events before it: an interpretation, or the response."""
+        carried: str | None = None
+        if type(result) is dict and sorted(result) == ["value"]:
+            carried = "value " + canonical(result["value"])
+        elif type(result) is dict and sorted(result) == ["value_ref"] and is_ref(result["value_ref"]):
+            carried = "ref " + result["value_ref"]["digest"]
+        if carried is not None:
+            interp, c.interpretation = c.interpretation, None
+            if interp is None or interp[0] != n:
+                self.bad(seq, kind, f"a value for attempt {n}, but no interpretation of that attempt precedes it")
+            elif interp[1] is None:
+                self.bad(seq, kind, f"a value for attempt {n}, whose latest interpretation recorded an error")
+            elif carried != interp[1]:
+                self.bad(seq, kind, f"the value differs from the result the latest interpretation of attempt {n} holds")
+        elif type(result) is dict and sorted(result) == ["raw", "response"] and result["raw"] is True:
+            ref = result["response"]
+            if not is_ref(ref) or c.responses.get(n) != (ref["digest"], ref["size"]):
+                self.bad(seq, kind, f"the raw response it names is not the one attempt {n}'s observation stored")
+        else:
+            self.bad(seq, kind, f"result is not {{value}}, {{value_ref}} or {{raw, response}}: {result!r:.60}")
 
     def on_call_failed(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
@@ -736,8 +792,9 @@ class Graph:
             )
 
     def finish(self) -> None:
-        for seq, text in sorted(self.promises.values()):
-            self.problems.append(f"seq {seq}: {text}")
+        for tag, (seq, text) in sorted(self.promises.items(), key=lambda x: x[1]):
+            # a pending resume is a legal crash state; every other unkept promise is a problem
+            (self.notes if tag.startswith("resume:") else self.problems).append(f"seq {seq}: {text}")
         self.promises.clear()
 
 
@@ -1269,7 +1326,7 @@ class Verifier:
             problem = self.quarantine_problem(q)
             if problem is not None:
                 c.fail(f"seq {seq} stream.repaired: {problem}")
-        for note in s.notes[:MAX_DETAILS]:
+        for note in (s.notes + s.graph.notes)[:MAX_DETAILS]:
             c.text += f" [note: {note}]"
 
     def artifact_problem(self, digest: str, size: int) -> str | None:
@@ -1408,6 +1465,61 @@ class Verifier:
             c.text = c.text.replace("every receipt", f"each of its {n} receipt(s)", 1)
 
 
+# -- a bundle as a tar ---------------------------------------------------------------------------
+
+TAR_ROOT = "intentlog-bundle"
+
+
+def open_tar(path: str) -> tarfile.TarFile:
+    import tarfile
+
+    try:
+        return tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as exc:
+        raise BundleError(f"{path} is not a readable tar ({exc})") from exc
+
+
+def extract_tar(path: str, dest: str) -> str:
+    """Extract the bundle tar ``path`` under ``dest``; return the bundle folder. BundleError refuses the tar."""
+    seen: set[str] = set()
+    with open_tar(path) as tf:
+        for m in tf:
+            name = m.name.rstrip("/")
+            parts = name.split("/")
+            if (
+                m.name.startswith("/")
+                or "\\" in name
+                or "\x00" in name
+                or parts[0] != TAR_ROOT
+                or any(p in ("", ".", "..") for p in parts)
+            ):
+                raise BundleError(f"member {m.name!r} is not a plain path inside {TAR_ROOT}/")
+            if name in seen:
+                raise BundleError(f"member {m.name!r} appears twice")
+            seen.add(name)
+            target = os.path.join(dest, *parts)
+            if m.isdir():
+                os.makedirs(target, exist_ok=True)
+            elif m.isreg() and len(parts) > 1:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                src = tf.extractfile(m)
+                if src is None:
+                    raise BundleError(f"member {m.name!r} cannot be read")
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                with os.fdopen(fd, "wb") as out, src:
+                    while True:
+                        chunk = src.read(CHUNK)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+            else:
+                raise BundleError(f"member {m.name!r} is a link or a special file; a bundle holds only files")
+    inner = os.path.join(dest, TAR_ROOT)
+    if not os.path.isdir(inner):
+        raise BundleError(f"the tar holds no {TAR_ROOT}/ folder")
+    return inner
+
+
 # -- output ------------------------------------------------------------------------------------
 
 
@@ -1432,14 +1544,31 @@ def main(argv: list[str] | None = None) -> int:
         description="Check an intentlog evidence bundle independently: chains, kinds, the identity graph, every "
         "byte, the re-derived work states and the provider receipts. Exit 0 only when every claim passes.",
     )
-    p.add_argument("bundle", nargs="?", default=".", help="the bundle folder (default: the current folder)")
+    p.add_argument(
+        "bundle", nargs="?", default=".", help="the bundle folder or its tar (default: the current folder)"
+    )
     p.add_argument("--json", action="store_true", help="print the claims and the re-derived states as JSON")
     p.add_argument("--no-inventory", action="store_true", help="skip the hashes.json check (meaning alone)")
     a = p.parse_args(argv)
+    if os.path.isfile(a.bundle):
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="verify-bundle-") as tmp:
+            try:
+                folder = extract_tar(a.bundle, tmp)
+            except (BundleError, OSError) as exc:
+                sys.stderr.write(f"verify_bundle.py: {printable(a.bundle)}: refused, not checked: {exc}\n")
+                return 1
+            return report(a, folder)
     if not os.path.isdir(a.bundle):
-        sys.stderr.write(f"verify_bundle.py: {a.bundle} is not a folder\n")
+        sys.stderr.write(f"verify_bundle.py: {a.bundle} is neither a folder nor a tar\n")
         return 2
-    v = Verifier(a.bundle, inventory=not a.no_inventory)
+    return report(a, a.bundle)
+
+
+def report(a: argparse.Namespace, folder: str) -> int:
+    """Run every claim over the bundle folder and print them as ``a`` asks; the exit status."""
+    v = Verifier(folder, inventory=not a.no_inventory)
     v.run()
     ok = not any(c.status == "FAIL" for c in v.claims)
     if a.json:

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, final
 
-from .._digest import is_digest
+import orjson
+
+from .._digest import digest_bytes, is_digest
 from ..errors import UsageError
 from ..eventlog.format import FORMAT, TASK_CREATED
 
@@ -46,6 +48,7 @@ __all__ = [
     "GraphRule",
     "KindRule",
     "TaskGraph",
+    "canonical_digest",
     "check_shape",
     "dict_of",
     "is_ref",
@@ -150,7 +153,12 @@ class CallNode:
     completed: bool = False
     failed: bool = False
     request_hash: str | None = None  # the manifest's
+    requested_hash: str | None = None  # the request hash call.requested carried, if any
     timed_out: bool = False  # the latest attempt was recorded timed out
+    responses: dict[int, tuple[str, int]] = field(default_factory=dict)  # attempt -> its latest observed (digest, size)
+    #: the most recent attempt.interpreted not yet completed: (attempt, digest of its canonical result, or
+    #: None when it recorded an error); a completion consumes it
+    interpretation: tuple[int, str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -317,7 +325,7 @@ def _on_requested(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
         yield Finding("graph", f"call {cid!r} is requested a second time (first at seq {g.calls[cid].seq})")
         return
     old_id = d.get("resumes")
-    node = CallNode(cid, key, seq, resumes=old_id)
+    node = CallNode(cid, key, seq, resumes=old_id, requested_hash=d.get("request_hash"))
     g.calls[cid] = node
     if old_id is None:
         if g.expects(f"resumed:{cid}"):
@@ -349,6 +357,11 @@ def _on_manifest(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
             "graph", f"request_hash {d['request_hash']} is not the digest of the recorded request "
             f"({d['request']['digest']}): the manifest does not describe its own request"
         )
+    if node.requested_hash is not None and node.requested_hash != d["request_hash"]:
+        yield Finding(
+            "forgery", f"{node.call}'s call.requested recorded request hash {node.requested_hash}, but its manifest "
+            f"records {d['request_hash']}: the intent changed between the two events"
+        )
 
 
 def _on_preparation_failed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
@@ -377,12 +390,16 @@ def _on_resumed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findin
         )
         return
     node.resumed_by = new
+    # A crash between call.resumed and the new call's records is legal: the next run of the key
+    # finds the pending resume and writes them. Worth knowing, never a failure.
     g.expect(
         f"resumed:{new}",
         seq,
         Finding(
-            "graph",
-            f"call.resumed links {node.call} to {new!r}, but no call.requested {{resumes: {node.call!r}}} follows",
+            "resume_pending",
+            f"call.resumed links {node.call} to {new!r}, and no call.requested {{resumes: {node.call!r}}} follows "
+            f"yet (a crash right after the resume leaves this): the next run of key {node.key!r} continues it",
+            "info",
         ),
     )
 
@@ -453,6 +470,7 @@ def _on_observed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
         yield node
         return
     node.observed.add(d["attempt"])
+    node.responses[d["attempt"]] = (d["response"]["digest"], d["response"]["size"])
     node.outcome = True
     if d.get("source") == "reconciliation" and not g.fulfil(f"evidence:{node.call}:{d['attempt']}"):
         yield Finding(
@@ -475,6 +493,15 @@ def _on_interpreted(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Fi
         return
     if d["attempt"] not in node.observed:
         yield Finding("graph", f"attempt {d['attempt']} of {node.call} is interpreted but was never observed")
+    node.interpretation = (d["attempt"], _interpreted_token(d))
+
+
+def _interpreted_token(d: Mapping[str, Any]) -> str | None:
+    """What a completion of this interpretation must carry: its value's canonical digest or its ref's digest."""
+    if "result" in d:
+        return f"value {canonical_digest(d['result'])}"
+    ref = d.get("result_ref")
+    return f"ref {ref['digest']}" if ref is not None and is_ref(ref) else None
 
 
 def _on_retry_decided(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
@@ -512,6 +539,14 @@ def _on_reconciled(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Fin
         )
 
 
+def canonical_digest(value: Any) -> str | None:
+    """The digest of ``value`` as canonical JSON (sorted keys, compact); None if it cannot be encoded."""
+    try:
+        return digest_bytes(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
 def _on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
     node = g.call(d)
     if isinstance(node, Finding):
@@ -519,14 +554,67 @@ def _on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
         return
     n = d["attempt"]
     if node.completed and "reinterpretation" not in d:
-        yield Finding("graph", f"{node.call} completes a second time")
+        yield Finding(
+            "graph", f"{node.call} completes a second time without saying it is a reinterpretation"
+        )
     if n not in node.observed:
         yield Finding(
             "graph", f"{node.call} completes with attempt {n}, which has no attempt.observed: a result from nowhere"
         )
     elif n != node.attempt:
         yield Finding("graph", f"{node.call} completes with attempt {n}, but attempt {node.attempt} started after it")
+    else:
+        yield from _derivable(node, n, d["result"])
     node.completed = True
+
+
+def _completion_token(result: Any) -> str | None:
+    """The interpretation token a value-carrying completion claims (None: not a value completion)."""
+    if type(result) is dict and result.keys() == {"value"}:
+        return f"value {canonical_digest(result['value'])}"
+    if type(result) is dict and result.keys() == {"value_ref"} and is_ref(result["value_ref"]):
+        return f"ref {result['value_ref']['digest']}"
+    return None
+
+
+def _derivable(node: CallNode, n: int, result: Any) -> Iterator[Finding]:
+    """A completion carries only what the events before it hold (issue 12 item 6).
+
+    ``{"value": V}``: V is, byte for byte as canonical JSON, the result of the most recent
+    ``attempt.interpreted`` of this attempt that no completion consumed yet.
+    ``{"raw": true, "response": ref}``: ref names the bytes this attempt's observation stored.
+    """
+    carried = _completion_token(result)
+    if carried is not None:
+        interp, node.interpretation = node.interpretation, None
+        if interp is None or interp[0] != n:
+            yield Finding(
+                "forgery", f"{node.call} completes attempt {n} with a value, but no attempt.interpreted of that "
+                "attempt precedes it: a result no recorded interpretation produced"
+            )
+        elif interp[1] is None:
+            yield Finding(
+                "forgery", f"{node.call} completes attempt {n} with a value, but its latest interpretation "
+                "recorded an error, not a result"
+            )
+        elif carried != interp[1]:
+            yield Finding(
+                "forgery", f"{node.call} completes attempt {n} with a value that differs from the result its latest "
+                "attempt.interpreted recorded: the completion was edited; restore the stream from a copy or git"
+            )
+    elif type(result) is dict and result.keys() == {"raw", "response"} and result["raw"] is True:
+        ref, seen = result["response"], node.responses.get(n)
+        if not is_ref(ref) or seen is None or (ref["digest"], ref["size"]) != seen:
+            yield Finding(
+                "forgery", f"{node.call} completes attempt {n} with the raw response {_show(ref)}, which is not the "
+                "response its attempt.observed stored: the completion was edited"
+            )
+    else:
+        yield Finding(
+            "shape",
+            "result must be {'value': V}, {'value_ref': ref} or {'raw': true, 'response': ref}, "
+            f"not {_show(result)}",
+        )
 
 
 def _on_failed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:

@@ -57,6 +57,7 @@ __all__ = [
     "VerifyReport",
     "decode_heads",
     "encode_heads",
+    "find_links",
     "read_heads_at",
     "verify_ledger",
     "verify_path",
@@ -80,6 +81,8 @@ CHUNK_SIZE: Final = 4 << 20
 _THREADED_MIN: Final = 512 << 10
 
 _KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
+#: The fields of a ref itself (a kind whose data is its own ref, artifact.recorded, carries them).
+_REF_KEYS: Final = frozenset({"digest", "size", "media_type", "inline", "inline_b64"})
 _TS_RE: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
 _O_FLAGS: Final = (
     os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -273,12 +276,21 @@ def decode_heads(data: bytes, *, where: str = HEADS_FILE) -> dict[str, StreamHea
 
 
 def read_heads_at(root: str | os.PathLike[str]) -> dict[str, StreamHead] | None:
-    """The heads sealed in ``root/heads.json``; None when there is none. Raises :class:`LedgerError`."""
+    """The heads sealed in ``root/heads.json``; None when there is none.
+
+    Raises :class:`LedgerError` when it cannot be read, is malformed, or is a symbolic
+    link or not a regular file (never read through: a seal must be the ledger's own file).
+    """
     path = Path(root) / HEADS_FILE
     try:
-        data = path.read_bytes()
+        data = _read_regular(path)
     except FileNotFoundError:
         return None
+    except _NotRegular as exc:
+        raise LedgerError(
+            f"{path} is {exc}, so it was not read: a seal is a file of the ledger itself; replace it with the "
+            "committed heads.json (git checkout) or run 'intentlog seal'"
+        ) from exc
     except OSError as exc:
         raise LedgerError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from exc
     return decode_heads(data, where=str(path))
@@ -318,8 +330,14 @@ def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
     from ..eventlog.reader import StreamScan
 
     path = root / GC_LOG
-    if not path.exists():
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
         return {}, None
+    except OSError as exc:
+        return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return {}, f"{GC_LOG} is a symbolic link or not a regular file, so it was not read"
     out: dict[str, GcDeletion] = {}
     scan = StreamScan(path)
     try:
@@ -375,7 +393,9 @@ def _iter_objects(root: Path) -> Iterator[tuple[str, int]]:
     """``(digest, size)`` of every object file, shard by shard; memory bounded by one shard's listing."""
     objects = root / "objects"
     try:
-        shards = sorted(e.name for e in os.scandir(objects) if _SHARD_RE.match(e.name) and e.is_dir())
+        shards = sorted(
+            e.name for e in os.scandir(objects) if _SHARD_RE.match(e.name) and e.is_dir(follow_symlinks=False)
+        )
     except FileNotFoundError:
         return
     for shard in shards:
@@ -410,10 +430,10 @@ class _NotRegular(Exception):
     pass
 
 
-def _hash_file(path: Path, buf: bytearray) -> tuple[str, int]:
-    """BLAKE3 of a regular file in fixed-size chunks (never follows a final symlink, never blocks on a FIFO).
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file ``path``: never follows a final link, never blocks on a FIFO.
 
-    Raises FileNotFoundError, :class:`_NotRegular`, or OSError.
+    Raises FileNotFoundError, :class:`_NotRegular` (a link, a folder, a device), or OSError.
     """
     try:
         fd = os.open(path, _O_FLAGS)
@@ -422,9 +442,81 @@ def _hash_file(path: Path, buf: bytearray) -> tuple[str, int]:
             raise _NotRegular("a symbolic link") from exc
         raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _NotRegular("not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_regular(path: Path) -> bytes:
+    """All bytes of a small regular file, read without following a link (see :func:`_open_regular`)."""
+    with os.fdopen(_open_regular(path), "rb") as f:
+        return f.read()
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """``(offset, line)`` of every line of the regular file ``path`` (the last may lack its newline).
+
+    Raises :class:`_NotRegular` when ``path`` is a link or not a regular file, before
+    anything is read (the shared reader reads what passes; the ledger walk already
+    reported every link, and nothing under one reaches here).
+    """
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _NotRegular("a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file")
+    return iter_lines(path)
+
+
+def find_links(root: str | os.PathLike[str]) -> dict[str, str]:
+    """Every symbolic link inside the folder ``root``: relative posix path -> where it points.
+
+    Walks without following any link (a linked folder is reported, not entered); folders
+    that cannot be listed are skipped. Memory: one folder's listing at a time, plus the links.
+    """
+    base = Path(root)
+    found: dict[str, str] = {}
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(base / rel if rel else base) as it:
+                entries = sorted((e.name, e.is_symlink(), e.is_dir(follow_symlinks=False)) for e in it)
+        except OSError:
+            continue
+        for name, is_link, is_dir in entries:
+            child = f"{rel}/{name}" if rel else name
+            if is_link:
+                try:
+                    found[child] = os.readlink(base / child)
+                except OSError:
+                    found[child] = "?"
+            elif is_dir:
+                stack.append(child)
+    return dict(sorted(found.items()))
+
+
+def _through_link(rel: str, links: Mapping[str, str]) -> str | None:
+    """The link on the way to ``rel`` (``rel`` itself or a folder above it), or None."""
+    if not links:
+        return None
+    parts = rel.split("/")
+    for i in range(1, len(parts) + 1):
+        head = "/".join(parts[:i])
+        if head in links:
+            return head
+    return None
+
+
+def _hash_file(path: Path, buf: bytearray) -> tuple[str, int]:
+    """BLAKE3 of a regular file in fixed-size chunks (never follows a final symlink, never blocks on a FIFO).
+
+    Raises FileNotFoundError, :class:`_NotRegular`, or OSError.
+    """
+    fd = _open_regular(path)
+    try:
+        st = os.fstat(fd)
         h = blake3(max_threads=blake3.AUTO) if st.st_size >= _THREADED_MIN else blake3()
         view = memoryview(buf)
         total = 0
@@ -438,6 +530,37 @@ def _hash_file(path: Path, buf: bytearray) -> tuple[str, int]:
         return DIGEST_PREFIX + h.hexdigest(), total
     finally:
         os.close(fd)
+
+
+#: Where Linux lists the file locks held: read to see a live writer without touching its lock.
+PROC_LOCKS: Final = "/proc/locks"
+
+
+def _lock_holder(lock_path: Path) -> int | None:
+    """The pid holding an exclusive ``flock`` on ``lock_path`` per :data:`PROC_LOCKS`; None if none (or unknown).
+
+    Never takes, blocks on or follows a link to the lock: a checker takes no lock. Where
+    there is no ``/proc/locks`` nothing is seen, and an incomplete last line is reported
+    as a torn tail.
+    """
+    try:
+        st = os.lstat(lock_path)
+        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[5] == dev:
+            try:
+                return int(parts[4])
+            except ValueError:
+                return -1
+    return None
 
 
 # -- the checker ---------------------------------------------------------------------
@@ -510,6 +633,7 @@ class _Checker:
         self.quarantined: list[_QuarantineFile] = []
         self.buf = bytearray(CHUNK_SIZE)
         self._stream: _Stream | None = None
+        self.links: dict[str, str] = {}
 
     # -- reporting ---------------------------------------------------------------------
 
@@ -528,17 +652,39 @@ class _Checker:
 
     # -- the ledger folder -------------------------------------------------------------
 
+    def check_links(self) -> None:
+        """Every symbolic link in the ledger is a problem, and nothing is read through one (issue 12 item 1)."""
+        try:
+            self.links = find_links(self.root)
+        except OSError as exc:  # pragma: no cover - find_links skips what it cannot list
+            self.add(ERROR, "io", f"cannot walk the ledger: {exc}")
+            return
+        for rel, target in self.links.items():
+            self.add(
+                ERROR, "link", f"{rel} is a symbolic link (to {target!r}): a ledger holds only its own files and "
+                "folders, so nothing was read through it; replace it with the real file (from a copy or git) "
+                "or remove it", locator=rel,
+            )
+
+    def blocked(self, rel: str) -> bool:
+        """True when ``rel`` is or lies under a link (already reported): it must not be read."""
+        return _through_link(rel, self.links) is not None
+
     def check_marker(self) -> None:
         path = self.root / "intentlog.json"
+        if self.blocked("intentlog.json"):
+            return
         try:
-            marker = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
+            marker = orjson.loads(_read_regular(path))
+        except (OSError, _NotRegular, orjson.JSONDecodeError) as exc:
             self.add(ERROR, "ledger", f"intentlog.json cannot be read ({exc}); is this a ledger folder?")
             return
         if type(marker) is not dict or marker.get("format") != FORMAT:
             self.add(ERROR, "ledger", f"intentlog.json does not declare format {FORMAT!r}: {marker!r}")
 
     def list_tasks(self) -> list[str]:
+        if self.blocked("tasks"):
+            return []
         try:
             entries = sorted(e.name for e in os.scandir(self.root / "tasks") if e.name.endswith(".jsonl"))
         except FileNotFoundError:
@@ -559,9 +705,13 @@ class _Checker:
 
     def check_stream(self, task: str, sealed: StreamHead | None) -> _Stream:
         s = _Stream(task, sealed_seq=sealed.seq if sealed is not None else None)
+        if self.blocked(f"tasks/{task}.jsonl"):
+            return s  # reported as a link; a linked stream is never read
         self._stream = s
         try:
             self._read_stream(s)
+        except _NotRegular as exc:
+            self.add(ERROR, "link", f"the stream is {exc}, so it was not read", task=task)
         except OSError as exc:
             self.add(ERROR, "io", f"cannot read the stream: {exc.strerror or exc}", task=task)
         self._stream = None
@@ -582,10 +732,21 @@ class _Checker:
         last_line = 0
         last_break: int | None = None  # index in problems of a chain/seq break on the latest line
         first = True
-        for lineno, (offset, raw) in enumerate(iter_lines(self._path(task)), start=1):
+        for lineno, (offset, raw) in enumerate(_iter_lines(self._path(task)), start=1):
             last_line = lineno
             last_break = None
             if not raw.endswith(b"\n"):  # only ever the last line
+                holder = self._writer(task) if bad_run is None else None
+                if holder is not None:
+                    self.add(
+                        INFO,
+                        "in_flight",
+                        f"the last line is incomplete ({len(raw)} bytes so far), and a live process (pid {holder}) "
+                        "holds the task's writer lock: an append in flight, not damage; verify again once it is done",
+                        task=task,
+                        line=lineno,
+                    )
+                    break
                 start = bad_run or (lineno, offset, "")
                 bad_run = None
                 self.add(
@@ -766,6 +927,11 @@ class _Checker:
         for name in rule.scan:
             if name in data:
                 self._scan(data[name], task, seq, lineno, f"{kind} {name}")
+        for name, value in data.items():  # refs anywhere else, unknown fields included, are checked too
+            known = name in rule.refs or name in rule.scan or name in rule.files
+            known = known or (rule.self_ref and name in _REF_KEYS)
+            if not known and type(value) in (dict, list):
+                self._scan(value, task, seq, lineno, f"{kind} {name}", bare=False)
         for name in rule.files:
             if FILE.check(data.get(name)):
                 f = data[name]
@@ -826,8 +992,8 @@ class _Checker:
                 **at,
             )
 
-    def _scan(self, value: Any, task: str, seq: int, lineno: int, label: str) -> None:
-        """Search free values for refs (checked) and bare digests (informational), without recursion."""
+    def _scan(self, value: Any, task: str, seq: int, lineno: int, label: str, *, bare: bool = True) -> None:
+        """Search values for refs (checked) and, with ``bare``, bare digests (informational), without recursion."""
         stack = [value]
         while stack:
             v = stack.pop()
@@ -838,7 +1004,7 @@ class _Checker:
                     stack.extend(v.values())
             elif type(v) is list:
                 stack.extend(v)
-            elif type(v) is str and is_digest(v) and v not in self.bare:
+            elif bare and type(v) is str and is_digest(v) and v not in self.bare:
                 self.bare[v] = (task, seq, lineno)
 
     # -- bytes -------------------------------------------------------------------------
@@ -858,6 +1024,12 @@ class _Checker:
                 self._tick("artifacts", i, total)
                 continue
             rel = _object_rel(digest)
+            link = _through_link(rel, self.links)
+            if link is not None:
+                self.add(ERROR, "link", f"{need.label}: {rel} lies behind the link {link}, so its bytes were not "
+                         "read; restore the real object", locator=link, **at)
+                self._tick("artifacts", i, total)
+                continue
             try:
                 actual, size = _hash_file(self.root / rel, self.buf)
             except FileNotFoundError:
@@ -913,8 +1085,10 @@ class _Checker:
     def _inline_elsewhere(self, wanted: set[str], tasks: Sequence[str]) -> None:
         """With a task filter, a blob may still ride inline in a stream not being checked: look there."""
         for task in tasks:
+            if self.blocked(f"tasks/{task}.jsonl"):
+                continue
             try:
-                for _, raw in iter_lines(self._path(task)):
+                for _, raw in _iter_lines(self._path(task)):
                     if not wanted:
                         return
                     if b'"inline' not in raw:
@@ -941,7 +1115,7 @@ class _Checker:
                             stack.extend(v.values())
                         elif type(v) is list:
                             stack.extend(v)
-            except OSError:
+            except (OSError, _NotRegular):
                 continue
 
     def check_quarantined(self) -> None:
@@ -951,6 +1125,8 @@ class _Checker:
             if not rel.startswith("quarantine/"):
                 self.add(ERROR, "shape", f"stream.repaired names {q.file!r}, which is not a file in quarantine/", **at)
                 continue
+            if self.blocked(rel):
+                continue  # reported as a link
             try:
                 actual, size = _hash_file(self.root / rel, self.buf)
             except FileNotFoundError:
@@ -972,6 +1148,8 @@ class _Checker:
     def check_unrecorded_quarantine(self) -> None:
         """Files in quarantine/ that no stream.repaired names: worth knowing, never a failure."""
         named = {_relative(q.file) for q in self.quarantined}
+        if self.blocked("quarantine"):
+            return
         try:
             names = sorted(os.listdir(self.root / "quarantine"))
         except (FileNotFoundError, NotADirectoryError):
@@ -1037,7 +1215,8 @@ class _Checker:
         for digest, (task, seq, line) in self.bare.items():
             if digest in self.needs or digest in self.inline:
                 continue
-            if not (self.root / _object_rel(digest)).exists():
+            rel = _object_rel(digest)
+            if not self.blocked(rel) and not (self.root / rel).exists():
                 self.add(
                     INFO, "bare_digest", f"the data names {digest}, which is not stored; a bare digest string is "
                     "only informational: refer to stored bytes with a {digest, size} ref to have them checked",
@@ -1045,6 +1224,8 @@ class _Checker:
                 )
 
     def check_orphans(self) -> None:
+        if self.blocked("objects"):
+            return
         try:
             for digest, size in _iter_objects(self.root):
                 if digest in self.needs or digest in self.inline or digest in self.bare:
@@ -1058,6 +1239,10 @@ class _Checker:
 
     def _path(self, task: str) -> Path:
         return self.root / "tasks" / f"{task}.jsonl"
+
+    def _writer(self, task: str) -> int | None:
+        """The pid holding ``task``'s writer lock, probed without taking it; None when none is seen."""
+        return _lock_holder(self.root / "tasks" / f"{task}.jsonl.lock")
 
 
 def _is_envelope(obj: dict[str, Any]) -> bool:
@@ -1099,9 +1284,10 @@ def verify_path(
         raise NotALedger(str(root_path), "is not a folder; pass the ledger root (the folder holding intentlog.json)")
     ws = Path(workspace) if workspace is not None else root_path.absolute().parent
     checker = _Checker(root_path, ws, progress)
+    checker.check_links()
     checker.check_marker()
     try:
-        heads = read_heads_at(root_path)
+        heads = {} if checker.blocked(HEADS_FILE) else read_heads_at(root_path)  # a linked seal: reported, unread
     except LedgerError as exc:
         checker.add(ERROR, "heads", str(exc))
         heads = {}
