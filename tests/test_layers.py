@@ -123,6 +123,7 @@ def test_public_names_are_pinned() -> None:
         "Package",
         "PreparationFailed",
         "ProviderFailure",
+        "Redact",
         "Ref",
         "RequiredContextMissing",
         "ReservedKind",
