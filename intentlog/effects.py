@@ -34,12 +34,13 @@ reconciled, never guessed.
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ._digest import is_digest
@@ -58,7 +59,7 @@ from .errors import (
     UnknownCall,
     UsageError,
 )
-from .eventlog.canonical import Canonical, canonicalize, dumps, resolve_rules, scrub_value, secrets_in
+from .eventlog.canonical import CANON_V1, Canonical, canonicalize, dumps, resolve_rules, scrub_value, secrets_in
 from .eventlog.redaction import scrub_bytes, scrub_text
 from .projections.workstate import (
     FINALIZE,
@@ -267,6 +268,15 @@ class _Intent:
     secrets: frozenset[str]
     # fields the manifest carries besides the protocol's own (a session turn's message refs)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # the request's hash under the first canonicalisation, computed only to compare with a record made by it
+    legacy_digest: Callable[[], str] | None = None
+
+    def matches(self, recorded: str) -> bool:
+        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules or
+        :data:`~intentlog.eventlog.canonical.CANON_V1`'s (a record made before the rules grew)."""
+        if recorded == self.canonical.digest:
+            return True
+        return self.legacy_digest is not None and recorded == self.legacy_digest()
 
 
 def _build(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] | None, redact: Any) -> _Intent:
@@ -276,7 +286,12 @@ def _build(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] |
         canonical = canonicalize(value, drop=drop, redact=redact)
     except Exception as exc:  # the error may quote the request: scrub what the rule finds in it
         raise _BuildFailed(_scrub(_error_text(exc), secrets_of(value, drop=drop, redact=redact))) from exc
-    return _Intent(canonical, _check_inputs(inputs), value, canonical.secrets)
+    legacy = functools.partial(_legacy_digest, value, drop, redact)
+    return _Intent(canonical, _check_inputs(inputs), value, canonical.secrets, legacy_digest=legacy)
+
+
+def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: Any) -> str:
+    return canonicalize(value, drop=drop, redact=redact, version=CANON_V1).digest
 
 
 def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozenset[str]:
@@ -295,7 +310,7 @@ def _drift(state: CallState, intent: _Intent) -> str | None:
     """What differs between the recorded manifest and the rebuilt request, or None."""
     if state.request_hash is None:
         return None
-    if state.request_hash != intent.canonical.digest:
+    if not intent.matches(state.request_hash):
         return f"the rebuilt request hashes to {intent.canonical.digest}, the manifest recorded {state.request_hash}"
     if dict(state.inputs) != intent.inputs:
         recorded, now = dict(state.inputs), intent.inputs
@@ -1001,7 +1016,7 @@ def _prepare(
     except Exception as exc:  # building the request is user code: any failure is recorded, scrubbed
         intent, error = None, _scrub(_error_text(exc), ())
     if intent is not None and (extra or secrets):
-        intent = _Intent(intent.canonical, intent.inputs, intent.request, intent.secrets | secrets, dict(extra or {}))
+        intent = replace(intent, secrets=intent.secrets | secrets, extra=dict(extra or {}))
     with task._mutex:  # threads sharing the handle must not take the same call id
         fold = task._live()
         existing = fold.latest_call(key)

@@ -180,28 +180,31 @@ def is_credential_name(name: str) -> bool:
 _NAME = r"[A-Za-z][A-Za-z0-9_.\-]{0,63}"
 # "Bearer <token>": RFC 6750 token characters, at least 8, with a digit (prose rarely has one)
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])bearer\s+([A-Za-z0-9._~+/=\-]{8,})")
-# name: value / name=value / "name": "value" / name='value'
-_ASSIGN = re.compile(
-    rf"(?<![A-Za-z0-9_\-])(?P<name>{_NAME})[\"']?[ \t]*(?P<sep>[:=])[ \t]*"
-    r"(?:\"(?P<dq>[^\"\r\n]*)\"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s\"'&;,)}\]]+(?:[ \t]+[^\s\"'&;,)}\]]+)*))"
+# name: value / name=value / "name": "value" / name='value' (the name and separator only: the value
+# is read from there, so a long value never hides a later assignment from the search)
+_ASSIGN = re.compile(rf"(?<![A-Za-z0-9_\-])(?P<name>{_NAME})[\"']?[ \t]*(?P<sep>[:=])[ \t]*")
+_VALUE = re.compile(
+    r"\"(?P<dq>[^\"\r\n]*)\"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s\"'&;,)}\]]+(?:[ \t]+[^\s\"'&;,)}\]]+)*)"
 )
 _URL_USER = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<user>[^\s/?#@:\"']*)(?::(?P<pw>[^\s/?#@\"']*))?@")
 _QUERY = re.compile(r"(?i)[?&;](?:key|sig|signature|code)=(?P<v>[^&#\s\"']+)")
 _HINT = re.compile(r"(?i)[:=@]|bearer")
 
 
-def _assign_value(m: re.Match[str]) -> tuple[int, int] | None:
+def _assign_value(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     if not is_credential_name(m.group("name")):
         return None
+    v = _VALUE.match(text, m.end())
+    if v is None:
+        return None
     for group in ("dq", "sq", "bare"):
-        if m.group(group) is not None:
-            start, end = m.span(group)
+        if v.group(group) is not None:
+            start, end = v.span(group)
             if group == "bare" and m.group("sep") == "=":
                 # name=value stops at whitespace: a query string, an environment line
-                space = m.group("bare").find(" ")
-                tab = m.group("bare").find("\t")
-                cut = min(x for x in (space, tab, len(m.group("bare"))) if x >= 0)
-                end = start + cut
+                cut = re.search(r"[ \t]", v.group("bare"))
+                if cut is not None:
+                    end = start + cut.start()
             return (start, end) if end > start else None
     return None  # pragma: no cover - one alternative always matches
 
@@ -215,7 +218,7 @@ def _spans(text: str) -> list[tuple[int, int]]:
         if any(c.isdigit() for c in m.group(1)):
             spans.append(m.span(1))
     for m in _ASSIGN.finditer(text):
-        found = _assign_value(m)
+        found = _assign_value(text, m)
         if found is not None:
             spans.append(found)
     for m in _URL_USER.finditer(text):

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ..artifacts.inline import inline_bytes
 from ..effects import RetryPolicy
 from ..errors import IntentlogError, NotSent, ProviderFailure, RetryHandedBack, UsageError
+from ..eventlog.canonical import CANON_V1, CANON_VERSION
+from ..eventlog.redaction import scrub_text
 from ._flavor import Flavor
 from ._keys import hash_key, named_key, occurrences
 from ._wire import (
@@ -123,7 +125,7 @@ class Options:
 # -- handing a retry decision back to the caller ------------------------------------
 
 
-def plan_for(request: Any, o: Options) -> RequestPlan:
+def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestPlan:
     """What a request is for the record (method, URL, headers that matter, body), under ``o``."""
     return plan_request(
         request.method,
@@ -134,6 +136,7 @@ def plan_for(request: Any, o: Options) -> RequestPlan:
         redact=o.redact,
         redact_query=o.redact_query,
         drop=o.drop,
+        version=version,
     )
 
 
@@ -170,9 +173,7 @@ class _Trace:
 
 def _scrubbed(exc: BaseException, secrets: frozenset[str]) -> str:
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "[REDACTED]")
-    return text
+    return scrub_text(text, secrets)
 
 
 class _Core:
@@ -189,7 +190,24 @@ class _Core:
         return f"<intentlog.http transport for task {self.task.id!r} ({self.flavor.name})>"
 
     def _plan(self, request: Any) -> RequestPlan:
-        return plan_for(request, self.options)
+        """The request's plan; the first canonicalisation's, when the record holds the request under that hash.
+
+        A ledger written before the redaction rules grew keys a request by its old hash
+        (``http:<old hash>#0``): continuing that call (replaying it) instead of opening a
+        new one under the new hash is what keeps a re-run from sending it again.
+        """
+        plan = plan_for(request, self.options)
+        if self.task.current_key() is not None or not (plan.secrets or plan.canonical.redacted):
+            return plan  # nothing is redacted: both canonicalisations give the same hash
+        if not self.task.exists() or self._recorded(hash_key(plan.canonical.digest, 0)):
+            return plan
+        old = plan_for(request, self.options, version=CANON_V1)
+        if old.canonical.digest != plan.canonical.digest and self._recorded(hash_key(old.canonical.digest, 0)):
+            return replace(old, secrets=old.secrets | plan.secrets)
+        return plan
+
+    def _recorded(self, key: str) -> bool:
+        return self.task._live().latest_call(key) is not None
 
     def _scope(self, plan: RequestPlan) -> tuple[str, Callable[[int], str]]:
         named = self.task.current_key()
