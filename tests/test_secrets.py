@@ -16,6 +16,7 @@ request without credentials hashes exactly as its plain canonical JSON.
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -314,10 +315,12 @@ def _session(task: intentlog.Task) -> None:
         "apiKey": SECRET,
         "messages": [
             {"role": "system", "content": f"use header Authorization: Bearer {OTHER}"},
-            {"role": "user", "content": f"my key is {SECRET}, and the db is postgres://app:{SECRET}@db/x"},
+            {"role": "user", "content": f"my key is {SECRET}"},  # known from apiKey above
+            {"role": "user", "content": "the db is postgres://app:pg-pass-55aa66bb@db/x"},
         ],
     }
     session.turn(request, lambda r: f"you said {SECRET}".encode())
+    assert "pg-pass-55aa66bb" not in _record(task)
 
 
 def _prepared(task: intentlog.Task) -> None:
@@ -453,3 +456,110 @@ def test_a_call_recorded_under_the_first_rules_replays_without_drift(
         ledger.task("old").effect("k", changed, _send_receiving(sends))
     assert refused.value.reason == "DRIFT"
     assert sends == []
+
+
+# -- intentlog.http: a real httpx client against a loopback server ---------------------------
+
+httpx = pytest.importorskip("httpx")
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_llm_server import FakeLLMServer, read_receipts  # noqa: E402
+
+import intentlog.http  # noqa: E402
+
+SERVER_COOKIE = "s3cr3t-cookie-value"  # the Set-Cookie value the loopback server answers /echo with
+
+
+def _chat(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "gpt-fake", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def _http_bearer(task: intentlog.Task, url: str) -> None:
+    headers = {"Authorization": f"Bearer {SECRET}", "X-Custom-Access-Token": OTHER}
+    with intentlog.http.client(task, base_url=url, headers=headers) as c:
+        c.post("/v1/chat/completions", json=_chat(f"header was Authorization: Bearer {SECRET}"))
+        c.post("/echo", json={"credentials": {"password": SECRET}, "note": f"my key {OTHER}"})
+
+
+def _http_query(task: intentlog.Task, url: str) -> None:
+    with intentlog.http.client(task, base_url=url) as c:  # /echo answers with the query it got
+        r = c.post(f"/echo?api_key={SECRET}&access_token={OTHER}&page=2", json={"x": 1})
+        # the caller gets what the record holds, live as on replay: the echoed credentials scrubbed
+        assert r.json()["query"] == "api_key=[REDACTED]&access_token=[REDACTED]&page=2"
+
+
+def _http_userinfo(task: intentlog.Task, url: str) -> None:
+    base = url.replace("http://", f"http://user:{SECRET}@")  # httpx turns it into a Basic header
+    with intentlog.http.client(task, base_url=base) as c:
+        c.post("/echo", json={"x": 1})
+
+
+def _http_caller_names(task: intentlog.Task, url: str) -> None:
+    headers = {"x-api-key": SECRET}
+    with intentlog.http.client(task, base_url=url, headers=headers, redact=["customer_ref"]) as c:
+        c.post("/echo", json={"customer_ref": OTHER, "api_key": SECRET, "apiKey": SECRET})
+
+
+def _http_cookie(task: intentlog.Task, url: str) -> None:
+    with intentlog.http.client(task, base_url=url, cookies={"sid": OTHER}) as c:
+        assert c.get("/echo").headers["set-cookie"] == "[REDACTED]"
+
+
+def _http_async(task: intentlog.Task, url: str) -> None:
+    import asyncio
+
+    async def main() -> None:
+        headers = {"Authorization": f"Bearer {SECRET}"}
+        async with intentlog.http.async_client(task, base_url=url, headers=headers) as c:
+            await c.post(f"/echo?key={OTHER}", json={"client_secret": SECRET})
+
+    asyncio.run(main())
+
+
+HTTP_PLACEMENTS: dict[str, Callable[[intentlog.Task, str], None]] = {
+    "bearer header, credentials in the body and in a message": _http_bearer,
+    "query parameters echoed in the answer": _http_query,
+    "url user-info (a Basic header)": _http_userinfo,
+    "caller names added to the defaults": _http_caller_names,
+    "cookies sent and Set-Cookie answered": _http_cookie,
+    "async client": _http_async,
+}
+
+
+@pytest.mark.parametrize("placement", list(HTTP_PLACEMENTS))
+def test_no_http_placement_reaches_the_record(ledger: intentlog.Ledger, tmp_path: Path, placement: str) -> None:
+    """Through intentlog.http and a real server: no byte of the ledger or bundle holds it; a re-run sends nothing."""
+    task = ledger.task("http")
+    with FakeLLMServer(tmp_path / "receipts.jsonl") as server:
+        HTTP_PLACEMENTS[placement](task, server.url)
+        sent = len(server.receipts())
+        assert sent >= 1
+        intentlog.http.restart(task)
+        HTTP_PLACEMENTS[placement](task, server.url)  # a re-run replays: the redacted record still maps
+        assert len(server.receipts()) == sent
+    _assert_clean(ledger, tmp_path, SECRET, OTHER, SERVER_COOKIE)
+
+
+def test_http_call_keyed_by_its_first_canonicalisation_hash_is_replayed(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger written before the rules grew keyed this request by its old hash: a re-run replays it, 0 sends."""
+    import intentlog.effects as effects
+    import intentlog.http._transport as transport
+
+    task = ledger.task("old-http")
+    body = {"model": "gpt-fake", "client-secret": "cs-123456789", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {SECRET}"}
+    with FakeLLMServer(tmp_path / "receipts.jsonl") as server:
+        canon, plan = effects.canonicalize, transport.plan_for
+        with monkeypatch.context() as m:  # the first canonicalisation, as an older intentlog wrote it
+            m.setattr(effects, "canonicalize", lambda value, **kw: canon(value, **{**kw, "version": CANON_V1}))
+            m.setattr(transport, "plan_for", lambda request, o, version=CANON_V1: plan(request, o, CANON_V1))
+            with intentlog.http.client(task, base_url=server.url, headers=headers) as c:
+                first = c.post("/v1/chat/completions", json=body)
+        [old_key] = [e.data["key"] for e in task.events() if e.kind == "call.requested"]
+        intentlog.http.restart(task)
+        with intentlog.http.client(task, base_url=server.url, headers=headers) as c:
+            again = c.post("/v1/chat/completions", json=body)
+        assert again.content == first.content
+        assert again.extensions["intentlog"]["key"] == old_key
+        assert len(read_receipts(tmp_path / "receipts.jsonl")) == 1

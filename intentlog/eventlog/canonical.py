@@ -380,6 +380,7 @@ def canonicalize(
     drop: Iterable[str] | None = None,
     redact: RedactArg = None,
     version: str = CANON_VERSION,
+    known: Iterable[str] = (),
 ) -> Canonical:
     """Drop timestamp fields at any depth, redact credentials, sort keys, serialize, hash.
 
@@ -389,8 +390,9 @@ def canonicalize(
     :class:`Redact` that may turn them off; what they match is replaced by
     ``"[REDACTED]"`` before hashing, so credentials never reach the record. ``version``
     :data:`CANON_V1` reproduces the first canonicalisation (to compare with a request
-    recorded under it). Raises :class:`NotSerializable` (a value nested more than
-    :data:`MAX_DEPTH` levels deep included).
+    recorded under it). ``known`` are further values known to be secret (found elsewhere
+    in the same request): scrubbed wherever they occur. Raises :class:`NotSerializable`
+    (a value nested more than :data:`MAX_DEPTH` levels deep included).
     """
     drop_set, rule = resolve_rules(drop, redact)
     _depth_guard(obj)
@@ -402,6 +404,7 @@ def canonicalize(
         raise UsageError(f"unknown canonicalisation {version!r}: expected {CANON_VERSION!r} or {CANON_V1!r}")
     walk = _Walk(drop_set, rule)
     walk.collect(obj, "$")
+    walk.secrets.update(known)
     cleaned = walk.clean(obj, "$")
     data = dumps(cleaned)
     rules = None if rule.is_default else rule.describe()
