@@ -17,7 +17,15 @@ import orjson
 
 from .._digest import digest_bytes
 from ..errors import NotSerializable, UsageError
-from .redaction import DEFAULT_NAMES, REDACTED, is_credential_name, scrub_string_value, text_secrets
+from .redaction import (
+    DEFAULT_NAMES,
+    REDACTED,
+    apply_spans,
+    find_spans,
+    is_credential_name,
+    scrub_string_value,
+    text_secrets,
+)
 
 __all__ = [
     "CANON_V1",
@@ -236,13 +244,17 @@ class _Walk:
         self.secrets: set[str] = set()
         self.dropped: list[str] = []
         self.redacted: list[str] = []
+        self.looked: dict[str, str] = {}  # strings with credential-looking parts -> those parts replaced
 
     # pass 1: every value the rule marks, wherever it is (depth already checked by _depth_guard)
     def collect(self, value: Any, path: str) -> None:
         t = type(value)
         if t is str:
-            if self.rule.defaults:
-                self.secrets.update(text_secrets(value))
+            if self.rule.defaults and value not in self.looked:
+                spans = find_spans(value)
+                if spans:
+                    self.secrets.update(x for a, b in spans if (x := value[a:b]) != REDACTED)
+                    self.looked[value] = apply_spans(value, spans)
         elif t is dict:
             for k, v in value.items():
                 if not isinstance(k, str) or k in self.drop:
@@ -263,7 +275,7 @@ class _Walk:
     def clean(self, value: Any, path: str) -> Any:
         t = type(value)
         if t is str:
-            out = scrub_string_value(value, self.secrets, patterns=self.rule.defaults)
+            out = scrub_string_value(value, self.secrets, self.looked.get(value))
             if out != value:
                 self.redacted.append(path)
             return out

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 __all__ = [
     "DEFAULT_NAMES",
+    "apply_spans",
+    "find_spans",
     "KEY_QUALIFIERS",
     "LAST_PARTS",
     "MIN_SCRUB",
@@ -177,57 +179,73 @@ def is_credential_name(name: str) -> bool:
 
 # -- values inside strings ------------------------------------------------------------------
 
-_NAME = r"[A-Za-z][A-Za-z0-9_.\-]{0,63}"
 # "Bearer <token>": RFC 6750 token characters, at least 8, with a digit (prose rarely has one)
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])bearer\s+([A-Za-z0-9._~+/=\-]{8,})")
-# name: value / name=value / "name": "value" / name='value' (the name and separator only: the value
-# is read from there, so a long value never hides a later assignment from the search)
-_ASSIGN = re.compile(rf"(?<![A-Za-z0-9_\-])(?P<name>{_NAME})[\"']?[ \t]*(?P<sep>[:=])[ \t]*")
+# name: value / name=value / "name": "value" / name='value'. The search is for the separator;
+# the name is read backwards from it and the value forwards, so a long value never hides a
+# later assignment, and prose without ':' or '=' costs one scan.
+_SEPARATOR = re.compile(r"[:=]")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _VALUE = re.compile(
-    r"\"(?P<dq>[^\"\r\n]*)\"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s\"'&;,)}\]]+(?:[ \t]+[^\s\"'&;,)}\]]+)*)"
+    r"[ \t]*(?:\"(?P<dq>[^\"\r\n]*)\"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s\"'&;,)}\]]+(?:[ \t]+[^\s\"'&;,)}\]]+)*))"
 )
 _URL_USER = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<user>[^\s/?#@:\"']*)(?::(?P<pw>[^\s/?#@\"']*))?@")
 _QUERY = re.compile(r"(?i)[?&;](?:key|sig|signature|code)=(?P<v>[^&#\s\"']+)")
-_HINT = re.compile(r"(?i)[:=@]|bearer")
 
 
-def _assign_value(text: str, m: re.Match[str]) -> tuple[int, int] | None:
-    if not is_credential_name(m.group("name")):
-        return None
-    v = _VALUE.match(text, m.end())
-    if v is None:
-        return None
-    for group in ("dq", "sq", "bare"):
-        if v.group(group) is not None:
-            start, end = v.span(group)
-            if group == "bare" and m.group("sep") == "=":
-                # name=value stops at whitespace: a query string, an environment line
-                cut = re.search(r"[ \t]", v.group("bare"))
-                if cut is not None:
-                    end = start + cut.start()
-            return (start, end) if end > start else None
-    return None  # pragma: no cover - one alternative always matches
+def _assignments(text: str) -> Iterator[tuple[int, int]]:
+    for sep in _SEPARATOR.finditer(text):
+        at = sep.start()
+        j = at
+        while j > 0 and text[j - 1] in " \t":
+            j -= 1
+        if j > 0 and text[j - 1] in "\"'":
+            j -= 1
+        k = j
+        while k > 0 and j - k < 64 and text[k - 1] in _NAME_CHARS:
+            k -= 1
+        if k > 0 and text[k - 1] in _NAME_CHARS:
+            continue  # a name longer than 64 characters: not a field name
+        while k < j and not text[k].isalpha():
+            k += 1  # a name starts with a letter
+        if k == j or not is_credential_name(text[k:j]):
+            continue
+        v = _VALUE.match(text, at + 1)
+        if v is None:
+            continue
+        for group in ("dq", "sq", "bare"):
+            if v.group(group) is not None:
+                start, end = v.span(group)
+                if group == "bare" and sep.group() == "=":
+                    cut = re.search(r"[ \t]", v.group("bare"))  # name=value stops at whitespace
+                    if cut is not None:
+                        end = start + cut.start()
+                if end > start:
+                    yield start, end
+                break
 
 
 def _spans(text: str) -> list[tuple[int, int]]:
     """The character ranges of ``text`` that hold credentials by their look (see the module docstring)."""
-    if not _HINT.search(text):
+    has_sep = ":" in text or "=" in text
+    has_bearer = "bearer" in text.lower()
+    if not has_sep and not has_bearer:
         return []
     spans: list[tuple[int, int]] = []
-    for m in _BEARER.finditer(text):
-        if any(c.isdigit() for c in m.group(1)):
-            spans.append(m.span(1))
-    for m in _ASSIGN.finditer(text):
-        found = _assign_value(text, m)
-        if found is not None:
-            spans.append(found)
-    for m in _URL_USER.finditer(text):
-        if m.group("pw"):
-            spans.append(m.span("pw"))
-        elif len(m.group("user")) >= MIN_SCRUB and any(c.isdigit() for c in m.group("user")):
-            spans.append(m.span("user"))
-    for m in _QUERY.finditer(text):
-        spans.append(m.span("v"))
+    if has_bearer:
+        for m in _BEARER.finditer(text):
+            if any(c.isdigit() for c in m.group(1)):
+                spans.append(m.span(1))
+    if has_sep:
+        spans.extend(_assignments(text))
+        if "://" in text and "@" in text:
+            for m in _URL_USER.finditer(text):
+                if m.group("pw"):
+                    spans.append(m.span("pw"))
+                elif len(m.group("user")) >= MIN_SCRUB and any(c.isdigit() for c in m.group("user")):
+                    spans.append(m.span("user"))
+        if "=" in text:
+            spans.extend(m.span("v") for m in _QUERY.finditer(text))
     return spans
 
 
@@ -241,9 +259,26 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def find_spans(text: str) -> list[tuple[int, int]]:
+    """The merged, ordered character ranges of ``text`` that hold credentials by their look."""
+    return _merged(_spans(text))
+
+
+def apply_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each range of ``spans`` (from :func:`find_spans`) replaced by ``[REDACTED]``."""
+    out: list[str] = []
+    pos = 0
+    for a, b in spans:
+        out.append(text[pos:a])
+        out.append(REDACTED)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def text_secrets(text: str) -> list[str]:
     """The credential values ``text`` holds by their look (a Bearer token, ``password=…``, URL user-info …)."""
-    return [text[a:b] for a, b in _merged(_spans(text)) if text[a:b] != REDACTED]
+    return [text[a:b] for a, b in find_spans(text) if text[a:b] != REDACTED]
 
 
 def scrub_known(text: str, secrets: Iterable[str], minimum: int = MIN_SCRUB) -> str:
@@ -255,17 +290,8 @@ def scrub_known(text: str, secrets: Iterable[str], minimum: int = MIN_SCRUB) -> 
 
 
 def _scrub_spans(text: str) -> str:
-    spans = _merged(_spans(text))
-    if not spans:
-        return text
-    out: list[str] = []
-    pos = 0
-    for a, b in spans:
-        out.append(text[pos:a])
-        out.append(REDACTED)
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
+    spans = find_spans(text)
+    return apply_spans(text, spans) if spans else text
 
 
 def scrub_text(text: str, secrets: Iterable[str] = (), *, patterns: bool = True, minimum: int = MIN_TEXT_SCRUB) -> str:
@@ -291,11 +317,12 @@ def scrub_bytes(data: bytes, secrets: Iterable[str], *, patterns: bool = False) 
     return data
 
 
-def scrub_string_value(text: str, secrets: frozenset[str] | set[str], *, patterns: bool = True) -> str:
-    """A string inside a recorded value: a known secret whole, credential-looking parts, long known secrets inside."""
+def scrub_string_value(text: str, secrets: frozenset[str] | set[str], looked: str | None = None) -> str:
+    """A string inside a recorded value: a known secret whole, else ``looked`` (the string with its
+    credential-looking parts already replaced, when it has any) with the long known secrets inside replaced."""
     if text in secrets and len(text) >= MIN_TEXT_SCRUB:
         return REDACTED
-    if patterns:
-        text = _scrub_spans(text)
+    if looked is not None:
+        text = looked
     return scrub_known(text, secrets) if secrets else text
 
