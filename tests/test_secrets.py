@@ -563,3 +563,40 @@ def test_http_call_keyed_by_its_first_canonicalisation_hash_is_replayed(
         assert again.content == first.content
         assert again.extensions["intentlog"]["key"] == old_key
         assert len(read_receipts(tmp_path / "receipts.jsonl")) == 1
+
+
+def test_http_named_key_and_offline_replay_of_a_first_canonicalisation_record(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named key recorded under the old hash replays with no DRIFT and no send; replay() answers it offline."""
+    import intentlog.effects as effects
+    import intentlog.http._transport as transport
+
+    task = ledger.task("old-named")
+    chat = {"model": "gpt-fake", "messages": [{"role": "user", "content": "token: tk-abcdef123456"}]}
+    headers = {"Authorization": f"Bearer {SECRET}"}
+    with FakeLLMServer(tmp_path / "receipts.jsonl") as server:
+        canon, plan = effects.canonicalize, transport.plan_for
+        with monkeypatch.context() as m:
+            m.setattr(effects, "canonicalize", lambda value, **kw: canon(value, **{**kw, "version": CANON_V1}))
+            m.setattr(transport, "plan_for", lambda request, o, version=CANON_V1: plan(request, o, CANON_V1))
+            with intentlog.http.client(task, base_url=server.url, headers=headers) as c:
+                first = c.post("/v1/chat/completions", json=_chat("unnamed, with Bearer tk-0987654321abc"))
+                with task.key("summary"):
+                    named = c.post("/v1/chat/completions", json=chat)
+        intentlog.http.restart(task)
+        with intentlog.http.client(task, base_url=server.url, headers=headers) as c:
+            assert c.post("/v1/chat/completions", json=_chat("unnamed, with Bearer tk-0987654321abc")).content == (
+                first.content
+            )
+            with task.key("summary"):
+                assert c.post("/v1/chat/completions", json=chat).content == named.content
+        assert len(read_receipts(tmp_path / "receipts.jsonl")) == 2
+        rp = intentlog.http.replay(task)
+        with rp.client(base_url=server.url, headers=headers) as c:
+            assert c.post("/v1/chat/completions", json=_chat("unnamed, with Bearer tk-0987654321abc")).content == (
+                first.content
+            )
+            with task.key("summary"):
+                assert c.post("/v1/chat/completions", json=chat).content == named.content
+        assert rp.misses == []

@@ -126,8 +126,12 @@ class Options:
 
 
 def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestPlan:
-    """What a request is for the record (method, URL, headers that matter, body), under ``o``."""
-    return plan_request(
+    """What a request is for the record (method, URL, headers that matter, body), under ``o``.
+
+    The plan can give its first-canonicalisation form (``plan.legacy()``), computed only
+    when a record made by an older intentlog needs it.
+    """
+    plan = plan_request(
         request.method,
         str(request.url),
         request.headers.raw,
@@ -138,6 +142,9 @@ def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestP
         drop=o.drop,
         version=version,
     )
+    if version == CANON_V1:
+        return plan
+    return replace(plan, legacy=functools.partial(plan_for, request, o, CANON_V1))
 
 
 # Every attempt's failure that allows another try is recorded with a retry decision
@@ -192,22 +199,24 @@ class _Core:
     def _plan(self, request: Any) -> RequestPlan:
         """The request's plan; the first canonicalisation's, when the record holds the request under that hash.
 
-        A ledger written before the redaction rules grew keys a request by its old hash
-        (``http:<old hash>#0``): continuing that call (replaying it) instead of opening a
-        new one under the new hash is what keeps a re-run from sending it again.
+        A ledger written before the redaction rules grew keys an unnamed request by its
+        old hash (``http:<old hash>#0``): continuing that call (replaying it) instead of
+        opening a new one under the new hash is what keeps a re-run from sending it again.
         """
         plan = plan_for(request, self.options)
-        if self.task.current_key() is not None or not (plan.secrets or plan.canonical.redacted):
-            return plan  # nothing is redacted: both canonicalisations give the same hash
-        if not self.task.exists() or self._recorded(hash_key(plan.canonical.digest, 0)):
+        if self.task.current_key() is not None or plan.legacy is None or not (plan.secrets or plan.canonical.redacted):
             return plan
-        old = plan_for(request, self.options, version=CANON_V1)
-        if old.canonical.digest != plan.canonical.digest and self._recorded(hash_key(old.canonical.digest, 0)):
-            return replace(old, secrets=old.secrets | plan.secrets)
-        return plan
+        if not self.task.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
+            return plan
+        old = plan.legacy()
+        return plan.as_recorded(self._recorded_hash(hash_key(old.canonical.digest, 0)))
 
-    def _recorded(self, key: str) -> bool:
-        return self.task._live().latest_call(key) is not None
+    def _recorded_hash(self, key: str) -> str | None:
+        """The request hash the record holds for ``key`` (its latest call's manifest), or None."""
+        with self.task._mutex:  # threads sharing the handle (an async client's workers)
+            fold = self.task._live()
+            call = fold.latest_call(key)
+            return None if call is None else fold.call_state(call).request_hash
 
     def _scope(self, plan: RequestPlan) -> tuple[str, Callable[[int], str]]:
         named = self.task.current_key()
@@ -232,6 +241,8 @@ class _Core:
 
     def _protocol(self, plan: RequestPlan, key: str, trace: _Trace, exchange: Callable[[], _Raw]) -> bytes:
         """Run the effect for ``key``; the response artifact, live or from the record."""
+        if plan.legacy is not None and self.task.exists():  # a key an older intentlog recorded (a named one)
+            plan = plan.as_recorded(self._recorded_hash(key))
 
         def send(_request: Any) -> bytes:
             trace.sent = True

@@ -47,8 +47,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
@@ -142,6 +142,19 @@ class RequestPlan:
     canonical: Canonical  # its canonical form: ``canonical.digest`` is the request hash
     label: str  # "POST https://host/path" (no query: it may hold credentials)
     secrets: frozenset[str]  # credential values seen in the request, scrubbed from what is stored
+    # the same request planned as the first canonicalisation did (to find a call an older intentlog recorded)
+    legacy: Callable[[], RequestPlan] | None = field(default=None, compare=False)
+
+    def as_recorded(self, recorded_hash: str | None) -> RequestPlan:
+        """This plan, or its first-canonicalisation form when that is the one ``recorded_hash`` names."""
+        if recorded_hash is None or recorded_hash == self.canonical.digest or self.legacy is None:
+            return self
+        if not (self.secrets or self.canonical.redacted):
+            return self  # nothing is redacted: both canonicalisations give the same hash
+        old = self.legacy()
+        if old.canonical.digest != recorded_hash:
+            return self
+        return replace(old, secrets=old.secrets | self.secrets)
 
 
 @dataclass(frozen=True, slots=True)
