@@ -47,7 +47,7 @@ from .errors import (
     UnknownCall,
     UsageError,
 )
-from .eventlog import CANON_VERSION, Event, canonicalize, request_hash
+from .eventlog import CANON_VERSION, Event, Redact, canonicalize, request_hash
 from .ledger import Ledger
 from .ledger import open_ledger as open
 from .projections import CallState, CompilationState, WorkState, work_state
@@ -122,6 +122,7 @@ __all__ = [
     "Package",
     "PreparationFailed",
     "ProviderFailure",
+    "Redact",
     "Ref",
     "ReinterpretFailed",
     "RequiredContextMissing",

@@ -39,12 +39,13 @@ large requests, responses, evidence and interpreted values are refs into ``objec
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -71,7 +72,8 @@ from .errors import (
     UnknownCall,
     UsageError,
 )
-from .eventlog.canonical import REDACTED, Canonical, RedactHook, canonicalize, dumps, resolve_rules
+from .eventlog.canonical import CANON_V1, Canonical, canonicalize, dumps, resolve_rules, scrub_value, secrets_in
+from .eventlog.redaction import scrub_bytes, scrub_text
 from .projections.workstate import (
     FINALIZE,
     NONE,
@@ -325,46 +327,17 @@ def _check_inputs(inputs: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
-def _secret_strings(
-    value: Any, path: str, drop: frozenset[str], redact: RedactHook | frozenset[str], out: set[str]
-) -> None:
-    """Collect the string values the redaction rule removes, to scrub them from error texts."""
-    if type(value) is dict:
-        for k, v in value.items():
-            sub = f"{path}.{k}"
-            if not isinstance(k, str) or k in drop:
-                continue
-            hit = redact(sub, k, v) if callable(redact) else (k.lower() in redact)
-            if hit:
-                _leaves(v, out)
-            else:
-                _secret_strings(v, sub, drop, redact, out)
-    elif type(value) in (list, tuple):
-        for i, v in enumerate(value):
-            _secret_strings(v, f"{path}[{i}]", drop, redact, out)
-
-
-def _leaves(value: Any, out: set[str]) -> None:
-    if isinstance(value, str):
-        if len(value) >= 4:
-            out.add(value)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if len(str(value)) >= 4:
-            out.add(str(value))
-    elif isinstance(value, dict):
-        for v in value.values():
-            _leaves(v, out)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _leaves(v, out)
-
-
 def _scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every redacted value replaced: an exception message can quote a credential."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+    """``text`` as it may be recorded: known secrets and credential-looking values replaced (docs/effects.md)."""
+    return scrub_text(text, secrets)
+
+
+class _BuildFailed(Exception):
+    """Internal: the request was built but cannot be canonicalised; ``text`` is the scrubbed error."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,22 +348,42 @@ class _Intent:
     secrets: frozenset[str]
     # fields the manifest carries besides the protocol's own (a session turn's message refs)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # the request's hash under the first canonicalisation, computed only to compare with a record made by it
+    legacy_digest: Callable[[], str] | None = None
+
+    def matches(self, recorded: str) -> bool:
+        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules or
+        :data:`~intentlog.eventlog.canonical.CANON_V1`'s (a record made before the rules grew)."""
+        if recorded == self.canonical.digest:
+            return True
+        return self.legacy_digest is not None and recorded == self.legacy_digest()
 
 
 def _build(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] | None, redact: Any) -> _Intent:
     """Build and canonicalise the request; any failure is a preparation failure."""
     value = request() if callable(request) else request
-    canonical = canonicalize(value, drop=drop, redact=redact)
-    secrets = secrets_of(value, drop=drop, redact=redact) if canonical.redacted else frozenset()
-    return _Intent(canonical, _check_inputs(inputs), value, secrets)
+    try:
+        canonical = canonicalize(value, drop=drop, redact=redact)
+    except Exception as exc:  # the error may quote the request: scrub what the rule finds in it
+        raise _BuildFailed(_scrub(_error_text(exc), secrets_of(value, drop=drop, redact=redact))) from exc
+    legacy = functools.partial(_legacy_digest, value, drop, redact)
+    return _Intent(canonical, _check_inputs(inputs), value, canonical.secrets, legacy_digest=legacy)
+
+
+def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: Any) -> str:
+    return canonicalize(value, drop=drop, redact=redact, version=CANON_V1).digest
 
 
 def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozenset[str]:
-    """The values the redaction rule takes out of ``value``, to scrub them from error texts recorded later."""
-    found: set[str] = set()
-    drop_set, rule = resolve_rules(drop, redact)
-    _secret_strings(value, "$", drop_set, rule, found)
-    return frozenset(found)
+    """The credential values the redaction rule finds in ``value``, to scrub them wherever the call records them.
+
+    Never raises for a value that cannot be recorded (what is not JSON is skipped; a value
+    nested too deep yields nothing, and is refused where it would be recorded).
+    """
+    try:
+        return secrets_in(value, drop=drop, redact=redact)
+    except IntentlogError:
+        return frozenset()
 
 
 def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
@@ -402,7 +395,7 @@ def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
     """
     if state.request_hash is None:  # a record older than hashes in call.requested, killed before its manifest
         return None
-    if state.request_hash != intent.canonical.digest:
+    if not intent.matches(state.request_hash):
         hashes = f"the rebuilt request hashes to {intent.canonical.digest}, the record has {state.request_hash}"
         if state.request is None:
             return f"{hashes} (only its hash is recorded: the run stopped before its manifest)"
@@ -522,8 +515,11 @@ class _Beat:
     heartbeats are ignored.
     """
 
-    def __init__(self, task: Task, call_id: str, attempt: int, long: _Long) -> None:
+    def __init__(
+        self, task: Task, call_id: str, attempt: int, long: _Long, secrets: frozenset[str] = frozenset()
+    ) -> None:
         self.task = task
+        self.secrets = secrets  # scrubbed from the info recorded, with the default redaction rules
         self.call_id = call_id
         self.attempt = attempt
         self.long = long
@@ -550,7 +546,7 @@ class _Beat:
                         "attempt": self.attempt,
                         "beats": self.pending,
                         "elapsed": round(now - self.started, 3),
-                        "info": dict(info) if info is not None else None,
+                        "info": scrub_value(dict(info), secrets=self.secrets) if info is not None else None,
                     },
                 )
                 self.last_record = now
@@ -898,7 +894,7 @@ class Call:
         except ProviderFailure as exc:
             reason = _scrub(exc.reason, self._intent.secrets)
             body = exc.body.encode("utf-8", "surrogateescape") if isinstance(exc.body, str) else bytes(exc.body)
-            ref = _store(task, body)
+            ref = _store(task, scrub_bytes(body, self._intent.secrets, patterns=True))
             task._append(
                 "attempt.observed",
                 {"call": st.call_id, "attempt": n, "response": ref, "error": reason, "retryable": exc.retryable},
@@ -915,6 +911,7 @@ class Call:
         else:
             bad = TypeError(f"send must return bytes or str, not {type(raw).__name__}")
             raise self._errored(st.call_id, n, str(bad), bad) from bad
+        data = scrub_bytes(data, self._intent.secrets)  # a credential the provider echoes is not stored
         try:
             ref = _store(task, data)  # a blob is durable here, before the event that refers to it
         except (OSError, IntentlogError) as exc:  # the disk filled after the send: keep the paid-for bytes
@@ -935,7 +932,7 @@ class Call:
 
         Raises what ``send`` raises, or :class:`_TimedOut` once ``attempt.timed_out`` is durable.
         """
-        beat = _Beat(self.task, call_id, n, long)
+        beat = _Beat(self.task, call_id, n, long, self._intent.secrets)
         try:
             if long.inactivity_timeout is None and long.max_duration is None:
                 token = _HEARTBEAT.set(beat)
@@ -1105,7 +1102,13 @@ class Call:
             return False
         if isinstance(answer, Served):
             _record_reconciliation(
-                self.task, st, "served", answer.response, note="answered by lookup", by=None, source="lookup"
+                self.task,
+                st,
+                "served",
+                None if answer.response is None else scrub_bytes(bytes(answer.response), self._intent.secrets),
+                note="answered by lookup",
+                by=None,
+                source="lookup",
             )
         elif answer == NOT_SERVED:
             _record_reconciliation(self.task, st, NOT_SERVED, None, note="answered by lookup", by=None, source="lookup")
@@ -1249,6 +1252,7 @@ def _append_intent(
             "canon": c.version,
             "dropped": list(c.dropped),
             "redacted": list(c.redacted),
+            **({"redaction": c.rules} if c.rules is not None else {}),  # the caller's rule, when not the defaults
             **intent.extra,
         },
     )
@@ -1306,10 +1310,12 @@ def _prepare(
     try:
         intent: _Intent | None = _build(request, inputs, drop, redact)
         error = None
-    except Exception as exc:  # building the request is user code: any failure is recorded
-        intent, error = None, _error_text(exc)
+    except _BuildFailed as exc:
+        intent, error = None, exc.text
+    except Exception as exc:  # building the request is user code: any failure is recorded, scrubbed
+        intent, error = None, _scrub(_error_text(exc), ())
     if intent is not None and (extra or secrets):
-        intent = _Intent(intent.canonical, intent.inputs, intent.request, intent.secrets | secrets, dict(extra or {}))
+        intent = replace(intent, secrets=intent.secrets | secrets, extra=dict(extra or {}))
     with task._mutex:  # threads sharing the handle must not take the same call id
         fold = task._live()
         existing = fold.latest_call(key)
@@ -1497,6 +1503,8 @@ def reconcile(
             next_operation=st.next_operation,
             detail="only an attempt whose effect is unknown is reconciled",
         )
+    note = scrub_text(note) if note is not None else None  # an operator's text can quote a credential
+    evidence = scrub_bytes(bytes(evidence), (), patterns=True) if evidence is not None else None
     return _record_reconciliation(
         task, st, outcome, bytes(evidence) if evidence is not None else None, note=note, by=by, source="operator"
     )

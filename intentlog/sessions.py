@@ -57,7 +57,7 @@ from .effects import (
     secrets_of,
 )
 from .errors import IntentlogError, ResumeRefused, UsageError
-from .eventlog.canonical import canonicalize
+from .eventlog.canonical import canonicalize, resolve_rules
 from .projections.workstate import CallState, WorkStateFold
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ class Session:
     ) -> None:
         if not isinstance(messages_field, str) or not messages_field:
             raise UsageError(f"messages_field must be a non-empty string, not {messages_field!r}")
+        resolve_rules(drop, redact)  # a malformed rule is refused before anything is written
         self.task = task
         self.messages_field = messages_field
         self._drop = None if drop is None else tuple(drop)
@@ -218,8 +219,13 @@ class Session:
             self._known, self._accepted = known, accepted
         return self._known, self._accepted
 
-    def _split(self, value: Any) -> tuple[Any, list[dict[str, Any]] | None, dict[str, bytes]]:
-        """The envelope (messages replaced by digests), the message refs for the manifest, the bytes by digest."""
+    def _split(
+        self, value: Any, secrets: frozenset[str] = frozenset()
+    ) -> tuple[Any, list[dict[str, Any]] | None, dict[str, bytes]]:
+        """The envelope (messages replaced by digests), the message refs for the manifest, the bytes by digest.
+
+        ``secrets`` (the credentials found anywhere in the request) are scrubbed from every message.
+        """
         field = self.messages_field
         if not isinstance(value, Mapping) or not isinstance(value.get(field), list):
             return value, None, {}
@@ -229,7 +235,7 @@ class Session:
         payloads: dict[str, bytes] = {}
         for i, message in enumerate(value[field]):
             try:
-                c = canonicalize(message, drop=self._drop, redact=self._redact)
+                c = canonicalize(message, drop=self._drop, redact=self._redact, known=secrets)
             except IntentlogError as exc:
                 raise UsageError(f"message {i} of the request cannot be recorded: {exc}") from exc
             digests.append(c.digest)
@@ -281,8 +287,8 @@ class Session:
         secrets: frozenset[str] = frozenset()
         try:
             value = request() if callable(request) else request
-            build, refs, payloads = self._split(value)
             secrets = secrets_of(value, drop=self._drop, redact=self._redact)
+            build, refs, payloads = self._split(value, secrets)
         except Exception as exc:  # recorded as the turn's preparation failure, like any request that cannot be built
             build = _raiser(exc)
         sent = [False]

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from intentlog.eventlog.canonical import DEFAULT_DROP, DEFAULT_REDACT
 from intentlog.eventlog.format import RESERVED_PREFIXES
+from intentlog.eventlog.redaction import is_credential_name
 
 # -- names ---------------------------------------------------------------------------
 
@@ -42,7 +43,7 @@ user_kinds = st.from_regex(r"[a-z][a-z0-9_]{0,7}(\.[a-z][a-z0-9_]{0,7}){0,2}", f
 # -- JSON values -----------------------------------------------------------------------
 
 # Plain keys: never dropped or redacted by the default canonicalisation.
-plain_keys = st.text(max_size=8).filter(lambda k: k.lower() not in _SPECIAL)
+plain_keys = st.text(max_size=8).filter(lambda k: k.lower() not in _SPECIAL and not is_credential_name(k))
 
 scalars = (
     st.none()

@@ -79,7 +79,7 @@ def test_canonical_bytes_are_compact_sorted_json(value: Any) -> None:
     _sorted_compact(c.data)
     assert orjson.loads(c.data) == value
     assert c.digest == b3(c.data)
-    assert c.version == CANON_VERSION == "intentlog-canon/1"
+    assert c.version == CANON_VERSION == "intentlog-canon/2"
     assert (c.dropped, c.redacted) == ((), ())
 
 
@@ -153,10 +153,15 @@ def _replace_secrets(value: Any, fn: Any) -> Any:
 
 
 def test_redaction_is_listed_and_hook_and_drop_are_configurable() -> None:
-    """canonicalize's drop= and redact= replace the defaults; a hook sees (path, key, value); the record lists both."""
+    """drop= replaces the default drops; a redact= hook (seeing path, key, value) adds to the default
+    redactions unless Redact(defaults=False) turns them off; the record lists both."""
     req = {"model": "m", "ts": 1, "headers": {"Authorization": "Bearer x", "X-Trace": "t1"}, "when": 5}
     c = canonicalize(req, drop=["when"], redact=lambda path, key, value: key == "X-Trace")
     assert c.dropped == ("$.when",)
+    assert c.redacted == ("$.headers.Authorization", "$.headers.X-Trace")
+    assert orjson.loads(c.data) == {"model": "m", "ts": 1, "headers": {"Authorization": REDACTED, "X-Trace": REDACTED}}
+    only = intentlog.Redact(hook=lambda path, key, value: key == "X-Trace", defaults=False)
+    c = canonicalize(req, drop=["when"], redact=only)
     assert c.redacted == ("$.headers.X-Trace",)
     assert orjson.loads(c.data) == {
         "model": "m",

@@ -125,6 +125,7 @@ def test_public_names_are_pinned() -> None:
         "Package",
         "PreparationFailed",
         "ProviderFailure",
+        "Redact",
         "Ref",
         "ReinterpretFailed",
         "RequiredContextMissing",

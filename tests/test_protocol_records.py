@@ -320,7 +320,7 @@ def test_a_deeply_nested_result_is_a_recorded_interpretation_error(ledger: inten
     with pytest.raises(intentlog.CallFailed):
         task.effect("k", REQ, answers(tmp_path), interpret=nest)
     st = task.work_state().calls["call-1"]
-    assert st.stage == "failed" and "nests too deep" in (st.interpret_error or "")
+    assert st.stage == "failed" and "levels deep" in (st.interpret_error or "")
     assert task.effect("k", REQ, answers(tmp_path), interpret=review_v2) == {"verdict": "accept"}
     assert receipts(tmp_path) == 1
     task.close()

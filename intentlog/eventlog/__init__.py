@@ -3,7 +3,7 @@
 This layer knows nothing of calls, attempts or artifacts; everything above it does.
 """
 
-from .canonical import CANON_VERSION, Canonical, canonicalize, dumps, request_hash
+from .canonical import CANON_VERSION, Canonical, Redact, canonicalize, dumps, request_hash
 from .format import FORMAT, TASK_CREATED, Event, check_task_id
 from .reader import ScanProblem, StreamScan, iter_lines, scan
 from .writer import StreamWriter
@@ -14,6 +14,7 @@ __all__ = [
     "TASK_CREATED",
     "Canonical",
     "Event",
+    "Redact",
     "ScanProblem",
     "StreamScan",
     "StreamWriter",

@@ -17,45 +17,42 @@ import orjson
 
 from .._digest import digest_bytes
 from ..errors import NotSerializable, UsageError
+from .redaction import (
+    DEFAULT_NAMES,
+    REDACTED,
+    apply_spans,
+    find_spans,
+    is_credential_name,
+    scrub_string_value,
+    text_secrets,
+)
 
 __all__ = [
+    "CANON_V1",
     "CANON_VERSION",
     "DEFAULT_DROP",
     "DEFAULT_REDACT",
+    "MAX_DEPTH",
+    "REDACTED",
     "Canonical",
+    "Redact",
     "canonicalize",
     "check_json",
     "dumps",
     "request_hash",
     "resolve_rules",
+    "scrub_value",
+    "secrets_in",
 ]
 
-CANON_VERSION = "intentlog-canon/1"
+CANON_VERSION = "intentlog-canon/2"
+#: The first canonicalisation: exact default names, replaced (not extended) by a caller's names.
+CANON_V1 = "intentlog-canon/1"
 DEFAULT_DROP: frozenset[str] = frozenset({"ts", "timestamp", "created_at", "updated_at"})
-DEFAULT_REDACT: frozenset[str] = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "api-key",
-        "x-api-key",
-        "authorization",
-        "proxy-authorization",
-        "password",
-        "secret",
-        "access_token",
-        "refresh_token",
-        "client_secret",
-        "cookie",
-        "set-cookie",
-        "token",
-        "auth_token",
-        "x-auth-token",
-        "session_token",
-        "private_key",
-        "x-goog-api-key",
-    }
-)
-REDACTED = "[REDACTED]"
+#: The names :data:`CANON_V1` redacted; every one of them is a credential name by today's rule.
+DEFAULT_REDACT: frozenset[str] = DEFAULT_NAMES
+#: How deep a value may nest (containers within containers): orjson's own limit.
+MAX_DEPTH = 254
 
 # Passthrough options make orjson hand dataclasses, datetimes and subclasses to
 # ``default``, which refuses them: those would otherwise be silently converted.
@@ -79,7 +76,12 @@ def _bad_text(text: str, path: str) -> tuple[str, str] | None:
     return None
 
 
-def _find_bad(value: Any, path: str) -> tuple[str, str] | None:
+def _too_deep(path: str) -> tuple[str, str]:
+    shown = path if len(path) <= 120 else f"{path[:60]}…{path[-40:]}"
+    return shown, f"the value nests more than {MAX_DEPTH} levels deep; flatten it or store it as an artifact"
+
+
+def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
     """Locate the first value orjson would change or refuse, with its JSON path."""
     if isinstance(value, bool) or value is None:
         return None
@@ -93,17 +95,19 @@ def _find_bad(value: Any, path: str) -> tuple[str, str] | None:
         if not -(2**63) <= value < 2**64:
             return path, "integer exceeds 64 bits"
         return None
+    if type(value) in (dict, list, tuple) and depth >= MAX_DEPTH:
+        return _too_deep(path)
     if type(value) is dict:
         for k, v in value.items():
             if type(k) is not str:
                 return path, f"key {k!r} is not a string"
-            found = _bad_text(k, path) or _find_bad(v, f"{path}.{k}")
+            found = _bad_text(k, path) or _find_bad(v, f"{path}.{k}", depth + 1)
             if found:
                 return found
         return None
     if type(value) in (list, tuple):
         for i, v in enumerate(value):
-            found = _find_bad(v, f"{path}[{i}]")
+            found = _find_bad(v, f"{path}[{i}]", depth + 1)
             if found:
                 return found
         return None
@@ -136,96 +140,324 @@ def dumps(value: Any) -> bytes:
     return out
 
 
+
+RedactHook = Callable[[str, str, Any], bool]
+
+
+class Redact:
+    """A redaction rule: key names and/or a hook, **added** to the default rules unless ``defaults=False``.
+
+    ``canonicalize(x, redact=["customer_ref"])`` redacts ``customer_ref`` *and* every
+    credential the defaults match. ``redact=Redact(["customer_ref"], defaults=False)``
+    redacts only ``customer_ref`` (and values already known to be secret): the defaults are
+    off, and the call's manifest says so. ``hook(path, key, value) -> bool`` marks further
+    keys. Names compare case-insensitively.
+    """
+
+    __slots__ = ("defaults", "hook", "names")
+
+    def __init__(self, names: Iterable[str] = (), *, hook: RedactHook | None = None, defaults: bool = True) -> None:
+        if isinstance(names, (str, bytes)):
+            raise UsageError(f"redact takes a collection of key names, not the single string {names!r}")
+        names = tuple(names)
+        if not all(isinstance(n, str) for n in names):
+            raise UsageError(f"redact names must be strings, not {names!r}")
+        if hook is not None and not callable(hook):
+            raise UsageError(f"a redaction hook must be a callable (path, key, value) -> bool, not {hook!r}")
+        if not isinstance(defaults, bool):
+            raise UsageError(f"defaults must be True or False, not {defaults!r}")
+        self.names: frozenset[str] = frozenset(n.lower() for n in names)
+        self.hook = hook
+        self.defaults = defaults
+
+    def __repr__(self) -> str:
+        return f"Redact({sorted(self.names)!r}, hook={self.hook!r}, defaults={self.defaults})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Redact) and (self.names, self.hook, self.defaults) == (
+            other.names,
+            other.hook,
+            other.defaults,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.names, self.defaults))
+
+    @property
+    def is_default(self) -> bool:
+        """True when this rule is exactly the defaults (nothing added, nothing turned off)."""
+        return self.defaults and not self.names and self.hook is None
+
+    def key_hit(self, path: str, key: str, value: Any) -> bool:
+        """Whether the value under ``key`` (at ``path``) is redacted."""
+        if self.defaults and is_credential_name(key):
+            return True
+        if key.lower() in self.names:
+            return True
+        return self.hook is not None and bool(self.hook(path, key, value))
+
+    def describe(self) -> dict[str, Any]:
+        """The rule as a manifest records it: ``{"defaults": bool, "names": [...], "hook": name | None}``."""
+        hook = None
+        if self.hook is not None:
+            hook = f"{getattr(self.hook, '__module__', '?')}.{getattr(self.hook, '__qualname__', repr(self.hook))}"
+        return {"defaults": self.defaults, "names": sorted(self.names), "hook": hook}
+
+
+_DEFAULT_RULE = Redact()
+
+
 @dataclass(frozen=True, slots=True)
 class Canonical:
-    """A request in canonical form: its bytes, its hash, and what was dropped or redacted."""
+    """A request in canonical form: its bytes, its hash, and what was dropped or redacted.
+
+    ``rules`` is :meth:`Redact.describe` of the rule used, or ``None`` for the defaults;
+    ``secrets`` are the credential values found (never recorded: used to scrub what the
+    call records later).
+    """
 
     data: bytes
     digest: str
     dropped: tuple[str, ...]
     redacted: tuple[str, ...]
     version: str = CANON_VERSION
+    rules: dict[str, Any] | None = None
+    secrets: frozenset[str] = frozenset()
 
 
-RedactHook = Callable[[str, str, Any], bool]
+def _is_pair(value: Any) -> bool:
+    return (
+        type(value) in (list, tuple)
+        and len(value) == 2
+        and type(value[0]) is str
+        and type(value[1]) is str
+        and is_credential_name(value[0])
+    )
 
 
-def _transform(
-    value: Any,
-    path: str,
-    drop: frozenset[str],
-    redact: Callable[[str, str, Any], bool] | frozenset[str],
-    dropped: list[str],
-    redacted: list[str],
-) -> Any:
+class _Walk:
+    """One canonicalisation: collects secrets (pass 1), then builds the cleaned value (pass 2)."""
+
+    def __init__(self, drop: frozenset[str], rule: Redact) -> None:
+        self.drop = drop
+        self.rule = rule
+        self.secrets: set[str] = set()
+        self.dropped: list[str] = []
+        self.redacted: list[str] = []
+        self.looked: dict[str, str] = {}  # strings with credential-looking parts -> those parts replaced
+
+    # pass 1: every value the rule marks, wherever it is (depth already checked by _depth_guard)
+    def collect(self, value: Any, path: str) -> None:
+        t = type(value)
+        if t is str:
+            if self.rule.defaults and value not in self.looked:
+                spans = find_spans(value)
+                if spans:
+                    self.secrets.update(x for a, b in spans if (x := value[a:b]) != REDACTED)
+                    self.looked[value] = apply_spans(value, spans)
+        elif t is dict:
+            for k, v in value.items():
+                if not isinstance(k, str) or k in self.drop:
+                    continue
+                sub = f"{path}.{k}"
+                if self.rule.key_hit(sub, k, v):
+                    _leaves(v, self.secrets)
+                else:
+                    self.collect(v, sub)
+        elif t in (list, tuple):
+            if self.rule.defaults and _is_pair(value):
+                _leaves(value[1], self.secrets)
+                return
+            for i, v in enumerate(value):
+                self.collect(v, f"{path}[{i}]")
+
+    # pass 2: the value as recorded
+    def clean(self, value: Any, path: str) -> Any:
+        t = type(value)
+        if t is str:
+            out = scrub_string_value(value, self.secrets, self.looked.get(value))
+            if out != value:
+                self.redacted.append(path)
+            return out
+        if t is dict:
+            cleaned: dict[Any, Any] = {}
+            for k, v in value.items():
+                sub = f"{path}.{k}"
+                if isinstance(k, str):
+                    if k in self.drop:
+                        self.dropped.append(sub)
+                        continue
+                    if self.rule.key_hit(sub, k, v):
+                        self.redacted.append(sub)
+                        cleaned[k] = REDACTED
+                        continue
+                cleaned[k] = self.clean(v, sub)
+            return cleaned
+        if t in (list, tuple):
+            if self.rule.defaults and _is_pair(value):
+                self.redacted.append(f"{path}[1]")
+                return [value[0], REDACTED]
+            return [self.clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+
+def _leaves(value: Any, out: set[str]) -> None:
+    """Every string (and long number) under a redacted key: each is a secret, to scrub wherever it recurs.
+
+    ``Bearer <token>`` also yields the token alone, and any credential-looking part.
+    """
+    if isinstance(value, str):
+        if value and value != REDACTED:
+            out.add(value)
+            scheme, _, rest = value.strip().partition(" ")
+            if rest and scheme.lower() in _AUTH_SCHEMES:
+                out.add(rest.strip())
+            out.update(text_secrets(value))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if len(str(value)) >= 4:
+            out.add(str(value))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _leaves(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _leaves(v, out)
+
+
+_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "digest", "apikey", "key"})
+
+
+def _transform_v1(value: Any, path: str, drop: frozenset[str], names: frozenset[str], hook: RedactHook | None) -> Any:
+    """The :data:`CANON_V1` transform: exact names (or the hook instead of them), no value rules."""
     if type(value) is dict:
         out: dict[Any, Any] = {}
         for k, v in value.items():
             sub = f"{path}.{k}"
             if isinstance(k, str):
                 if k in drop:
-                    dropped.append(sub)
                     continue
-                hit = redact(sub, k, v) if callable(redact) else (k.lower() in redact)
-                if hit:
-                    redacted.append(sub)
+                if hook(sub, k, v) if hook is not None else (k.lower() in names):
                     out[k] = REDACTED
                     continue
-            out[k] = _transform(v, sub, drop, redact, dropped, redacted)
+            out[k] = _transform_v1(v, sub, drop, names, hook)
         return out
     if type(value) in (list, tuple):
-        return [_transform(v, f"{path}[{i}]", drop, redact, dropped, redacted) for i, v in enumerate(value)]
+        return [_transform_v1(v, f"{path}[{i}]", drop, names, hook) for i, v in enumerate(value)]
     return value
 
 
-def resolve_rules(
-    drop: Iterable[str] | None, redact: Iterable[str] | RedactHook | None
-) -> tuple[frozenset[str], RedactHook | frozenset[str]]:
-    """The key names to drop and the redaction rule (names, lowercased, or a hook), defaults applied.
+RedactArg = Iterable[str] | RedactHook | Redact | None
 
-    Raises :class:`UsageError` for a single string: ``frozenset("ts")`` would be
-    ``{"t", "s"}``, a silent and wrong rule.
+
+def resolve_rules(drop: Iterable[str] | None, redact: RedactArg) -> tuple[frozenset[str], Redact]:
+    """The key names to drop and the redaction rule, defaults applied.
+
+    ``redact`` is ``None`` (the defaults), key names or a hook (both *added* to the
+    defaults), or a :class:`Redact` (which can turn the defaults off). Raises
+    :class:`UsageError` for a single string: ``frozenset("ts")`` would be ``{"t", "s"}``,
+    a silent and wrong rule.
     """
     for label, given in (("drop", drop), ("redact", redact)):
         if isinstance(given, (str, bytes)):
             raise UsageError(f"{label} takes a collection of key names, not the single string {given!r}")
     drop_set = DEFAULT_DROP if drop is None else frozenset(drop)
-    rule: RedactHook | frozenset[str]
     if redact is None:
-        rule = DEFAULT_REDACT
-    elif callable(redact):
-        rule = redact
-    else:
-        rule = frozenset(k.lower() for k in redact)
-    return drop_set, rule
+        return drop_set, _DEFAULT_RULE
+    if isinstance(redact, Redact):
+        return drop_set, redact
+    if callable(redact):
+        return drop_set, Redact(hook=redact)
+    return drop_set, Redact(redact)
+
+
+def _depth_guard(obj: Any) -> None:
+    """Refuse a value nested past :data:`MAX_DEPTH` before any recursive walk can overflow the stack."""
+    stack: list[tuple[Any, int, str]] = [(obj, 0, "$")]
+    while stack:
+        value, depth, path = stack.pop()
+        t = type(value)
+        if t is dict or t is list or t is tuple:
+            if depth >= MAX_DEPTH:
+                shown, message = _too_deep(path)
+                raise NotSerializable(message, path=shown)
+            items = value.items() if t is dict else enumerate(value)
+            for k, v in items:
+                if type(v) in (dict, list, tuple):
+                    stack.append((v, depth + 1, f"{path}.{k}" if t is dict else f"{path}[{k}]"))
 
 
 def canonicalize(
     obj: Any,
     *,
     drop: Iterable[str] | None = None,
-    redact: Iterable[str] | RedactHook | None = None,
+    redact: RedactArg = None,
+    version: str = CANON_VERSION,
+    known: Iterable[str] = (),
 ) -> Canonical:
     """Drop timestamp fields at any depth, redact credentials, sort keys, serialize, hash.
 
     ``drop`` names keys removed wherever they occur (default :data:`DEFAULT_DROP`).
-    ``redact`` is a set of key names (case-insensitive, default :data:`DEFAULT_REDACT`) or
-    a hook ``(path, key, value) -> bool``; matching values are replaced by ``"[REDACTED]"``
-    before hashing, so credentials never reach the record. Raises :class:`NotSerializable`.
+    ``redact`` adds key names (case-insensitive) or a hook ``(path, key, value) -> bool``
+    to the default credential rules (docs/effects.md, "Redaction"), or is a
+    :class:`Redact` that may turn them off; what they match is replaced by
+    ``"[REDACTED]"`` before hashing, so credentials never reach the record. ``version``
+    :data:`CANON_V1` reproduces the first canonicalisation (to compare with a request
+    recorded under it). ``known`` are further values known to be secret (found elsewhere
+    in the same request): scrubbed wherever they occur. Raises :class:`NotSerializable`
+    (a value nested more than :data:`MAX_DEPTH` levels deep included).
     """
-    drop_set, redact_rule = resolve_rules(drop, redact)
-    dropped: list[str] = []
-    redacted: list[str] = []
-    cleaned = _transform(obj, "$", drop_set, redact_rule, dropped, redacted)
+    drop_set, rule = resolve_rules(drop, redact)
+    _depth_guard(obj)
+    if version == CANON_V1:
+        names = DEFAULT_NAMES if rule.is_default else rule.names
+        data = dumps(_transform_v1(obj, "$", drop_set, names, rule.hook))
+        return Canonical(data, digest_bytes(data), (), (), CANON_V1)
+    if version != CANON_VERSION:
+        raise UsageError(f"unknown canonicalisation {version!r}: expected {CANON_VERSION!r} or {CANON_V1!r}")
+    walk = _Walk(drop_set, rule)
+    walk.collect(obj, "$")
+    walk.secrets.update(known)
+    cleaned = walk.clean(obj, "$")
     data = dumps(cleaned)
-    return Canonical(data, digest_bytes(data), tuple(dropped), tuple(redacted))
+    rules = None if rule.is_default else rule.describe()
+    secrets = frozenset(walk.secrets)
+    return Canonical(data, digest_bytes(data), tuple(walk.dropped), tuple(walk.redacted), CANON_VERSION, rules, secrets)
+
+
+def secrets_in(
+    obj: Any, *, drop: Iterable[str] | None = None, redact: RedactArg = None
+) -> frozenset[str]:
+    """The credential values the rule finds in ``obj`` (never recorded; used to scrub what is recorded later).
+
+    Works on any value (what is not JSON is skipped), so a request that cannot be
+    canonicalised still has its credentials scrubbed from the recorded error.
+    """
+    drop_set, rule = resolve_rules(drop, redact)
+    _depth_guard(obj)
+    walk = _Walk(drop_set, rule)
+    walk.collect(obj, "$")
+    return frozenset(walk.secrets)
+
+
+def scrub_value(value: Any, *, secrets: Iterable[str] = (), redact: RedactArg = None) -> Any:
+    """``value`` with what the rule matches redacted and the known ``secrets`` scrubbed (heartbeat info, say).
+
+    The same walk as :func:`canonicalize` without dropping or serializing: what is not
+    JSON is left for the writer to refuse.
+    """
+    _, rule = resolve_rules((), redact)
+    _depth_guard(value)
+    walk = _Walk(frozenset(), rule)
+    walk.collect(value, "$")
+    walk.secrets.update(secrets)
+    return walk.clean(value, "$")
 
 
 def request_hash(
     obj: Any,
     *,
     drop: Iterable[str] | None = None,
-    redact: Iterable[str] | RedactHook | None = None,
+    redact: RedactArg = None,
 ) -> str:
     """The canonical hash of a request: ``"blake3:…"``, independent of key order and timestamps."""
     return canonicalize(obj, drop=drop, redact=redact).digest

@@ -214,6 +214,7 @@ class Replay:
         rec = self.index().get(key)
         if rec is None:
             raise self._miss(plan, key, "is not in the record", None)
+        plan = plan.as_recorded(rec.request_hash)  # a record made under the first canonicalisation
         if rec.request_hash != plan.canonical.digest:
             raise self._miss(plan, key, f"does not match the recorded request {rec.request_hash}", rec)
         with self._lock:
@@ -291,8 +292,13 @@ class _ReplayCore:
 
     def _handle(self, request: Any) -> Any:
         plan = plan_for(request, self.replay.options)
-        digest = plan.canonical.digest
         named = self.replay.task.current_key()
+        index = self.replay.index()
+        if named is None and hash_key(plan.canonical.digest, 0) not in index and plan.legacy is not None:
+            old = plan.legacy()  # the key an older intentlog gave this request, if that is the one recorded
+            if hash_key(old.canonical.digest, 0) in index:
+                plan = plan.as_recorded(index[hash_key(old.canonical.digest, 0)].request_hash)
+        digest = plan.canonical.digest
         scope = named if named is not None else digest
         make = functools.partial(named_key, named) if named is not None else functools.partial(hash_key, digest)
         occ = self.replay.occurrences

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ..artifacts.inline import inline_bytes
 from ..effects import RetryPolicy
 from ..errors import IntentlogError, NotSent, ProviderFailure, RetryHandedBack, UsageError
+from ..eventlog.canonical import CANON_V1, CANON_VERSION
+from ..eventlog.redaction import scrub_text
 from ._flavor import Flavor
 from ._keys import hash_key, named_key, occurrences
 from ._wire import (
@@ -123,9 +125,13 @@ class Options:
 # -- handing a retry decision back to the caller ------------------------------------
 
 
-def plan_for(request: Any, o: Options) -> RequestPlan:
-    """What a request is for the record (method, URL, headers that matter, body), under ``o``."""
-    return plan_request(
+def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestPlan:
+    """What a request is for the record (method, URL, headers that matter, body), under ``o``.
+
+    The plan can give its first-canonicalisation form (``plan.legacy()``), computed only
+    when a record made by an older intentlog needs it.
+    """
+    plan = plan_request(
         request.method,
         str(request.url),
         request.headers.raw,
@@ -134,7 +140,11 @@ def plan_for(request: Any, o: Options) -> RequestPlan:
         redact=o.redact,
         redact_query=o.redact_query,
         drop=o.drop,
+        version=version,
     )
+    if version == CANON_V1:
+        return plan
+    return replace(plan, legacy=functools.partial(plan_for, request, o, CANON_V1))
 
 
 # Every attempt's failure that allows another try is recorded with a retry decision
@@ -170,9 +180,7 @@ class _Trace:
 
 def _scrubbed(exc: BaseException, secrets: frozenset[str]) -> str:
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "[REDACTED]")
-    return text
+    return scrub_text(text, secrets)
 
 
 class _Core:
@@ -189,7 +197,26 @@ class _Core:
         return f"<intentlog.http transport for task {self.task.id!r} ({self.flavor.name})>"
 
     def _plan(self, request: Any) -> RequestPlan:
-        return plan_for(request, self.options)
+        """The request's plan; the first canonicalisation's, when the record holds the request under that hash.
+
+        A ledger written before the redaction rules grew keys an unnamed request by its
+        old hash (``http:<old hash>#0``): continuing that call (replaying it) instead of
+        opening a new one under the new hash is what keeps a re-run from sending it again.
+        """
+        plan = plan_for(request, self.options)
+        if self.task.current_key() is not None or plan.legacy is None or not (plan.secrets or plan.canonical.redacted):
+            return plan
+        if not self.task.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
+            return plan
+        old = plan.legacy()
+        return plan.as_recorded(self._recorded_hash(hash_key(old.canonical.digest, 0)))
+
+    def _recorded_hash(self, key: str) -> str | None:
+        """The request hash the record holds for ``key`` (its latest call's manifest), or None."""
+        with self.task._mutex:  # threads sharing the handle (an async client's workers)
+            fold = self.task._live()
+            call = fold.latest_call(key)
+            return None if call is None else fold.call_state(call).request_hash
 
     def _scope(self, plan: RequestPlan) -> tuple[str, Callable[[int], str]]:
         named = self.task.current_key()
@@ -214,6 +241,8 @@ class _Core:
 
     def _protocol(self, plan: RequestPlan, key: str, trace: _Trace, exchange: Callable[[], _Raw]) -> bytes:
         """Run the effect for ``key``; the response artifact, live or from the record."""
+        if plan.legacy is not None and self.task.exists():  # a key an older intentlog recorded (a named one)
+            plan = plan.as_recorded(self._recorded_hash(key))
 
         def send(_request: Any) -> bytes:
             trace.sent = True

@@ -47,15 +47,16 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 import orjson
 
 from ..errors import IntentlogError, NotSerializable, UsageError
-from ..eventlog.canonical import DEFAULT_REDACT, REDACTED, Canonical, canonicalize, dumps
+from ..eventlog.canonical import CANON_V1, CANON_VERSION, DEFAULT_REDACT, REDACTED, Canonical, canonicalize, dumps
+from ..eventlog.redaction import is_credential_name
 
 __all__ = [
     "HASHED_HEADERS",
@@ -141,6 +142,19 @@ class RequestPlan:
     canonical: Canonical  # its canonical form: ``canonical.digest`` is the request hash
     label: str  # "POST https://host/path" (no query: it may hold credentials)
     secrets: frozenset[str]  # credential values seen in the request, scrubbed from what is stored
+    # the same request planned as the first canonicalisation did (to find a call an older intentlog recorded)
+    legacy: Callable[[], RequestPlan] | None = field(default=None, compare=False)
+
+    def as_recorded(self, recorded_hash: str | None) -> RequestPlan:
+        """This plan, or its first-canonicalisation form when that is the one ``recorded_hash`` names."""
+        if recorded_hash is None or recorded_hash == self.canonical.digest or self.legacy is None:
+            return self
+        if not (self.secrets or self.canonical.redacted):
+            return self  # nothing is redacted: both canonicalisations give the same hash
+        old = self.legacy()
+        if old.canonical.digest != recorded_hash:
+            return self
+        return replace(old, secrets=old.secrets | self.secrets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +216,12 @@ def _scrub_value(value: Any, secrets: frozenset[str]) -> Any:
     return value
 
 
-def _redact_url(url: str, query_names: frozenset[str], secrets: set[str]) -> tuple[str, str]:
+def _is_secret_field(name: str, names: frozenset[str], by_parts: bool) -> bool:
+    """A query parameter or form field holding a credential: one of ``names``, or (today's rule) a credential name."""
+    return name.lower() in names or (by_parts and is_credential_name(name))
+
+
+def _redact_url(url: str, query_names: frozenset[str], secrets: set[str], by_parts: bool = True) -> tuple[str, str]:
     """The URL without user-info and with credential query values redacted; and its label form."""
     parts = urlsplit(url)
     netloc = parts.netloc
@@ -217,7 +236,7 @@ def _redact_url(url: str, query_names: frozenset[str], secrets: set[str]) -> tup
         out = []
         for item in query.split("&"):
             name, eq, value = item.partition("=")
-            if eq and unquote(name).lower() in query_names:
+            if eq and _is_secret_field(unquote(name), query_names, by_parts):
                 if len(unquote(value)) >= _MIN_SECRET:
                     secrets.add(unquote(value))
                     secrets.add(value)
@@ -241,7 +260,9 @@ def _boundary(content_type: str) -> str | None:
     return None
 
 
-def _body_value(body: bytes, content_type: str, field_names: frozenset[str], secrets: set[str]) -> Any:
+def _body_value(
+    body: bytes, content_type: str, field_names: frozenset[str], secrets: set[str], by_parts: bool = True
+) -> Any:
     if not body:
         return None
     media = _media_type(content_type)
@@ -261,7 +282,7 @@ def _body_value(body: bytes, content_type: str, field_names: frozenset[str], sec
         else:
             form = []
             for name, value in parse_qsl(text, keep_blank_values=True):
-                if name.lower() in field_names:
+                if _is_secret_field(name, field_names, by_parts):
                     if len(value) >= _MIN_SECRET:
                         secrets.add(value)
                     value = REDACTED
@@ -285,32 +306,36 @@ def plan_request(
     redact: frozenset[str] = REDACT_HEADERS,
     redact_query: frozenset[str] = REDACT_QUERY,
     drop: Iterable[str] | None = None,
+    version: str = CANON_VERSION,
 ) -> RequestPlan:
     """Build the envelope of one request, its canonical form and hash (see the module docstring).
 
+    ``version`` :data:`~intentlog.eventlog.canonical.CANON_V1` builds the envelope and hash
+    as the first canonicalisation did (exact names only), to find a call recorded by it.
     Raises :class:`~intentlog.errors.NotSerializable` only if the canonicaliser refuses
     the envelope, which the fallbacks above make unreachable for any bytes.
     """
+    by_parts = version != CANON_V1
     secrets: set[str] = set()
     selected: dict[str, str] = {}
     content_type = ""
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
         value = raw_value.decode("latin-1")
-        if name in redact or _SECRET_NAME.search(name):
+        if name in redact or _SECRET_NAME.search(name) or (by_parts and is_credential_name(name)):
             _collect_secret(value, secrets)
         if name == "content-type":
             content_type = value
         if name in hash_headers:
             selected[name] = f"{selected[name]}, {value}" if name in selected else value
-    clean_url, label_url = _redact_url(url, redact_query, secrets)
+    clean_url, label_url = _redact_url(url, redact_query, secrets, by_parts)
     field_names = redact_query | redact
     boundary = _boundary(content_type) if _media_type(content_type).startswith("multipart/") else None
     if boundary:
         body = body.replace(boundary.encode("latin-1"), _BOUNDARY.encode())
         if "content-type" in selected:
             selected["content-type"] = selected["content-type"].replace(boundary, _BOUNDARY)
-    body_value = _body_value(body, content_type, field_names, secrets)
+    body_value = _body_value(body, content_type, field_names, secrets, by_parts)
     frozen = frozenset(secrets)
     if isinstance(body_value, dict) and "base64" in body_value:
         raw = _scrub_bytes(body_value["base64"], frozen)
@@ -324,7 +349,8 @@ def plan_request(
         "headers": _scrub_value(selected, frozen),
         "body": body_value,
     }
-    canonical = canonicalize(envelope, drop=drop, redact=redact)
+    canonical = canonicalize(envelope, drop=drop, redact=redact, version=version)
+    frozen = frozen | canonical.secrets  # values the canonical rules found in the body: scrubbed from the response too
     return RequestPlan(envelope, canonical, f"{method.upper()} {_scrub_text(label_url, frozen)}", frozen)
 
 
@@ -347,7 +373,7 @@ def encode_response(
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1")
         value = raw_value.decode("latin-1")
-        if name.lower() in redact:
+        if name.lower() in redact or is_credential_name(name):
             value = REDACTED
             redacted.append(name.lower())
         else:
