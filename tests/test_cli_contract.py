@@ -101,8 +101,10 @@ def states(root: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, session=st.booleans())
-def test_tasks_status_and_gc_name_the_same_state(tmp_path_factory: pytest.TempPathFactory, ops: list[str], session: bool) -> None:
-    """For generated task histories, `tasks --json`, `status --json` and the gc plan name one state, from a fixed set."""
+def test_tasks_status_and_gc_name_the_same_state(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[str], session: bool
+) -> None:
+    """For generated task histories, `tasks --json`, `status --json` and the gc plan name one state of a fixed set."""
     root = tmp_path_factory.mktemp("L") / "ledger"
     build(root, "t", ops, session=session)
     table, status, gc = states(root)
@@ -114,7 +116,7 @@ def test_tasks_status_and_gc_name_the_same_state(tmp_path_factory: pytest.TempPa
 
 
 def test_session_task_table_agrees_with_status(tmp_path: Path) -> None:
-    """A session whose turn was accepted is complete with nothing next in both views (the table said 'check and accept')."""
+    """An accepted session turn: complete with nothing next in both views (the table said 'check and accept')."""
     root = tmp_path / "L"
     build(root, "chat", [], session=True)
     row = json.loads(cli(root, "tasks", "--json").output)[0]
@@ -294,7 +296,7 @@ def _matrix(root: Path) -> list[tuple[list[str], int]]:
 
 
 def test_exit_codes_follow_one_rule_and_every_hint_runs(tmp_path: Path) -> None:
-    """0 ok, 1 refused or not found, 2 malformed; every command an error suggests runs as printed and is not a usage error."""
+    """0 ok, 1 refused or not found, 2 malformed; every hint an error prints runs as printed, never a usage error."""
     root = tmp_path / "L"
     hints: list[str] = []
     for argv, want in _matrix(root):
@@ -372,7 +374,9 @@ def test_task_ids_complete_from_the_ledger(tmp_path: Path) -> None:
     root = tmp_path / "L"
     build(root, "alpha", ["ok"])
     build(root, "beta", ["ok"])
-    env = dict(os.environ, _INTENTLOG_COMPLETE="bash_complete", COMP_WORDS=f"intentlog --root {root} status a", COMP_CWORD="4")
+    env = dict(
+        os.environ, _INTENTLOG_COMPLETE="bash_complete", COMP_WORDS=f"intentlog --root {root} status a", COMP_CWORD="4"
+    )
     p = subprocess.run([EXE], capture_output=True, text=True, env=env, timeout=60)
     assert "alpha" in p.stdout and "beta" not in p.stdout
 
