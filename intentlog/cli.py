@@ -26,7 +26,7 @@ import orjson
 from click.shell_completion import CompletionItem
 
 from ._text import format_table
-from .errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, UsageError
+from .errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
 from .eventlog.format import Event, check_task_id
 from .ledger import DEFAULT_ROOT, Ledger, open_ledger
 
@@ -128,6 +128,8 @@ def handle_errors(f: F) -> F:
             _fail(str(exc), EXIT_USAGE)
         except NotALedger as exc:
             _fail(_no_ledger_hint(exc))
+        except TaskBusy as exc:
+            _fail(f"{exc}: retry with --wait SECONDS (this command takes the task's writer lock)")
         except IntentlogError as exc:
             _fail(str(exc))
         except OSError as exc:
@@ -1063,7 +1065,10 @@ def gc(c: _Ctx, max_age: str | None, max_size: str | None, grace: str | None, do
         else:
             click.echo(result.render())
         return
-    plan = plan_gc(ledger, max_age=max_age, max_size=max_size, grace=grace)
+    progress = _progress_for("gc: scanned") if not as_json else None
+    plan = plan_gc(ledger, max_age=max_age, max_size=max_size, grace=grace, progress=progress)
+    if progress is not None:
+        click.echo("", err=True)
     if as_json:
         _emit_json(plan.to_json())
     else:

@@ -50,7 +50,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
@@ -809,8 +809,18 @@ def _note_digests(scan: _Scan, table: dict[bytes, int], digests: set[bytes], ind
             table[d] = index if eligible else _NEVER
 
 
+#: ``progress(what, done, total)``: a terminal's progress line.
+Progress = Callable[[str, int, int], None]
+
+
 def _scan_tasks(
-    ledger: Ledger, now: _dt.datetime, policy: GcPolicy, marks: Mapping[str, KeepMark], *, limit: int
+    ledger: Ledger,
+    now: _dt.datetime,
+    policy: GcPolicy,
+    marks: Mapping[str, KeepMark],
+    *,
+    limit: int,
+    progress: Progress | None = None,
 ) -> _Scan:
     scan = _Scan()
     try:
@@ -820,7 +830,9 @@ def _scan_tasks(
     except OSError as exc:
         raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
     scan.stream_names = len(names)
-    for name in names:
+    for done, name in enumerate(names, start=1):
+        if progress is not None:
+            progress("streams", done, len(names))
         tid = name[: -len(".jsonl")]
         try:
             check_task_id(tid)
@@ -939,8 +951,12 @@ def plan_gc(
     grace: str | float | _dt.timedelta | None = None,
     now: _dt.datetime | None = None,
     max_tracked: int = MAX_TRACKED,
+    progress: Progress | None = None,
 ) -> GcPlan:
     """Plan a garbage collection of ``ledger``; deletes nothing, writes nothing.
+
+    ``progress(what, done, total)`` is called after each stream is scanned (a terminal's
+    progress line; it must not raise).
 
     Policy values not given come from ``intentlog.json`` (``retention``), else the
     defaults (30d, 500MiB, 1h); see :func:`resolve_policy`. ``now`` (an aware datetime)
@@ -949,17 +965,19 @@ def plan_gc(
     refused. See the module docstring for the rules.
     """
     policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
-    return _plan(ledger, policy, _check_now(now), max_tracked=max_tracked)
+    return _plan(ledger, policy, _check_now(now), max_tracked=max_tracked, progress=progress)
 
 
-def _plan(ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int) -> GcPlan:
+def _plan(
+    ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int, progress: Progress | None = None
+) -> GcPlan:
     refused: str | None = None
     try:
         marks = kept_tasks(ledger)
     except IntentlogError as exc:
         marks = {}
         refused = f"{exc}; which tasks are kept is unknown, so nothing may be deleted"
-    scan = _scan_tasks(ledger, now, policy, marks, limit=max_tracked)
+    scan = _scan_tasks(ledger, now, policy, marks, limit=max_tracked, progress=progress)
     incomplete = tuple(scan.incomplete)
 
     # the deletion order: eligible tasks, oldest last activity first (ties by id)

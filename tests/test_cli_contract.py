@@ -441,3 +441,52 @@ def test_log_prints_user_data_shaped_like_a_ref_and_deep_nesting(tmp_path: Path)
         assert r.exit_code in (0, 1), r.output
         assert "Traceback" not in r.output
         assert '"digest":5' in r.output.replace(" ", "")
+
+
+def test_a_busy_task_suggests_wait_and_the_hint_runs(tmp_path: Path) -> None:
+    """While another process holds the writer lock, a writing command says --wait; running that hint is not exit 2."""
+    root = tmp_path / "L"
+    build(root, "t", ["ok"])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, intentlog; t = intentlog.open(sys.argv[1]).task('t'); t.append('note', {}); "
+            "print('held', flush=True); time.sleep(30)",
+            str(root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        before = snapshot(root)
+        r = cli(root, "fail", "t", "--reason", "x", "--wait", "0")
+        assert r.exit_code == 1
+        assert "--wait SECONDS" in r.stderr
+        r = cli(root, "fail", "t", "--reason", "x", "--wait", "0.1")
+        assert r.exit_code == 1 and "being written" in r.stderr
+        r = cli(root, "accept", "t")
+        assert r.exit_code == 1 and "running" in r.stderr
+        assert snapshot(root) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_gc_draws_progress_only_on_a_terminal(tmp_path: Path) -> None:
+    """gc's scan draws a progress line on a terminal's stderr and none in a pipe."""
+    import pty
+
+    root = tmp_path / "L"
+    for i in range(3):
+        build(root, f"t{i}", ["ok"])
+    primary, secondary = pty.openpty()
+    p = subprocess.run([EXE, "--root", str(root), "gc"], stdout=subprocess.PIPE, stderr=secondary, timeout=60)
+    os.close(secondary)
+    drawn = os.read(primary, 65536).decode(errors="replace")
+    os.close(primary)
+    assert p.returncode == 0
+    assert "gc: scanned streams: 3/3" in drawn
+    piped = subprocess.run([EXE, "--root", str(root), "gc"], capture_output=True, text=True, timeout=60)
+    assert "scanned" not in piped.stderr
