@@ -420,8 +420,9 @@ def log(
         if as_json:
             try:
                 line = orjson.dumps(ev.to_json() | {"digest": ev.digest}, option=orjson.OPT_SORT_KEYS).decode()
-            except (TypeError, ValueError):  # nested deeper than orjson writes: the stored line is the JSON
-                line = orjson.dumps({"seq": ev.seq, "kind": ev.kind, "ts": ev.ts, "digest": ev.digest}).decode()
+            except (TypeError, ValueError):  # nested deeper than orjson writes: cut, and say so
+                cut = ev.to_json() | {"data": _brief(ev.data), "digest": ev.digest, "data_truncated": True}
+                line = orjson.dumps(cut, option=orjson.OPT_SORT_KEYS).decode()
             click.echo(line)
         else:
             click.echo(f"{ev.seq:>6}  {ev.ts}  {click.style(ev.kind.ljust(26), fg='cyan')}  {_summary(ev)}")
