@@ -663,7 +663,7 @@ def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: boo
 
     A dry run performs the very library call on the copy (so every check and refusal is the
     real one) and the real folder is never opened for writing: its bytes stay unchanged.
-    Links are copied as links, so the copy refuses them as the real ledger would.
+    A stream that is a link is refused: nothing outside the ledger is read or written.
     """
     ledger = c.ledger()
     if not dry_run:
@@ -675,15 +675,25 @@ def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: boo
         copy = open_ledger(tmp / "ledger", create=True)
         for tid in tasks:
             src = ledger.stream_path(tid)
-            if src.exists() or src.is_symlink():
-                shutil.copy2(src, copy.stream_path(tid), follow_symlinks=False)
+            if src.is_symlink():
+                raise IntentlogError(
+                    f"tasks/{tid}.jsonl is a symbolic link, not a stream; a link is never followed: "
+                    "move it aside and restore the stream from a copy or git"
+                )
+            if src.exists():
+                shutil.copyfile(src, copy.stream_path(tid), follow_symlinks=False)
         real_objects = ledger.root / "objects"
         if with_objects and real_objects.is_dir() and not real_objects.is_symlink():
-            shutil.copytree(real_objects, copy.root / "objects", symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(real_objects, copy.root / "objects", ignore=_links, dirs_exist_ok=True)
         with copy:
             yield copy
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _links(folder: str, names: list[str]) -> set[str]:
+    """For ``shutil.copytree``: leave out every link, so a dry run's copy holds nothing outside the ledger."""
+    return {n for n in names if os.path.islink(os.path.join(folder, n))}
 
 
 def _report(c: _Ctx, task: str, ev: Event, text: str, *, as_json: bool, dry_run: bool) -> None:

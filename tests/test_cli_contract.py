@@ -538,3 +538,17 @@ def test_export_of_300_tasks_prints_counts_and_human_sizes(tmp_path: Path) -> No
     assert re.search(r"\d+(\.\d+)? (KiB|MiB)", first), first
     assert "t299" not in r.stdout and not re.search(r"\d{5,} bytes", r.stdout)
     assert len(r.stdout) < 1000
+
+
+def test_a_dry_run_never_follows_a_linked_stream(tmp_path: Path) -> None:
+    """A stream that is a symbolic link is refused by --dry-run; the link's target is byte-identical after."""
+    root = tmp_path / "L"
+    build(root, "d", ["ok"])
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes((root / "tasks" / "d.jsonl").read_bytes())
+    (root / "tasks" / "d.jsonl").unlink()
+    (root / "tasks" / "d.jsonl").symlink_to(victim)
+    before = victim.read_bytes()
+    r = cli(root, "accept", "d", "--dry-run")
+    assert r.exit_code == 1 and "symbolic link" in r.stderr
+    assert victim.read_bytes() == before
