@@ -50,7 +50,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
@@ -65,9 +65,9 @@ from .eventlog.format import check_task_id
 from .eventlog.lock import WriterLock
 from .eventlog.reader import StreamScan
 from .eventlog.writer import StreamWriter
-from .projections.operator import OperatorFold, OperatorView
-from .projections.status import operator_state
-from .projections.workstate import NONE, WorkState, WorkStateFold
+from .projections.operator import OperatorFold
+from .projections.status import AWAITING_APPROVAL, INTERRUPTED, PAUSED_FOR_REVIEW, TaskStatus, status_of
+from .projections.workstate import WorkStateFold
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -317,54 +317,38 @@ def _config_size(value: object, where: str) -> str | int:
 
 # -- what is protected -----------------------------------------------------------------
 
-#: Call stages whose external effect is unresolved whatever else the record says.
-_UNRESOLVED_STAGES: Final = frozenset({"effect_unknown", "risk_accepted", "reconciled_served", "failed"})
+#: Operator states that hold a task's stream: a person must act on it first.
+_HOLDING_STATES: Final = frozenset({PAUSED_FOR_REVIEW, AWAITING_APPROVAL})
 
 
-def _protected(ws: WorkState, view: OperatorView | None = None) -> str | None:
+def _protected(st: TaskStatus) -> str | None:
     """Why no policy may delete this task's stream, or None.
 
-    The one rule, kept in one place so later states (approvals) extend it:
+    The one rule, derived from the task's operator state (:func:`intentlog.projections.status.status_of`,
+    the projection ``tasks`` and ``status`` show), so gc never disagrees with them:
 
-    * **unknown effect** -- a call whose provider effect is unknown (an attempt started
-      and nothing after it, an errored send, a resend accepted but not yet made): the
-      stream is the only evidence to reconcile it with;
-    * **paused for review** -- the operator view's state: a failed call, a call served
-      whose response is lost; an operator decides, from this record;
-    * **a paid-for effect not yet turned into a result** -- a latest call whose provider
-      effect happened but that is not completed (observed, interpreted, redecide): without
-      the stream, re-running would send again and pay twice.
+    * **paused for review** or **awaiting approval**: a person decides, from this record
+      (an unknown effect, a failed call, a served call whose response is lost, a failed
+      checkpoint, an undecided approval); the detail names the command that decides it;
+    * **interrupted with an external effect at stake**: an unresolved call whose provider
+      effect is unknown (a resend accepted but not made) or happened but not yet turned
+      into a result (observed, interpreted): without the stream, re-running would pay twice.
 
-    Interrupted tasks with no external effect yet (requested, manifest recorded, not
-    sent, reconciled not served, preparation failed, compilations) and completed or
-    awaiting-acceptance tasks are not protected: re-running them costs nothing that was
-    not already recorded as done.
+    Everything else may expire by age or size: queued, interrupted with no external
+    effect yet, awaiting acceptance, complete, and **failed** -- an operator gave the task
+    up (``intentlog fail TASK``), which is how a task paused on a failed call is released.
     """
-    for call in ws.calls.values():
-        if call.stage in _UNRESOLVED_STAGES or (call.provider_effect == "unknown" and call.next_operation != NONE):
-            what = "effect unknown" if call.provider_effect == "unknown" else "paused for review"
-            return (
-                f"{what}: {call.call_id} (key {call.key!r}) is {call.stage.replace('_', ' ')}; "
-                "see 'intentlog status' and resolve it first"
-            )
-    if view is not None:
-        if view.awaiting:
-            a = view.awaiting[0]
-            return (
-                f"awaiting approval: {a.approval_id!r} is {a.status}; "
-                f"decide it first (intentlog approve/reject {ws.task_id} {a.approval_id})"
-            )
-        latest = view.latest_checkpoint
-        if latest is not None and latest.failed:
-            return f"paused for review: the latest checkpoint ({latest.phase!r}) is {latest.status}"
-    if operator_state(ws) == "paused for review":  # pragma: no cover - covered by the stages above today
-        return "paused for review: see 'intentlog status'"
+    if st.state in _HOLDING_STATES:
+        return f"{st.state}: {st.reason}; next: {st.next_step}"
+    if st.state != INTERRUPTED:
+        return None
+    ws = st.work
     for cid in ws.unresolved:
         pending = ws.calls.get(cid)
-        if pending is not None and pending.provider_effect == "happened":
+        if pending is not None and pending.provider_effect in ("unknown", "happened"):
             return (
-                f"paid-for effect not yet used: {cid} (key {pending.key!r}) is {pending.stage.replace('_', ' ')} "
-                f"(next: {pending.next_operation}); re-run the script to finish it"
+                f"interrupted with a paid-for effect at stake: {cid} (key {pending.key!r}) is "
+                f"{pending.stage.replace('_', ' ')}, provider effect {pending.provider_effect}; next: {st.next_step}"
             )
     return None
 
@@ -480,6 +464,7 @@ class ExpiredTask:
     events: int
     stream: str | None = None
     ident: tuple[int, int, int] = field(default=(0, 0, 0), compare=False, repr=False)  # st_ino, st_size, mtime_ns
+    state: str | None = field(default=None, compare=False)  # the operator state, as 'intentlog tasks' shows it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -491,6 +476,7 @@ class ExpiredTask:
             "head": self.head,
             "events": self.events,
             "stream": self.stream,
+            "state": self.state,
         }
 
 
@@ -504,6 +490,7 @@ class KeptTask:
     detail: str
     size: int
     last_activity: str | None
+    state: str | None = None  # the operator state, as 'intentlog tasks' shows it (None: unreadable)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -512,6 +499,7 @@ class KeptTask:
             "detail": self.detail,
             "size": self.size,
             "last_activity": self.last_activity,
+            "state": self.state,
         }
 
 
@@ -778,6 +766,7 @@ class _TaskInfo:
     last_dt: _dt.datetime | None = None
     rule: str | None = None  # why it is never deleted; None: eligible
     detail: str = ""
+    state: str | None = None  # the operator state (None: the stream could not be read)
 
 
 @dataclass(slots=True)
@@ -820,8 +809,18 @@ def _note_digests(scan: _Scan, table: dict[bytes, int], digests: set[bytes], ind
             table[d] = index if eligible else _NEVER
 
 
+#: ``progress(what, done, total)``: a terminal's progress line.
+Progress = Callable[[str, int, int], None]
+
+
 def _scan_tasks(
-    ledger: Ledger, now: _dt.datetime, policy: GcPolicy, marks: Mapping[str, KeepMark], *, limit: int
+    ledger: Ledger,
+    now: _dt.datetime,
+    policy: GcPolicy,
+    marks: Mapping[str, KeepMark],
+    *,
+    limit: int,
+    progress: Progress | None = None,
 ) -> _Scan:
     scan = _Scan()
     try:
@@ -831,7 +830,9 @@ def _scan_tasks(
     except OSError as exc:
         raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
     scan.stream_names = len(names)
-    for name in names:
+    for done, name in enumerate(names, start=1):
+        if progress is not None:
+            progress("streams", done, len(names))
         tid = name[: -len(".jsonl")]
         try:
             check_task_id(tid)
@@ -893,11 +894,13 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
     info.head = s.head
     info.events = s.count
     info.last_ts = latest
+    ws = fold.result()
+    st = status_of(info.task, ws, ops.result(ws))
+    info.state = st.state
     if _ident(before) != _ident(after):
         info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
         return True
-    ws = fold.result()
-    protected = _protected(ws, ops.result(ws))
+    protected = _protected(st)
     if protected is not None:
         info.rule, info.detail = "protected", protected
     return True
@@ -948,8 +951,12 @@ def plan_gc(
     grace: str | float | _dt.timedelta | None = None,
     now: _dt.datetime | None = None,
     max_tracked: int = MAX_TRACKED,
+    progress: Progress | None = None,
 ) -> GcPlan:
     """Plan a garbage collection of ``ledger``; deletes nothing, writes nothing.
+
+    ``progress(what, done, total)`` is called after each stream is scanned (a terminal's
+    progress line; it must not raise).
 
     Policy values not given come from ``intentlog.json`` (``retention``), else the
     defaults (30d, 500MiB, 1h); see :func:`resolve_policy`. ``now`` (an aware datetime)
@@ -958,17 +965,19 @@ def plan_gc(
     refused. See the module docstring for the rules.
     """
     policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
-    return _plan(ledger, policy, _check_now(now), max_tracked=max_tracked)
+    return _plan(ledger, policy, _check_now(now), max_tracked=max_tracked, progress=progress)
 
 
-def _plan(ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int) -> GcPlan:
+def _plan(
+    ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int, progress: Progress | None = None
+) -> GcPlan:
     refused: str | None = None
     try:
         marks = kept_tasks(ledger)
     except IntentlogError as exc:
         marks = {}
         refused = f"{exc}; which tasks are kept is unknown, so nothing may be deleted"
-    scan = _scan_tasks(ledger, now, policy, marks, limit=max_tracked)
+    scan = _scan_tasks(ledger, now, policy, marks, limit=max_tracked, progress=progress)
     incomplete = tuple(scan.incomplete)
 
     # the deletion order: eligible tasks, oldest last activity first (ties by id)
@@ -1025,16 +1034,20 @@ def _plan(ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: i
                     f"max size {format_size(policy.max_size)}"
                 ),
             )
-        expired.append(ExpiredTask(t.task, why, detail, t.last_ts or "", t.size, t.head, t.events, t.stream, t.ident))
+        expired.append(
+            ExpiredTask(
+                t.task, why, detail, t.last_ts or "", t.size, t.head, t.events, t.stream, t.ident, state=t.state
+            )
+        )
     gone = {t.task for t in expired}
     kept: list[KeptTask] = []
     for t in scan.infos:
         if t.task in gone:
             continue
         if t.rule is None:
-            kept.append(KeptTask(t.task, "young", f"last activity {t.last_ts}", t.size, t.last_ts))
+            kept.append(KeptTask(t.task, "young", f"last activity {t.last_ts}", t.size, t.last_ts, t.state))
         else:
-            kept.append(KeptTask(t.task, t.rule, t.detail, t.size, t.last_ts))
+            kept.append(KeptTask(t.task, t.rule, t.detail, t.size, t.last_ts, t.state))
 
     blobs: list[ExpiredBlob] = []
     in_grace_n = in_grace_bytes = 0

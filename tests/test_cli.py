@@ -92,7 +92,7 @@ def test_status_names_the_unresolved_action_and_the_command(tmp_path: Path) -> N
     assert r.exit_code == 0
     assert "call-1 (key 'k1') effect unknown" in r.output
     assert "duplicate" in r.output
-    assert "intentlog reconcile t call-1 --served" in r.output
+    assert f"intentlog --root {tmp_path / 'ev'} reconcile t call-1 --not-served" in r.output
     j = json.loads(run("status", "t", "--json", root=tmp_path / "ev").output)
     assert j["state"] == "paused for review"
     assert j["work_state"]["calls"]["call-1"]["stage"] == "effect_unknown"
@@ -104,7 +104,7 @@ def test_status_shows_phase_and_last_outcome(tmp_path: Path) -> None:
     j = json.loads(run("status", "done", "--json", root=tmp_path / "ev").output)
     assert j["phase"] == "reviewing"
     assert j["last_outcome"].startswith("call-1 (key 'k1') completed")
-    assert "intentlog accept done" in j["next_step"]
+    assert j["next_step"].endswith(" accept done") and "--root" in j["next_step"]
 
 
 def test_status_of_a_missing_task(tmp_path: Path) -> None:

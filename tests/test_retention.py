@@ -912,7 +912,7 @@ def test_docs_example_runs(tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(blocks[0])
     p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert "expire 1 task(s)" in p.stdout and "nightly-2  [protected] effect unknown" in p.stdout
+    assert "expire 1 task(s)" in p.stdout and "nightly-2  [protected] paused for review: unknown effect" in p.stdout
     assert p.stdout.strip().endswith("('nightly-1',)")
     root = tmp_path / "evidence"
     assert sorted(f.name for f in (root / "tasks").glob("*.jsonl")) == ["audit-2026.jsonl", "nightly-2.jsonl"]

@@ -42,6 +42,32 @@ def parse_review(raw: bytes) -> dict[str, Any]:
 parse_review.version = "1"  # type: ignore[attr-defined]
 
 
+#: The inventory the compilation is offered: A (required, size estimated from its payload), B (required), D.
+OFFERED = [
+    {"id": "A", "content": {"text": "chapter 15 summary"}, "required": True, "lineage": "ch15"},
+    {"id": "B", "content": {"text": ""}, "required": True, "size": 0, "lineage": "ch16"},
+    {"id": "D", "content": {"text": ""}, "size": 0, "lineage": "notes"},
+]
+COMPILATION = "context-16"
+
+
+def compile_step(task: Any, *, kill: bool, missing: bool) -> dict[str, Any]:
+    """Compile the paragraph's context; die inside the selection, or require an id never offered."""
+    offered = [dict(o) for o in OFFERED]
+    required = ["A", "B", "C"] if missing else ["A", "B"]
+
+    def select(items: list[dict[str, Any]]) -> list[str]:
+        if kill:
+            _die()
+        return [str(i["id"]) for i in items]
+
+    try:
+        package = task.compile(COMPILATION, offered, required=required, select=select)
+    except intentlog.PreparationFailed as exc:
+        return {"outcome": "failed", "error": type(exc).__name__}
+    return {"outcome": "compiled", "package": getattr(package, "digest", None)}
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -59,15 +85,32 @@ def run(mode: str, ledger_path: str, receipts: str, *, kill: str, model: str, ho
     if mode == "inspect":
         ws = task.work_state()
         c = ws.call_for_key(KEY)
+        comp = ws.compilations.get(COMPILATION)
         _print(
             {
                 "events": ws.events,
                 "stage": c.stage if c else None,
                 "next_operation": c.next_operation if c else ws.next_operation,
                 "provider_effect": c.provider_effect if c else None,
+                "superseded_by": c.superseded_by if c else None,
+                "calls": {cid: x.stage for cid, x in ws.calls.items()},
                 "task_next_operation": ws.next_operation,
+                "compilation": None
+                if comp is None
+                else {
+                    "stage": comp.stage,
+                    "next_operation": comp.next_operation,
+                    "offered": [
+                        {k: o.get(k) for k in ("id", "required", "size", "estimated", "lineage")} for o in comp.offered
+                    ],
+                    "missing": list(comp.missing),
+                    "error": comp.error,
+                },
             }
         )
+        return 0
+    if mode == "compile":
+        _print(compile_step(task, kill=kill == "mid-compilation", missing=kill == "missing-input"))
         return 0
     if mode == "naive":
         # what restart loops do: take the recorded request and send it again, never asking the work state
@@ -106,10 +149,14 @@ def run(mode: str, ledger_path: str, receipts: str, *, kill: str, model: str, ho
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m intentlog.demo.producer")
-    p.add_argument("mode", choices=["produce", "resume", "naive", "inspect"])
+    p.add_argument("mode", choices=["produce", "resume", "naive", "inspect", "compile"])
     p.add_argument("ledger")
     p.add_argument("receipts")
-    p.add_argument("--kill", default="none", choices=["none", "after-manifest", "provider-holds", "after-observation"])
+    p.add_argument(
+        "--kill",
+        default="none",
+        choices=["none", "after-manifest", "provider-holds", "after-observation", "mid-compilation", "missing-input"],
+    )
     p.add_argument("--model", default="reviewer-1")
     p.add_argument("--hold", type=float, default=0.0)
     a = p.parse_args(argv)

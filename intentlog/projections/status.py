@@ -44,6 +44,12 @@ from .workstate import (
 
 __all__ = [
     "AWAITING_ACCEPTANCE",
+    "acceptance_refusal",
+    "DECIDE_APPROVAL",
+    "REVIEW_CHECKPOINT",
+    "RUN_SCRIPT",
+    "TASK_NEXT_OPERATIONS",
+    "WAIT",
     "AWAITING_APPROVAL",
     "COMPLETE",
     "FAILED",
@@ -55,6 +61,8 @@ __all__ = [
     "TaskStatus",
     "next_step",
     "operator_state",
+    "status_of",
+    "task_next_operation",
     "task_status",
 ]
 
@@ -78,6 +86,30 @@ OPERATOR_STATES: Final = (
     COMPLETE,
 )
 
+#: The task-level next operations beyond the work state's own (DESIGN §2).
+WAIT: Final = "wait"
+DECIDE_APPROVAL: Final = "decide approval"
+REVIEW_CHECKPOINT: Final = "review checkpoint"
+RUN_SCRIPT: Final = "run the script"
+#: Every word ``TaskStatus.next_operation`` takes: the work state's call operations, then these.
+TASK_NEXT_OPERATIONS: Final = (
+    NONE,
+    WAIT,
+    DECIDE_APPROVAL,
+    REVIEW_CHECKPOINT,
+    RUN_SCRIPT,
+    RECONCILE_EFFECT,
+    OPERATOR_DECIDES,
+    "start call",
+    "reinterpret",
+    "redecide",
+    "finalize",
+    "start next attempt",
+    FIX_INPUTS,
+    RECOMPILE,
+    CHECK_AND_ACCEPT,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class TaskStatus:
@@ -91,6 +123,7 @@ class TaskStatus:
     operator: OperatorView | None = None
     running: bool = False
     reason: str | None = None  # why the state is what it is, when it is not obvious
+    next_operation: str = NONE  # one word of TASK_NEXT_OPERATIONS, consistent with ``state``
 
     @property
     def awaiting_approvals(self) -> tuple[ApprovalState, ...]:
@@ -111,6 +144,7 @@ class TaskStatus:
             "phase": self.phase,
             "last_outcome": self.last_outcome,
             "unresolved_action": self.unresolved_action,
+            "next_operation": self.next_operation,
             "next_step": self.next_step,
             "checkpoint": cp.to_json() if cp is not None else None,
             "approvals": [a.to_json() for a in ops.approvals.values()] if ops is not None else [],
@@ -183,9 +217,54 @@ def _accepted_by_checkpoint(ws: WorkState, ops: OperatorView | None) -> bool:
     return not done or cp.seq > max(done)
 
 
+def acceptance_refusal(st: TaskStatus) -> str | None:
+    """Why ``accept`` must refuse this task (None: it is *awaiting acceptance*, so accepting means something).
+
+    Accepting is an irreversible verdict on the record; it is refused when there is
+    nothing to accept: unresolved work, a task given up, an already accepted (or never
+    started) task, a running one.
+    """
+    if st.state == AWAITING_ACCEPTANCE:
+        return None
+    if st.state == COMPLETE:
+        return f"task {st.task_id!r} is complete: its results were already accepted; nothing to accept"
+    if st.state == FAILED:
+        return f"task {st.task_id!r} was given up ({st.reason}); nothing to accept"
+    if st.state == QUEUED:
+        return f"task {st.task_id!r} has recorded no result yet; nothing to accept"
+    why = f" ({st.reason})" if st.reason else ""
+    return f"task {st.task_id!r} is {st.state}{why}: nothing to accept yet; next step: {st.next_step}"
+
+
 def operator_state(ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
     """One word for the task as an operator sees it (see the module docstring for the order)."""
     return _why(ws, ops, running)[0]
+
+
+def task_next_operation(ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
+    """The task's next operation as one word of :data:`TASK_NEXT_OPERATIONS`, derived from its state.
+
+    It always agrees with :func:`operator_state`: ``failed`` and ``complete`` -> ``none``;
+    ``awaiting acceptance`` -> ``check and accept``; otherwise the operation of what holds
+    the task (the lock, the approval, the paused call or checkpoint, the first unresolved item).
+    """
+    state = operator_state(ws, ops, running=running)
+    if state == RUNNING:
+        return WAIT
+    if state in (FAILED, COMPLETE):
+        return NONE
+    if state == AWAITING_APPROVAL:
+        return DECIDE_APPROVAL
+    if state == AWAITING_ACCEPTANCE:
+        return CHECK_AND_ACCEPT
+    if state == QUEUED:
+        return RUN_SCRIPT
+    if state == PAUSED_FOR_REVIEW:
+        c = _paused_call(ws)
+        return c.next_operation if c is not None else REVIEW_CHECKPOINT
+    first = ws.unresolved[0]
+    c = ws.calls.get(first)
+    return c.next_operation if c is not None else ws.compilations[first].next_operation
 
 
 def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
@@ -238,7 +317,8 @@ def _call_step(task_id: str, c: CallState) -> str:
     if op == RECONCILE_EFFECT:
         return (
             f"find out whether the provider served key {c.key!r}, then record it: "
-            f"intentlog reconcile {task_id} {c.call_id} --served --evidence RESPONSE_FILE | --not-served"
+            f"intentlog reconcile {task_id} {c.call_id} --not-served, or "
+            f"intentlog reconcile {task_id} {c.call_id} --served --evidence RESPONSE_FILE"
         )
     if op == OPERATOR_DECIDES and c.stage == "failed":
         # the call is over; what is left to decide is the task's fate
@@ -284,7 +364,11 @@ def task_status(events: Iterable[Event], *, task_id: str, running: bool = False)
         fold.apply(ev)
         ops_fold.apply(ev)
     ws = fold.result()
-    ops = ops_fold.result(ws)
+    return status_of(task_id, ws, ops_fold.result(ws), running=running)
+
+
+def status_of(task_id: str, ws: WorkState, ops: OperatorView, *, running: bool = False) -> TaskStatus:
+    """The operator view from an already folded work state and operator view (what gc and the views share)."""
     completed = [c for c in ws.calls.values() if c.stage == "completed"]
     last = max(completed, key=lambda c: c.last_seq) if completed else None
     action: str | None = None
@@ -305,4 +389,5 @@ def task_status(events: Iterable[Event], *, task_id: str, running: bool = False)
         operator=ops,
         running=running,
         reason=reason,
+        next_operation=task_next_operation(ws, ops, running=running),
     )
