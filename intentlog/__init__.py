@@ -28,6 +28,7 @@ from .errors import (
     InvalidDigest,
     InvalidTaskId,
     LedgerError,
+    LinkRefused,
     NotALedger,
     NotSent,
     NotSerializable,
@@ -45,7 +46,7 @@ from .errors import (
     UsageError,
 )
 from .eventlog import CANON_VERSION, Event, canonicalize, request_hash
-from .ledger import Ledger
+from .ledger import Ledger, RepairReport
 from .ledger import open_ledger as open
 from .projections import CallState, CompilationState, WorkState, work_state
 from .task import Task
@@ -110,6 +111,7 @@ __all__ = [
     "InvalidTaskId",
     "Ledger",
     "LedgerError",
+    "LinkRefused",
     "NotALedger",
     "NotSent",
     "NotSerializable",
@@ -118,6 +120,7 @@ __all__ = [
     "PreparationFailed",
     "ProviderFailure",
     "Ref",
+    "RepairReport",
     "RequiredContextMissing",
     "ReservedKind",
     "ResumeRefused",

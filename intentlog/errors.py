@@ -11,7 +11,8 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── InvalidTaskId (ValueError)
     ├── NotSerializable (TypeError)
     ├── LedgerError
-    │   └── NotALedger (ValueError)
+    │   ├── NotALedger (ValueError)
+    │   └── LinkRefused
     ├── CorruptStream
     ├── StreamPoisoned
     ├── TaskBusy
@@ -57,6 +58,7 @@ __all__ = [
     "InvalidDigest",
     "InvalidTaskId",
     "LedgerError",
+    "LinkRefused",
     "NotALedger",
     "NotSent",
     "NotSerializable",
@@ -108,6 +110,23 @@ class NotALedger(LedgerError, ValueError):
         self.root = root
         self.reason = reason
         super().__init__(f"{root}: {reason}")
+
+
+class LinkRefused(LedgerError):
+    """A path inside the ledger is a symbolic link; nothing was read or written through it.
+
+    intentlog never follows a link inside a ledger (streams, lock files, objects, shard
+    folders, ``tmp/``, ``quarantine/``): a link could lead its writes outside the folder.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        super().__init__(
+            f"{path}: is a symbolic link where intentlog keeps {what}; links inside a ledger are never "
+            "followed, so nothing was read or written through it: replace the link with the real "
+            f"{what} (or move it aside) and try again"
+        )
 
 
 class CorruptStream(IntentlogError):
