@@ -44,6 +44,7 @@ from .errors import (
     UnknownApproval,
     UnknownCall,
     UsageError,
+    WrongType,
 )
 from .eventlog import CANON_VERSION, Event, canonicalize, request_hash
 from .ledger import Ledger, RepairReport
@@ -136,6 +137,7 @@ __all__ = [
     "UnknownCall",
     "UsageError",
     "WorkState",
+    "WrongType",
     "__version__",
     "canonicalize",
     "heartbeat",

@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import LedgerError, LinkRefused
+from .errors import LinkRefused
 
 __all__ = [
     "O_NOFOLLOW",
@@ -51,7 +51,8 @@ def check_real_dir(path: str | os.PathLike[str], *, what: str) -> bool:
     """True if ``path`` is a real directory, False if it does not exist.
 
     Raises :class:`LinkRefused` when it is a symbolic link (to a folder or not) and
-    :class:`LedgerError` when it is some other kind of file. Never follows the link.
+    ``NotADirectoryError`` (an ``OSError`` the caller translates, as for any failed
+    folder operation) when it is some other kind of file. Never follows the link.
     """
     try:
         st = os.lstat(path)
@@ -60,7 +61,7 @@ def check_real_dir(path: str | os.PathLike[str], *, what: str) -> bool:
     if stat.S_ISLNK(st.st_mode):
         raise LinkRefused(os.fspath(path), what)
     if not stat.S_ISDIR(st.st_mode):
-        raise LedgerError(f"{os.fspath(path)}: should be the folder of {what} but is a file; move it aside")
+        raise NotADirectoryError(errno.ENOTDIR, f"should be the folder of {what} but is a file", os.fspath(path))
     return True
 
 

@@ -20,6 +20,7 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── GcRefused
     ├── ReservedKind (ValueError)
     ├── UsageError (ValueError)
+    │   └── WrongType (TypeError)
     ├── ArtifactError
     │   ├── InvalidDigest (ValueError)
     │   ├── ArtifactMissing
@@ -74,6 +75,7 @@ __all__ = [
     "UnknownApproval",
     "UnknownCall",
     "UsageError",
+    "WrongType",
 ]
 
 
@@ -124,8 +126,8 @@ class LinkRefused(LedgerError):
         self.what = what
         super().__init__(
             f"{path}: is a symbolic link where intentlog keeps {what}; links inside a ledger are never "
-            "followed, so nothing was read or written through it: replace the link with the real "
-            f"{what} (or move it aside) and try again"
+            "followed, so nothing was read or written through it: move the link aside, put back "
+            "the real file or folder it stands for (from a copy or git), and try again"
         )
 
 
@@ -388,6 +390,10 @@ class ReservedKind(IntentlogError, ValueError):
 
 class UsageError(IntentlogError, ValueError):
     """An argument is not one the call accepts; nothing was written."""
+
+
+class WrongType(UsageError, TypeError):
+    """An argument has the wrong type (say, text where bytes are needed); nothing was written."""
 
 
 class GcRefused(IntentlogError):

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
-from ._fsutil import makedirs_durable, publish_bytes
+from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
-from .errors import ArtifactError, NotALedger, UsageError
+from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
@@ -99,7 +99,9 @@ class RepairReport:
 
 
 def _check_wait(wait: object) -> float:
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not math.isfinite(wait) or wait < 0:
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+        raise WrongType(f"wait must be a number of seconds, not {type(wait).__name__} {wait!r}")
+    if not math.isfinite(wait) or wait < 0:
         raise UsageError(f"wait must be a finite number of seconds >= 0, not {wait!r}")
     return float(wait)
 
@@ -196,7 +198,8 @@ class Ledger:
         reads only and says what would be moved.
         """
         t = self.task(task_id)
-        if not t.path.exists() and not t.path.is_symlink():
+        check_real_dir(self.tasks_dir, what="task streams")
+        if not os.path.lexists(t.path):
             return RepairReport(task_id, "none")
         if dry_run:
             _, d = assess(t.path, t._seal())
@@ -289,7 +292,7 @@ def iter_refs(value: Any) -> Iterator[dict[str, Any]]:
 
 def _check_root(root: object) -> Path:
     if isinstance(root, bytes) or not isinstance(root, (str, os.PathLike)):
-        raise UsageError(f"a ledger root is a folder path (str or os.PathLike), not {type(root).__name__}: {root!r}")
+        raise WrongType(f"a ledger root is a folder path (str or os.PathLike), not {type(root).__name__}: {root!r}")
     text = os.fspath(root)
     if not isinstance(text, str) or not text or "\0" in text:
         raise UsageError(f"{text!r} is not a usable folder path (empty, bytes, or with a NUL character)")

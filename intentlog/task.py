@@ -220,15 +220,17 @@ class Task:
         event line that fails to chain (suspect: the line before may be edited) or a bad
         line followed by events raises :class:`~intentlog.errors.CorruptStream` naming it.
         """
-        from .errors import UsageError
+        from .errors import WrongType
 
         if isinstance(since, bool) or not isinstance(since, int):
-            raise UsageError(f"events(since=...) takes a seq (an int >= 0), not {since!r}")
+            raise WrongType(f"events(since=...) takes a seq (an int >= 0), not {type(since).__name__} {since!r}")
         return self._events(since)
 
     def _events(self, since: int) -> Iterator[Event]:
+        from ._fsutil import check_real_dir
         from .errors import CorruptStream
 
+        check_real_dir(self.ledger.tasks_dir, what="task streams")  # never read through a linked tasks/
         scan = StreamScan(self.path)
         try:
             for ev in scan:

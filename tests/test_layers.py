@@ -141,6 +141,7 @@ def test_public_names_are_pinned() -> None:
         "UnknownCall",
         "UsageError",
         "WorkState",
+        "WrongType",
         "__version__",
         "canonicalize",
         "heartbeat",

@@ -277,7 +277,10 @@ class StreamWriter:
             if self._fd is not None:
                 return
             self._pid = os.getpid()
-            self._check_folders()
+            try:
+                self._check_folders()
+            except OSError as exc:
+                raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
             self._lock.acquire(wait)
             try:
                 self._open_locked(replay, accept_damage)
