@@ -60,8 +60,6 @@ def _relink(path: Path, target: Path) -> None:
     path.symlink_to(target)
 
 
-
-
 def _ops(led: intentlog.Ledger) -> dict[str, Callable[[], object]]:
     digest = "blake3:" + __import__("blake3").blake3(b"an object").hexdigest()
     return {
