@@ -187,7 +187,7 @@ def test_a_flipped_byte_mid_file_is_corruption_naming_file_and_line(
 def test_a_whole_last_line_that_does_not_chain_is_refused_until_repair_accepts_it(
     ledger: intentlog.Ledger, suspect: str
 ) -> None:
-    """A complete last line that parses but does not chain: readers and writers refuse it; repair --accept-damage moves it aside."""
+    """A whole last line that does not chain: readers and writers refuse it; repair --accept-damage moves it."""
     t = ledger.task("t")
     for i in range(4):
         t.append("note", {"i": i})
@@ -210,7 +210,7 @@ def test_a_whole_last_line_that_does_not_chain_is_refused_until_repair_accepts_i
         list(t.events())
     assert info.value.line == 6
     before = Path(t.path).read_bytes()
-    with pytest.raises(CorruptStream, match="line 6.*does not chain.*--accept-damage") as info:
+    with pytest.raises(CorruptStream, match=r"line 6.*does not chain.*--accept-damage") as info:
         t.append("note", {"after": "repair"})
     assert info.value.line == 6 and Path(t.path).read_bytes() == before, "nothing written"
     with pytest.raises(CorruptStream):
