@@ -227,7 +227,7 @@ class Task:
         return self._events(since)
 
     def _events(self, since: int) -> Iterator[Event]:
-        from ._fsutil import check_real_dir
+        from ._nofollow import check_real_dir
         from .errors import CorruptStream
 
         check_real_dir(self.ledger.tasks_dir, what="task streams")  # never read through a linked tasks/

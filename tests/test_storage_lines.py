@@ -26,7 +26,7 @@ def test_max_line_is_the_documented_16_mib() -> None:
 def _read_time(path: Path, size: int) -> float:
     path.write_bytes(b"first\n" + b"a" * size + b"\nlast\n")
     best = float("inf")
-    for _ in range(2):
+    for _ in range(3):
         t0 = time.perf_counter()
         lines = list(iter_lines(path, max_line=1 << 30))
         best = min(best, time.perf_counter() - t0)
@@ -36,12 +36,16 @@ def _read_time(path: Path, size: int) -> float:
     return best
 
 
-def test_a_64_mib_line_is_read_in_linear_time(tmp_path: Path) -> None:
-    """8x the line, about 8x the time (the old loop: ~50x, 1 s for 64 MiB; now ~0.2 s)."""
-    small = _read_time(tmp_path / "small.jsonl", 8 << 20)
-    big = _read_time(tmp_path / "big.jsonl", 64 << 20)
-    assert big < 3.0, f"reading a 64 MiB line took {big:.2f} s"
-    assert big / max(small, 1e-3) < 25, f"8 MiB took {small:.3f} s but 64 MiB {big:.3f} s: not linear"
+def test_a_128_mib_line_is_read_in_linear_time(tmp_path: Path) -> None:
+    """8x the line, about 8x the time (the old quadratic loop: ~60x; 1 s for 64 MiB, now ~0.1 s).
+
+    Best of three runs each, and a ratio rather than a wall-clock bound, so a busy machine
+    does not fail it; the absolute bound is only a backstop.
+    """
+    small = _read_time(tmp_path / "small.jsonl", 16 << 20)
+    big = _read_time(tmp_path / "big.jsonl", 128 << 20)
+    assert big < 10.0, f"reading a 128 MiB line took {big:.2f} s"
+    assert big / max(small, 5e-3) < 30, f"16 MiB took {small:.3f} s but 128 MiB {big:.3f} s: not linear"
 
 
 def test_lines_split_across_chunks_keep_their_bytes_and_offsets(tmp_path: Path) -> None:

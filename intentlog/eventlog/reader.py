@@ -25,7 +25,7 @@ import orjson
 from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX as _PREFIX
-from .._fsutil import open_nofollow
+from .._nofollow import open_nofollow
 from ..errors import CorruptStream
 from .format import _KEYS, Event, LineError, parse_line
 
