@@ -154,7 +154,7 @@ def test_a_rewritten_stream_that_rechains_is_refused_against_its_seal(tmp_path: 
         obj = orjson.loads(line)
         obj["prev"] = prev
         if i == 1:
-            obj["ts"] = obj["ts"][:-2] + "9Z"
+            obj["ts"] = orjson.loads(_flip_ts(line))["ts"]
         raw = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) + b"\n"
         out.append(raw)
         prev = b3(raw)
