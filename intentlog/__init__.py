@@ -30,6 +30,7 @@ from .errors import (
     InvalidDigest,
     InvalidTaskId,
     LedgerError,
+    LinkRefused,
     NotALedger,
     NotSent,
     NotSerializable,
@@ -46,9 +47,10 @@ from .errors import (
     UnknownApproval,
     UnknownCall,
     UsageError,
+    WrongType,
 )
 from .eventlog import CANON_VERSION, Event, Redact, canonicalize, request_hash
-from .ledger import Ledger
+from .ledger import Ledger, RepairReport
 from .ledger import open_ledger as open
 from .projections import CallState, CompilationState, WorkState, work_state
 from .task import Task
@@ -115,6 +117,7 @@ __all__ = [
     "InvalidTaskId",
     "Ledger",
     "LedgerError",
+    "LinkRefused",
     "NotALedger",
     "NotSent",
     "NotSerializable",
@@ -125,6 +128,7 @@ __all__ = [
     "Redact",
     "Ref",
     "ReinterpretFailed",
+    "RepairReport",
     "RequiredContextMissing",
     "ReservedKind",
     "ResumeRefused",
@@ -140,6 +144,7 @@ __all__ = [
     "UnknownCall",
     "UsageError",
     "WorkState",
+    "WrongType",
     "__version__",
     "canonicalize",
     "heartbeat",

@@ -11,7 +11,19 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["fsync_dir", "makedirs_durable", "publish_bytes", "publish_chunks", "write_all"]
+from ._nofollow import O_NOFOLLOW, check_real_dir, open_nofollow, real_dirs
+
+__all__ = [
+    "O_NOFOLLOW",
+    "check_real_dir",
+    "fsync_dir",
+    "makedirs_durable",
+    "open_nofollow",
+    "publish_bytes",
+    "publish_chunks",
+    "real_dirs",
+    "write_all",
+]
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -656,6 +656,40 @@ def seal(c: _Ctx, as_json: bool) -> None:
     click.echo(f"sealed {path}")
 
 
+@main.command()
+@click.argument("task")
+@click.option("--accept-damage", is_flag=True, help="Also move aside damage a crash cannot cause, recording it.")
+@click.option("--dry-run", is_flag=True, help="Say what would be moved; write nothing.")
+@json_option
+@pass_ctx
+@handle_errors
+def repair(c: _Ctx, task: str, accept_damage: bool, dry_run: bool, as_json: bool) -> None:
+    """Move a stream's bad tail to quarantine/ and record it (stream.repaired).
+
+    Without --accept-damage only a torn tail (what a crash leaves) is repaired; a stream
+    writers refuse (a line that does not chain, damage in the middle, a cut sealed
+    stream) is refused here too (exit 1) until you pass --accept-damage.
+
+    \b
+    Example:
+      intentlog repair chapter-16 --dry-run
+      intentlog repair chapter-16 --accept-damage
+    """
+    with c.ledger() as ledger:
+        report = ledger.repair(task, accept_damage=accept_damage, dry_run=dry_run)
+    if as_json:
+        _emit_json({**report.to_json(), "dry_run": dry_run})
+    elif report.action == "none":
+        click.echo(f"task {task!r}: nothing to repair")
+    else:
+        verb = "would move" if dry_run else "moved"
+        what = "a torn tail" if report.action == "torn_tail" else "accepted damage"
+        click.echo(
+            f"task {task!r}: {verb} {what} from line {report.line} ({report.size} bytes, {report.digest}) "
+            f"to {report.quarantined}: {report.reason}"
+        )
+
+
 # -- operator decisions ----------------------------------------------------------------
 
 

@@ -11,7 +11,8 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── InvalidTaskId (ValueError)
     ├── NotSerializable (TypeError)
     ├── LedgerError
-    │   └── NotALedger (ValueError)
+    │   ├── NotALedger (ValueError)
+    │   └── LinkRefused
     ├── CorruptStream
     ├── StreamPoisoned
     ├── TaskBusy
@@ -19,6 +20,7 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── GcRefused
     ├── ReservedKind (ValueError)
     ├── UsageError (ValueError)
+    │   └── WrongType (TypeError)
     ├── ArtifactError
     │   ├── InvalidDigest (ValueError)
     │   ├── ArtifactMissing
@@ -62,6 +64,7 @@ __all__ = [
     "InvalidDigest",
     "InvalidTaskId",
     "LedgerError",
+    "LinkRefused",
     "NotALedger",
     "NotSent",
     "NotSerializable",
@@ -78,6 +81,7 @@ __all__ = [
     "UnknownApproval",
     "UnknownCall",
     "UsageError",
+    "WrongType",
 ]
 
 
@@ -114,6 +118,23 @@ class NotALedger(LedgerError, ValueError):
         self.root = root
         self.reason = reason
         super().__init__(f"{root}: {reason}")
+
+
+class LinkRefused(LedgerError):
+    """A path inside the ledger is a symbolic link; nothing was read or written through it.
+
+    intentlog never follows a link inside a ledger (streams, lock files, objects, shard
+    folders, ``tmp/``, ``quarantine/``): a link could lead its writes outside the folder.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        super().__init__(
+            f"{path}: is a symbolic link where intentlog keeps {what}; links inside a ledger are never "
+            "followed, so nothing was read or written through it: move the link aside, put back "
+            "the real file or folder it stands for (from a copy or git), and try again"
+        )
 
 
 class CorruptStream(IntentlogError):
@@ -441,6 +462,10 @@ class ReservedKind(IntentlogError, ValueError):
 
 class UsageError(IntentlogError, ValueError):
     """An argument is not one the call accepts; nothing was written."""
+
+
+class WrongType(UsageError, TypeError):
+    """An argument has the wrong type (say, text where bytes are needed); nothing was written."""
 
 
 class GcRefused(IntentlogError):

@@ -7,27 +7,30 @@ a process never locks itself out of its own task.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
-from ._fsutil import makedirs_durable, publish_bytes
+from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
-from .errors import ArtifactError, NotALedger
-from .eventlog import FORMAT, check_task_id
+from .errors import ArtifactError, NotALedger, UsageError, WrongType
+from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
+from .eventlog.writer import assess, quarantine_plan, refusal
 from .task import Task
 
 if TYPE_CHECKING:
     from .sessions import Session
 
-__all__ = ["DEFAULT_ROOT", "Ledger", "open_ledger"]
+__all__ = ["DEFAULT_ROOT", "Ledger", "RepairReport", "open_ledger"]
 
 DEFAULT_ROOT: Final = ".intentlog"
 MARKER: Final = "intentlog.json"
@@ -43,6 +46,64 @@ _LAYOUT: Final = frozenset({*_SUBDIRS, ".gitignore", ".gitattributes"})
 
 _HANDLES: dict[tuple[str, str], Task] = {}
 _HANDLES_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with no handles of its own: the parent's belong to the parent.
+
+    A child that asks for a task gets a new handle, whose first write takes the lock
+    properly (:class:`~intentlog.errors.TaskBusy` while the parent holds it); an inherited
+    handle reopens the same way (see :meth:`Task._open_writer`).
+    """
+    global _HANDLES_LOCK
+    _HANDLES.clear()
+    _HANDLES_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What :meth:`Ledger.repair` did (or, with ``dry_run``, would do) to one stream.
+
+    ``action`` is ``"none"`` (nothing to repair), ``"torn_tail"`` (what a crash leaves;
+    the next writer would do the same) or ``"damage"`` (accepted by the operator).
+    ``line`` is the first line moved aside, ``quarantined`` the ledger-relative file the
+    bytes went to, ``size`` and ``digest`` those bytes; ``event`` the ``stream.repaired``
+    appended (None for a dry run or when nothing was done).
+    """
+
+    task: str
+    action: str
+    line: int | None = None
+    quarantined: str | None = None
+    size: int = 0
+    digest: str | None = None
+    reason: str | None = None
+    event: Event | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "action": self.action,
+            "line": self.line,
+            "quarantined": self.quarantined,
+            "size": self.size,
+            "digest": self.digest,
+            "reason": self.reason,
+            "event": self.event.to_json() if self.event is not None else None,
+        }
+
+
+def _check_wait(wait: object) -> float:
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+        raise WrongType(f"wait must be a number of seconds, not {type(wait).__name__} {wait!r}")
+    if not math.isfinite(wait) or wait < 0:
+        raise UsageError(f"wait must be a finite number of seconds >= 0, not {wait!r}")
+    return float(wait)
 
 
 def _read_marker(root: Path) -> dict[str, Any]:
@@ -86,6 +147,7 @@ class Ledger:
         raising :class:`~intentlog.errors.TaskBusy`.
         """
         check_task_id(task_id)
+        wait = _check_wait(wait)
         with _HANDLES_LOCK:
             handle = _HANDLES.get((self._key, task_id))
             if handle is None:
@@ -129,6 +191,41 @@ class Ledger:
         from .fork import fork_task
 
         return fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk)
+
+    def repair(self, task_id: str, *, accept_damage: bool = False, dry_run: bool = False) -> RepairReport:
+        """The operator's path for a stream the writer refuses (``intentlog repair TASK``).
+
+        Without ``accept_damage`` it does only what the next writer would do: quarantine a
+        torn tail (a crash's leftovers); damage raises
+        :class:`~intentlog.errors.CorruptStream` and nothing is written. With
+        ``accept_damage`` damage is moved aside too, from its first bad line (a suspect
+        line, a bad line followed by good ones, a line too long), and the repair recorded
+        in ``stream.repaired`` with ``"accepted": "damage"`` (and ``"seal"`` when the stream
+        contradicts ``heads.json``: writers then accept that seal). Takes the writer lock
+        (:class:`~intentlog.errors.TaskBusy` if another process holds it); ``dry_run``
+        reads only and says what would be moved.
+        """
+        t = self.task(task_id)
+        check_real_dir(self.tasks_dir, what="task streams")
+        if not os.path.lexists(t.path):
+            return RepairReport(task_id, "none")
+        if dry_run:
+            _, d = assess(t.path, t._seal())
+            if d is None or (d.kind == "damage" and not accept_damage):
+                if d is not None:
+                    raise refusal(t.path, d)
+                return RepairReport(task_id, "none")
+            qname, digest, size = quarantine_plan(t.path, task_id, d.offset)
+            return RepairReport(task_id, d.kind, d.line, f"quarantine/{qname}", size, digest, d.reason)
+        t.close()
+        try:
+            w = t._open_writer(accept_damage=accept_damage)
+            d, q, ev = w.damage, w.quarantined, w.repaired
+        finally:
+            t.close()
+        if d is None or q is None:
+            return RepairReport(task_id, "none")
+        return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""
@@ -201,6 +298,15 @@ def iter_refs(value: Any) -> Iterator[dict[str, Any]]:
             yield from iter_refs(v)
 
 
+def _check_root(root: object) -> Path:
+    if isinstance(root, bytes) or not isinstance(root, (str, os.PathLike)):
+        raise WrongType(f"a ledger root is a folder path (str or os.PathLike), not {type(root).__name__}: {root!r}")
+    text = os.fspath(root)
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise UsageError(f"{text!r} is not a usable folder path (empty, bytes, or with a NUL character)")
+    return Path(text)
+
+
 def open_ledger(
     root: str | os.PathLike[str] = DEFAULT_ROOT,
     *,
@@ -213,7 +319,7 @@ def open_ledger(
     fsynced). An existing folder must hold ``intentlog.json``; anything else raises
     :class:`~intentlog.errors.NotALedger` and writes nothing.
     """
-    path = Path(root)
+    path = _check_root(root)
     if path.exists() and not path.is_dir():
         raise NotALedger(str(path), "exists and is not a folder")
     has_marker = (path / MARKER).is_file()

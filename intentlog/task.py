@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, final
 from .errors import ReservedKind
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import RESERVED_PREFIXES, check_kind, encode_data, is_reserved
+from .eventlog.writer import SealedHead
 from .projections.workstate import WorkState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ __all__ = ["RESERVED_PREFIXES", "Task"]
 _CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.ContextVar(
     "intentlog_current_key", default=None
 )
-
 
 
 #: Where Linux lists the file locks held (read to see a writer without touching its lock).
@@ -107,9 +107,18 @@ class Task:
 
     # -- writing -------------------------------------------------------------------
 
-    def _open_writer(self) -> StreamWriter:
+    def _open_writer(self, *, accept_damage: bool = False) -> StreamWriter:
+        """The open writer, opening it (lock, tail check, seal check) on first use.
+
+        In a forked child a writer inherited from the parent is dropped without touching
+        the parent's lock, and a new one opened: it takes the lock properly, so the child
+        gets :class:`~intentlog.errors.TaskBusy` while the parent holds it.
+        """
         with self._mutex:
             w = self._writer
+            if w is not None and not w.owned:
+                w.abandon()
+                self._writer = self._fold = w = None
             if w is not None and w.is_open:
                 return w
             fold = WorkStateFold(self.id)
@@ -119,10 +128,19 @@ class Task:
                 quarantine_dir=self.ledger.quarantine_dir,
                 tmp_dir=self.ledger.tmp_dir,
                 on_event=fold.apply,
+                seal=self._seal(),
             )
-            w.open(wait=self.wait, replay=fold.apply)
+            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage)
             self._writer, self._fold = w, fold
             return w
+
+    def _seal(self) -> SealedHead | None:
+        """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
+        from .projections.verify import read_heads_at
+
+        heads = read_heads_at(self.ledger.root)
+        h = heads.get(self.id) if heads else None
+        return SealedHead(h.stream, h.seq, h.head) if h is not None else None
 
     def _live(self) -> WorkStateFold:
         """The work state kept current by this handle's own appends (writer lock held)."""
@@ -202,14 +220,24 @@ class Task:
         event line that fails to chain (suspect: the line before may be edited) or a bad
         line followed by events raises :class:`~intentlog.errors.CorruptStream` naming it.
         """
+        from .errors import WrongType
+
+        if isinstance(since, bool) or not isinstance(since, int):
+            raise WrongType(f"events(since=...) takes a seq (an int >= 0), not {type(since).__name__} {since!r}")
+        return self._events(since)
+
+    def _events(self, since: int) -> Iterator[Event]:
+        from ._nofollow import check_real_dir
         from .errors import CorruptStream
 
-        if not self.path.exists():
-            return
+        check_real_dir(self.ledger.tasks_dir, what="task streams")  # never read through a linked tasks/
         scan = StreamScan(self.path)
-        for ev in scan:
-            if ev.seq >= since:
-                yield ev
+        try:
+            for ev in scan:
+                if ev.seq >= since:
+                    yield ev
+        except FileNotFoundError:
+            return  # no stream (yet), or removed by gc before it could be opened: no events
         p = scan.problem
         if p is not None and (p.suspect or not p.torn):
             raise CorruptStream(str(self.path), p.line, p.reason)
@@ -468,9 +496,7 @@ class Task:
 
         return approvals(self)
 
-    def wait_for_approval(
-        self, approval_id: str, *, timeout: float | None = None, poll: float = 1.0
-    ) -> ApprovalState:
+    def wait_for_approval(self, approval_id: str, *, timeout: float | None = None, poll: float = 1.0) -> ApprovalState:
         """Wait for a decision on the approval's current request, releasing the writer lock while waiting.
 
         See :func:`intentlog.approvals.wait_for_approval`.
@@ -514,7 +540,10 @@ class Task:
     # -- lifetime ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Sync pending events, close the stream and release the writer lock."""
+        """Sync pending events, close the stream and release the writer lock.
+
+        In a forked child it only closes the descriptors inherited from the parent.
+        """
         with self._mutex:
             w, self._writer, self._fold = self._writer, None, None
         if w is not None:

@@ -313,7 +313,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "task.accepted": ({}, {"note": OPTIONAL_TEXT, "by": OPTIONAL_TEXT}),
     "stream.repaired": (
         {"line": pos, "offset": nat, "reason": is_str, "quarantined": is_file_record},
-        {"suspect": lambda v: type(v) is bool},
+        {"suspect": lambda v: type(v) is bool, "accepted": is_str},
     ),
     "artifact.recorded": (
         {"locator": is_str, "digest": is_digest, "size": nat},

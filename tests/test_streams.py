@@ -184,10 +184,10 @@ def test_a_flipped_byte_mid_file_is_corruption_naming_file_and_line(
 
 
 @pytest.mark.parametrize("suspect", ["replayed-line", "forged-prev", "wrong-seq"])
-def test_a_whole_last_line_that_does_not_chain_is_quarantined_as_suspect(
+def test_a_whole_last_line_that_does_not_chain_is_refused_until_repair_accepts_it(
     ledger: intentlog.Ledger, suspect: str
 ) -> None:
-    """A complete last line that parses but does not chain: readers raise on it; the next writer quarantines it."""
+    """A whole last line that does not chain: readers and writers refuse it; repair --accept-damage moves it."""
     t = ledger.task("t")
     for i in range(4):
         t.append("note", {"i": i})
@@ -209,10 +209,21 @@ def test_a_whole_last_line_that_does_not_chain_is_quarantined_as_suspect(
     with pytest.raises(CorruptStream) as info:
         list(t.events())
     assert info.value.line == 6
+    before = Path(t.path).read_bytes()
+    with pytest.raises(CorruptStream, match=r"line 6.*does not chain.*--accept-damage") as info:
+        t.append("note", {"after": "repair"})
+    assert info.value.line == 6 and Path(t.path).read_bytes() == before, "nothing written"
+    with pytest.raises(CorruptStream):
+        ledger.repair("t")  # without accepting damage it does only what a writer would
+    assert Path(t.path).read_bytes() == before
 
+    report = ledger.repair("t", accept_damage=True)
+    assert (report.action, report.line, report.size) == ("damage", 6, len(bad))
     ev = t.append("note", {"after": "repair"})
     events = check_chain(t.path)
     repaired = events[5]
+    assert repaired["data"]["accepted"] == "damage" and repaired["data"]["suspect"] is True
+    assert report.event is not None and report.event.seq == 5
     assert repaired["kind"] == "stream.repaired"
     q = repaired["data"]["quarantined"]
     assert (q["digest"], q["size"]) == (b3(bad), len(bad))

@@ -25,10 +25,14 @@ def _ledger_with_edit(root: Path) -> Path:
 
 
 def test_a_repair_does_not_launder_an_edited_line(tmp_path: Path) -> None:
-    """A writer quarantines the suspect last line, and verify then reports the repair as an error."""
+    """A writer refuses the suspect last line; accepting it by repair leaves verify reporting an error."""
     _ledger_with_edit(tmp_path / "ev")
     assert not verify_path(tmp_path / "ev").ok
-    t = intentlog.open(tmp_path / "ev").task("a")
+    ledger = intentlog.open(tmp_path / "ev")
+    t = ledger.task("a")
+    with pytest.raises(intentlog.CorruptStream, match="does not chain"):
+        t.append("note", {"x": 1})
+    ledger.repair("a", accept_damage=True)
     t.append("note", {"x": 1})
     t.close()
     repaired = [ev for ev in t.events() if ev.kind == "stream.repaired"]

@@ -13,6 +13,12 @@ Every artifact is the exact bytes it was given, named by their BLAKE3 digest and
   refreshes the object's mtime so a garbage-collection grace period starts again.
 * Every read that returns bytes checks them against their name (:class:`DigestMismatch`).
 * Every digest argument is validated before any path is built (:class:`InvalidDigest`).
+* Nothing is read or written through a link: ``objects/``, its shard folders, ``tmp/``
+  and ``quarantine/`` must be real folders and objects real files, else
+  :class:`~intentlog.errors.LinkRefused` names the link.
+* Staging files a killed put left in ``tmp/`` (their names carry the pid that made them)
+  are removed by the store's first put in a process, once that pid is dead
+  (:meth:`ArtifactStore.sweep_staging`).
 
 Operating-system errors are translated here, once, into :class:`ArtifactError` (or
 :class:`ArtifactMissing`) with a message saying what, where and what next.
@@ -36,8 +42,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX, check_digest
-from .._fsutil import fsync_dir, makedirs_durable, publish_bytes, publish_chunks
-from ..errors import ArtifactError, ArtifactMissing, DigestMismatch
+from .._fsutil import check_real_dir, fsync_dir, makedirs_durable, publish_bytes, publish_chunks
+from ..errors import ArtifactError, ArtifactMissing, DigestMismatch, WrongType
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -61,6 +67,21 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _INSTALL_TRIES = 5
+#: What a put stages in tmp/: ``put.<pid>.<hex>.staged`` and the temp files of the atomic
+#: write helper, ``.<name>.<pid>.<hex>.tmp``. The pid tells whether its maker is alive.
+_STAGING_RE = re.compile(r"(?:put\.(\d+)\.[0-9a-f]+\.staged|\..*\.(\d+)\.[0-9a-f]{12}\.tmp)\Z")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 class _Hasher(Protocol):
@@ -185,7 +206,7 @@ class ArtifactStore:
     Readers never write: folders are created only when something is put.
     """
 
-    __slots__ = ("_inline_lookup", "_objects", "_quarantine", "_root", "_tmp")
+    __slots__ = ("_inline_lookup", "_objects", "_quarantine", "_root", "_swept", "_tmp", "swept")
 
     def __init__(
         self,
@@ -198,6 +219,9 @@ class ArtifactStore:
         self._tmp = self._root / "tmp"
         self._quarantine = self._root / "quarantine"
         self._inline_lookup = inline_lookup
+        self._swept = False
+        #: How many stale staging files this store's sweep removed (None before it ran).
+        self.swept: int | None = None
 
     def __repr__(self) -> str:
         return f"ArtifactStore({str(self._root)!r})"
@@ -221,7 +245,11 @@ class ArtifactStore:
         names (stray files) are skipped. Inline payloads are not included.
         """
         try:
-            shards = sorted(e.name for e in os.scandir(self._objects) if _SHARD_RE.match(e.name) and e.is_dir())
+            shards = sorted(
+                e.name
+                for e in os.scandir(self._objects)
+                if _SHARD_RE.match(e.name) and e.is_dir(follow_symlinks=False)  # a linked shard is verify's to report
+            )
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -243,12 +271,66 @@ class ArtifactStore:
             for name in names:
                 yield DIGEST_PREFIX + shard + name
 
+    # -- folders -------------------------------------------------------------------------
+
+    def _check_folders(self, shard: Path | None = None) -> None:
+        """objects/, the shard folder, tmp/ and quarantine/ must be real folders (or absent)."""
+        check_real_dir(self._objects, what="objects (objects/)")
+        if shard is not None:
+            check_real_dir(shard, what="objects (a shard folder of objects/)")
+        check_real_dir(self._tmp, what="staging files (tmp/)")
+        check_real_dir(self._quarantine, what="quarantined bytes (quarantine/)")
+
+    def _check_read(self, path: Path) -> None:
+        """Before reading an object: its folders are real, never links leading elsewhere."""
+        check_real_dir(self._objects, what="objects (objects/)")
+        check_real_dir(path.parent, what="objects (a shard folder of objects/)")
+
+    def sweep_staging(self) -> int:
+        """Remove the staging files in ``tmp/`` whose creating process is dead; return how many.
+
+        A put killed mid-copy leaves its staging file behind (up to the size of what it
+        was storing). The name carries the maker's pid; files of live processes (this one
+        included) are left alone. Runs once per store at its first put; call it yourself
+        (``intentlog gc`` may) to sweep without putting. The count is kept in :attr:`swept`.
+        """
+        removed = 0
+        if not check_real_dir(self._tmp, what="staging files (tmp/)"):
+            self.swept = 0
+            return 0
+        try:
+            entries = list(os.scandir(self._tmp))
+        except OSError as exc:
+            raise ArtifactError(f"cannot list {self._tmp}: {_strerror(exc)}; check the ledger folder") from exc
+        for e in entries:
+            m = _STAGING_RE.match(e.name)
+            if m is None or not e.is_file(follow_symlinks=False):
+                continue
+            if _pid_alive(int(m.group(1) or m.group(2))):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(e.path)
+                removed += 1
+        if removed:
+            fsync_dir(self._tmp)
+        self.swept = removed
+        return removed
+
+    def _sweep_once(self) -> None:
+        if self._swept:
+            return
+        self._swept = True
+        try:
+            self.sweep_staging()
+        except OSError:
+            pass  # leftovers only cost space; a put must not fail because of them
+
     # -- writing -------------------------------------------------------------------------
 
     def put(self, data: bytes, *, media_type: str | None = None) -> Ref:
         """Store ``data``; when this returns, the object is durable (see the module doc)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"put() takes bytes, not {type(data).__name__}; encode text first")
+            raise WrongType(f"put() takes bytes, not {type(data).__name__}; encode text first (nothing was stored)")
         payload = bytes(data)
         digest = _digest_of(payload)
         ref = Ref(digest, len(payload), media_type)
@@ -320,6 +402,7 @@ class ArtifactStore:
         try:
             try:
                 makedirs_durable(self._tmp)
+                self._check_folders()
                 # The name depends on the bytes, so they are staged under a unique temp
                 # name first (fsynced, read-only) and linked to their real name after.
                 publish_chunks(chunks(), staged, tmp_dir=self._tmp)
@@ -349,6 +432,8 @@ class ArtifactStore:
         left has the right size. Anything else found at the name (wrong size, not a regular
         file) is moved to quarantine and the good bytes published in its place.
         """
+        self._check_folders(path.parent)
+        self._sweep_once()
         for _ in range(_INSTALL_TRIES):
             try:
                 st: os.stat_result | None = os.lstat(path)
@@ -362,6 +447,7 @@ class ArtifactStore:
                 self._move_to_quarantine(path, st)
             makedirs_durable(self._tmp)
             makedirs_durable(path.parent)
+            self._check_folders(path.parent)  # a link that appeared meanwhile is refused, not written through
             if publish():
                 return
         raise ArtifactError(
@@ -398,6 +484,7 @@ class ArtifactStore:
         if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino):
             return None  # already replaced by another process: leave its object alone
         makedirs_durable(self._quarantine)
+        check_real_dir(self._quarantine, what="quarantined bytes (quarantine/)")
         dest = self._quarantine / f"blake3-{path.parent.name}{path.name}.{os.urandom(6).hex()}.corrupt"
         try:
             os.rename(path, dest)
@@ -420,7 +507,8 @@ class ArtifactStore:
     # -- reading -------------------------------------------------------------------------
 
     def _open_object(self, digest: str, path: Path) -> int | None:
-        """An fd on the object, None if absent; refuses anything but a regular file."""
+        """An fd on the object, None if absent; refuses anything but a regular file, and links."""
+        self._check_read(path)
         try:
             fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
         except FileNotFoundError:
@@ -501,6 +589,7 @@ class ArtifactStore:
     def exists(self, digest: str) -> bool:
         """True if the object is in ``objects/`` or the ledger knows it inline (unchecked)."""
         path = self.path_for(digest)
+        self._check_read(path)
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -512,6 +601,7 @@ class ArtifactStore:
     def size_of(self, digest: str) -> int:
         """The stored object's size in bytes (ArtifactMissing if absent)."""
         path = self.path_for(digest)
+        self._check_read(path)
         try:
             st = os.lstat(path)
         except FileNotFoundError:

@@ -1,65 +1,89 @@
 """One writer per task (DESIGN §4 rule 5): an exclusive ``flock`` held for a handle's life.
 
-filelock's ``UnixFileLock`` is named explicitly: a soft lock file would survive a
-``SIGKILL`` and lock everyone out, while ``flock`` is released by the kernel when the
-process dies. The holder writes its pid into the lock file so that a refused writer can
-say who holds it. filelock costs ~40 ms to import, so it is imported on first use.
+``flock`` is released by the kernel when the process dies, so a ``SIGKILL`` never leaves
+a stale lock (a soft lock file would lock everyone out). The lock file is opened with
+``O_NOFOLLOW``: a lock file that is a symbolic link is refused with
+:class:`~intentlog.errors.LinkRefused`, never followed. The holder writes its pid into
+the lock file so that a refused writer can say who holds it.
+
+A lock knows the pid that took it. A forked child shares the parent's open file
+description, so it must never unlock it: :meth:`WriterLock.release` in another process
+only closes its copy of the descriptor (the parent keeps the lock).
 """
 
 from __future__ import annotations
 
-import inspect
+import errno
+import fcntl
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ..errors import TaskBusy
-
-if TYPE_CHECKING:
-    from filelock import UnixFileLock
+from .._fsutil import open_nofollow
+from ..errors import LedgerError, TaskBusy
 
 __all__ = ["WriterLock"]
+
+_POLL = 0.01  # seconds between tries while waiting for another writer
 
 
 class WriterLock:
     def __init__(self, path: Path, task_id: str) -> None:
         self.path = path
         self.task_id = task_id
-        self._lock: UnixFileLock | None = None
+        self._fd: int | None = None
+        self._pid = 0
 
     @property
     def held(self) -> bool:
-        return self._lock is not None
+        return self._fd is not None and self._pid == os.getpid()
 
     def acquire(self, wait: float) -> None:
-        """Take the lock, waiting up to ``wait`` seconds, else raise :class:`TaskBusy`."""
-        if self._lock is not None:
-            return
-        import filelock
+        """Take the lock, waiting up to ``wait`` seconds, else raise :class:`TaskBusy`.
 
-        kwargs: dict[str, Any] = {"timeout": wait, "thread_local": False, "is_singleton": False}
-        if "fallback_to_soft" in inspect.signature(filelock.UnixFileLock.__init__).parameters:
-            kwargs["fallback_to_soft"] = False  # never a soft lock file: it would outlive a SIGKILL
-        lock = filelock.UnixFileLock(str(self.path), **kwargs)
+        Raises :class:`~intentlog.errors.LinkRefused` when the lock file is a link and
+        :class:`~intentlog.errors.LedgerError` when it cannot be created or opened (a
+        read-only ledger, a full disk); nothing is written then.
+        """
+        if self._fd is not None:
+            if self._pid == os.getpid():
+                return
+            self.abandon()
         try:
-            lock.acquire()
-        except filelock.Timeout as exc:
-            raise TaskBusy(self.task_id, str(self.path), self._holder()) from exc
-        self._lock = lock
-        pid = f"{os.getpid()}\n".encode()
-        fd = os.open(self.path, os.O_WRONLY)
+            fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file")
+        except OSError as exc:
+            raise LedgerError(_cannot(self.path, exc)) from exc
         try:
+            self._flock(fd, wait)
+            pid = f"{os.getpid()}\n".encode()
             # write first, then cut: a refused writer never reads an empty file in between
             os.pwrite(fd, pid, 0)
             os.ftruncate(fd, len(pid))
-        finally:
+        except OSError as exc:
             os.close(fd)
+            raise LedgerError(_cannot(self.path, exc)) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._pid = fd, os.getpid()
 
-    def _holder(self) -> int | None:
+    def _flock(self, fd: int, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TaskBusy(self.task_id, str(self.path), self._holder(fd))
+            time.sleep(min(_POLL, left))
+
+    def _holder(self, fd: int) -> int | None:
         for _ in range(5):
             try:
-                first = self.path.read_text().split("\n", 1)[0].strip()
+                first = os.pread(fd, 32, 0).split(b"\n", 1)[0].strip()
                 if first:
                     return int(first)
             except (OSError, ValueError):
@@ -67,7 +91,30 @@ class WriterLock:
             time.sleep(0.01)
         return None
 
+    def abandon(self) -> None:
+        """Close this process's descriptor without unlocking (a forked child's inherited copy)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
     def release(self) -> None:
-        lock, self._lock = self._lock, None
-        if lock is not None:
-            lock.release(force=True)
+        """Unlock and close; in a process that did not take the lock, only close (see the module doc)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if self._pid == os.getpid():
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _cannot(path: Path, exc: OSError) -> str:
+    why = exc.strerror or type(exc).__name__
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        nxt = "the ledger is read-only here: reading (status, log, verify) works; write from a writable copy"
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        nxt = "free some space and try again"
+    else:
+        nxt = "check the ledger folder and try again"
+    return f"cannot take the writer lock {path}: {why}; nothing was written; {nxt}"

@@ -19,16 +19,23 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Final
 
 import orjson
 from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX as _PREFIX
+from .._nofollow import open_nofollow
+from ..errors import CorruptStream
 from .format import _KEYS, Event, LineError, parse_line
 
-__all__ = ["ScanProblem", "StreamScan", "iter_lines", "scan"]
+__all__ = ["MAX_LINE", "ScanProblem", "StreamScan", "iter_lines", "scan"]
 
 _CHUNK = 1 << 20
+#: The longest line (bytes, with its newline) a stream may hold: the writer refuses to
+#: append a longer one and readers raise :class:`~intentlog.errors.CorruptStream` at one
+#: instead of buffering it. Large payloads belong in ``objects/`` as refs.
+MAX_LINE: Final = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,30 +51,77 @@ class ScanProblem:
     suspect: bool = False  # the bad line is a whole JSON event that does not chain (DESIGN §4 rule 4)
 
 
-def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(offset, line)`` for every line; the last may lack its ``\\n``."""
-    with open(path, "rb", buffering=0) as f:
-        offset = 0
-        rest = b""
+def _lines(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]:
+    """``(offset, line)`` for every line; ``None`` for a line longer than ``max_line`` (skipped, never buffered).
+
+    Linear in the file's size: pending pieces of a long line are kept in a list and only
+    each new chunk is searched for the newline.
+    """
+    offset = 0
+    pending: list[bytes] = []
+    pending_len = 0
+    overlong = False
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            break
+        start = 0
         while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
+            nl = chunk.find(b"\n", start)
+            if nl < 0:
                 break
-            buf = rest + chunk if rest else chunk
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                yield offset, buf[start : nl + 1]
-                offset += nl + 1 - start
-                start = nl + 1
-            rest = buf[start:]
-        if rest:
-            yield offset, rest
+            piece = chunk[start : nl + 1]
+            length = pending_len + len(piece)
+            if overlong or length > max_line:
+                yield offset, None
+            elif pending:
+                pending.append(piece)
+                yield offset, b"".join(pending)
+            else:
+                yield offset, piece
+            offset += length
+            pending, pending_len, overlong = [], 0, False
+            start = nl + 1
+        if start < len(chunk):
+            pending_len += len(chunk) - start
+            if overlong or pending_len > max_line:
+                overlong, pending = True, []
+            else:
+                pending.append(chunk[start:] if start else chunk)
+    if pending_len:
+        yield offset, None if overlong else b"".join(pending)
 
 
-def _looks_like_event(line: bytes) -> bool:
+def _open_stream(path: str | os.PathLike[str]) -> BinaryIO:
+    """The stream file for reading, refusing a link (:class:`~intentlog.errors.LinkRefused`)."""
+    fd = open_nofollow(path, os.O_RDONLY, what="a task stream")
+    return os.fdopen(fd, "rb", buffering=0)
+
+
+def iter_lines(path: str | os.PathLike[str], *, max_line: int = MAX_LINE) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, line)`` for every line; the last may lack its ``\\n``.
+
+    Time is linear in the file's size and memory bounded by ``max_line``: a line longer
+    than that raises :class:`~intentlog.errors.CorruptStream` instead of being buffered.
+    A stream that is a symbolic link raises :class:`~intentlog.errors.LinkRefused`.
+    """
+    with _open_stream(path) as f:
+        for lineno, (offset, line) in enumerate(_lines(f, max_line), start=1):
+            if line is None:
+                raise CorruptStream(os.fspath(path), lineno, _overlong(max_line))
+            yield offset, line
+
+
+def _overlong(max_line: int) -> str:
+    return (
+        f"the line is longer than {max_line} bytes, the maximum a stream line may have "
+        "(intentlog never writes one), so it is not read"
+    )
+
+
+def _looks_like_event(line: bytes | None) -> bool:
+    if line is None:
+        return False
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -92,14 +146,20 @@ class StreamScan:
         self.file_size = 0
 
     def __iter__(self) -> Iterator[Event]:
-        self.file_size = os.stat(self.path).st_size
+        with _open_stream(self.path) as f:
+            self.file_size = os.fstat(f.fileno()).st_size
+            yield from self._events(_lines(f, MAX_LINE))
+
+    def _events(self, lines: Iterator[tuple[int, bytes | None]]) -> Iterator[Event]:
         seq = 0
         prev: str | None = None
-        lines = iter_lines(self.path)
         lineno = 0
         loads = orjson.loads
         for offset, line in lines:
             lineno += 1
+            if line is None:
+                self._fail(lineno, offset, _overlong(MAX_LINE), torn=False)
+                return
             if not line.endswith(b"\n"):
                 self._fail(lineno, offset, "the last line is incomplete (a torn append)", torn=True, incomplete=True)
                 return

@@ -7,31 +7,205 @@ an append asks for ``sync=True``). A failed write or sync poisons the writer: it
 durability is unknown, so every later append raises :class:`StreamPoisoned` until the
 task is reopened and its tail re-checked.
 
-The writer takes the task's exclusive lock when it opens and keeps it until closed; on
-open it scans the stream, quarantines a torn tail (``quarantine/``, then truncate, fsync
-and a ``stream.repaired`` event) and refuses a stream corrupt in the middle.
+The writer takes the task's exclusive lock when it opens and keeps it until closed. On
+open it scans the stream and repairs only what a crash can leave: a *torn tail* (an
+incomplete last line, or garbage with nothing event-like after it) is moved to
+``quarantine/``, the file truncated and fsynced, and a ``stream.repaired`` event
+appended. Everything else is *damage* and refused with :class:`CorruptStream`: a bad
+line followed by events, a whole last line that parses but does not chain (*suspect*),
+a line longer than :data:`~intentlog.eventlog.reader.MAX_LINE`, and a stream that
+contradicts its seal (``heads.json``: fewer events than sealed, or the sealed seq not
+hashing to the sealed head). ``open(accept_damage=True)`` (``intentlog repair
+--accept-damage``) moves damage aside the same way and records ``"accepted": "damage"``.
+
+Nothing is read or written through a link: the stream, its lock file, ``tasks/``,
+``tmp/`` and ``quarantine/`` are refused with :class:`LinkRefused` when they are links.
+A writer belongs to the process that opened it: in a forked child it refuses to append
+(:meth:`StreamWriter.owned` is False there) and never unlocks the parent's lock.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from blake3 import blake3
 
 from .._digest import digest_bytes
-from .._fsutil import makedirs_durable, publish_bytes, publish_chunks, write_all
-from ..errors import Conflict, CorruptStream, IntentlogError, StreamPoisoned
+from .._fsutil import (
+    check_real_dir,
+    makedirs_durable,
+    open_nofollow,
+    publish_bytes,
+    publish_chunks,
+    write_all,
+)
+from ..errors import (
+    Conflict,
+    CorruptStream,
+    IntentlogError,
+    LedgerError,
+    LinkRefused,
+    NotSerializable,
+    StreamPoisoned,
+)
 from .canonical import dumps
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .lock import WriterLock
-from .reader import StreamScan, scan
+from .reader import MAX_LINE, StreamScan, scan
 
-__all__ = ["StreamWriter"]
+__all__ = ["Damage", "SealedHead", "StreamWriter", "assess", "quarantine_plan", "refusal"]
+
+#: Every writer alive in this process, so a forked child can reset their thread locks.
+_WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
+
+
+class SealedHead(NamedTuple):
+    """What ``heads.json`` says of one stream (see :mod:`intentlog.heads`)."""
+
+    stream: str
+    seq: int
+    head: str
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """What a writer found wrong at open: ``kind`` is ``"torn_tail"`` (a crash's leftovers) or ``"damage"``.
+
+    ``line``/``offset`` say where the bytes to move aside begin (at the end of the file
+    when nothing is to be moved, as for a stream cut shorter than its seal); ``seal``
+    is the sealed head the stream contradicts, if any.
+    """
+
+    kind: str
+    line: int
+    offset: int
+    reason: str
+    suspect: bool = False
+    seal: SealedHead | None = None
+
+
+class _Facts:
+    """What one scan saw that the seal check needs (kept while replaying)."""
+
+    def __init__(self, seal: SealedHead | None) -> None:
+        self.seal = seal
+        self.stream_id: str | None = None
+        self.digest_at_seal: str | None = None
+        self.accepted = False  # a stream.repaired accepting damage against exactly this seal
+
+    def see(self, ev: Event) -> None:
+        if ev.seq == 0 and ev.kind == TASK_CREATED:
+            sid = ev.data.get("stream")
+            self.stream_id = sid if isinstance(sid, str) else None
+        seal = self.seal
+        if seal is None:
+            return
+        if ev.seq == seal.seq:
+            self.digest_at_seal = ev.digest
+        if (
+            ev.kind == "stream.repaired"
+            and ev.data.get("accepted") == "damage"
+            and ev.data.get("seal") == {"seq": seal.seq, "head": seal.head}
+        ):
+            self.accepted = True
+
+
+def _seal_problem(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
+    seal = facts.seal
+    if seal is None or facts.accepted:
+        return None
+    where = f"heads.json seals seq {seal.seq} with head {seal.head}"
+    if s.count <= seal.seq:
+        return Damage(
+            "damage",
+            s.count + 1,
+            s.end,
+            f"the stream holds {s.count} trusted events but {where}: events were cut from its end",
+            seal=seal,
+        )
+    if facts.digest_at_seal != seal.head:
+        return Damage(
+            "damage",
+            seal.seq + 1,
+            s.end,
+            f"the event at seq {seal.seq} hashes to {facts.digest_at_seal} but {where}: the stream was rewritten",
+            seal=seal,
+        )
+    if facts.stream_id != seal.stream:
+        return Damage(
+            "damage", 1, s.end, f"its stream id is {facts.stream_id} but {where} of stream {seal.stream}", seal=seal
+        )
+    return None
+
+
+def _judge(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
+    """Classify what a scan found: nothing, a torn tail, or damage (with the seal it contradicts)."""
+    p = s.problem
+    sealed = _seal_problem(path, s, facts)
+    if p is None:
+        return sealed
+    if p.torn and not p.suspect and sealed is None:
+        return Damage("torn_tail", p.line, p.offset, p.reason)
+    if p.suspect:
+        reason = (
+            f"{p.reason}: a whole event line that does not chain, which a crash cannot leave "
+            "(the line before may be edited)"
+        )
+    elif p.torn:
+        reason = p.reason
+    else:
+        reason = f"{p.reason}, and event lines follow it"
+    if sealed is not None:
+        reason = f"{reason}; and {sealed.reason}"
+    return Damage("damage", p.line, p.offset, reason, p.suspect, facts.seal if sealed else None)
+
+
+def assess(
+    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None
+) -> tuple[StreamScan, Damage | None]:
+    """Scan an existing stream (read-only) and say what a writer would find: see :class:`Damage`."""
+    s = StreamScan(path)
+    facts = _Facts(seal)
+    for ev in s:
+        facts.see(ev)
+        if replay:
+            replay(ev)
+    if s.count == 0 and s.problem is None and seal is not None:
+        why = f"the stream is empty but heads.json seals seq {seal.seq} with head {seal.head}"
+        return s, Damage("damage", 1, 0, why, seal=seal)
+    return s, _judge(path, s, facts)
+
+
+def refusal(path: Path, d: Damage) -> CorruptStream:
+    return CorruptStream(
+        str(path),
+        d.line,
+        d.reason,
+        hint="a crash cannot cause this, so it is never repaired automatically and the task is refused for "
+        "writing; run 'intentlog verify', then restore the file from a copy or git, or accept the damage "
+        "with 'intentlog repair TASK --accept-damage' (it moves the bad bytes to quarantine/ and records that)",
+    )
+
+
+def _ledger_os_error(path: Path, doing: str, exc: OSError) -> LedgerError:
+    why = exc.strerror or type(exc).__name__
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        nxt = "free some space and open the task again (the stream keeps only whole lines)"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        nxt = "the ledger is not writable here; reading works, write from a writable copy"
+    else:
+        nxt = "check the ledger folder and open the task again"
+    return LedgerError(f"{path}: {doing} failed: {why}; {nxt}")
+
 
 def fdatasync(fd: int) -> None:
     """``fdatasync`` where the platform has it, else ``fsync`` (looked up per call so tests can count it)."""
@@ -52,8 +226,10 @@ class StreamWriter:
         quarantine_dir: Path,
         tmp_dir: Path,
         on_event: Callable[[Event], None] | None = None,
+        seal: SealedHead | None = None,
     ) -> None:
         self.path = path
+        self.seal = seal
         self.task_id = task_id
         self.quarantine_dir = quarantine_dir
         self.tmp_dir = tmp_dir
@@ -67,6 +243,10 @@ class StreamWriter:
         self._mutex = threading.RLock()
         self._on_event = on_event
         self.repaired: Event | None = None
+        self.damage: Damage | None = None  # what the last open found (and repaired)
+        self.quarantined: dict[str, Any] | None = None
+        self._pid = os.getpid()
+        _WRITERS.add(self)
 
     # -- opening -------------------------------------------------------------------
 
@@ -74,59 +254,94 @@ class StreamWriter:
     def is_open(self) -> bool:
         return self._fd is not None
 
-    def open(self, *, wait: float = 0.0, replay: Callable[[Event], None] | None = None) -> None:
+    @property
+    def owned(self) -> bool:
+        """False in a forked child: the handle (and its lock) belong to the parent process."""
+        return self._pid == os.getpid()
+
+    def open(
+        self,
+        *,
+        wait: float = 0.0,
+        replay: Callable[[Event], None] | None = None,
+        accept_damage: bool = False,
+    ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
 
         ``replay`` sees every trusted event already in the stream (the scan that checks
         the tail is also the caller's chance to build state without a second read).
+        Damage (see the module doc) raises :class:`CorruptStream` and writes nothing,
+        unless ``accept_damage``: then it is moved aside and recorded like a torn tail.
         """
         with self._mutex:
             if self._fd is not None:
                 return
+            self._pid = os.getpid()
+            try:
+                self._check_folders()
+            except OSError as exc:
+                raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
             self._lock.acquire(wait)
             try:
-                self._open_locked(replay)
+                self._open_locked(replay, accept_damage)
             except BaseException:
                 self._close_fd()
                 self._lock.release()
                 raise
 
-    def _open_locked(self, replay: Callable[[Event], None] | None) -> None:
+    def _check_folders(self) -> None:
+        """tasks/, tmp/ and quarantine/ must be real folders (or absent), never links."""
+        check_real_dir(self.path.parent, what="task streams")
+        check_real_dir(self.tmp_dir, what="staging files (tmp/)")
+        check_real_dir(self.quarantine_dir, what="quarantined bytes (quarantine/)")
+
+    def _stream_exists(self) -> bool:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkRefused(str(self.path), "a task stream")
+        return True
+
+    def _open_locked(self, replay: Callable[[Event], None] | None, accept_damage: bool) -> None:
         self._poisoned = None
-        if not self.path.exists():
-            self._create()
+        self.repaired = self.damage = self.quarantined = None
+        if not self._stream_exists():
+            try:
+                self._create()
+            except OSError as exc:
+                raise _ledger_os_error(self.path, "creating the stream", exc) from exc
             s = scan(self.path)
             if replay and s.last is not None:
                 replay(s.last)
+            damage = None
         else:
-            s = StreamScan(self.path)
-            for ev in s:
-                if replay:
-                    replay(ev)
-        if s.problem and not s.problem.torn:
-            p = s.problem
-            raise CorruptStream(
-                str(self.path),
-                p.line,
-                f"{p.reason}, and event lines follow it",
-                hint="a bad line followed by good ones is never repaired automatically; "
-                "run 'intentlog verify' and restore the file from a copy or git",
-            )
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            s, damage = assess(self.path, self.seal, replay)
+        if damage is not None and damage.kind == "damage" and not accept_damage:
+            raise refusal(self.path, damage)
+        try:
+            self._fd = open_nofollow(self.path, os.O_WRONLY | os.O_APPEND, what="a task stream")
+        except OSError as exc:
+            raise _ledger_os_error(self.path, "opening the stream for appending", exc) from exc
         self._seq = s.count
         self._head = s.head
-        if s.count == 0 and s.problem is None:
-            # an empty file: a crash between a repair's truncate and its new first line
-            self._write_created()
-            fdatasync(self._fd)
-        if s.problem:
-            self._repair(s)
-            if replay and self.repaired is not None:
-                replay(self.repaired)
+        try:
+            if s.count == 0 and s.problem is None and damage is None:
+                # an empty file: a crash between a repair's truncate and its new first line
+                self._write_created()
+                fdatasync(self._fd)
+            if damage is not None:
+                self._repair(s, damage)
+        except OSError as exc:
+            raise _ledger_os_error(self.path, "repairing the stream's tail", exc) from exc
+        if replay and self.repaired is not None:
+            replay(self.repaired)
 
     def _create(self) -> None:
         makedirs_durable(self.path.parent)
         makedirs_durable(self.tmp_dir)
+        self._check_folders()
         line = encode_line(
             TASK_CREATED,
             dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
@@ -135,39 +350,42 @@ class StreamWriter:
             utc_now(),
         )
         publish_bytes(line, self.path, tmp_dir=self.tmp_dir, mode=0o644)
+        self._stream_exists()  # a link that appeared meanwhile is refused, never scanned
 
-    def _repair(self, s: StreamScan) -> None:
+    def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
+        """The quarantine name, digest and size of the bytes from ``offset`` to the end."""
+        return quarantine_plan(self.path, self.task_id, offset)
+
+    def _repair(self, s: StreamScan, d: Damage) -> None:
         """Move the bad tail to quarantine/, truncate, fsync, and record it (DESIGN §4 rule 4)."""
-        p = s.problem
-        if self._fd is None or p is None:
+        if self._fd is None:
             return
-        # two streaming passes (hash, then copy) keep memory bounded whatever garbage follows
-        hasher = blake3()
-        size = 0
-        for chunk in _chunks_from(self.path, p.offset):
-            hasher.update(chunk)
-            size += len(chunk)
-        digest = "blake3:" + hasher.hexdigest()
-        qname = f"{self.task_id}.{digest.split(':', 1)[1][:32]}.bin"
+        qname, digest, size = self.quarantine_plan(d.offset)
         qpath = self.quarantine_dir / qname
-        if not qpath.exists():
-            makedirs_durable(self.quarantine_dir)
-            makedirs_durable(self.tmp_dir)
-            publish_chunks(_chunks_from(self.path, p.offset, limit=size), qpath, tmp_dir=self.tmp_dir, mode=0o444)
-        os.ftruncate(self._fd, p.offset)
+        makedirs_durable(self.quarantine_dir)
+        makedirs_durable(self.tmp_dir)
+        self._check_folders()
+        if not os.path.lexists(qpath):
+            publish_chunks(_chunks_from(self.path, d.offset, limit=size), qpath, tmp_dir=self.tmp_dir, mode=0o444)
+        os.ftruncate(self._fd, d.offset)
         os.fsync(self._fd)
-        if p.offset == 0:
+        if d.offset == 0:
+            self._seq, self._head = 0, None
             self._write_created()
-        self.repaired = self.append(
-            "stream.repaired",
-            {
-                "line": p.line,
-                "offset": p.offset,
-                "reason": p.reason,
-                "suspect": p.suspect,
-                "quarantined": {"file": f"quarantine/{qname}", "digest": digest, "size": size},
-            },
-        )
+        self.quarantined = {"file": f"quarantine/{qname}", "digest": digest, "size": size}
+        data: dict[str, Any] = {
+            "line": d.line,
+            "offset": d.offset,
+            "reason": d.reason,
+            "suspect": d.suspect,
+            "quarantined": self.quarantined,
+        }
+        if d.kind == "damage":
+            data["accepted"] = "damage"
+            if d.seal is not None:
+                data["seal"] = {"seq": d.seal.seq, "head": d.seal.head}
+        self.damage = d
+        self.repaired = self.append("stream.repaired", data)
 
     def _write_created(self) -> None:
         """Line 0 of a stream left empty (it is synced by the caller's next sync)."""
@@ -210,9 +428,22 @@ class StreamWriter:
         if data_json is None:
             check_kind(kind)
             data_json = encode_data(data)
+        if len(data_json) > MAX_LINE - 4096:
+            raise NotSerializable(
+                f"the event is {len(data_json)} bytes of JSON, more than a stream line may hold "
+                f"({MAX_LINE} bytes with its envelope); store large payloads as artifacts "
+                "(Ledger.artifacts.put) and record their ref; nothing was written",
+                path="data",
+            )
         with self._mutex:
             if self._poisoned is not None:
                 raise StreamPoisoned(str(self.path), self._poisoned)
+            if not self.owned:
+                raise IntentlogError(
+                    f"{self.path}: this handle was opened by process {self._pid}, not by this forked "
+                    f"process {os.getpid()}; nothing was written: open the ledger again in the child "
+                    "(intentlog.open(...).task(...)) once the parent has closed the task"
+                )
             fd = self._fd
             if fd is None:
                 raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
@@ -278,8 +509,18 @@ class StreamWriter:
         if fd is not None:
             os.close(fd)
 
+    def abandon(self) -> None:
+        """In a forked child: close the inherited descriptors, leaving the parent's lock and stream alone."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        self._lock.abandon()
+
     def close(self) -> None:
         """Sync what is pending, close the descriptor and release the lock."""
+        if not self.owned:
+            self.abandon()
+            return
         with self._mutex:
             try:
                 if self._poisoned is None and self._fd is not None and self._dirty:
@@ -292,7 +533,7 @@ class StreamWriter:
 def _chunks_from(path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20) -> Iterator[bytes]:
     """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time."""
     left = limit
-    with open(path, "rb") as f:
+    with os.fdopen(open_nofollow(path, os.O_RDONLY, what="a task stream"), "rb") as f:
         f.seek(offset)
         while left is None or left > 0:
             chunk = f.read(size if left is None else min(size, left))
@@ -301,3 +542,28 @@ def _chunks_from(path: Path, offset: int, *, limit: int | None = None, size: int
             if left is not None:
                 left -= len(chunk)
             yield chunk
+
+
+def quarantine_plan(path: Path, task_id: str, offset: int) -> tuple[str, str, int]:
+    """Name (under quarantine/), digest and size of a stream's bytes from ``offset`` on.
+
+    Two streaming passes (hash here, copy later) keep memory bounded whatever follows.
+    """
+    hasher = blake3()
+    size = 0
+    for chunk in _chunks_from(path, offset):
+        hasher.update(chunk)
+        size += len(chunk)
+    hexd = hasher.hexdigest()
+    return f"{task_id}.{hexd[:32]}.bin", "blake3:" + hexd, size
+
+
+def _after_fork_in_child() -> None:
+    """Thread locks held by other threads at fork time stay held forever in the child: renew them."""
+    for w in list(_WRITERS):
+        w._mutex = threading.RLock()
+        w._batch_depth = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

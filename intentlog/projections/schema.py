@@ -777,7 +777,7 @@ for _rule in (
     KindRule(
         "stream.repaired",
         {"line": POS, "offset": NAT, "reason": STR, "quarantined": FILE},
-        {"suspect": BOOL},
+        {"suspect": BOOL, "accepted": STR},
         files=("quarantined",),
         graph=_on_stream_repaired,
     ),

@@ -1,0 +1,76 @@
+"""Opening and checking paths inside a ledger without following links (read-only primitives).
+
+intentlog never follows a symbolic link inside a ledger: a link could lead reads and
+writes outside the folder. Every layer -- the stream writer and readers, the artifact
+store, ``verify`` and ``export`` -- uses these two primitives:
+
+- :func:`open_nofollow` opens a file with ``O_NOFOLLOW`` (a link in the last component
+  raises :class:`~intentlog.errors.LinkRefused`);
+- :func:`check_real_dir` / :func:`real_dirs` check that folders are real folders
+  (``lstat``), never links.
+
+This module writes nothing, so checkers that must not reach a writer may import it
+(:mod:`intentlog._fsutil` re-exports it for writers).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from .errors import LinkRefused
+
+__all__ = ["O_NOFOLLOW", "check_real_dir", "open_nofollow", "real_dirs"]
+
+#: Added to every open of a file inside a ledger: a link in the last component fails with ``ELOOP``.
+O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
+
+
+def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644, *, what: str = "a file") -> int:
+    """``os.open`` that never follows a link in the last component of ``path``.
+
+    A link there raises :class:`LinkRefused` naming ``path`` and ``what`` it stands for;
+    nothing is opened. The folders above are not checked here: check them with
+    :func:`check_real_dir` (or :func:`real_dirs`). Other ``OSError`` s pass through.
+    """
+    try:
+        return os.open(path, flags | O_NOFOLLOW | _O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
+            raise LinkRefused(os.fspath(path), what) from exc
+        raise
+
+
+def check_real_dir(path: str | os.PathLike[str], *, what: str) -> bool:
+    """True if ``path`` is a real directory, False if it does not exist.
+
+    Raises :class:`LinkRefused` when it is a symbolic link (to a folder or not) and
+    ``NotADirectoryError`` (an ``OSError`` the caller translates, as for any failed
+    folder operation) when it is some other kind of file. Never follows the link.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise LinkRefused(os.fspath(path), what)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, f"should be the folder of {what} but is a file", os.fspath(path))
+    return True
+
+
+def real_dirs(root: str | os.PathLike[str], rel: str | os.PathLike[str], *, what: str) -> bool:
+    """Check every folder from ``root`` down to ``root/rel`` with :func:`check_real_dir`.
+
+    ``root`` itself (the ledger folder, which the user chose) may be a link; nothing
+    below it may. True when the whole chain exists, False at the first missing folder.
+    """
+    p = Path(root)
+    for part in Path(rel).parts:
+        p = p / part
+        if not check_real_dir(p, what=what):
+            return False
+    return True
