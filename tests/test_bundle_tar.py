@@ -122,7 +122,9 @@ def test_an_unsafe_member_is_refused_before_anything_is_written(name: str, tar: 
     assert not (tar.parent / "intentlog-evil-dotdot").exists()
 
 
-def test_a_file_that_is_no_tar_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_file_that_is_no_tar_is_refused_as_no_bundle(tmp_path: Path) -> None:
+    """A file that is not a tar is no bundle: refused (exit 1, the CLI's "not found"), not a traceback."""
     (tmp_path / "x.tar").write_bytes(b"not a tar at all" * 100)
-    assert CliRunner().invoke(main, ["verify", "--bundle", str(tmp_path / "x.tar")]).exit_code == 2
+    result = CliRunner().invoke(main, ["verify", "--bundle", str(tmp_path / "x.tar")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
     assert standalone(tmp_path / "x.tar").returncode == 1

@@ -131,38 +131,15 @@ def encode_line(kind: str, data_json: bytes, prev: str | None, seq: int, ts: str
     )
 
 
-#: How deep event data may nest (orjson's limit; canonical JSON refuses deeper values).
-MAX_DEPTH: Final = 254
-
-
 def encode_data(data: object) -> bytes:
-    """Canonical JSON of event data, or :class:`NotSerializable` (never a ``RecursionError``)."""
+    """Canonical JSON of event data, or :class:`NotSerializable` naming the bad path.
+
+    Data nested past :data:`~intentlog.eventlog.canonical.MAX_DEPTH` is refused by
+    :func:`~intentlog.eventlog.canonical.dumps` before any recursive walk (never a ``RecursionError``).
+    """
     if not isinstance(data, dict):
         raise NotSerializable(f"event data must be a dict, not {type(data).__name__}", path="data")
-    try:
-        return dumps(data)
-    except RecursionError:
-        pass  # too deep for the walk that names a bad value; measured below without recursion
-    raise NotSerializable(
-        f"the data nests {nesting_depth(data)} levels deep, more than the {MAX_DEPTH} an event may hold; "
-        "flatten it, or store it as an artifact and record the ref (nothing was written)",
-        path="data",
-    )
-
-
-def nesting_depth(value: object) -> int:
-    """How many dicts and lists deep ``value`` goes, measured without recursion."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, dict):
-            deepest = max(deepest, depth)
-            stack.extend((x, depth + 1) for x in v.values())
-        elif isinstance(v, (list, tuple)):
-            deepest = max(deepest, depth)
-            stack.extend((x, depth + 1) for x in v)
-    return deepest
+    return dumps(data)
 
 
 class LineError(Exception):
