@@ -109,3 +109,16 @@ def test_demo_ledgers_work_with_every_reading_command(tmp_path: Path) -> None:
     for argv in (["tasks"], ["status", "chapter-16"], ["log", "chapter-16"], ["verify"], ["gc"]):
         v = CliRunner().invoke(main, ["--root", str(led), *argv], catch_exceptions=False)
         assert v.exit_code == 0, (argv, v.output)
+
+
+def test_demo_as_the_readme_runs_it(tmp_path: Path) -> None:
+    """`intentlog demo` with no folder (the README's main job), run as a real process in a fresh folder, passes."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "FAILED" not in proc.stdout
+    assert (tmp_path / "intentlog-demo").is_dir()

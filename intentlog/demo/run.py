@@ -375,6 +375,7 @@ def case_compile_missing(root: Path) -> Case:
 
 def _verifier(bundle: Path, *args: str) -> tuple[int, dict[str, Any]]:
     """Run the bundle's own verify_bundle.py as a separate process (it imports no intentlog)."""
+    bundle = bundle.resolve()  # it runs inside the bundle: a path relative to our cwd would not exist there
     proc = subprocess.run(
         [sys.executable, "-I", str(bundle / "verify_bundle.py"), str(bundle), "--json", *args],
         capture_output=True,
