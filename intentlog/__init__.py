@@ -29,6 +29,7 @@ from .errors import (
     IntentlogError,
     InvalidDigest,
     InvalidTaskId,
+    KeyReused,
     LedgerError,
     NotALedger,
     NotSent,
@@ -57,6 +58,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .checkpoints import Checkpoint
+    from .dedup import ProviderDedup
     from .effects import NO_RETRY, Call, Package, RetryPolicy, Served, heartbeat
     from .projections.operator import ApprovalState
     from .sessions import Session, Turn
@@ -72,6 +74,7 @@ _LAZY = {
     "Session": "sessions",
     "Turn": "sessions",
     "Checkpoint": "checkpoints",
+    "ProviderDedup": "dedup",
     "ApprovalState": "projections.operator",
 }
 
@@ -113,6 +116,7 @@ __all__ = [
     "IntentlogError",
     "InvalidDigest",
     "InvalidTaskId",
+    "KeyReused",
     "Ledger",
     "LedgerError",
     "NotALedger",
@@ -121,6 +125,7 @@ __all__ = [
     "OutsideWorkspace",
     "Package",
     "PreparationFailed",
+    "ProviderDedup",
     "ProviderFailure",
     "Ref",
     "ReinterpretFailed",
