@@ -28,13 +28,14 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 from .errors import UsageError
 
-__all__ = ["DEFAULT_MARGIN_FLOOR", "DEFAULT_MARGIN_SHARE", "ProviderDedup", "age_of", "parse_ts", "within"]
+__all__ = ["DEFAULT_MARGIN_FLOOR", "DEFAULT_MARGIN_SHARE", "ProviderDedup", "age_of", "clock", "parse_ts", "within"]
 
 #: The smallest default margin, seconds.
 DEFAULT_MARGIN_FLOOR: Final = 60.0
@@ -114,6 +115,11 @@ def check(dedup: object) -> ProviderDedup | None:
     if dedup is not None and not isinstance(dedup, ProviderDedup):
         raise UsageError(f"dedup must be an intentlog.ProviderDedup(window=...), not {type(dedup).__name__}")
     return dedup
+
+
+def clock() -> float:
+    """This machine's clock (epoch seconds) as the window check reads it (one place, so tests can move it)."""
+    return time.time()
 
 
 def parse_ts(ts: str) -> float | None:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
+from . import dedup as _dedup
 from ._diff import first_difference
 from ._digest import is_digest
 from .artifacts.inline import INLINE_MAX, inline_bytes, inline_ref
@@ -1142,7 +1143,7 @@ class Call:
         if recorded is None or first_ts is None:
             return None
         relied = min((recorded, self.dedup), key=lambda d: d.usable_s)
-        age = age_of(first_ts, time.time())
+        age = age_of(first_ts, _dedup.clock())
         if age is None or age < 0:
             return None
         return relied, age
