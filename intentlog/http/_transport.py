@@ -146,6 +146,7 @@ def plan_for(request: Any, o: Options) -> RequestPlan:
         redact=o.redact,
         redact_query=o.redact_query,
         drop=o.drop,
+        public=frozenset({o.dedup.header.lower()}) if o.dedup is not None and o.dedup.header else frozenset(),
     )
 
 

@@ -285,8 +285,12 @@ def plan_request(
     redact: frozenset[str] = REDACT_HEADERS,
     redact_query: frozenset[str] = REDACT_QUERY,
     drop: Iterable[str] | None = None,
+    public: frozenset[str] = frozenset(),
 ) -> RequestPlan:
     """Build the envelope of one request, its canonical form and hash (see the module docstring).
+
+    ``public``: header names whose values are not credentials even though the name looks
+    like one (a declared idempotency-key header: its value is the recorded call key).
 
     Raises :class:`~intentlog.errors.NotSerializable` only if the canonicaliser refuses
     the envelope, which the fallbacks above make unreachable for any bytes.
@@ -297,7 +301,7 @@ def plan_request(
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
         value = raw_value.decode("latin-1")
-        if name in redact or _SECRET_NAME.search(name):
+        if name not in public and (name in redact or _SECRET_NAME.search(name)):
             _collect_secret(value, secrets)
         if name == "content-type":
             content_type = value
