@@ -333,6 +333,10 @@ def test_through_httpx_the_header_carries_the_recorded_key(provider: Provider, t
     ref = manifest["data"]["request"]
     request = ref["inline"].encode() if "inline" in ref else task.ledger.artifacts.get(ref["digest"])
     assert orjson.loads(request)["headers"][KEY_HEADER.lower()] == KEY  # the key the provider saw is recorded
+    # offline replay answers from the record (the resolved first attempt is skipped), sends nothing
+    with intentlog.http.replay(task, dedup=dedup()).client(base_url=provider.url) as offline, task.key(KEY):
+        again = offline.post("/v1/charges", json=CHARGE)
+    assert again.json()["id"] == "ch_1" and len(provider.requests()) == 2
     assert [e["data"]["outcome"] for e in events(ledger) if e["kind"] == "effect.reconciled"] == ["provider_dedup"]
     assert verify_ledger(ledger).ok
 

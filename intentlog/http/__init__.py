@@ -290,12 +290,14 @@ def replay(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     hint: str = "record it again",
+    dedup: ProviderDedup | None = None,
 ) -> Replay:
     """Offline replay of ``task``'s record: ``replay(task).client()`` never touches the network or the disk.
 
-    The hashing options must be the ones the record was made with.
+    The hashing options must be the ones the record was made with (``dedup`` too, when
+    its header was part of the recorded requests).
     """
-    return Replay(task, options=_options(hash_headers, redact, drop, None), hint=hint)
+    return Replay(task, options=_options(hash_headers, redact, drop, None, dedup), hint=hint)
 
 
 def unknown_effect(exc: BaseException) -> EffectUnknown | None:

@@ -63,7 +63,15 @@ from ._wire import (
 if TYPE_CHECKING:
     from ..task import Task
 
-__all__ = ["AsyncTransportCore", "Options", "SyncTransportCore", "check_task", "default_retryable"]
+__all__ = [
+    "AsyncTransportCore",
+    "Options",
+    "SyncTransportCore",
+    "check_task",
+    "default_retryable",
+    "keyed_plan",
+    "unkeyed_plan",
+]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -150,6 +158,29 @@ def plan_for(request: Any, o: Options) -> RequestPlan:
     )
 
 
+def unkeyed_plan(request: Any, o: Options) -> RequestPlan:
+    """The plan a request's key is chosen from: without the dedup header, whose value is the key itself."""
+    if o.dedup is not None and o.dedup.header is not None and o.dedup.header in request.headers:
+        del request.headers[o.dedup.header]
+    return plan_for(request, o)
+
+
+def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str) -> RequestPlan:
+    """With a dedup ``header``, put the call's key in it and plan again: the header is in the recorded request.
+
+    The key was chosen from the request without that header (any value the caller or SDK
+    put there is replaced), so a re-run maps to the same key and the same hash.
+    """
+    if o.dedup is None or o.dedup.header is None:
+        return plan
+    if not key.isascii() or not key.isprintable():
+        raise UsageError(
+            f"key {key!r} cannot travel in the {o.dedup.header} header (printable ASCII only): choose another key"
+        )
+    request.headers[o.dedup.header] = key
+    return plan_for(request, o)
+
+
 # Every attempt's failure that allows another try is recorded with a retry decision
 # (delay null: the caller chooses when to try again) and handed back as RetryHandedBack:
 # the SDK (or the script, or the next run) makes the next attempt. There is no attempt
@@ -211,27 +242,10 @@ class _Core:
         return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
 
     def _keyed(self, request: Any, plan: RequestPlan, key: str) -> RequestPlan:
-        """With a dedup ``header``, put the call's key in it and plan again: the header is in the recorded request.
-
-        The key was chosen from the request without that header (any value the caller or
-        SDK put there is replaced), so a re-run maps to the same key and the same hash.
-        """
-        dedup = self.options.dedup
-        if dedup is None or dedup.header is None:
-            return plan
-        if not key.isascii() or not key.isprintable():
-            raise UsageError(
-                f"key {key!r} cannot travel in the {dedup.header} header (printable ASCII only): choose another key"
-            )
-        request.headers[dedup.header] = key
-        return self._plan(request)
+        return keyed_plan(request, self.options, plan, key)
 
     def _unkeyed_plan(self, request: Any) -> RequestPlan:
-        """The plan a request's key is chosen from: without the dedup header, whose value is the key itself."""
-        dedup = self.options.dedup
-        if dedup is not None and dedup.header is not None and dedup.header in request.headers:
-            del request.headers[dedup.header]
-        return self._plan(request)
+        return unkeyed_plan(request, self.options)
 
     def _key_reused(self, raw: _Raw, key: str) -> bool:
         """A 400/422 naming the idempotency key: the provider holds other parameters under it."""
