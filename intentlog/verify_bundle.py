@@ -327,7 +327,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
             "dropped": list_of(is_str),
             "redacted": list_of(is_str),
         },
-        {"messages": list_of(is_ref)},
+        {"messages": list_of(is_ref), "dedup": obj},
     ),
     "call.preparation_failed": ({**CALL, "key": is_str, "error": is_str}, {}),
     "call.resumed": ({**CALL, "new_call": is_str, "key": is_str}, {}),
