@@ -440,3 +440,59 @@ def test_the_synthetic_provider_replays_a_repeated_key(tmp_path: Path) -> None:
     finally:
         p.proc.kill()
         p.proc.wait()
+
+
+# -- in-process: prepare / Call.run, and the window checked again before every later send ----------
+
+
+def _unknown_first(task: intentlog.Task, d: ProviderDedup) -> intentlog.Call:
+    call = task.prepare("k", {"amount": 5}, dedup=d)
+
+    def lost(request: Any) -> bytes:
+        raise ConnectionResetError("connection reset after the request left")
+
+    with pytest.raises(intentlog.EffectUnknown):
+        call.run(lost)
+    return call
+
+
+def test_prepare_and_call_run_resolve_inside_the_window(tmp_path: Path) -> None:
+    task = intentlog.open(tmp_path / "ledger").task("t")
+    d = ProviderDedup(window=HOUR)
+    _unknown_first(task, d)
+    sent: list[Any] = []
+    again = task.prepare("k", {"amount": 5})  # binds to the recorded call
+    assert again.run(lambda r: sent.append(r) or b"replayed", dedup=d) == b"replayed"
+    assert sent == [{"amount": 5}]
+    rec = [e for e in task.events() if e.kind == "effect.reconciled"]
+    assert [e.data["outcome"] for e in rec] == ["provider_dedup"] and rec[0].data["margin_s"] == 180.0
+
+
+def test_a_later_send_relying_on_the_window_checks_it_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "ledger"
+    task = intentlog.open(root).task("t")
+    d = ProviderDedup(window=HOUR)
+    _unknown_first(task, d)
+    busy = intentlog.ProviderFailure("HTTP 409: key in use", retryable=True)
+
+    def in_use(request: Any) -> bytes:
+        raise busy
+
+    hand_back = intentlog.RetryPolicy(hand_back=True)
+    with pytest.raises(intentlog.RetryHandedBack):
+        task.effect("k", {"amount": 5}, in_use, retry=hand_back, dedup=d)  # resolved, resent, 409, retry pending
+    st = task.work_state().call_for_key("k")
+    assert st is not None and st.stage == "retry_decided" and st.provider_dedup
+    before = folder_bytes(root)
+    real = time.time
+    monkeypatch.setattr(intentlog.dedup, "clock", lambda: real() + 2 * HOUR)  # the window has passed
+    sent: list[Any] = []
+    with pytest.raises(intentlog.ResumeRefused, match="window has passed") as info:
+        task.effect("k", {"amount": 5}, lambda r: sent.append(r) or b"x", dedup=d)
+    assert info.value.next_operation == "operator decides"
+    monkeypatch.setattr(intentlog.dedup, "clock", real)
+    with pytest.raises(intentlog.ResumeRefused, match="not declared by this run"):
+        task.effect("k", {"amount": 5}, lambda r: sent.append(r) or b"x")  # inside, but not declared now
+    assert sent == [] and folder_bytes(root) == before
+    assert task.effect("k", {"amount": 5}, lambda r: sent.append(r) or b"ok", dedup=d) == b"ok"  # inside: sent
+    assert len(sent) == 1
