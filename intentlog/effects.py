@@ -27,12 +27,19 @@ Gates before every attempt: the rebuilt request's hash and inputs equal the reco
 ones (from ``call.requested`` on), and every approval that bound the key is approved for
 that hash. Stored bytes are reinterpreted by a newer interpreter, beside the old record.
 
+Provider deduplication (:class:`~intentlog.ProviderDedup`, recorded in the manifest): an
+unknown effect whose first attempt started less than ``window - margin`` ago is resent
+under the same key after a synced ``effect.reconciled {outcome: "provider_dedup"}``;
+every later send of that call checks the window again. A ``send`` raising
+:class:`~intentlog.errors.KeyReused` fails the call as drift.
+
 Guarantees: no ``send`` without a durable ``attempt.started`` before it; no interpretation
 of bytes that are not durable; no resend of an attempt whose effect is unknown unless a
-reconciliation is recorded; no resumed call whose rebuilt request differs from the
-manifest. Credentials named by the redaction rule never reach the record (error texts are
-scrubbed of their values too). Not exactly-once: an unknown effect is refused or
-reconciled, never guessed. No line grows past the inline threshold with recorded payloads:
+reconciliation is recorded (``provider_dedup`` included, only inside the declared window);
+no resumed call whose rebuilt request differs from the manifest. Credentials named by the
+redaction rule never reach the record (error texts are scrubbed of their values too). Not
+exactly-once, unless the provider deduplicates within a declared window: an unknown
+effect is refused or reconciled, never guessed. No line grows past the inline threshold with recorded payloads:
 large requests, responses, evidence and interpreted values are refs into ``objects/``.
 """
 

@@ -79,7 +79,7 @@ def provider(tmp_path: Path) -> Iterator[Provider]:
         p.proc.wait()
 
 
-def kill_mid_send(p: Provider, ledger: Path, *args: str, hold: float = 1.0) -> None:
+def kill_mid_send(p: Provider, ledger: Path, *args: str, hold: float = 0.5) -> None:
     """Run the client in a child and SIGKILL it once the provider has the effect and is still working on it."""
     p.hold(hold)
     before = len(read_log(p.folder / "effects.jsonl"))  # any key, or none
@@ -266,9 +266,9 @@ def test_a_first_attempt_in_the_future_is_refused(
 
 def test_key_in_use_is_retried_under_the_policy_never_a_second_effect(provider: Provider, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    kill_mid_send(provider, ledger, "--via", "core", hold=2.0)  # the provider still works on the first send
+    kill_mid_send(provider, ledger, "--via", "core", hold=3.0)  # the provider still works on the first send
     task = intentlog.open(ledger).task(TASK)
-    policy = intentlog.RetryPolicy(max_attempts=8, backoff=0.5, factor=1.0)
+    policy = intentlog.RetryPolicy(max_attempts=12, backoff=0.5, factor=1.0)
     result = task.effect(KEY, CHARGE, send_charge(provider.url), interpret=json.loads, retry=policy, dedup=dedup())
 
     assert result["id"] == "ch_1"
