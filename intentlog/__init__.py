@@ -29,6 +29,7 @@ from .errors import (
     IntentlogError,
     InvalidDigest,
     InvalidTaskId,
+    KeyReused,
     LedgerError,
     LinkRefused,
     NotALedger,
@@ -59,6 +60,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .checkpoints import Checkpoint
+    from .dedup import ProviderDedup
     from .effects import NO_RETRY, Call, Package, RetryPolicy, Served, heartbeat
     from .projections.operator import ApprovalState
     from .sessions import Session, Turn
@@ -74,6 +76,7 @@ _LAZY = {
     "Session": "sessions",
     "Turn": "sessions",
     "Checkpoint": "checkpoints",
+    "ProviderDedup": "dedup",
     "ApprovalState": "projections.operator",
 }
 
@@ -115,6 +118,7 @@ __all__ = [
     "IntentlogError",
     "InvalidDigest",
     "InvalidTaskId",
+    "KeyReused",
     "Ledger",
     "LedgerError",
     "LinkRefused",
@@ -124,6 +128,7 @@ __all__ = [
     "OutsideWorkspace",
     "Package",
     "PreparationFailed",
+    "ProviderDedup",
     "ProviderFailure",
     "Redact",
     "Ref",

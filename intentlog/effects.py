@@ -27,12 +27,19 @@ Gates before every attempt: the rebuilt request's hash and inputs equal the reco
 ones (from ``call.requested`` on), and every approval that bound the key is approved for
 that hash. Stored bytes are reinterpreted by a newer interpreter, beside the old record.
 
+Provider deduplication (:class:`~intentlog.ProviderDedup`, recorded in the manifest): an
+unknown effect whose first attempt started less than ``window - margin`` ago is resent
+under the same key after a synced ``effect.reconciled {outcome: "provider_dedup"}``;
+every later send of that call checks the window again. A ``send`` raising
+:class:`~intentlog.errors.KeyReused` fails the call as drift.
+
 Guarantees: no ``send`` without a durable ``attempt.started`` before it; no interpretation
 of bytes that are not durable; no resend of an attempt whose effect is unknown unless a
-reconciliation is recorded; no resumed call whose rebuilt request differs from the
-manifest. Credentials named by the redaction rule never reach the record (error texts are
-scrubbed of their values too). Not exactly-once: an unknown effect is refused or
-reconciled, never guessed. No line grows past the inline threshold with recorded payloads:
+reconciliation is recorded (``provider_dedup`` included, only inside the declared window);
+no resumed call whose rebuilt request differs from the manifest. Credentials named by the
+redaction rule never reach the record (error texts are scrubbed of their values too). Not
+exactly-once, unless the provider deduplicates within a declared window: an unknown
+effect is refused or reconciled, never guessed. No line grows past the inline threshold with recorded payloads:
 large requests, responses, evidence and interpreted values are refs into ``objects/``.
 """
 
@@ -51,9 +58,12 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
+from . import dedup as _dedup
 from ._diff import first_difference
 from ._digest import is_digest
 from .artifacts.inline import INLINE_MAX, inline_bytes, inline_ref
+from .dedup import ProviderDedup, age_of
+from .dedup import check as check_dedup
 from .errors import (
     ApprovalPending,
     ApprovalRejected,
@@ -61,6 +71,7 @@ from .errors import (
     CallFailed,
     EffectUnknown,
     IntentlogError,
+    KeyReused,
     NotSent,
     NotSerializable,
     PreparationFailed,
@@ -111,6 +122,8 @@ __all__ = [
 DRIFT: Final = "DRIFT"
 NOT_SERVED: Final = "not_served"
 OUTCOMES: Final = ("served", "not_served", "resend")
+PROVIDER_DEDUP: Final = "provider_dedup"
+_WRITE_SLACK: Final = 1.0  # seconds kept for the reconciliation's own write: its ts must stay inside the window
 
 Send = Callable[[Any], "bytes | str"]
 Interpret = Callable[[bytes], Any]
@@ -622,8 +635,11 @@ def current_heartbeat() -> Callable[..., bool] | None:
 class Call:
     """One intended effect under an idempotency key; :meth:`run` carries it out or resumes it."""
 
-    def __init__(self, task: Task, key: str, call_id: str, intent: _Intent, *, fresh: bool) -> None:
+    def __init__(
+        self, task: Task, key: str, call_id: str, intent: _Intent, *, fresh: bool, dedup: ProviderDedup | None = None
+    ) -> None:
         self.task = task
+        self.dedup = dedup  # this run's declaration: with the manifest's, it may resolve an unknown effect
         self.key = key
         self.call_id = call_id
         self.request_hash = intent.canonical.digest
@@ -658,8 +674,12 @@ class Call:
         inactivity_timeout: float | None = None,
         max_duration: float | None = None,
         progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+        dedup: ProviderDedup | None = None,
     ) -> Any:
         """Carry out the call, or resume it from whatever the record proves.
+
+        ``dedup``: the provider's idempotency window (:class:`~intentlog.ProviderDedup`),
+        overriding the one given to :func:`prepare` for this run; see :meth:`_dedup_resend`.
 
         Long effects: inside ``send``, :func:`heartbeat` (``intentlog.heartbeat(info)``)
         reports progress. Heartbeats are recorded as ``attempt.progress {call, attempt,
@@ -689,6 +709,8 @@ class Call:
         """
         _check_run_args(send, interpret, retry, lookup)
         long = _Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        if check_dedup(dedup) is not None:
+            self.dedup = dedup
         return self._run(send, interpret=interpret, retry=retry, lookup=lookup, long=long)
 
     def _run(
@@ -722,12 +744,16 @@ class Call:
                             self._give_up(st, f"{st.attempts} attempts used, the policy allows {policy.max_attempts}")
                             continue
                         self._gate(st)
+                        if st.provider_dedup:
+                            self._check_window(st)
                         self._attempt(st, send, interpret, policy, long)
                         continue
                     self._release()
                     if stage == "completed":
                         return self._result(st)
                     if stage == "effect_unknown":
+                        if self._dedup_resend(st):
+                            continue
                         if lookup is None or not self._ask(st, lookup):
                             raise _refuse(
                                 st,
@@ -900,6 +926,9 @@ class Call:
                 {"call": st.call_id, "attempt": n, "response": ref, "error": reason, "retryable": exc.retryable},
                 sync=True,
             )
+            if isinstance(exc, KeyReused):  # the provider holds another request under this key
+                self._give_up_id(st.call_id, f"{DRIFT}: the provider refused key {self.key!r}: {reason}", n)
+                return
             self._failure_decision(st.call_id, n, reason, exc, policy)
             return
         except Exception as exc:
@@ -1095,6 +1124,82 @@ class Call:
             )
             task._append("call.failed", {"call": call_id, "reason": reason, "by": None})
 
+    def _window(self, st: CallState) -> tuple[ProviderDedup, float] | None:
+        """The declaration relied on and the first attempt's age (s), when a resend may rely on the provider.
+
+        Both this run's declaration and the manifest's must exist; of the two, the one
+        with the shorter usable window (``window - margin``) is relied on. The age is this
+        machine's clock minus the recorded ``ts`` of the call's first ``attempt.started``.
+        None when there is no declaration, the timestamp is unreadable or in the future.
+        """
+        if self.dedup is None:
+            return None
+        recorded: ProviderDedup | None = None
+        first_ts: str | None = None
+        for ev in self.task.events(since=st.first_seq):
+            if ev.data.get("call") != st.call_id:
+                continue
+            if ev.kind == "call.manifest":
+                recorded = ProviderDedup.from_json(ev.data.get("dedup"))
+            elif ev.kind == "attempt.started" and first_ts is None:
+                first_ts = ev.ts
+                break
+        if recorded is None or first_ts is None:
+            return None
+        relied = min((recorded, self.dedup), key=lambda d: d.usable_s)
+        age = age_of(first_ts, _dedup.clock())
+        if age is None or age < 0:
+            return None
+        return relied, age
+
+    def _dedup_resend(self, st: CallState) -> bool:
+        """Resolve an unknown effect through the provider's idempotency window, or leave it (False, nothing appended).
+
+        Inside the window (the first attempt started less than ``window - margin`` ago,
+        less a second for the write itself), ``effect.reconciled {outcome:
+        "provider_dedup", window_s, margin_s, age_s}`` is synced and the next attempt
+        resends under the same key: the provider replays its first answer, or performs
+        the effect once if the first send never reached it.
+        """
+        found = self._window(st)
+        if found is None:
+            return False
+        relied, age = found
+        if not age + _WRITE_SLACK < relied.usable_s:
+            return False
+        self.task._append(
+            "effect.reconciled",
+            {
+                "call": st.call_id,
+                "attempt": st.attempts,
+                "outcome": PROVIDER_DEDUP,
+                "evidence": None,
+                "note": f"resent under key {self.key!r}: the provider deduplicates it for {relied.window_s:g} s",
+                "by": None,
+                "source": PROVIDER_DEDUP,
+                "window_s": relied.window_s,
+                "margin_s": relied.margin_s,
+                "age_s": round(age, 6),
+            },
+            sync=True,
+        )
+        return True
+
+    def _check_window(self, st: CallState) -> None:
+        """Before any send that relies on the provider's deduplication: still inside its window, or refused."""
+        found = self._window(st)
+        if found is not None and found[1] + _WRITE_SLACK < found[0].usable_s:
+            return
+        raise ResumeRefused(
+            call_id=st.call_id,
+            key=self.key,
+            reason="the provider's idempotency window has passed (or is not declared by this run)",
+            next_operation="operator decides",
+            detail="an earlier attempt was resolved by provider deduplication, and a send now could be a second "
+            f"effect; fail the call (task.fail({st.call_id!r}, ...) or 'intentlog fail {self.task.id} "
+            f"{st.call_id}') or run again with the declaration inside the window",
+        )
+
     def _ask(self, st: CallState, lookup: Callable[[str, str, int], Served | str | None]) -> bool:
         """Ask the provider about the key; record the answer, never assume it."""
         answer = lookup(self.key, st.call_id, st.attempts)
@@ -1267,6 +1372,7 @@ def prepare(
     name: str | None = None,
     drop: Iterable[str] | None = None,
     redact: Any = None,
+    dedup: ProviderDedup | None = None,
 ) -> Call:
     """Record the intent of a call, or bind to the key's existing call after a drift check.
 
@@ -1277,12 +1383,15 @@ def prepare(
     :class:`ResumeRefused` with reason ``DRIFT`` and nothing is appended. A request that
     cannot be built or serialized, or a malformed input digest, appends
     ``call.requested`` and ``call.preparation_failed`` (the error message, never the
-    value) and raises :class:`PreparationFailed`.
+    value) and raises :class:`PreparationFailed`. ``dedup`` (a :class:`ProviderDedup`)
+    is recorded in the manifest and lets :meth:`Call.run` resolve an unknown effect inside
+    the provider's window.
     """
-    return _prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact)
+    check_dedup(dedup)
+    return _prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
 
 
-_EXTRA_FIELDS: Final = frozenset({"messages"})
+_EXTRA_FIELDS: Final = frozenset({"messages", "dedup"})
 
 
 def _prepare(
@@ -1296,6 +1405,7 @@ def _prepare(
     redact: Any = None,
     extra: Mapping[str, Any] | None = None,
     secrets: frozenset[str] = frozenset(),
+    dedup: ProviderDedup | None = None,
 ) -> Call:
     """:func:`prepare`, with ``extra`` manifest fields (a session turn's ``messages``: refs, not part of the hash).
 
@@ -1314,6 +1424,8 @@ def _prepare(
         intent, error = None, exc.text
     except Exception as exc:  # building the request is user code: any failure is recorded, scrubbed
         intent, error = None, _scrub(_error_text(exc), ())
+    if dedup is not None:
+        extra = {**(extra or {}), "dedup": dedup.to_json()}
     if intent is not None and (extra or secrets):
         intent = replace(intent, secrets=intent.secrets | secrets, extra=dict(extra or {}))
     with task._mutex:  # threads sharing the handle must not take the same call id
@@ -1327,7 +1439,7 @@ def _prepare(
             if drift is not None:
                 nxt = "use a new key" if st.next_operation in (START_CALL, NONE) else st.next_operation
                 raise _refuse(st, DRIFT, f"{drift}; a changed request needs a new key", next_operation=nxt)
-            return Call(task, key, st.call_id, intent, fresh=False)
+            return Call(task, key, st.call_id, intent, fresh=False, dedup=dedup)
         call_id = fold.next_call_id()
         if intent is None:
             with task.batch():
@@ -1336,7 +1448,7 @@ def _prepare(
             raise PreparationFailed(call_id, key, error or "unknown error")
         with task.batch():
             _append_intent(task, call_id, key, intent, name=name, resumes=None)
-        return Call(task, key, call_id, intent, fresh=True)
+        return Call(task, key, call_id, intent, fresh=True, dedup=dedup)
 
 
 def effect(
@@ -1356,6 +1468,7 @@ def effect(
     inactivity_timeout: float | None = None,
     max_duration: float | None = None,
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    dedup: ProviderDedup | None = None,
 ) -> Any:
     """:func:`prepare` then :meth:`Call.run`; the intent and ``attempt.started`` share one sync.
 
@@ -1376,6 +1489,7 @@ def effect(
         redact=redact,
         lookup=lookup,
         long=_Long.of(progress, inactivity_timeout, max_duration, progress_interval),
+        dedup=dedup,
     )
 
 
@@ -1395,6 +1509,7 @@ def _run_effect(
     long: _Long | None = None,
     extra: Mapping[str, Any] | None = None,
     secrets: frozenset[str] = frozenset(),
+    dedup: ProviderDedup | None = None,
 ) -> Any:
     """:func:`effect` for the package's own callers (sessions), with ``extra`` manifest fields.
 
@@ -1405,11 +1520,21 @@ def _run_effect(
     _check_name(name)
     _check_run_args(send, interpret, retry, lookup)
     _check_rules(drop, redact)
+    check_dedup(dedup)
     held = ExitStack()
     held.enter_context(task.batch())
     try:
         call = _prepare(
-            task, key, request, inputs=inputs, name=name, drop=drop, redact=redact, extra=extra, secrets=secrets
+            task,
+            key,
+            request,
+            inputs=inputs,
+            name=name,
+            drop=drop,
+            redact=redact,
+            extra=extra,
+            secrets=secrets,
+            dedup=dedup,
         )
     except BaseException:
         held.close()

@@ -63,6 +63,7 @@ __all__ = [
     "IntentlogError",
     "InvalidDigest",
     "InvalidTaskId",
+    "KeyReused",
     "LedgerError",
     "LinkRefused",
     "NotALedger",
@@ -446,6 +447,19 @@ class ProviderFailure(IntentlogError):
         self.body = bytes(body) if isinstance(body, (bytes, bytearray, memoryview)) else b""
         self.retryable = retryable
         super().__init__(reason)
+
+
+class KeyReused(ProviderFailure):
+    """Raised by a ``send`` when the provider refused the idempotency key as reused with other parameters.
+
+    (Stripe: HTTP 400 naming the key.) The provider recorded *another* request under this
+    key, so the record and the provider disagree about what the key means: the call is
+    failed as drift (``call.failed`` with a reason starting ``DRIFT``), never retried and
+    never a new effect. Use a new key for this request.
+    """
+
+    def __init__(self, reason: str, *, body: bytes | str | None = b"") -> None:
+        super().__init__(reason, body=body, retryable=False)
 
 
 class ReservedKind(IntentlogError, ValueError):

@@ -25,6 +25,7 @@ from .projections.workstate import WorkState, WorkStateFold, work_state
 if TYPE_CHECKING:
     from .artifacts import Ref
     from .checkpoints import Checkpoint, Evidence
+    from .dedup import ProviderDedup
     from .effects import Call, Package, RetryPolicy
     from .ledger import Ledger
     from .projections.operator import ApprovalState
@@ -285,11 +286,12 @@ class Task:
         name: str | None = None,
         drop: Iterable[str] | None = None,
         redact: Any = None,
+        dedup: ProviderDedup | None = None,
     ) -> Call:
         """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing."""
         from .effects import prepare
 
-        return prepare(self, key, request, inputs=inputs, name=name, drop=drop, redact=redact)
+        return prepare(self, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
 
     def effect(
         self,
@@ -308,6 +310,7 @@ class Task:
         inactivity_timeout: float | None = None,
         max_duration: float | None = None,
         progress_interval: float = 1.0,
+        dedup: ProviderDedup | None = None,
     ) -> Any:
         """Run the whole effect protocol for ``key``; running it again after a crash resumes.
 
@@ -333,6 +336,7 @@ class Task:
             inactivity_timeout=inactivity_timeout,
             max_duration=max_duration,
             progress_interval=progress_interval,
+            dedup=dedup,
         )
 
     def reconcile(

@@ -334,7 +334,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
             "dropped": list_of(is_str),
             "redacted": list_of(is_str),
         },
-        {"messages": list_of(is_ref)},
+        {"messages": list_of(is_ref), "dedup": obj},
     ),
     "call.preparation_failed": ({**CALL, "key": is_str, "error": is_str}, {}),
     "call.resumed": ({**CALL, "new_call": is_str, "key": is_str}, {}),
@@ -398,8 +398,15 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"delay": maybe(number)},
     ),
     "effect.reconciled": (
-        {**ATTEMPT, "outcome": one_of("served", "not_served", "resend"), "evidence": maybe(is_ref)},
-        {"note": OPTIONAL_TEXT, "by": OPTIONAL_TEXT, "source": is_str},
+        {**ATTEMPT, "outcome": one_of("served", "not_served", "resend", "provider_dedup"), "evidence": maybe(is_ref)},
+        {
+            "note": OPTIONAL_TEXT,
+            "by": OPTIONAL_TEXT,
+            "source": is_str,
+            "window_s": number,
+            "margin_s": number,
+            "age_s": number,
+        },
     ),
     "context.compilation_requested": (
         {"compilation": is_str, "offered": list_of(obj), "required": list_of(is_str)},
@@ -447,11 +454,24 @@ class GraphCall:
         self.responses: dict[int, tuple[str, int]] = {}  # attempt -> (digest, size) of its latest observation
         # the latest interpretation no completion used yet: (attempt, canonical result digest or None for an error)
         self.interpretation: tuple[int, str | None] | None = None
+        self.dedup: Any = None  # the manifest's provider dedup declaration
+        self.first_started: str | None = None  # ts of the first attempt.started
 
 
 def canonical(value: Any) -> str:
     """The digest of a value as canonical JSON: sorted keys, compact, UTF-8."""
     return b3(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def epoch_seconds(ts: str) -> float | None:
+    """Seconds since the epoch of a recorded ts (2026-11-30T02:04:05.123456Z), None when unreadable."""
+    import datetime
+
+    try:
+        when = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp()
 
 
 class Graph:
@@ -466,6 +486,7 @@ class Graph:
         self.promises: dict[str, tuple[int, str]] = {}
         self.problems: list[str] = []
         self.notes: list[str] = []
+        self.ts = ""  # the ts of the event being followed (a provider dedup window is judged with it)
 
     def bad(self, seq: int, kind: str, text: str) -> None:
         self.problems.append(f"seq {seq} {kind}: {text}")
@@ -540,6 +561,7 @@ class Graph:
             self.bad(seq, kind, f"{d['call']} has a manifest after its preparation failed")
         c.manifest = True
         c.request_hash = d["request_hash"]
+        c.dedup = d.get("dedup")
         if d["request_hash"] != d["request"]["digest"]:
             self.bad(seq, kind, "request_hash is not the digest of the recorded request")
         if c.requested_hash is not None and c.requested_hash != d["request_hash"]:
@@ -586,6 +608,8 @@ class Graph:
             self.bad(
                 seq, kind, f"attempt {n} of {d['call']} started while attempt {c.latest} was unsettled: a blind resend"
             )
+        if c.first_started is None:
+            c.first_started = self.ts
         c.latest = n
         c.may_follow = False
         c.has_outcome = False
@@ -644,11 +668,33 @@ class Graph:
         if d["evidence"] is not None and d["outcome"] != "served":
             self.bad(seq, kind, "only a 'served' reconciliation carries evidence")
         c.has_outcome = True
-        c.may_follow = d["outcome"] in ("not_served", "resend")
+        c.may_follow = d["outcome"] in ("not_served", "resend", "provider_dedup")
+        if d["outcome"] == "provider_dedup":
+            self.check_dedup(seq, kind, d["call"], c)
         if d["evidence"] is not None:
             self.promises[f"evidence:{d['call']}:{d['attempt']}"] = (
                 seq,
                 f"the evidence of {d['call']} is never observed (no attempt.observed from reconciliation follows)",
+            )
+
+    def check_dedup(self, seq: int, kind: str, call: str, c: GraphCall) -> None:
+        """A provider_dedup resend needs the manifest's declaration and a first attempt inside its window.
+
+        reconciled.ts - first attempt.started.ts must lie in [0, window_s - margin_s].
+        """
+        decl = c.dedup
+        if type(decl) is not dict:
+            self.bad(seq, kind, f"'provider_dedup' of {call}, but its manifest declares no provider dedup window")
+            return
+        start, now = epoch_seconds(c.first_started or ""), epoch_seconds(self.ts)
+        window, margin = decl.get("window_s"), decl.get("margin_s")
+        numbers = all(type(v) in (int, float) for v in (window, margin))
+        if start is None or now is None or not numbers or not 0 <= now - start <= window - margin:  # type: ignore[operator]
+            self.bad(
+                seq,
+                kind,
+                f"'provider_dedup' of {call} outside the declared window ({window!r} s less a margin of "
+                f"{margin!r} s) of its first attempt",
             )
 
     def on_call_completed(self, seq: int, kind: str, d: dict[str, Any]) -> None:
@@ -968,6 +1014,8 @@ class Projection:
             return "reconciled_not_served", "start next attempt", effect, False
         if t.reconciled == "resend":
             return "risk_accepted", "start next attempt", effect, True
+        if t.reconciled == "provider_dedup":
+            return "provider_dedup", "start next attempt", effect, False
         if t.reconciled == "served":
             return "reconciled_served", "operator decides", effect, False
         if t.not_sent:
@@ -1253,6 +1301,7 @@ class Verifier:
             problems = shape_problems(kind, data)
             s.shape.extend(f"{where}: {p}" for p in problems)
             if not problems:
+                s.graph.ts = ts
                 s.graph.event(seq, kind, data)
                 if kind == "call.manifest":
                     s.manifests[data["call"]] = data["request_hash"]

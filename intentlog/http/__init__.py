@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import httpx
     import httpx2
 
+    from ..dedup import ProviderDedup
     from ..task import Task
 
 __all__ = [
@@ -74,9 +75,13 @@ Retryable = Callable[[int, list[tuple[bytes, bytes]]], bool]
 
 
 def _options(
-    hash_headers: Iterable[str], redact: Iterable[str], drop: Iterable[str] | None, retryable: Retryable | None
+    hash_headers: Iterable[str],
+    redact: Iterable[str],
+    drop: Iterable[str] | None,
+    retryable: Retryable | None,
+    dedup: ProviderDedup | None = None,
 ) -> Options:
-    return Options.build(hash_headers=hash_headers, redact=redact, drop=drop, retryable=retryable)
+    return Options.build(hash_headers=hash_headers, redact=redact, drop=drop, retryable=retryable, dedup=dedup)
 
 
 def transport(
@@ -88,6 +93,7 @@ def transport(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
 ) -> Any:
     """A sync transport of ``lib`` recording every request through it as an effect of ``task``.
 
@@ -96,7 +102,10 @@ def transport(
     names (headers, query parameters, form fields, JSON keys) to the redacted ones;
     ``drop`` replaces the canonicaliser's dropped timestamp keys; ``retryable(status,
     headers)`` says which error responses are handed back as retry-pending failures
-    rather than completing the call (default :func:`default_retryable`).
+    rather than completing the call (default :func:`default_retryable`). ``dedup``: the
+    provider's idempotency window (:class:`~intentlog.ProviderDedup`); with its ``header``
+    (e.g. ``"Idempotency-Key"``) every attempt carries the call's key there, and an unknown
+    effect inside the window is resent under that key without a person.
     """
     fl = flavor(lib)
     core = fl.bind(SyncTransportCore, asynchronous=False)
@@ -104,7 +113,7 @@ def transport(
         task,
         inner=inner if inner is not None else fl.default_transport(asynchronous=False),
         flavor=fl,
-        options=_options(hash_headers, redact, drop, retryable),
+        options=_options(hash_headers, redact, drop, retryable, dedup),
     )
 
 
@@ -117,6 +126,7 @@ def async_transport(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
 ) -> Any:
     """The async counterpart of :func:`transport` (default inner ``lib.AsyncHTTPTransport()``)."""
     fl = flavor(lib)
@@ -125,7 +135,7 @@ def async_transport(
         task,
         inner=inner if inner is not None else fl.default_transport(asynchronous=True),
         flavor=fl,
-        options=_options(hash_headers, redact, drop, retryable),
+        options=_options(hash_headers, redact, drop, retryable, dedup),
     )
 
 
@@ -158,6 +168,7 @@ def client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> httpx.Client: ...
 @overload
@@ -170,6 +181,7 @@ def client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> httpx2.Client: ...
 @overload
@@ -182,6 +194,7 @@ def client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> Any: ...
 def client(
@@ -193,6 +206,7 @@ def client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> Any:
     """A ``lib.Client`` (``httpx`` by default) whose every request is an effect of ``task``.
@@ -204,7 +218,7 @@ def client(
     ``proxy=`` or the environment, ``mounts=`` — is wrapped: no request bypasses the record.
     """
     fl = flavor(lib)
-    opts = _options(hash_headers, redact, drop, retryable)
+    opts = _options(hash_headers, redact, drop, retryable, dedup)
     core = fl.bind(SyncTransportCore, asynchronous=False)
     cl = fl.lib.Client(transport=inner, **kwargs)
     return _interpose(cl, lambda t: core(task, inner=t, flavor=fl, options=opts))
@@ -220,6 +234,7 @@ def async_client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> httpx.AsyncClient: ...
 @overload
@@ -232,6 +247,7 @@ def async_client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> httpx2.AsyncClient: ...
 @overload
@@ -244,6 +260,7 @@ def async_client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> Any: ...
 def async_client(
@@ -255,11 +272,12 @@ def async_client(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     retryable: Retryable | None = None,
+    dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> Any:
     """The async counterpart of :func:`client`: a ``lib.AsyncClient``."""
     fl = flavor(lib)
-    opts = _options(hash_headers, redact, drop, retryable)
+    opts = _options(hash_headers, redact, drop, retryable, dedup)
     core = fl.bind(AsyncTransportCore, asynchronous=True)
     cl = fl.lib.AsyncClient(transport=inner, **kwargs)
     return _interpose(cl, lambda t: core(task, inner=t, flavor=fl, options=opts))
@@ -272,12 +290,14 @@ def replay(
     redact: Iterable[str] = (),
     drop: Iterable[str] | None = None,
     hint: str = "record it again",
+    dedup: ProviderDedup | None = None,
 ) -> Replay:
     """Offline replay of ``task``'s record: ``replay(task).client()`` never touches the network or the disk.
 
-    The hashing options must be the ones the record was made with.
+    The hashing options must be the ones the record was made with (``dedup`` too, when
+    its header was part of the recorded requests).
     """
-    return Replay(task, options=_options(hash_headers, redact, drop, None), hint=hint)
+    return Replay(task, options=_options(hash_headers, redact, drop, None, dedup), hint=hint)
 
 
 def unknown_effect(exc: BaseException) -> EffectUnknown | None:

@@ -25,7 +25,7 @@ from ..artifacts.inline import inline_bytes
 from ..errors import IntentlogError
 from ._flavor import Flavor
 from ._keys import Occurrences, hash_key, named_key
-from ._transport import Options, check_task, plan_for
+from ._transport import Options, check_task, keyed_plan, unkeyed_plan
 from ._wire import RequestPlan, decode_response
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ def index_record(events: Iterable[Event]) -> dict[str, _Recorded]:
 
     Attempts of every call of a key (a resumed call and its successors) are taken in
     recording order. An attempt reconciled ``not_served`` never reached the server and is
-    left out; one reconciled ``served`` with evidence replays the evidence.
+    left out, as is one reconciled ``provider_dedup`` (the provider answered it again in
+    the next attempt); one reconciled ``served`` with evidence replays the evidence.
     """
     by_key: dict[str, _Recorded] = {}
     call_key: dict[str, str] = {}
@@ -120,8 +121,8 @@ def index_record(events: Iterable[Event]) -> dict[str, _Recorded]:
                 t.kind, t.ref = "response", d["response"]
             elif ev.kind == "attempt.not_sent":
                 t.kind, t.reason = "not_sent", str(d.get("reason") or "not sent")
-            elif ev.kind == "effect.reconciled" and d.get("outcome") == "not_served":
-                t.kind = "skip"
+            elif ev.kind == "effect.reconciled" and d.get("outcome") in ("not_served", "provider_dedup"):
+                t.kind = "skip"  # never reached the server, or answered again by the next attempt
             elif ev.kind == "call.completed":
                 t.completes = True
     for rec in by_key.values():
@@ -291,7 +292,7 @@ class _ReplayCore:
         return f"<intentlog.http replay transport for task {self.replay.task.id!r} ({self.flavor.name})>"
 
     def _handle(self, request: Any) -> Any:
-        plan = plan_for(request, self.replay.options)
+        plan = unkeyed_plan(request, self.replay.options)  # the dedup header (if declared) carries the key
         named = self.replay.task.current_key()
         index = self.replay.index()
         if named is None and hash_key(plan.canonical.digest, 0) not in index and plan.legacy is not None:
@@ -305,7 +306,9 @@ class _ReplayCore:
         n = occ.take(scope, digest)
         done = False
         try:
-            response, done = self.replay.answer(request, plan, self.flavor, scope, make(n))
+            key = make(n)
+            plan = keyed_plan(request, self.replay.options, plan, key)
+            response, done = self.replay.answer(request, plan, self.flavor, scope, key)
         finally:
             if not done:
                 occ.release(scope, digest, n)

@@ -12,6 +12,10 @@ What the caller sees:
 
 - a response: always built from the stored artifact, the first time as on every replay,
   so a run and its replay hand the client the very same status, headers and body bytes;
+- with a :class:`~intentlog.ProviderDedup` declaration: its ``header`` (if any) carries
+  the call's key on every attempt and is part of the recorded request; a 400/422 naming
+  the idempotency key is :class:`~intentlog.errors.KeyReused` (the call fails as drift);
+  a 409 ("key in use") is the retryable failure below, never a new effect;
 - an error status the server asks to be retried (408, 409, 429, 5xx, or
   ``x-should-retry: true``): recorded as a provider failure (``attempt.observed`` with
   the error, then ``attempt.retry_decided``) and *handed back* as that response, so the
@@ -40,8 +44,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ..artifacts.inline import inline_bytes
+from ..dedup import ProviderDedup
+from ..dedup import check as check_dedup
 from ..effects import RetryPolicy
-from ..errors import IntentlogError, NotSent, ProviderFailure, RetryHandedBack, UsageError
+from ..errors import IntentlogError, KeyReused, NotSent, ProviderFailure, RetryHandedBack, UsageError
 from ..eventlog.canonical import CANON_V1, CANON_VERSION
 from ..eventlog.redaction import scrub_text
 from ._flavor import Flavor
@@ -59,7 +65,15 @@ from ._wire import (
 if TYPE_CHECKING:
     from ..task import Task
 
-__all__ = ["AsyncTransportCore", "Options", "SyncTransportCore", "check_task", "default_retryable"]
+__all__ = [
+    "AsyncTransportCore",
+    "Options",
+    "SyncTransportCore",
+    "check_task",
+    "default_retryable",
+    "keyed_plan",
+    "unkeyed_plan",
+]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -99,6 +113,7 @@ class Options:
     redact_query: frozenset[str] = REDACT_QUERY
     drop: tuple[str, ...] | None = None
     retryable: Callable[[int, Headers], bool] = default_retryable
+    dedup: ProviderDedup | None = None
 
     @classmethod
     def build(
@@ -108,17 +123,22 @@ class Options:
         redact: Iterable[str] = (),
         drop: Iterable[str] | None = None,
         retryable: Callable[[int, Headers], bool] | None = None,
+        dedup: ProviderDedup | None = None,
     ) -> Options:
+        check_dedup(dedup)
         for label, names in (("hash_headers", hash_headers), ("redact", redact)):
             if isinstance(names, str):
                 raise UsageError(f"{label} must be a collection of names, not the string {names!r}")
         extra_redact = frozenset(n.lower() for n in redact)
+        # the key header is part of the recorded request: the provider sees the recorded key
+        key_header = frozenset({dedup.header.lower()}) if dedup is not None and dedup.header else frozenset()
         return cls(
-            hash_headers=HASHED_HEADERS | frozenset(n.lower() for n in hash_headers),
+            hash_headers=HASHED_HEADERS | frozenset(n.lower() for n in hash_headers) | key_header,
             redact=REDACT_HEADERS | extra_redact,
             redact_query=REDACT_QUERY | extra_redact,
             drop=None if drop is None else tuple(drop),
             retryable=retryable or default_retryable,
+            dedup=dedup,
         )
 
 
@@ -141,10 +161,34 @@ def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestP
         redact_query=o.redact_query,
         drop=o.drop,
         version=version,
+        public=frozenset({o.dedup.header.lower()}) if o.dedup is not None and o.dedup.header else frozenset(),
     )
     if version == CANON_V1:
         return plan
     return replace(plan, legacy=functools.partial(plan_for, request, o, CANON_V1))
+
+
+def unkeyed_plan(request: Any, o: Options) -> RequestPlan:
+    """The plan a request's key is chosen from: without the dedup header, whose value is the key itself."""
+    if o.dedup is not None and o.dedup.header is not None and o.dedup.header in request.headers:
+        del request.headers[o.dedup.header]
+    return plan_for(request, o)
+
+
+def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str) -> RequestPlan:
+    """With a dedup ``header``, put the call's key in it and plan again: the header is in the recorded request.
+
+    The key was chosen from the request without that header (any value the caller or SDK
+    put there is replaced), so a re-run maps to the same key and the same hash.
+    """
+    if o.dedup is None or o.dedup.header is None:
+        return plan
+    if not key.isascii() or not key.isprintable():
+        raise UsageError(
+            f"key {key!r} cannot travel in the {o.dedup.header} header (printable ASCII only): choose another key"
+        )
+    request.headers[o.dedup.header] = key
+    return plan_for(request, o)
 
 
 # Every attempt's failure that allows another try is recorded with a retry decision
@@ -203,7 +247,7 @@ class _Core:
         old hash (``http:<old hash>#0``): continuing that call (replaying it) instead of
         opening a new one under the new hash is what keeps a re-run from sending it again.
         """
-        plan = plan_for(request, self.options)
+        plan = unkeyed_plan(request, self.options)  # the dedup header (if declared) carries the key
         if self.task.current_key() is not None or plan.legacy is None or not (plan.secrets or plan.canonical.redacted):
             return plan
         if not self.task.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
@@ -224,7 +268,17 @@ class _Core:
             return named, functools.partial(named_key, named)
         return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
 
-    def _raw_to_artifact(self, raw: _Raw, plan: RequestPlan, trace: _Trace) -> bytes:
+    def _keyed(self, request: Any, plan: RequestPlan, key: str) -> RequestPlan:
+        return keyed_plan(request, self.options, plan, key)
+
+    def _key_reused(self, raw: _Raw, key: str) -> bool:
+        """A 400/422 naming the idempotency key: the provider holds other parameters under it."""
+        if self.options.dedup is None or raw.status not in (400, 422):
+            return False
+        body = raw.body.lower()
+        return b"idempoten" in body or key.lower().encode("utf-8", "replace") in body
+
+    def _raw_to_artifact(self, raw: _Raw, plan: RequestPlan, trace: _Trace, key: str = "") -> bytes:
         data = encode_response(
             raw.status,
             raw.headers,
@@ -234,6 +288,8 @@ class _Core:
             redact=self.options.redact,
             secrets=plan.secrets,
         )
+        if self._key_reused(raw, key):
+            raise KeyReused(f"HTTP {raw.status} {raw.reason}: key reused with other parameters".strip(), body=data)
         if self.options.retryable(raw.status, raw.headers):
             trace.failure = data
             raise ProviderFailure(f"HTTP {raw.status} {raw.reason}".strip(), body=data, retryable=True)
@@ -246,7 +302,7 @@ class _Core:
 
         def send(_request: Any) -> bytes:
             trace.sent = True
-            return self._raw_to_artifact(exchange(), plan, trace)
+            return self._raw_to_artifact(exchange(), plan, trace, key)
 
         try:
             data = self.task.effect(
@@ -257,6 +313,7 @@ class _Core:
                 name=plan.label,
                 drop=self.options.drop,
                 redact=self.options.redact,
+                dedup=self.options.dedup,
             )
         except RetryHandedBack:
             trace.handed_back = True
@@ -313,6 +370,7 @@ class SyncTransportCore(_Core):
         trace = _Trace()
         done = False
         try:
+            plan = self._keyed(request, plan, key)
             data = self._protocol(plan, key, trace, functools.partial(self._exchange, request, plan, trace))
             done = not trace.handed_back
         finally:
@@ -358,6 +416,7 @@ class AsyncTransportCore(_Core):
         trace = _Trace()
         done = False
         try:
+            plan = self._keyed(request, plan, key)
             data = await anyio.to_thread.run_sync(
                 functools.partial(
                     self._protocol, plan, key, trace, functools.partial(self._exchange, request, plan, trace)

@@ -307,11 +307,15 @@ def plan_request(
     redact_query: frozenset[str] = REDACT_QUERY,
     drop: Iterable[str] | None = None,
     version: str = CANON_VERSION,
+    public: frozenset[str] = frozenset(),
 ) -> RequestPlan:
     """Build the envelope of one request, its canonical form and hash (see the module docstring).
 
     ``version`` :data:`~intentlog.eventlog.canonical.CANON_V1` builds the envelope and hash
     as the first canonicalisation did (exact names only), to find a call recorded by it.
+    ``public``: header names whose values are not credentials even though the name looks
+    like one (a declared idempotency-key header: its value is the recorded call key).
+
     Raises :class:`~intentlog.errors.NotSerializable` only if the canonicaliser refuses
     the envelope, which the fallbacks above make unreachable for any bytes.
     """
@@ -322,7 +326,9 @@ def plan_request(
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
         value = raw_value.decode("latin-1")
-        if name in redact or _SECRET_NAME.search(name) or (by_parts and is_credential_name(name)):
+        if name not in public and (
+            name in redact or _SECRET_NAME.search(name) or (by_parts and is_credential_name(name))
+        ):
             _collect_secret(value, secrets)
         if name == "content-type":
             content_type = value

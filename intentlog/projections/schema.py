@@ -159,6 +159,8 @@ class CallNode:
     #: the most recent attempt.interpreted not yet completed: (attempt, digest of its canonical result, or
     #: None when it recorded an error); a completion consumes it
     interpretation: tuple[int, str | None] | None = None
+    dedup: Any = None  # the manifest's provider-dedup declaration (window_s, header, margin_s), if any
+    first_started_ts: str | None = None  # ts of the call's first attempt.started (the provider's window opens there)
 
 
 @dataclass(slots=True)
@@ -352,6 +354,7 @@ def _on_manifest(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
         yield Finding("graph", f"{node.call} has a manifest after its preparation failed")
     node.manifest = True
     node.request_hash = d["request_hash"]
+    node.dedup = d.get("dedup")
     if d["request_hash"] != d["request"]["digest"]:
         yield Finding(
             "graph", f"request_hash {d['request_hash']} is not the digest of the recorded request "
@@ -442,6 +445,8 @@ def _on_attempt_started(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterato
             "graph", f"attempt {n} of {node.call} started while attempt {node.attempt} had no retry decision, "
             "not-sent record or reconciliation: a blind resend"
         )
+    if node.first_started_ts is None:
+        node.first_started_ts = g.extra.get("ts")
     node.attempt = n
     node.settled = False
     node.outcome = False
@@ -527,7 +532,9 @@ def _on_reconciled(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Fin
             "graph", f"effect.reconciled {d['outcome']!r} of {node.call} carries evidence; only 'served' does"
         )
     node.outcome = True
-    node.settled = d["outcome"] in ("not_served", "resend")
+    node.settled = d["outcome"] in ("not_served", "resend", "provider_dedup")
+    if d["outcome"] == "provider_dedup":
+        yield from _dedup_findings(g, node)
     if d["evidence"] is not None:
         g.expect(
             f"evidence:{node.call}:{d['attempt']}",
@@ -545,6 +552,31 @@ def canonical_digest(value: Any) -> str | None:
         return digest_bytes(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
     except (orjson.JSONEncodeError, TypeError):
         return None
+def _dedup_findings(g: TaskGraph, node: CallNode) -> Iterator[Finding]:
+    """A ``provider_dedup`` reconciliation needs the manifest's declaration and a first attempt inside its window.
+
+    Judged from the events' own timestamps: ``reconciled.ts - first attempt.started.ts``
+    must lie in ``[0, window_s - margin_s]`` of the manifest's ``dedup``.
+    """
+    from ..dedup import parse_ts, within
+
+    decl = node.dedup
+    if type(decl) is not dict:
+        yield Finding(
+            "graph", f"effect.reconciled 'provider_dedup' of {node.call}, but its call.manifest declares no "
+            "provider dedup window: an unknown effect was resent without a person or a declaration"
+        )
+        return
+    start = parse_ts(node.first_started_ts) if node.first_started_ts is not None else None
+    now = parse_ts(g.extra.get("ts", ""))
+    window, margin = decl.get("window_s"), decl.get("margin_s")
+    if start is None or now is None or not within(window, margin, now - start):
+        age = "unknown" if start is None or now is None else f"{now - start:.3f} s"
+        yield Finding(
+            "graph", f"effect.reconciled 'provider_dedup' of {node.call} {age} after its first attempt started, "
+            f"outside the declared window ({window!r} s less a margin of {margin!r} s): a resend the provider "
+            "may not recognise"
+        )
 
 
 def _on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
@@ -807,7 +839,8 @@ for _rule in (
             "dropped": list_of(STR),
             "redacted": list_of(STR),
         },
-        {"messages": list_of(REF)},  # a session turn: each message of the conversation, in order
+        # a session turn: each message of the conversation, in order; a provider dedup declaration
+        {"messages": list_of(REF), "dedup": DICT},
         refs=("request",),
         scan=("inputs", "messages"),
         graph=_on_manifest,
@@ -898,8 +931,8 @@ for _rule in (
     ),
     KindRule(
         "effect.reconciled",
-        {**_ATTEMPT, "outcome": one_of("served", "not_served", "resend"), "evidence": nullable(REF)},
-        {"note": _OPT_STR, "by": _OPT_STR, "source": STR},
+        {**_ATTEMPT, "outcome": one_of("served", "not_served", "resend", "provider_dedup"), "evidence": nullable(REF)},
+        {"note": _OPT_STR, "by": _OPT_STR, "source": STR, "window_s": NUMBER, "margin_s": NUMBER, "age_s": NUMBER},
         refs=("evidence",),
         graph=_on_reconciled,
     ),

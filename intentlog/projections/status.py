@@ -345,7 +345,7 @@ def _outcome(c: CallState) -> str:
 
 def _action(c: CallState) -> str:
     risk = "a duplicate effect (paid twice)" if c.duplicate_effect_risk else "nothing outside the process"
-    why = f" ({c.reason})" if c.reason and c.stage == "effect_unknown" else ""
+    why = f" ({c.reason})" if c.reason and c.stage in ("effect_unknown", "provider_dedup") else ""
     return (
         f"{c.call_id} (key {c.key!r}) {c.stage.replace('_', ' ')}{why} since {c.since}, "
         f"attempt {c.attempts}; provider effect {c.provider_effect}; at risk: {risk}"

@@ -916,6 +916,7 @@ class _Checker:
             return
         findings = check_shape(rule, data)
         if not findings and rule.graph is not None:
+            graph.extra["ts"] = ts  # rules that judge time (a provider dedup window) read the event's own ts
             findings.extend(rule.graph(graph, seq, data))
         for finding in findings:
             self.add(finding.severity, finding.code, f"{kind}: {finding.message}", **at)

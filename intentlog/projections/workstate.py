@@ -18,7 +18,8 @@ The ladder, first rung that matches (stage -> next operation, provider effect):
   failed; interpreted -> interpreted: finalize (redecide after an interpretation error);
   observed -> observed: reinterpret (redecide when the provider answered with a failure);
   reconciled ``not_served`` -> reconciled_not_served: start next attempt, none;
-  ``resend`` -> risk_accepted: start next attempt, duplicate risk; ``served`` with
+  ``resend`` -> risk_accepted: start next attempt, duplicate risk; ``provider_dedup`` ->
+  provider_dedup: start next attempt (same key, inside the provider's window); ``served`` with
   evidence whose observation is not recorded yet (a kill between the two) -> observed:
   reinterpret (``observation_pending``; the bytes are in objects/); ``served`` without
   bytes -> reconciled_served: operator decides; ``attempt.not_sent`` -> not_sent: start
@@ -109,6 +110,7 @@ class CallState:
     interpret_error: str | None = None  # the latest attempt's latest interpretation failed with this
     reinterpretations: int = 0  # how many interpretations of stored bytes followed the first one
     observation_pending: bool = False  # served evidence is recorded in effect.reconciled, its observation not yet
+    provider_dedup: bool = False  # an attempt's unknown effect was resolved by the provider's idempotency window
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,7 @@ class _Call:
     __slots__ = (
         "call_id",
         "completed",
+        "dedup",
         "encoding",
         "error",
         "evidence",
@@ -278,6 +281,7 @@ class _Call:
         self.encoding: str | None = None  # the latest observation's text encoding, when not plain
         self.evidence: dict[str, Any] | None = None  # served evidence of the latest attempt's reconciliation
         self.reinterpretations = 0
+        self.dedup = False  # some attempt was reconciled 'provider_dedup': later sends rely on the window
 
 
 @dataclass(slots=True)
@@ -528,6 +532,8 @@ class WorkStateFold:
         if a is not None:
             a.flags |= _RECONCILED
             a.outcome = str(d.get("outcome"))
+            if a.outcome == "provider_dedup":
+                a.dedup = True
             evidence = d.get("evidence")
             a.evidence = evidence if a.outcome == "served" and type(evidence) is dict else None
 
@@ -703,6 +709,9 @@ def _ladder(c: _Call, known: Mapping[str, _Call]) -> _Rung:
         return "reconciled_not_served", START_NEXT_ATTEMPT, effect, False, None
     if a.outcome == "resend":
         return "risk_accepted", START_NEXT_ATTEMPT, effect, True, None
+    if a.outcome == "provider_dedup":  # the provider replays the first answer for the key within its window
+        why = "the provider deduplicates the key within its window: the next attempt resends under the same key"
+        return "provider_dedup", START_NEXT_ATTEMPT, effect, False, why
     if a.outcome == "served" and a.evidence is not None:  # the observation naming the evidence is still to come
         return "observed", REINTERPRET, effect, False, None
     if a.outcome == "served":
@@ -743,6 +752,7 @@ def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
         interpret_error=c.interpret_error if c.flags & _INTERPRETED else None,
         reinterpretations=c.reinterpretations,
         observation_pending=pending,
+        provider_dedup=c.dedup,
     )
 
 
