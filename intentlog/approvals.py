@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._digest import is_digest
 from .errors import ApprovalConflict, ApprovalPending, UnknownApproval, UnknownCall, UsageError
+from .eventlog.redaction import scrub_note
 from .projections.operator import APPROVED, REJECTED, VOID, ApprovalState, OperatorFold, approval_states
 from .projections.workstate import WorkStateFold
 
@@ -123,6 +124,7 @@ def request_approval(task: Task, approval_id: str, question: str, *, binds: obje
         binding = bound.get("request_hash", bound.get("digest"))
         if current is not None and current.binding == binding and current.status != VOID:
             return current
+        question = scrub_note(question) or question  # a question can quote a credential: never recorded
         task._append("approval.requested", {"approval": approval_id, "question": question, "binds": bound})
         return approval_states(task.events(), fold.result())[approval_id]
 
@@ -183,7 +185,13 @@ def decide(
             )
         return task._append(
             "approval.decided",
-            {"approval": approval_id, "decision": decision, "by": by, "note": note, "request_hash": st.binding},
+            {
+                "approval": approval_id,
+                "decision": decision,
+                "by": by,
+                "note": scrub_note(note),  # a note can quote a credential: never recorded
+                "request_hash": st.binding,
+            },
         )
 
 

@@ -1519,7 +1519,7 @@ def fail_call(task: Task, call_id: str, reason: str, *, by: str | None = None) -
         raise ResumeRefused(
             call_id=call_id, key=st.key, reason=f"the call is already {st.stage}", next_operation=st.next_operation
         )
-    return task._append("call.failed", {"call": call_id, "reason": reason, "by": by})
+    return task._append("call.failed", {"call": call_id, "reason": scrub_text(reason), "by": by})
 
 
 # -- context compilation ----------------------------------------------------------
