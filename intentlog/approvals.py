@@ -154,7 +154,8 @@ def decide(
             raise UsageError(f"{label} must be a string, not {type(text).__name__}")
     if request_hash is not None and not is_digest(request_hash):
         raise UsageError(f"request_hash must be a digest ('blake3:' and 64 hex digits), not {request_hash!r}")
-    if not task.exists():  # a refusal must not create the task it refuses
+    if not task.exists() or approval_id not in _states(task):
+        # a refusal must not create the task, nor take (and so rewrite) its lock: checked read-only first
         raise UnknownApproval(task.id, approval_id)
     with task._mutex:
         fold = task._live()
