@@ -756,7 +756,8 @@ class Call:
     # -- the steps -------------------------------------------------------------------
 
     def _gate(self, st: CallState) -> None:
-        """Refuse to start an attempt unless every approval that bound this key approves its current request.
+        """Refuse to start an attempt unless every approval that bound this key, or bound this request's
+        hash as a digest, approves its current request.
 
         Pending raises :class:`ApprovalPending`, rejected :class:`ApprovalRejected` (who and
         why), a decision on another request hash :class:`ApprovalVoid` (both hashes named).
@@ -764,16 +765,17 @@ class Call:
         """
         task = self.task
         fold = task._live()
-        bound = fold.approvals_of(self.key)
-        if not bound:
+        current = self._intent.canonical.digest
+        by_key = fold.approvals_of(self.key)
+        by_digest = tuple(a for a in fold.approvals_about(current) if a not in by_key)  # about this request's bytes
+        if not by_key and not by_digest:
             return
         from .projections.operator import APPROVED, PENDING, REJECTED, approval_states
 
         states = approval_states(task.events(), fold.result())
-        current = self._intent.canonical.digest
-        for aid in bound:
+        for aid in (*by_key, *by_digest):
             a = states[aid]
-            binds_key = a.binds.get("key")
+            binds_key = self.key if aid in by_digest else a.binds.get("key")
             if binds_key != self.key or a.binding != current:
                 what = f"key {binds_key!r}" if binds_key != self.key else "this key"
                 why = a.void_reason or (
