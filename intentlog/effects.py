@@ -745,7 +745,7 @@ class Call:
                         if self._can_reinterpret(st, interpret):  # a newer interpreter, the same stored bytes
                             self._reinterpret(st, interpret)  # type: ignore[arg-type]
                         elif stage == "failed":
-                            raise CallFailed(st.call_id, st.key, st.reason or "failed")
+                            raise CallFailed(st.call_id, st.key, (st.reason or "failed") + _reinterpret_hint(st))
                         else:
                             self._decide(st, policy)
                     else:
@@ -1173,6 +1173,16 @@ def _result_of(task: Task, st: CallState) -> Any:
     if isinstance(result, dict) and "value_ref" in result:  # a large value, stored as canonical JSON
         return _loads(_load(task, result["value_ref"], f"the result of {st.call_id}"))
     return result.get("value") if isinstance(result, dict) else result
+
+
+def _reinterpret_hint(st: CallState) -> str:
+    """For a call failed by its interpretation: how to read its stored bytes again without a send."""
+    if st.interpret_error is None or st.response is None:
+        return ""
+    return (
+        "; its response is stored, so a fixed interpreter reads it without a send: give it another identity "
+        f"(a new 'version' attribute) and run again, or call task.reinterpret({st.call_id!r}, interpret)"
+    )
 
 
 def _reinterpretable(st: CallState) -> bool:
