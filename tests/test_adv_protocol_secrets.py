@@ -169,3 +169,20 @@ def test_a_json_string_keeps_its_shape_around_a_redacted_object() -> None:
 def test_query_names_that_only_mention_keys_keep_their_values() -> None:
     url = "https://h/p?cache_key=abc12345&monkey=banana12&X-Amz-SignedHeaders=host"
     assert json.loads(canonicalize({"url": url}).data) == {"url": url}
+
+
+def test_a_drift_message_never_shows_a_credential(ledger: intentlog.Ledger) -> None:
+    """A re-run that turns the defaults off (or otherwise exposes a credential) is refused as DRIFT;
+    the message names the path but shows no credential, from either side."""
+    with ledger.task("t") as task:
+        task.prepare("k", {"api_key": SECRET, "q": 1})
+    for request, redact in (
+        ({"api_key": SECRET, "q": 1}, intentlog.Redact([], defaults=False)),
+        ({"api_key": SECRET, "q": 1, "headers": {"X-Custom": f"token={SECRET}"}}, intentlog.Redact([], defaults=False)),
+        ({"api_key": SECRET, "q": 2, "db": {"url": f"postgres://app:{SECRET}@db/x"}}, None),
+    ):
+        with ledger.task("t") as task, pytest.raises(intentlog.ResumeRefused) as err:
+            task.effect("k", request, _ok, redact=redact)
+        assert "DRIFT" in str(err.value)
+        assert SECRET not in str(err.value), str(err.value)
+        assert "$." in str(err.value)  # the path is still named
