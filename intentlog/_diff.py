@@ -28,7 +28,8 @@ def first_difference(recorded: Any, now: Any, path: str = "$") -> str | None:
 
     Object keys are visited in sorted order, list items by index; values are shown shortened
     to 80 characters, and never a credential: a value under a credential name is shown as
-    ``[REDACTED]``, and what looks like one inside a value is redacted. Iterative, so data nested deeper than the recursion limit is compared too.
+    ``[REDACTED]``, and what looks like one inside a value is redacted.
+    Iterative, so data nested deeper than the recursion limit is compared too.
     """
     # entries: ("pair", recorded, now, path, key), or ("len", n_recorded, n_now, path, None) checked after a
     # list's items; ``key`` is the object key the pair sits under (a credential name hides both values)
