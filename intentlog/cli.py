@@ -130,6 +130,11 @@ def handle_errors(f: F) -> F:
             return f(*args, **kwargs)
         except BrokenPipeError:
             _quiet_pipe()
+        except click.UsageError as exc:  # malformed usage met inside a command: click prints it, exit 2
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None and ctx.params.get("as_json"):
+                _emit_json({"error": exc.format_message(), "exit_code": EXIT_USAGE})
+            raise
         except (InvalidTaskId, InvalidDigest, UsageError) as exc:
             # a malformed id, digest or option value is a usage error, whichever command met it
             _fail(str(exc), EXIT_USAGE)

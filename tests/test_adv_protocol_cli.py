@@ -137,3 +137,22 @@ def test_json_errors_parse(unknown: Path, argv: tuple[str, ...]) -> None:
     assert doc["exit_code"] == 1
     assert doc["error"] and doc["error"] in r.stderr
     assert snapshot(unknown) == before
+
+
+USAGE_ERRORS = [
+    ("reconcile", "u", "call-1", "--served", "--not-served"),
+    ("reconcile", "u", "call-1"),
+    ("status", "bad/id"),
+    ("show", "zz"),
+]
+
+
+@pytest.mark.parametrize("argv", USAGE_ERRORS, ids=[" ".join(a) for a in USAGE_ERRORS])
+def test_json_usage_errors_parse(unknown: Path, argv: tuple[str, ...]) -> None:
+    """Malformed usage met inside a command (conflicting flags, a malformed id) is exit 2, and JSON too."""
+    before = snapshot(unknown)
+    r = cli(unknown, *argv, "--json")
+    assert r.exit_code == 2, r.output
+    doc = json.loads(r.stdout)
+    assert doc["exit_code"] == 2 and doc["error"]
+    assert snapshot(unknown) == before
