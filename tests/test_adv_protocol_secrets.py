@@ -186,3 +186,10 @@ def test_a_drift_message_never_shows_a_credential(ledger: intentlog.Ledger) -> N
         assert "DRIFT" in str(err.value)
         assert SECRET not in str(err.value), str(err.value)
         assert "$." in str(err.value)  # the path is still named
+
+
+def test_a_non_string_key_is_refused_without_quoting_it(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    with ledger.task("t") as task, pytest.raises(intentlog.PreparationFailed) as err:
+        task.effect("k", {(SECRET, 1): 2}, _ok)
+    assert SECRET not in str(err.value) and "tuple" in str(err.value)
+    _assert_clean(ledger, tmp_path)
