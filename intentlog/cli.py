@@ -708,7 +708,8 @@ def repair(c: _Ctx, task: str, accept_damage: bool, dry_run: bool, as_json: bool
 
 @contextmanager
 def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: bool = False) -> Iterator[Ledger]:
-    """The ledger to write to: the real one, or for ``--dry-run`` a private copy of ``tasks``' streams.
+    """The ledger to write to: the real one, or for ``--dry-run`` a private copy of ``tasks``' streams
+    (with ``heads.json``, so a stream the seal contradicts is refused in the copy as for real).
 
     A dry run performs the very library call on the copy (so every check and refusal is the
     real one) and the real folder is never opened for writing: its bytes stay unchanged.
@@ -731,6 +732,9 @@ def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: boo
                 )
             if src.exists():
                 shutil.copyfile(src, copy.stream_path(tid), follow_symlinks=False)
+        seal = ledger.root / "heads.json"  # writers check streams against the seal: so must the copy
+        if seal.is_file() and not seal.is_symlink():
+            shutil.copyfile(seal, copy.root / "heads.json", follow_symlinks=False)
         real_objects = ledger.root / "objects"
         if with_objects and real_objects.is_dir() and not real_objects.is_symlink():
             shutil.copytree(real_objects, copy.root / "objects", ignore=_links, dirs_exist_ok=True)

@@ -156,3 +156,19 @@ def test_json_usage_errors_parse(unknown: Path, argv: tuple[str, ...]) -> None:
     doc = json.loads(r.stdout)
     assert doc["exit_code"] == 2 and doc["error"]
     assert snapshot(unknown) == before
+
+
+def test_a_dry_run_is_refused_where_the_real_command_is(unknown: Path) -> None:
+    """A sealed stream cut at its end refuses writers; the dry run must say so too, not 'would append'."""
+    with intentlog.open(unknown) as led, led.task("u") as t:
+        t.append("user.note", {"n": 1})
+    assert cli(unknown, "seal").exit_code == 0
+    stream = unknown / "tasks" / "u.jsonl"
+    stream.write_bytes(b"".join(stream.read_bytes().splitlines(keepends=True)[:-1]))  # cut after the seal
+    before = snapshot(unknown)
+    dry = cli(unknown, "reconcile", "u", "call-1", "--not-served", "--dry-run")
+    assert snapshot(unknown) == before
+    real = cli(unknown, "reconcile", "u", "call-1", "--not-served")
+    assert real.exit_code == 1
+    assert dry.exit_code == real.exit_code, dry.output
+    assert "would append" not in dry.output
