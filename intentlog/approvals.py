@@ -56,6 +56,7 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
         return {}
     call_id = getattr(binds, "call_id", None)  # a Call, or a session Turn
     if isinstance(call_id, str):
+        _check_owner(task, binds)
         binds = call_id
     if isinstance(binds, str) and not is_digest(binds):
         fold = task._live()
@@ -80,6 +81,19 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
         "binds must be a Call, a session Turn, a call id, a digest or an artifact ref, "
         f"not {type(binds).__name__}"
     )
+
+
+def _check_owner(task: Task, bound: object) -> None:
+    """A Call or Turn binds only in its own task: its call id means another call anywhere else."""
+    owner = getattr(bound, "task", None)  # a Call's task
+    owner_id = getattr(owner, "id", None) if owner is not None else getattr(bound, "session", None)  # a Turn's
+    same_ledger = owner is None or getattr(getattr(owner, "ledger", None), "root", None) == task.ledger.root
+    if isinstance(owner_id, str) and (owner_id != task.id or not same_ledger):
+        raise UsageError(
+            f"{type(bound).__name__} {getattr(bound, 'call_id', '?')} belongs to task {owner_id!r}, not {task.id!r}: "
+            f"request the approval in that task (ledger.task({owner_id!r}).request_approval(...)); here the same "
+            "call id names another call"
+        )
 
 
 def _states(task: Task) -> Mapping[str, ApprovalState]:

@@ -129,3 +129,25 @@ def test_status_shows_a_call_refused_by_a_digest_approval_as_paused(ledger: inte
     assert "will start call" not in r.stdout
     hint = CliRunner().invoke(main, ["--root", str(ledger.root), "status", "t"], catch_exceptions=False).stdout
     assert "intentlog fail t call-1 --reason WHY" in hint.replace(f"--root {ledger.root} ", "")
+
+
+def test_an_approval_cannot_bind_another_tasks_call(ledger: intentlog.Ledger) -> None:
+    """Binding a Call (or Turn) of task A in task B used to bind B's call with the same id: the
+    person approving "pay alice 1" let B's "pay mallory 1000" go. Refused, nothing written."""
+    provider = Provider()
+    with ledger.task("a") as ta, ledger.task("b") as tb:
+        alice = ta.prepare("pay", {"to": "alice", "amount": 1})
+        tb.prepare("pay", {"to": "mallory", "amount": 1000})
+        before = _stream(ledger, "b")
+        with pytest.raises(intentlog.UsageError) as err:
+            tb.request_approval("ap", "Pay alice 1?", binds=alice)
+        assert "'a'" in str(err.value)
+        assert _stream(ledger, "b") == before
+        with pytest.raises(intentlog.ApprovalPending):  # asked in the right task, it gates alice's call
+            ta.request_approval("ap", "Pay alice 1?", binds=alice)
+            ta.prepare("pay", {"to": "alice", "amount": 1}).run(provider)
+    ledger.session("chat").turn({"messages": [{"role": "user", "content": "hi"}]}, provider)
+    turn = ledger.session("chat").turns()[0]
+    with ledger.task("b") as tb, pytest.raises(intentlog.UsageError):
+        tb.request_approval("t1", "that turn?", binds=turn)
+    assert len(provider.receipts) == 1  # the session's turn only
