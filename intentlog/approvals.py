@@ -20,6 +20,7 @@ no lock); the next write takes the lock again and re-checks the tail.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -83,11 +84,20 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
     )
 
 
+def _same_folder(a: object, b: object) -> bool:
+    """Whether two paths name one folder (a relative and an absolute spelling, a link): never raises."""
+    try:
+        return os.path.samefile(a, b)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return a == b
+
+
 def _check_owner(task: Task, bound: object) -> None:
     """A Call or Turn binds only in its own task: its call id means another call anywhere else."""
     owner = getattr(bound, "task", None)  # a Call's task
     owner_id = getattr(owner, "id", None) if owner is not None else getattr(bound, "session", None)  # a Turn's
-    same_ledger = owner is None or getattr(getattr(owner, "ledger", None), "root", None) == task.ledger.root
+    root = getattr(getattr(owner, "ledger", None), "root", None)
+    same_ledger = owner is None or root is None or _same_folder(root, task.ledger.root)
     if isinstance(owner_id, str) and (owner_id != task.id or not same_ledger):
         raise UsageError(
             f"{type(bound).__name__} {getattr(bound, 'call_id', '?')} belongs to task {owner_id!r}, not {task.id!r}: "

@@ -151,3 +151,16 @@ def test_an_approval_cannot_bind_another_tasks_call(ledger: intentlog.Ledger) ->
     with ledger.task("b") as tb, pytest.raises(intentlog.UsageError):
         tb.request_approval("t1", "that turn?", binds=turn)
     assert len(provider.receipts) == 1  # the session's turn only
+
+
+def test_the_same_ledger_spelled_another_way_is_the_same_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner check compares folders, not spellings: a relative and an absolute path name one ledger."""
+    monkeypatch.chdir(tmp_path)
+    rel, absolute = intentlog.open("led"), intentlog.open(tmp_path / "led")
+    with absolute.task("t") as t:
+        call = t.prepare("k", REQ)
+    with rel.task("t") as t:
+        st = t.request_approval("pay", "Pay ACME 120?", binds=call)
+    assert st.binds["call"] == "call-1"
