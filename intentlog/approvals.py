@@ -20,6 +20,7 @@ no lock); the next write takes the lock again and re-checks the tail.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._digest import is_digest
 from .errors import ApprovalConflict, ApprovalPending, UnknownApproval, UnknownCall, UsageError
+from .eventlog.redaction import scrub_note
 from .projections.operator import APPROVED, REJECTED, VOID, ApprovalState, OperatorFold, approval_states
 from .projections.workstate import WorkStateFold
 
@@ -55,6 +57,7 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
         return {}
     call_id = getattr(binds, "call_id", None)  # a Call, or a session Turn
     if isinstance(call_id, str):
+        _check_owner(task, binds)
         binds = call_id
     if isinstance(binds, str) and not is_digest(binds):
         fold = task._live()
@@ -79,6 +82,28 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
         "binds must be a Call, a session Turn, a call id, a digest or an artifact ref, "
         f"not {type(binds).__name__}"
     )
+
+
+def _same_folder(a: object, b: object) -> bool:
+    """Whether two paths name one folder (a relative and an absolute spelling, a link): never raises."""
+    try:
+        return os.path.samefile(a, b)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return a == b
+
+
+def _check_owner(task: Task, bound: object) -> None:
+    """A Call or Turn binds only in its own task: its call id means another call anywhere else."""
+    owner = getattr(bound, "task", None)  # a Call's task
+    owner_id = getattr(owner, "id", None) if owner is not None else getattr(bound, "session", None)  # a Turn's
+    root = getattr(getattr(owner, "ledger", None), "root", None)
+    same_ledger = owner is None or root is None or _same_folder(root, task.ledger.root)
+    if isinstance(owner_id, str) and (owner_id != task.id or not same_ledger):
+        raise UsageError(
+            f"{type(bound).__name__} {getattr(bound, 'call_id', '?')} belongs to task {owner_id!r}, not {task.id!r}: "
+            f"request the approval in that task (ledger.task({owner_id!r}).request_approval(...)); here the same "
+            "call id names another call"
+        )
 
 
 def _states(task: Task) -> Mapping[str, ApprovalState]:
@@ -123,6 +148,7 @@ def request_approval(task: Task, approval_id: str, question: str, *, binds: obje
         binding = bound.get("request_hash", bound.get("digest"))
         if current is not None and current.binding == binding and current.status != VOID:
             return current
+        question = scrub_note(question) or question  # a question can quote a credential: never recorded
         task._append("approval.requested", {"approval": approval_id, "question": question, "binds": bound})
         return approval_states(task.events(), fold.result())[approval_id]
 
@@ -152,7 +178,8 @@ def decide(
             raise UsageError(f"{label} must be a string, not {type(text).__name__}")
     if request_hash is not None and not is_digest(request_hash):
         raise UsageError(f"request_hash must be a digest ('blake3:' and 64 hex digits), not {request_hash!r}")
-    if not task.exists():  # a refusal must not create the task it refuses
+    if not task.exists() or approval_id not in _states(task):
+        # a refusal must not create the task, nor take (and so rewrite) its lock: checked read-only first
         raise UnknownApproval(task.id, approval_id)
     with task._mutex:
         fold = task._live()
@@ -183,7 +210,13 @@ def decide(
             )
         return task._append(
             "approval.decided",
-            {"approval": approval_id, "decision": decision, "by": by, "note": note, "request_hash": st.binding},
+            {
+                "approval": approval_id,
+                "decision": decision,
+                "by": by,
+                "note": scrub_note(note),  # a note can quote a credential: never recorded
+                "request_hash": st.binding,
+            },
         )
 
 

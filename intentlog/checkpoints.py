@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, final
 from ._digest import is_digest
 from .artifacts import Ref, inline_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
+from .eventlog.redaction import scrub_note
 from .projections.operator import CheckpointRecord, checkpoint_record
 
 if TYPE_CHECKING:
@@ -170,9 +171,10 @@ def record_checkpoint(
     data: dict[str, Any] = {
         "phase": phase,
         "status": status,
-        "revision": _opt_text(revision, "revision"),
-        "changed_files": list(changed_files),
-        "note": _opt_text(note, "note"),
+        # texts are scrubbed as every operator text is: a remote URL or a note can quote a credential
+        "revision": scrub_note(_opt_text(revision, "revision")),
+        "changed_files": [scrub_note(f) for f in changed_files],
+        "note": scrub_note(_opt_text(note, "note")),
         "by": _opt_text(by, "by"),
     }
     if turn is not None:

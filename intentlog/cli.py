@@ -26,8 +26,9 @@ import orjson
 from click.shell_completion import CompletionItem
 
 from ._text import format_table
-from .errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
+from .errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UnknownCall, UsageError
 from .eventlog.format import Event, check_task_id
+from .fork import default_fork_id
 from .ledger import DEFAULT_ROOT, Ledger, open_ledger
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,7 +94,13 @@ class NotFound(IntentlogError):
 
 
 def _fail(message: str, code: int = EXIT_PROBLEMS) -> None:
-    click.echo(f"intentlog: error: {_hint(message)}", err=True)
+    """One error line on stderr; with ``--json``, also ``{"error", "exit_code"}`` on stdout, so a script's
+    JSON parser meets JSON whether the command succeeded or not."""
+    text = _hint(message)
+    click.echo(f"intentlog: error: {text}", err=True)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.params.get("as_json"):
+        _emit_json({"error": text, "exit_code": code})
     sys.exit(code)
 
 
@@ -123,6 +130,11 @@ def handle_errors(f: F) -> F:
             return f(*args, **kwargs)
         except BrokenPipeError:
             _quiet_pipe()
+        except click.UsageError as exc:  # malformed usage met inside a command: click prints it, exit 2
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None and ctx.params.get("as_json"):
+                _emit_json({"error": exc.format_message(), "exit_code": EXIT_USAGE})
+            raise
         except (InvalidTaskId, InvalidDigest, UsageError) as exc:
             # a malformed id, digest or option value is a usage error, whichever command met it
             _fail(str(exc), EXIT_USAGE)
@@ -676,6 +688,7 @@ def repair(c: _Ctx, task: str, accept_damage: bool, dry_run: bool, as_json: bool
       intentlog repair chapter-16 --accept-damage
     """
     with c.ledger() as ledger:
+        _existing(c, ledger, task)
         report = ledger.repair(task, accept_damage=accept_damage, dry_run=dry_run)
     if as_json:
         _emit_json({**report.to_json(), "dry_run": dry_run})
@@ -695,7 +708,8 @@ def repair(c: _Ctx, task: str, accept_damage: bool, dry_run: bool, as_json: bool
 
 @contextmanager
 def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: bool = False) -> Iterator[Ledger]:
-    """The ledger to write to: the real one, or for ``--dry-run`` a private copy of ``tasks``' streams.
+    """The ledger to write to: the real one, or for ``--dry-run`` a private copy of ``tasks``' streams
+    (with ``heads.json``, so a stream the seal contradicts is refused in the copy as for real).
 
     A dry run performs the very library call on the copy (so every check and refusal is the
     real one) and the real folder is never opened for writing: its bytes stay unchanged.
@@ -718,6 +732,9 @@ def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: boo
                 )
             if src.exists():
                 shutil.copyfile(src, copy.stream_path(tid), follow_symlinks=False)
+        seal = ledger.root / "heads.json"  # writers check streams against the seal: so must the copy
+        if seal.is_file() and not seal.is_symlink():
+            shutil.copyfile(seal, copy.root / "heads.json", follow_symlinks=False)
         real_objects = ledger.root / "objects"
         if with_objects and real_objects.is_dir() and not real_objects.is_symlink():
             shutil.copytree(real_objects, copy.root / "objects", ignore=_links, dirs_exist_ok=True)
@@ -725,6 +742,12 @@ def _writable(c: _Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: boo
             yield copy
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _known_call(ledger: Ledger, task: str, call: str) -> None:
+    """Refuse a call the task does not have before any lock is taken (taking one rewrites the lock file)."""
+    if call not in ledger.task(task).work_state().calls:
+        raise UnknownCall(task, call)
 
 
 def _links(folder: str, names: list[str]) -> set[str]:
@@ -811,6 +834,7 @@ def reconcile(
             raise NotFound(f"no evidence file {str(evidence)!r}: save the provider's response bytes there first")
         data = evidence.read_bytes()
     _existing(c, c.ledger(), task)
+    _known_call(c.ledger(), task, call)
     with _writable(c, [task], dry_run=dry_run) as ledger:
         ev = ledger.task(task, wait=wait).reconcile(call, outcome, evidence=data, note=note, by=by)
     _report(
@@ -844,6 +868,8 @@ def fail(
       intentlog fail chapter-16 --reason "the source was withdrawn"
     """
     _existing(c, c.ledger(), task)
+    if call is not None:
+        _known_call(c.ledger(), task, call)
     with _writable(c, [task], dry_run=dry_run) as ledger:
         t = ledger.task(task, wait=wait)
         ev = t.fail_task(reason, by=by) if call is None else t.fail(call, reason, by=by)
@@ -961,6 +987,11 @@ def reject(
 @click.option("--from", "from_call", required=True, help="The call (call-N) or key (turn-N) to run again from.")
 @click.option("--as", "new_id", help="The new task's id (default: TASK.fork-N).")
 @click.option("--note", help="Why (kept in the new task's task.forked).")
+@click.option(
+    "--accept-risk",
+    is_flag=True,
+    help="Fork even though a call left out has an unknown effect (it may be paid twice); recorded in task.forked.",
+)
 @_WAIT
 @dry_run_option
 @json_option
@@ -972,6 +1003,7 @@ def fork(
     from_call: str,
     new_id: str | None,
     note: str | None,
+    accept_risk: bool,
     wait: float,
     dry_run: bool,
     as_json: bool,
@@ -989,9 +1021,11 @@ def fork(
     _existing(c, real, task)
     if new_id is not None and real.task(new_id).exists():
         raise IntentlogError(f"task {new_id!r} already exists in {real.root}; name another with --as")
+    # the default id is chosen in the real ledger, so a dry run names the task a real fork creates
+    target = new_id if new_id is not None else default_fork_id(real, task)
     with _writable(c, [task], dry_run=dry_run, with_objects=True) as ledger:
         ledger.task(task, wait=wait)
-        new = ledger.fork(task, from_call, new_id, note=note)
+        new = ledger.fork(task, from_call, target, note=note, accept_risk=accept_risk)
         forked = next(ev for ev in new.events() if ev.kind == "task.forked")
         new_task = new.id
     text = (

@@ -771,7 +771,7 @@ class Call:
                         if self._can_reinterpret(st, interpret):  # a newer interpreter, the same stored bytes
                             self._reinterpret(st, interpret)  # type: ignore[arg-type]
                         elif stage == "failed":
-                            raise CallFailed(st.call_id, st.key, st.reason or "failed")
+                            raise CallFailed(st.call_id, st.key, (st.reason or "failed") + _reinterpret_hint(st))
                         else:
                             self._decide(st, policy)
                     else:
@@ -782,7 +782,8 @@ class Call:
     # -- the steps -------------------------------------------------------------------
 
     def _gate(self, st: CallState) -> None:
-        """Refuse to start an attempt unless every approval that bound this key approves its current request.
+        """Refuse to start an attempt unless every approval that bound this key, or bound this request's
+        hash as a digest, approves its current request.
 
         Pending raises :class:`ApprovalPending`, rejected :class:`ApprovalRejected` (who and
         why), a decision on another request hash :class:`ApprovalVoid` (both hashes named).
@@ -790,16 +791,17 @@ class Call:
         """
         task = self.task
         fold = task._live()
-        bound = fold.approvals_of(self.key)
-        if not bound:
+        current = self._intent.canonical.digest
+        by_key = fold.approvals_of(self.key)
+        by_digest = tuple(a for a in fold.approvals_about(current) if a not in by_key)  # about this request's bytes
+        if not by_key and not by_digest:
             return
         from .projections.operator import APPROVED, PENDING, REJECTED, approval_states
 
         states = approval_states(task.events(), fold.result())
-        current = self._intent.canonical.digest
-        for aid in bound:
+        for aid in (*by_key, *by_digest):
             a = states[aid]
-            binds_key = a.binds.get("key")
+            binds_key = self.key if aid in by_digest else a.binds.get("key")
             if binds_key != self.key or a.binding != current:
                 what = f"key {binds_key!r}" if binds_key != self.key else "this key"
                 why = a.void_reason or (
@@ -1278,6 +1280,16 @@ def _result_of(task: Task, st: CallState) -> Any:
     return result.get("value") if isinstance(result, dict) else result
 
 
+def _reinterpret_hint(st: CallState) -> str:
+    """For a call failed by its interpretation: how to read its stored bytes again without a send."""
+    if st.interpret_error is None or st.response is None:
+        return ""
+    return (
+        "; its response is stored, so a fixed interpreter reads it without a send: give it another identity "
+        f"(a new 'version' attribute) and run again, or call task.reinterpret({st.call_id!r}, interpret)"
+    )
+
+
 def _reinterpretable(st: CallState) -> bool:
     """Stored bytes a new interpreter may read: a completion, or an interpretation that failed."""
     if st.response is None:
@@ -1644,7 +1656,7 @@ def fail_call(task: Task, call_id: str, reason: str, *, by: str | None = None) -
         raise ResumeRefused(
             call_id=call_id, key=st.key, reason=f"the call is already {st.stage}", next_operation=st.next_operation
         )
-    return task._append("call.failed", {"call": call_id, "reason": reason, "by": by})
+    return task._append("call.failed", {"call": call_id, "reason": scrub_text(reason), "by": by})
 
 
 # -- context compilation ----------------------------------------------------------

@@ -99,7 +99,8 @@ def _cut(task: Task, from_call: str) -> tuple[int, str, list[CallState]]:
     return cut, key, unknown
 
 
-def _default_id(ledger: Ledger, task_id: str) -> str:
+def default_fork_id(ledger: Ledger, task_id: str) -> str:
+    """The id a fork of ``task_id`` takes when none is given: ``<task>.fork-<n>``, the first one free."""
     n = 1
     while True:
         candidate = f"{task_id}.fork-{n}"
@@ -139,7 +140,7 @@ def fork_task(
     src = ledger.task(task_id)
     if not src.exists():
         raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
-    target = check_task_id(new_id) if new_id is not None else _default_id(ledger, task_id)
+    target = check_task_id(new_id) if new_id is not None else default_fork_id(ledger, task_id)
     if target == task_id:
         raise UsageError("a fork needs a new task id, not the original's")
     dest = ledger.stream_path(target)
@@ -149,14 +150,16 @@ def fork_task(
     if unknown and not accept_risk:
         first = unknown[0]
         names = ", ".join(f"{c.call_id} (key {c.key!r})" for c in unknown)
+        as_new = f" --as {new_id}" if new_id is not None else ""
         raise EffectUnknown(
             call_id=first.call_id,
             key=first.key,
             reason=f"forking {task_id!r} before {from_call!r} drops {names}, whose effect is unknown, so running "
             "the script on the fork would send it again",
             next_operation=RECONCILE_EFFECT,
-            detail=f"reconcile it in the original first ('intentlog reconcile {task_id} {first.call_id}'), or fork "
-            "accepting the duplicate risk (accept_risk=True), which the new task records",
+            detail=f"reconcile it in the original first ('intentlog reconcile {task_id} {first.call_id} --served' "
+            "or '--not-served'), or fork accepting the duplicate risk, which the new task records "
+            f"(accept_risk=True; 'intentlog fork {task_id} --from {from_call}{as_new} --accept-risk')",
         )
     upto = cut - 1
     head: list[str] = []  # the original's line 0 stream id and the digest of line `upto`

@@ -406,6 +406,11 @@ class Session:
         return ev
 
     def _resolve(self, turn: Turn | str | int) -> CallState:
+        if isinstance(turn, Turn) and turn.session != self.id:
+            raise UsageError(
+                f"{turn.turn_id} belongs to session {turn.session!r}, not {self.id!r}: accept or reject it there "
+                f"(ledger.session({turn.session!r})); here {turn.turn_id} is another turn"
+            )
         key = turn.turn_id if isinstance(turn, Turn) else f"{TURN_PREFIX}{turn}" if isinstance(turn, int) else turn
         if not isinstance(key, str) or _TURN_RE.match(key) is None:
             raise UsageError(f"name a turn as a Turn, its number or 'turn-<n>', not {turn!r}")

@@ -401,7 +401,9 @@ class Task:
 
     def accept(self, *, note: str | None = None, by: str | None = None) -> Event:
         """Record that the task's outcome was checked and accepted (``task.accepted``)."""
-        return self._append("task.accepted", {"note": note, "by": by})
+        from .eventlog.redaction import scrub_note
+
+        return self._append("task.accepted", {"note": scrub_note(note), "by": by})
 
     def fail_task(self, reason: str, *, by: str | None = None) -> Event:
         """Record that the task is given up (``task.failed``): its operator state is *failed*.
@@ -415,7 +417,9 @@ class Task:
             raise UsageError(f"giving a task up needs a reason (a non-empty string), not {reason!r}")
         if by is not None and not isinstance(by, str):
             raise UsageError(f"by must be a string, not {type(by).__name__}")
-        return self._append("task.failed", {"reason": reason, "by": by})
+        from .eventlog.redaction import scrub_note
+
+        return self._append("task.failed", {"reason": scrub_note(reason), "by": by})
 
     # -- checkpoints (intentlog.checkpoints) -----------------------------------------
 

@@ -829,7 +829,7 @@ class Graph:
         self.approvals[d["approval"]] = (binding, requested_at, True)
 
     def on_task_forked(self, seq: int, kind: str, d: dict[str, Any]) -> None:
-        if self.forked_at is not None:
+        if self.forked_at is not None and self.forked_at > d["upto_seq"]:  # a fork of a fork copies the first
             self.bad(seq, kind, f"a second task.forked (the first at seq {self.forked_at})")
         self.forked_at = seq
         if seq != d["upto_seq"] + 1:

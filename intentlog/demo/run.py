@@ -374,8 +374,12 @@ def case_compile_missing(root: Path) -> Case:
 
 
 def _verifier(bundle: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    """Run the bundle's own verify_bundle.py as a separate process (it imports no intentlog)."""
-    bundle = bundle.resolve()  # it runs inside the bundle: a path relative to our cwd would not exist there
+    """Run the bundle's own verify_bundle.py as a separate process (it imports no intentlog).
+
+    It runs inside the bundle (as an auditor would), so its paths are made absolute first:
+    a relative demo folder (the default ``./intentlog-demo``) would otherwise name nothing.
+    """
+    bundle = bundle.resolve()
     proc = subprocess.run(
         [sys.executable, "-I", str(bundle / "verify_bundle.py"), str(bundle), "--json", *args],
         capture_output=True,

@@ -100,7 +100,11 @@ def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
     if type(value) is dict:
         for k, v in value.items():
             if type(k) is not str:
-                return path, f"key {k!r} is not a string"
+                # the key's type, never its value: a message is recorded, and a key may hold anything
+                items = k if type(k) is tuple else (k,)
+                plain = all(x is None or type(x) in (int, float, bool) for x in items)
+                shown = repr(k) if plain else f"of type {type(k).__name__}"
+                return path, f"key {shown} is not a string"
             found = _bad_text(k, path) or _find_bad(v, f"{path}.{k}", depth + 1)
             if found:
                 return found

@@ -17,8 +17,10 @@ headers and URLs). docs/effects.md ("Redaction") states it exactly; in short:
   ``token_count``, ``tokenizer``, ``author`` and ``cache_key`` are *not* credentials.
 - **Values**: a two-string list or tuple whose first item is a credential name (a header
   pair) has its second item redacted; inside any string, ``Bearer <token>``,
-  ``<credential name>: <value>`` / ``<credential name>=<value>``, URL user-info
-  (``scheme://user:pass@``) and ``?key=`` / ``&sig=`` query values are redacted.
+  ``<credential name>: <value>`` / ``<credential name>=<value>`` (a value that opens a JSON
+  object or array -- a JSON body kept as a string -- is redacted through its closing
+  bracket), URL user-info (``scheme://user:pass@``) and ``?key=`` / ``&sig=`` /
+  ``&…Signature=`` query values are redacted.
 - **Known values**: once a value is known to be a credential, it is scrubbed wherever
   it appears in what that call records.
 """
@@ -45,6 +47,7 @@ __all__ = [
     "name_parts",
     "scrub_bytes",
     "scrub_known",
+    "scrub_note",
     "scrub_string_value",
     "scrub_text",
     "text_secrets",
@@ -163,7 +166,7 @@ def is_credential_name(name: str) -> bool:
     for i, part in enumerate(parts):
         if part in STRONG_PARTS:
             return True
-        if part == "key" and i > 0 and parts[i - 1] in KEY_QUALIFIERS:
+        if part in ("key", "keys") and i > 0 and parts[i - 1] in KEY_QUALIFIERS:
             return True
     last = parts[-1]
     if last in LAST_PARTS:
@@ -190,12 +193,43 @@ _VALUE = re.compile(
     r"[ \t]*(?:\"(?P<dq>[^\"\r\n]*)\"|'(?P<sq>[^'\r\n]*)'|(?P<bare>[^\s\"'&;,)}\]]+(?:[ \t]+[^\s\"'&;,)}\]]+)*))"
 )
 _URL_USER = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<user>[^\s/?#@:\"']*)(?::(?P<pw>[^\s/?#@\"']*))?@")
-_QUERY = re.compile(r"(?i)[?&;](?:key|sig|signature|code)=(?P<v>[^&#\s\"']+)")
+# ?key= / &sig= / &code=, and any parameter whose name ends in "signature" (X-Amz-Signature, X-Goog-Signature)
+_QUERY = re.compile(r"(?i)[?&;](?:key|sig|code|[a-z0-9_.\-]*signature)=(?P<v>[^&#\s\"']+)")
+
+
+_JSON_OPEN = re.compile(r"[ \t]*[{\[]")
+
+
+def _closing(text: str, start: int) -> int:
+    """The end of the JSON object or array opening at ``start`` (quotes and escapes respected);
+    the end of ``text`` when it never closes, so an unbalanced value is redacted to the end."""
+    depth, quoted, escaped = 0, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if quoted:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
 
 
 def _assignments(text: str) -> Iterator[tuple[int, int]]:
+    covered = 0  # the end of the last redacted JSON value: separators inside it are already covered
     for sep in _SEPARATOR.finditer(text):
         at = sep.start()
+        if at < covered:
+            continue
         j = at
         while j > 0 and text[j - 1] in " \t":
             j -= 1
@@ -209,6 +243,11 @@ def _assignments(text: str) -> Iterator[tuple[int, int]]:
         while k < j and not text[k].isalpha():
             k += 1  # a name starts with a letter
         if k == j or not is_credential_name(text[k:j]):
+            continue
+        opening = _JSON_OPEN.match(text, at + 1)
+        if opening is not None:  # a JSON object or array (a JSON body kept as a string): all of it
+            covered = _closing(text, opening.end() - 1)
+            yield opening.end() - 1, covered
             continue
         v = _VALUE.match(text, at + 1)
         if v is None:
@@ -298,6 +337,12 @@ def scrub_text(text: str, secrets: Iterable[str] = (), *, patterns: bool = True,
     """A free text (an error, a note) as it may be recorded: known secrets and credential-looking values replaced."""
     text = scrub_known(text, secrets, minimum)
     return _scrub_spans(text) if patterns else text
+
+
+def scrub_note(text: str | None) -> str | None:
+    """A text a person or script gives to be recorded as-is (a note, a reason, a question, a revision):
+    credential-looking values replaced, everything else kept. None stays None."""
+    return None if text is None else _scrub_spans(text)
 
 
 def scrub_bytes(data: bytes, secrets: Iterable[str], *, patterns: bool = False) -> bytes:

@@ -787,8 +787,9 @@ def _on_approval_decided(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterat
 
 
 def _on_forked(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
-    if g.extra.get("forked") is not None:
-        yield Finding("graph", f"a second task.forked (the first at seq {g.extra['forked']})")
+    earlier = g.extra.get("forked")
+    if earlier is not None and earlier > d["upto_seq"]:  # a fork of a fork copies the first marker: legal
+        yield Finding("graph", f"a second task.forked (the first at seq {earlier})")
     g.extra["forked"] = seq
     if seq != d["upto_seq"] + 1:
         yield Finding(

@@ -164,14 +164,20 @@ def _paused_call(ws: WorkState) -> CallState | None:
     return None
 
 
-def _rejected(ws: WorkState, ops: OperatorView | None) -> ApprovalState | None:
-    """A rejected approval binding an unresolved call: the protocol refuses to send it (never 'safe to start')."""
+def _rejected(ws: WorkState, ops: OperatorView | None) -> tuple[ApprovalState, str] | None:
+    """A rejected approval binding an unresolved call (its key, or its request hash as a digest), with
+    that call's id: the protocol refuses to send it (never 'safe to start')."""
     if ops is None:
         return None
-    keys = {ws.calls[cid].key for cid in ws.unresolved if cid in ws.calls}
+    calls = [ws.calls[cid] for cid in ws.unresolved if cid in ws.calls]
     for a in ops.approvals.values():
-        if a.status == "rejected" and a.binds.get("key") in keys:
-            return a
+        if a.status != "rejected":
+            continue
+        for c in calls:
+            if a.binds.get("key") == c.key or (
+                "call" not in a.binds and c.request_hash is not None and a.binds.get("digest") == c.request_hash
+            ):
+                return a, c.call_id
     return None
 
 
@@ -183,8 +189,9 @@ def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, s
     if ops is not None and ops.awaiting:
         a = ops.awaiting[0]
         return AWAITING_APPROVAL, f"approval {a.approval_id!r}: {a.question}"
-    r = _rejected(ws, ops)
-    if r is not None:
+    rejected = _rejected(ws, ops)
+    if rejected is not None:
+        r = rejected[0]
         return PAUSED_FOR_REVIEW, f"approval {r.approval_id!r} rejected by {r.by or 'someone'}" + (
             f": {r.note}" if r.note else ""
         )
@@ -284,11 +291,12 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
             f"decide: intentlog approve {task_id} {a.approval_id} --by NAME, or intentlog reject {task_id} "
             f"{a.approval_id} --by NAME --note WHY; then re-run the script (it resumes from the decision)"
         )
-    r = _rejected(ws, ops)
-    if r is not None:
+    rejected = _rejected(ws, ops)
+    if rejected is not None:
+        r, call_id = rejected
         return (
             f"nothing is sent: approval {r.approval_id!r} was rejected; change the request (a new key) and "
-            f"request approval again, or give up: intentlog fail {task_id} {r.binds.get('call')} --reason WHY"
+            f"request approval again, or give up: intentlog fail {task_id} {call_id} --reason WHY"
         )
     if _paused_call(ws) is None:
         cp = ops.latest_checkpoint if ops is not None else None

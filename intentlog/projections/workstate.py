@@ -312,6 +312,7 @@ class WorkStateFold:
         self._keys: dict[str, str] = {}
         self._reserved: set[str] = set()  # new call ids named by call.resumed, not yet requested
         self._approval_keys: dict[str, list[str]] = {}  # key -> approvals that ever bound one of its calls
+        self._approval_digests: dict[str, list[str]] = {}  # digest -> approvals that ever bound it
         self._events = 0
         self._last: Event | None = None
         self._last_completed = -1
@@ -424,6 +425,11 @@ class WorkStateFold:
             bound = self._approval_keys.setdefault(key, [])
             if aid not in bound:
                 bound.append(aid)
+        digest = binds.get("digest") if type(binds) is dict and "call" not in binds else None
+        if type(digest) is str and type(aid) is str:
+            about = self._approval_digests.setdefault(digest, [])
+            if aid not in about:
+                about.append(aid)
 
     def _on_manifest(self, ev: Event, d: dict[str, Any]) -> None:
         c = self._call(ev, d)
@@ -585,6 +591,14 @@ class WorkStateFold:
     def approvals_of(self, key: str) -> tuple[str, ...]:
         """The approvals that ever bound a call of ``key``, in the order first requested."""
         return tuple(self._approval_keys.get(key, ()))
+
+    def approvals_about(self, digest: str) -> tuple[str, ...]:
+        """The approvals that ever bound ``digest`` itself (``binds={digest}``), in the order first requested.
+
+        A call whose request hashes to ``digest`` is gated by them as by approvals of its key:
+        a digest is how a script names a request before it prepares the call (a session turn).
+        """
+        return tuple(self._approval_digests.get(digest, ()))
 
     def pending_resume(self, cid: str) -> str | None:
         """The new call a ``call.resumed`` of ``cid`` named, if that call was never requested."""
