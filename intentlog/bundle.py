@@ -77,6 +77,7 @@ from .projections.verify import (
     encode_heads,
     find_links,
     read_heads_at,
+    retired_by_gc,
     verify_path,
 )
 from .projections.workstate import WorkState, work_state
@@ -325,6 +326,8 @@ class _Exporter:
             )
         if scan.last is None or scan.head is None or stream_id is None:
             raise CorruptStream(str(src), 1, "the stream is empty; not exported")
+        if sealed is not None and sealed.stream != stream_id and retired_by_gc(self.root, task, sealed):
+            sealed = None  # gc deleted the sealed stream (gc.jsonl says so); this one is a new task
         if sealed is not None and (sealed.stream != stream_id or at_sealed != sealed.head):
             raise LedgerError(
                 f"{src}: the ledger's heads.json sealed seq {sealed.seq} of stream {sealed.stream} as "

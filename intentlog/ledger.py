@@ -24,7 +24,7 @@ from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
-from .eventlog.writer import assess, quarantine_plan, refusal
+from .eventlog.writer import assess, lost, quarantine_plan, refusal
 from .task import Task
 
 if TYPE_CHECKING:
@@ -208,6 +208,9 @@ class Ledger:
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):
+            seal = t._seal()
+            if seal is not None and not seal.retired:
+                raise lost(t.path, seal)  # nothing to move aside: restore it, or re-seal without it
             return RepairReport(task_id, "none")
         if dry_run:
             _, d = assess(t.path, t._seal())

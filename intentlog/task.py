@@ -136,11 +136,13 @@ class Task:
 
     def _seal(self) -> SealedHead | None:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
-        from .projections.verify import read_heads_at
+        from .projections.verify import read_heads_at, retired_by_gc
 
         heads = read_heads_at(self.ledger.root)
         h = heads.get(self.id) if heads else None
-        return SealedHead(h.stream, h.seq, h.head) if h is not None else None
+        if h is None:
+            return None
+        return SealedHead(h.stream, h.seq, h.head, retired_by_gc(self.ledger.root, self.id, h))
 
     def _live(self) -> WorkStateFold:
         """The work state kept current by this handle's own appends (writer lock held)."""

@@ -62,18 +62,24 @@ from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode
 from .lock import WriterLock
 from .reader import MAX_LINE, StreamScan, scan
 
-__all__ = ["Damage", "SealedHead", "StreamWriter", "assess", "quarantine_plan", "refusal"]
+__all__ = ["Damage", "SealedHead", "StreamWriter", "assess", "lost", "quarantine_plan", "refusal"]
 
 #: Every writer alive in this process, so a forked child can reset their thread locks.
 _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
 
 
 class SealedHead(NamedTuple):
-    """What ``heads.json`` says of one stream (see :mod:`intentlog.heads`)."""
+    """What ``heads.json`` says of one stream (see :mod:`intentlog.heads`).
+
+    ``retired`` is True when ``gc.jsonl`` records that gc deleted exactly this sealed
+    stream: the seal then binds only a stream with that stream id (one gc left in place
+    after all); a new stream created under the task id afterwards is a new task.
+    """
 
     stream: str
     seq: int
     head: str
+    retired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,8 @@ def _seal_problem(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
     seal = facts.seal
     if seal is None or facts.accepted:
         return None
+    if seal.retired and facts.stream_id != seal.stream:
+        return None  # gc deleted the sealed stream; this one was created after it
     where = f"heads.json seals seq {seal.seq} with head {seal.head}"
     if s.count <= seal.seq:
         return Damage(
@@ -179,10 +187,22 @@ def assess(
         facts.see(ev)
         if replay:
             replay(ev)
-    if s.count == 0 and s.problem is None and seal is not None:
+    if s.count == 0 and s.problem is None and seal is not None and not seal.retired:
         why = f"the stream is empty but heads.json seals seq {seal.seq} with head {seal.head}"
         return s, Damage("damage", 1, 0, why, seal=seal)
     return s, _judge(path, s, facts)
+
+
+def lost(path: Path, seal: SealedHead) -> CorruptStream:
+    """The refusal for a stream that is gone while ``heads.json`` seals it and ``gc.jsonl`` records no deletion."""
+    return CorruptStream(
+        str(path),
+        1,
+        f"the stream is gone but heads.json seals seq {seal.seq} with head {seal.head} of stream {seal.stream}, "
+        "and gc.jsonl records no deletion of it: it was lost or moved, and re-creating it would repeat its effects",
+        hint="restore the file from a copy or git; if it is lost for good, run 'intentlog seal' to anchor the "
+        "ledger without it (a re-run then starts the task afresh and repeats its effects)",
+    )
 
 
 def refusal(path: Path, d: Damage) -> CorruptStream:
@@ -308,6 +328,8 @@ class StreamWriter:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
         if not self._stream_exists():
+            if self.seal is not None and not self.seal.retired:
+                raise lost(self.path, self.seal)
             try:
                 self._create()
             except OSError as exc:
