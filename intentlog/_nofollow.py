@@ -20,9 +20,9 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import LinkRefused
+from .errors import LedgerError, LinkRefused
 
-__all__ = ["O_NOFOLLOW", "check_real_dir", "open_nofollow", "real_dirs"]
+__all__ = ["O_NOFOLLOW", "check_own_file", "check_real_dir", "open_nofollow", "real_dirs"]
 
 #: Added to every open of a file inside a ledger: a link in the last component fails with ``ELOOP``.
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
@@ -42,6 +42,28 @@ def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644, *
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
             raise LinkRefused(os.fspath(path), what) from exc
         raise
+
+
+def check_own_file(fd: int, path: str | os.PathLike[str], *, what: str) -> None:
+    """Refuse an open file that is not a regular file with exactly one name.
+
+    For files a writer changes in place (streams it appends to and may truncate, lock
+    files it rewrites): a hard link is not a symbolic link, ``O_NOFOLLOW`` and ``lstat``
+    do not see it, and writing through it changes the other name's file too, wherever
+    it lives. Raises :class:`~intentlog.errors.LedgerError` naming ``path``; reads only.
+    """
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise LedgerError(
+            f"{os.fspath(path)}: is not a regular file where intentlog keeps {what}; nothing was written: "
+            "move it aside and put back the real file (from a copy or git)"
+        )
+    if st.st_nlink != 1:
+        raise LedgerError(
+            f"{os.fspath(path)}: has {st.st_nlink} names (a hard link) where intentlog keeps {what}; writing "
+            "it would change the other name's file too, so nothing was written: give it a name of its own "
+            "(cp FILE FILE.new && mv FILE.new FILE) and try again"
+        )
 
 
 def check_real_dir(path: str | os.PathLike[str], *, what: str) -> bool:

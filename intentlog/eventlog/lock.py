@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from .._fsutil import open_nofollow
+from .._fsutil import check_own_file, open_nofollow
 from ..errors import LedgerError, TaskBusy
 
 __all__ = ["WriterLock"]
@@ -54,11 +54,15 @@ class WriterLock:
         except OSError as exc:
             raise LedgerError(_cannot(self.path, exc)) from exc
         try:
+            check_own_file(fd, self.path, what="a task's lock file")  # it is rewritten in place below
             self._flock(fd, wait)
             pid = f"{os.getpid()}\n".encode()
             # write first, then cut: a refused writer never reads an empty file in between
             os.pwrite(fd, pid, 0)
             os.ftruncate(fd, len(pid))
+        except LedgerError:
+            os.close(fd)
+            raise
         except OSError as exc:
             os.close(fd)
             raise LedgerError(_cannot(self.path, exc)) from exc

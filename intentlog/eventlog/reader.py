@@ -98,6 +98,13 @@ def _open_stream(path: str | os.PathLike[str]) -> BinaryIO:
     return os.fdopen(fd, "rb", buffering=0)
 
 
+def _dup_stream(fd: int) -> BinaryIO:
+    """A reader over an already open stream descriptor, from its first byte (the caller keeps ``fd``)."""
+    f = os.fdopen(os.dup(fd), "rb", buffering=0)
+    f.seek(0)
+    return f
+
+
 def iter_lines(path: str | os.PathLike[str], *, max_line: int = MAX_LINE) -> Iterator[tuple[int, bytes]]:
     """Yield ``(offset, line)`` for every line; the last may lack its ``\\n``.
 
@@ -136,8 +143,9 @@ class StreamScan:
     event's digest; ``count`` how many events were trusted.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fd: int | None = None) -> None:
         self.path = Path(path)
+        self.fd = fd  # read through this open descriptor (from its start) instead of opening ``path``
         self.problem: ScanProblem | None = None
         self.end = 0
         self.count = 0
@@ -146,7 +154,7 @@ class StreamScan:
         self.file_size = 0
 
     def __iter__(self) -> Iterator[Event]:
-        with _open_stream(self.path) as f:
+        with _open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
             self.file_size = os.fstat(f.fileno()).st_size
             yield from self._events(_lines(f, MAX_LINE))
 

@@ -41,6 +41,7 @@ from blake3 import blake3
 
 from .._digest import digest_bytes
 from .._fsutil import (
+    check_own_file,
     check_real_dir,
     makedirs_durable,
     open_nofollow,
@@ -60,7 +61,7 @@ from ..errors import (
 from .canonical import dumps
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .lock import WriterLock
-from .reader import MAX_LINE, StreamScan, scan
+from .reader import MAX_LINE, StreamScan
 
 __all__ = ["Damage", "SealedHead", "StreamWriter", "assess", "lost", "quarantine_plan", "refusal"]
 
@@ -178,10 +179,13 @@ def _judge(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
 
 
 def assess(
-    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None
+    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None, *, fd: int | None = None
 ) -> tuple[StreamScan, Damage | None]:
-    """Scan an existing stream (read-only) and say what a writer would find: see :class:`Damage`."""
-    s = StreamScan(path)
+    """Scan an existing stream (read-only) and say what a writer would find: see :class:`Damage`.
+
+    With ``fd`` the scan reads that open descriptor (the writer's own), not ``path``.
+    """
+    s = StreamScan(path, fd=fd)
     facts = _Facts(seal)
     for ev in s:
         facts.see(ev)
@@ -334,18 +338,19 @@ class StreamWriter:
                 self._create()
             except OSError as exc:
                 raise _ledger_os_error(self.path, "creating the stream", exc) from exc
-            s = scan(self.path)
-            if replay and s.last is not None:
-                replay(s.last)
-            damage = None
-        else:
-            s, damage = assess(self.path, self.seal, replay)
-        if damage is not None and damage.kind == "damage" and not accept_damage:
-            raise refusal(self.path, damage)
+        # one descriptor for everything below: the file checked is the file scanned,
+        # quarantined, truncated and appended to, whatever is renamed in meanwhile
         try:
-            self._fd = open_nofollow(self.path, os.O_WRONLY | os.O_APPEND, what="a task stream")
+            self._fd = open_nofollow(self.path, os.O_RDWR | os.O_APPEND, what="a task stream")
+            check_own_file(self._fd, self.path, what="a task stream")
         except OSError as exc:
             raise _ledger_os_error(self.path, "opening the stream for appending", exc) from exc
+        try:
+            s, damage = assess(self.path, self.seal, replay, fd=self._fd)
+        except OSError as exc:
+            raise _ledger_os_error(self.path, "reading the stream", exc) from exc
+        if damage is not None and damage.kind == "damage" and not accept_damage:
+            raise refusal(self.path, damage)
         self._seq = s.count
         self._head = s.head
         try:
@@ -376,7 +381,7 @@ class StreamWriter:
 
     def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
         """The quarantine name, digest and size of the bytes from ``offset`` to the end."""
-        return quarantine_plan(self.path, self.task_id, offset)
+        return quarantine_plan(self.path, self.task_id, offset, fd=self._fd)
 
     def _repair(self, s: StreamScan, d: Damage) -> None:
         """Move the bad tail to quarantine/, truncate, fsync, and record it (DESIGN §4 rule 4)."""
@@ -388,7 +393,7 @@ class StreamWriter:
         makedirs_durable(self.tmp_dir)
         self._check_folders()
         if not os.path.lexists(qpath):
-            publish_chunks(_chunks_from(self.path, d.offset, limit=size), qpath, tmp_dir=self.tmp_dir, mode=0o444)
+            publish_chunks(_chunks_from(self.path, d.offset, limit=size, fd=self._fd), qpath, tmp_dir=self.tmp_dir, mode=0o444)
         os.ftruncate(self._fd, d.offset)
         os.fsync(self._fd)
         if d.offset == 0:
@@ -552,28 +557,36 @@ class StreamWriter:
                 self._lock.release()
 
 
-def _chunks_from(path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20) -> Iterator[bytes]:
-    """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time."""
+def _chunks_from(
+    path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20, fd: int | None = None
+) -> Iterator[bytes]:
+    """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time (via ``fd`` if given)."""
     left = limit
-    with os.fdopen(open_nofollow(path, os.O_RDONLY, what="a task stream"), "rb") as f:
-        f.seek(offset)
+    own = fd is None
+    rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else fd
+    try:
+        pos = offset
         while left is None or left > 0:
-            chunk = f.read(size if left is None else min(size, left))
+            chunk = os.pread(rfd, size if left is None else min(size, left), pos)
             if not chunk:
                 return
+            pos += len(chunk)
             if left is not None:
                 left -= len(chunk)
             yield chunk
+    finally:
+        if own:
+            os.close(rfd)
 
 
-def quarantine_plan(path: Path, task_id: str, offset: int) -> tuple[str, str, int]:
+def quarantine_plan(path: Path, task_id: str, offset: int, *, fd: int | None = None) -> tuple[str, str, int]:
     """Name (under quarantine/), digest and size of a stream's bytes from ``offset`` on.
 
     Two streaming passes (hash here, copy later) keep memory bounded whatever follows.
     """
     hasher = blake3()
     size = 0
-    for chunk in _chunks_from(path, offset):
+    for chunk in _chunks_from(path, offset, fd=fd):
         hasher.update(chunk)
         size += len(chunk)
     hexd = hasher.hexdigest()
