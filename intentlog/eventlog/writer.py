@@ -393,7 +393,8 @@ class StreamWriter:
         makedirs_durable(self.tmp_dir)
         self._check_folders()
         if not os.path.lexists(qpath):
-            publish_chunks(_chunks_from(self.path, d.offset, limit=size, fd=self._fd), qpath, tmp_dir=self.tmp_dir, mode=0o444)
+            chunks = _chunks_from(self.path, d.offset, limit=size, fd=self._fd)
+            publish_chunks(chunks, qpath, tmp_dir=self.tmp_dir, mode=0o444)
         os.ftruncate(self._fd, d.offset)
         os.fsync(self._fd)
         if d.offset == 0:
