@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from test_verify_forgery import Events, at, reseal, verdicts
 
