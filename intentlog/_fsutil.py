@@ -11,12 +11,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._nofollow import O_NOFOLLOW, check_own_file, check_real_dir, open_nofollow, real_dirs
+from ._nofollow import O_NOFOLLOW, check_own_file, check_real_dir, open_dir_nofollow, open_nofollow, real_dirs
 
 __all__ = [
     "O_NOFOLLOW",
     "check_own_file",
     "check_real_dir",
+    "open_dir_nofollow",
     "fsync_dir",
     "makedirs_durable",
     "open_nofollow",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .errors import LedgerError, LinkRefused
 
-__all__ = ["O_NOFOLLOW", "check_own_file", "check_real_dir", "open_nofollow", "real_dirs"]
+__all__ = ["O_NOFOLLOW", "check_own_file", "check_real_dir", "open_dir_nofollow", "open_nofollow", "real_dirs"]
 
 #: Added to every open of a file inside a ledger: a link in the last component fails with ``ELOOP``.
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
@@ -41,6 +41,32 @@ def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644, *
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
             raise LinkRefused(os.fspath(path), what) from exc
+        raise
+
+
+_O_DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
+
+
+def open_dir_nofollow(
+    path: str | os.PathLike[str], *, what: str, dir_fd: int | None = None
+) -> int:
+    """A descriptor on the real folder ``path`` (relative to ``dir_fd`` if given), never a link.
+
+    Deleting or moving entries through the descriptor (``dir_fd=``) reaches that folder
+    whatever is renamed in meanwhile, so a folder swapped for a link after a check is
+    never the one changed. A link raises :class:`LinkRefused`; a missing folder
+    ``FileNotFoundError``; anything else not a folder ``NotADirectoryError``.
+    """
+    try:
+        return os.open(path, os.O_RDONLY | _O_DIRECTORY | O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                is_link = stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+            except OSError:
+                is_link = exc.errno == errno.ELOOP
+            if is_link:
+                raise LinkRefused(os.fspath(path), what) from exc
         raise
 
 
