@@ -24,7 +24,7 @@ from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
-from .eventlog.writer import assess, lost, quarantine_plan, refusal
+from .eventlog.writer import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .task import Task
 
 if TYPE_CHECKING:
@@ -192,7 +192,9 @@ class Ledger:
 
         return fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk)
 
-    def repair(self, task_id: str, *, accept_damage: bool = False, dry_run: bool = False) -> RepairReport:
+    def repair(
+        self, task_id: str, *, accept_damage: bool = False, accept_resend: bool = False, dry_run: bool = False
+    ) -> RepairReport:
         """The operator's path for a stream the writer refuses (``intentlog repair TASK``).
 
         Without ``accept_damage`` it does only what the next writer would do: quarantine a
@@ -201,7 +203,11 @@ class Ledger:
         ``accept_damage`` damage is moved aside too, from its first bad line (a suspect
         line, a bad line followed by good ones, a line too long), and the repair recorded
         in ``stream.repaired`` with ``"accepted": "damage"`` (and ``"seal"`` when the stream
-        contradicts ``heads.json``: writers then accept that seal). Takes the writer lock
+        contradicts ``heads.json``: writers then accept that seal). Bytes to move aside that
+        record an ``attempt.started`` (its send began; a re-run would send again) are refused
+        with :class:`~intentlog.errors.CorruptStream` naming each attempt, unless
+        ``accept_resend`` too: then ``"accepted": "damage+resend"`` and ``"started"`` list
+        them. Takes the writer lock
         (:class:`~intentlog.errors.TaskBusy` if another process holds it); ``dry_run``
         reads only and says what would be moved.
         """
@@ -218,11 +224,15 @@ class Ledger:
                 if d is not None:
                     raise refusal(t.path, d)
                 return RepairReport(task_id, "none")
+            if d.kind == "damage" and not accept_resend:
+                started = started_in(t.path, d.offset)
+                if started:
+                    raise resend_refusal(t.path, d, started)
             qname, digest, size = quarantine_plan(t.path, task_id, d.offset)
             return RepairReport(task_id, d.kind, d.line, f"quarantine/{qname}", size, digest, d.reason)
         t.close()
         try:
-            w = t._open_writer(accept_damage=accept_damage)
+            w = t._open_writer(accept_damage=accept_damage, accept_resend=accept_resend)
             d, q, ev = w.damage, w.quarantined, w.repaired
         finally:
             t.close()

@@ -107,7 +107,7 @@ class Task:
 
     # -- writing -------------------------------------------------------------------
 
-    def _open_writer(self, *, accept_damage: bool = False) -> StreamWriter:
+    def _open_writer(self, *, accept_damage: bool = False, accept_resend: bool = False) -> StreamWriter:
         """The open writer, opening it (lock, tail check, seal check) on first use.
 
         In a forked child a writer inherited from the parent is dropped without touching
@@ -130,7 +130,7 @@ class Task:
                 on_event=fold.apply,
                 seal=self._seal(),
             )
-            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage)
+            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
             self._writer, self._fold = w, fold
             return w
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import orjson
 from blake3 import blake3
 
 from .._digest import digest_bytes
@@ -61,12 +62,28 @@ from ..errors import (
 from .canonical import dumps
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .lock import WriterLock
-from .reader import MAX_LINE, StreamScan
+from .reader import MAX_LINE, StreamScan, _lines
 
-__all__ = ["Damage", "SealedHead", "StreamWriter", "assess", "lost", "quarantine_plan", "refusal"]
+__all__ = [
+    "ACCEPTED",
+    "Damage",
+    "SealedHead",
+    "StreamWriter",
+    "assess",
+    "lost",
+    "quarantine_plan",
+    "refusal",
+    "resend_refusal",
+    "started_in",
+]
 
 #: Every writer alive in this process, so a forked child can reset their thread locks.
 _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
+
+
+#: The values of ``stream.repaired``'s ``accepted``: damage moved aside by the operator
+#: (``"damage+resend"``: the moved bytes recorded started attempts, accepted knowingly).
+ACCEPTED: tuple[str, ...] = ("damage", "damage+resend")
 
 
 class SealedHead(NamedTuple):
@@ -120,7 +137,7 @@ class _Facts:
             self.digest_at_seal = ev.digest
         if (
             ev.kind == "stream.repaired"
-            and ev.data.get("accepted") == "damage"
+            and ev.data.get("accepted") in ACCEPTED
             and ev.data.get("seal") == {"seq": seal.seq, "head": seal.head}
         ):
             self.accepted = True
@@ -209,6 +226,43 @@ def lost(path: Path, seal: SealedHead) -> CorruptStream:
     )
 
 
+def started_in(path: Path, offset: int, *, fd: int | None = None) -> list[dict[str, Any]]:
+    """Every ``attempt.started`` among the lines from ``offset`` on, read loosely (a line need not chain).
+
+    Such a line says a send began: moving it aside lets a re-run send again. Each entry
+    is ``{"call", "attempt", "line"}`` (``line`` 1-based in the file); memory is bounded
+    by :data:`MAX_LINE` (a longer line is skipped).
+    """
+    out: list[dict[str, Any]] = []
+    rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else os.dup(fd)
+    with os.fdopen(rfd, "rb", buffering=0) as f:
+        f.seek(0)
+        for n, (at, line) in enumerate(_lines(f, MAX_LINE), start=1):
+            if at < offset or line is None or b"attempt.started" not in line:
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            data = obj.get("data") if type(obj) is dict and obj.get("kind") == "attempt.started" else None
+            if type(data) is dict:
+                out.append({"call": data.get("call"), "attempt": data.get("attempt"), "line": n})
+    return out
+
+
+def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> CorruptStream:
+    """Accepting damage would move aside the record that these attempts started."""
+    which = ", ".join(f"line {s['line']}: {s['call']} attempt {s['attempt']}" for s in started)
+    return CorruptStream(
+        str(path),
+        d.line,
+        f"{d.reason}; the bytes that accepting the damage would move aside record attempt.started ({which}): "
+        "their sends began and may have been paid for, and a re-run without those lines would send again",
+        hint="restore the file from a copy or git; or accept that risk too, knowingly: "
+        "ledger.repair(TASK, accept_damage=True, accept_resend=True) records it in stream.repaired",
+    )
+
+
 def refusal(path: Path, d: Damage) -> CorruptStream:
     return CorruptStream(
         str(path),
@@ -269,6 +323,7 @@ class StreamWriter:
         self.repaired: Event | None = None
         self.damage: Damage | None = None  # what the last open found (and repaired)
         self.quarantined: dict[str, Any] | None = None
+        self._started: list[dict[str, Any]] = []  # attempt.started lines a repair accepted to move aside
         self._pid = os.getpid()
         _WRITERS.add(self)
 
@@ -289,13 +344,16 @@ class StreamWriter:
         wait: float = 0.0,
         replay: Callable[[Event], None] | None = None,
         accept_damage: bool = False,
+        accept_resend: bool = False,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
 
         ``replay`` sees every trusted event already in the stream (the scan that checks
         the tail is also the caller's chance to build state without a second read).
         Damage (see the module doc) raises :class:`CorruptStream` and writes nothing,
-        unless ``accept_damage``: then it is moved aside and recorded like a torn tail.
+        unless ``accept_damage``: then it is moved aside and recorded like a torn tail --
+        except bytes that record an ``attempt.started`` (a re-run would send again):
+        refused (:func:`resend_refusal`) unless ``accept_resend`` too.
         """
         with self._mutex:
             if self._fd is not None:
@@ -307,7 +365,7 @@ class StreamWriter:
                 raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
             self._lock.acquire(wait)
             try:
-                self._open_locked(replay, accept_damage)
+                self._open_locked(replay, accept_damage, accept_resend)
             except BaseException:
                 self._close_fd()
                 self._lock.release()
@@ -328,7 +386,9 @@ class StreamWriter:
             raise LinkRefused(str(self.path), "a task stream")
         return True
 
-    def _open_locked(self, replay: Callable[[Event], None] | None, accept_damage: bool) -> None:
+    def _open_locked(
+        self, replay: Callable[[Event], None] | None, accept_damage: bool, accept_resend: bool = False
+    ) -> None:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
         if not self._stream_exists():
@@ -351,6 +411,12 @@ class StreamWriter:
             raise _ledger_os_error(self.path, "reading the stream", exc) from exc
         if damage is not None and damage.kind == "damage" and not accept_damage:
             raise refusal(self.path, damage)
+        started: list[dict[str, Any]] = []
+        if damage is not None and damage.kind == "damage":
+            started = started_in(self.path, damage.offset, fd=self._fd)
+            if started and not accept_resend:
+                raise resend_refusal(self.path, damage, started)
+        self._started = started
         self._seq = s.count
         self._head = s.head
         try:
@@ -409,7 +475,9 @@ class StreamWriter:
             "quarantined": self.quarantined,
         }
         if d.kind == "damage":
-            data["accepted"] = "damage"
+            data["accepted"] = "damage+resend" if self._started else "damage"
+            if self._started:
+                data["started"] = self._started
             if d.seal is not None:
                 data["seal"] = {"seq": d.seal.seq, "head": d.seal.head}
         self.damage = d
