@@ -7,7 +7,6 @@ a process never locks itself out of its own task.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
+from ._args import check_bool, check_seconds
 from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, NotALedger, UsageError, WrongType
@@ -99,11 +99,7 @@ class RepairReport:
 
 
 def _check_wait(wait: object) -> float:
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
-        raise WrongType(f"wait must be a number of seconds, not {type(wait).__name__} {wait!r}")
-    if not math.isfinite(wait) or wait < 0:
-        raise UsageError(f"wait must be a finite number of seconds >= 0, not {wait!r}")
-    return float(wait)
+    return check_seconds(wait, "wait")
 
 
 def _read_marker(root: Path) -> dict[str, Any]:
@@ -211,6 +207,9 @@ class Ledger:
         (:class:`~intentlog.errors.TaskBusy` if another process holds it); ``dry_run``
         reads only and says what would be moved.
         """
+        check_bool(accept_damage, "accept_damage")
+        check_bool(accept_resend, "accept_resend")
+        check_bool(dry_run, "dry_run")
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):

@@ -57,10 +57,11 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
+from ._args import check_count, check_seconds
 from ._digest import DIGEST_PREFIX, is_digest
 from ._fsutil import check_real_dir, fsync_dir, makedirs_durable, open_dir_nofollow, open_nofollow, publish_bytes
 from .artifacts.inline import inline_bytes
-from .errors import ArtifactError, GcRefused, IntentlogError, TaskBusy, UsageError
+from .errors import ArtifactError, GcRefused, IntentlogError, TaskBusy, UsageError, WrongType
 from .eventlog.format import check_task_id
 from .eventlog.lock import WriterLock
 from .eventlog.reader import StreamScan
@@ -421,6 +422,7 @@ def keep(ledger: Ledger, task_id: str, note: str | None = None, *, wait: float =
     such task) before touching the disk; :class:`GcRefused` if a gc holds the lock.
     """
     check_task_id(task_id)
+    check_seconds(wait, "wait")
     if note is not None and not isinstance(note, str):
         raise UsageError(f"a keep note must be a string, not {type(note).__name__}")
     if not ledger.stream_path(task_id).exists():
@@ -436,6 +438,7 @@ def keep(ledger: Ledger, task_id: str, note: str | None = None, *, wait: float =
 def unkeep(ledger: Ledger, task_id: str, *, wait: float = 30.0) -> bool:
     """Remove the keep mark of ``task_id``; False if it had none (then nothing is written)."""
     check_task_id(task_id)
+    check_seconds(wait, "wait")
     with _gc_lock(ledger, wait=wait):
         marks = kept_tasks(ledger)
         if marks.pop(task_id, None) is None:
@@ -965,6 +968,7 @@ def plan_gc(
     :class:`UsageError` for a malformed policy; a damaged ``keep.json`` makes the plan
     refused. See the module docstring for the rules.
     """
+    max_tracked = check_count(max_tracked, "max_tracked")
     policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
     return _plan(ledger, policy, _check_now(now), max_tracked=max_tracked, progress=progress)
 
@@ -1248,7 +1252,7 @@ class GcResult:
 class _GcLock:
     def __init__(self, ledger: Ledger, wait: float) -> None:
         self._lock = WriterLock(ledger.root / GC_LOCK, "gc")
-        self._wait = wait
+        self._wait = check_seconds(wait, "wait")
 
     def __enter__(self) -> None:
         try:
@@ -1290,6 +1294,10 @@ def apply_gc(
     then ``gc.finished``. Raises :class:`GcRefused` for a refused plan or when another gc
     holds the lock (after ``wait`` seconds).
     """
+    if plan is not None and not isinstance(plan, GcPlan):
+        raise WrongType(f"plan must be a GcPlan from plan_gc(), not {type(plan).__name__} {plan!r}")
+    wait = check_seconds(wait, "wait")
+    max_tracked = check_count(max_tracked, "max_tracked")
     if plan is not None and (max_age is not None or max_size is not None or grace is not None or now is not None):
         raise UsageError("pass either a preview plan or policy arguments to apply_gc, not both")
     policy = (

@@ -16,7 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
-from .errors import ReservedKind
+from ._args import check_count, check_path
+from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import RESERVED_PREFIXES, check_kind, encode_data, is_reserved
 from .eventlog.writer import SealedHead
@@ -164,6 +165,8 @@ class Task:
         check_kind(kind)
         if is_reserved(kind):
             raise ReservedKind(kind)
+        if expected_seq is not None:
+            check_count(expected_seq, "expected_seq")
         if data is None:
             data = {}
         elif not isinstance(data, Mapping):
@@ -222,10 +225,10 @@ class Task:
         event line that fails to chain (suspect: the line before may be edited) or a bad
         line followed by events raises :class:`~intentlog.errors.CorruptStream` naming it.
         """
-        from .errors import WrongType
-
         if isinstance(since, bool) or not isinstance(since, int):
             raise WrongType(f"events(since=...) takes a seq (an int >= 0), not {type(since).__name__} {since!r}")
+        if since < 0:
+            raise UsageError(f"events(since=...) takes a seq (an int >= 0), not {since!r}")
         return self._events(since)
 
     def _events(self, since: int) -> Iterator[Event]:
@@ -261,6 +264,7 @@ class Task:
         """
         from .artifacts import capture_locator
 
+        check_path(locator, "locator")
         loc, ref = capture_locator(
             self.ledger.artifacts, self.ledger.workspace, os.fspath(locator), media_type=media_type
         )

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import orjson
 from blake3 import blake3
 
+from .._args import check_names, check_path
 from .._digest import DIGEST_PREFIX, digest_bytes, is_digest
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, DigestMismatch, LedgerError, NotALedger, NotSerializable, UsageError
@@ -1300,7 +1301,8 @@ def verify_path(
     :class:`InvalidTaskId` or :class:`UsageError` for a named task that has no stream
     (and was never sealed); everything found wrong is in the report, not raised.
     """
-    root_path = Path(root)
+    root_path = check_path(root, "root")
+    tasks = check_names(tasks, "tasks")
     if not root_path.is_dir():
         raise NotALedger(str(root_path), "is not a folder; pass the ledger root (the folder holding intentlog.json)")
     ws = Path(workspace) if workspace is not None else root_path.absolute().parent
