@@ -29,19 +29,30 @@ O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
 
 
-def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644, *, what: str = "a file") -> int:
+def open_nofollow(
+    path: str | os.PathLike[str], flags: int, mode: int = 0o644, *, what: str = "a file", dir_fd: int | None = None
+) -> int:
     """``os.open`` that never follows a link in the last component of ``path``.
 
     A link there raises :class:`LinkRefused` naming ``path`` and ``what`` it stands for;
     nothing is opened. The folders above are not checked here: check them with
-    :func:`check_real_dir` (or :func:`real_dirs`). Other ``OSError`` s pass through.
+    :func:`check_real_dir` (or :func:`real_dirs`), or pass ``dir_fd`` (from
+    :func:`open_dir_nofollow`): ``path`` is then relative to that folder, whatever is
+    renamed in meanwhile. Other ``OSError`` s pass through.
     """
     try:
-        return os.open(path, flags | O_NOFOLLOW | _O_CLOEXEC, mode)
+        return os.open(path, flags | O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and _is_link(path, dir_fd)):
             raise LinkRefused(os.fspath(path), what) from exc
         raise
+
+
+def _is_link(path: str | os.PathLike[str], dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
 
 
 _O_DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
-from ._args import check_count, check_path
+from ._args import check_path
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import RESERVED_PREFIXES, check_kind, encode_data, is_reserved
@@ -165,8 +165,9 @@ class Task:
         check_kind(kind)
         if is_reserved(kind):
             raise ReservedKind(kind)
-        if expected_seq is not None:
-            check_count(expected_seq, "expected_seq")
+        if expected_seq is not None and (isinstance(expected_seq, bool) or not isinstance(expected_seq, int)):
+            raise WrongType(f"expected_seq must be an int (the next seq you read), not {type(expected_seq).__name__} "
+                            f"{expected_seq!r}; nothing was written")
         if data is None:
             data = {}
         elif not isinstance(data, Mapping):

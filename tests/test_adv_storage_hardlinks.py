@@ -109,3 +109,34 @@ def test_readers_still_read_a_hard_linked_stream(tmp_path: Path) -> None:
 
     assert verify_path(tmp_path / "l").ok
     led.close()
+
+
+@pytest.mark.parametrize("task", ["t", "new"])
+def test_tasks_folder_swapped_for_a_link_after_the_check_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str
+) -> None:
+    """The writer checks tasks/, then opens the lock and stream inside that very folder (a descriptor)."""
+    led, path = _stream(tmp_path / "l")
+    tasks = path.parent
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("t.jsonl", "t.jsonl.lock"):
+        (outside / name).write_bytes((tasks / name).read_bytes())
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    real_check = writer_mod.StreamWriter._check_folders
+
+    def check_then_swap(self: writer_mod.StreamWriter) -> None:
+        real_check(self)
+        if not os.path.islink(tasks):
+            os.rename(tasks, tmp_path / "l" / "tasks.real")
+            os.symlink(outside, tasks)
+
+    monkeypatch.setattr(writer_mod.StreamWriter, "_check_folders", check_then_swap)
+    try:
+        led.task(task).append("note", {"n": 2})
+    except intentlog.IntentlogError:
+        pass
+    led.task(task).close()
+    assert os.path.islink(tasks), "the test swapped nothing"
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "written through a swapped tasks/ link"
+    led.close()

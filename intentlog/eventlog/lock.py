@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from .._fsutil import check_own_file, open_nofollow
-from ..errors import LedgerError, TaskBusy
+from ..errors import LedgerError, LinkRefused, TaskBusy
 
 __all__ = ["WriterLock"]
 
@@ -38,19 +38,23 @@ class WriterLock:
     def held(self) -> bool:
         return self._fd is not None and self._pid == os.getpid()
 
-    def acquire(self, wait: float) -> None:
+    def acquire(self, wait: float, *, dir_fd: int | None = None) -> None:
         """Take the lock, waiting up to ``wait`` seconds, else raise :class:`TaskBusy`.
 
         Raises :class:`~intentlog.errors.LinkRefused` when the lock file is a link and
         :class:`~intentlog.errors.LedgerError` when it cannot be created or opened (a
-        read-only ledger, a full disk); nothing is written then.
+        read-only ledger, a full disk); nothing is written then. With ``dir_fd`` (a
+        descriptor on the lock's folder) the file is opened inside that folder.
         """
         if self._fd is not None:
             if self._pid == os.getpid():
                 return
             self.abandon()
         try:
-            fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file")
+            name = self.path.name if dir_fd is not None else self.path
+            fd = open_nofollow(name, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file", dir_fd=dir_fd)
+        except LinkRefused:
+            raise LinkRefused(str(self.path), "a task's lock file") from None
         except OSError as exc:
             raise LedgerError(_cannot(self.path, exc)) from exc
         try:

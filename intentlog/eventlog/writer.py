@@ -45,6 +45,7 @@ from .._fsutil import (
     check_own_file,
     check_real_dir,
     makedirs_durable,
+    open_dir_nofollow,
     open_nofollow,
     publish_bytes,
     publish_chunks,
@@ -313,6 +314,7 @@ class StreamWriter:
         self.tmp_dir = tmp_dir
         self._lock = WriterLock(path.with_name(path.name + ".lock"), task_id)
         self._fd: int | None = None
+        self._dir_fd: int | None = None  # tasks/ (the stream's folder), opened without following a link
         self._seq = 0
         self._head: str | None = None
         self._poisoned: str | None = None
@@ -361,14 +363,22 @@ class StreamWriter:
             self._pid = os.getpid()
             try:
                 self._check_folders()
+                # every name below is given inside this descriptor: a folder swapped for a
+                # link after the check is never reached
+                self._dir_fd = open_dir_nofollow(self.path.parent, what="task streams")
             except OSError as exc:
                 raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
-            self._lock.acquire(wait)
+            try:
+                self._lock.acquire(wait, dir_fd=self._dir_fd)
+            except BaseException:
+                self._close_dir()
+                raise
             try:
                 self._open_locked(replay, accept_damage, accept_resend)
             except BaseException:
                 self._close_fd()
                 self._lock.release()
+                self._close_dir()
                 raise
 
     def _check_folders(self) -> None:
@@ -379,7 +389,10 @@ class StreamWriter:
 
     def _stream_exists(self) -> bool:
         try:
-            st = os.lstat(self.path)
+            if self._dir_fd is not None:
+                st = os.stat(self.path.name, dir_fd=self._dir_fd, follow_symlinks=False)
+            else:
+                st = os.lstat(self.path)
         except FileNotFoundError:
             return False
         if stat.S_ISLNK(st.st_mode):
@@ -401,7 +414,7 @@ class StreamWriter:
         # one descriptor for everything below: the file checked is the file scanned,
         # quarantined, truncated and appended to, whatever is renamed in meanwhile
         try:
-            self._fd = open_nofollow(self.path, os.O_RDWR | os.O_APPEND, what="a task stream")
+            self._fd = self._open_stream()
             check_own_file(self._fd, self.path, what="a task stream")
         except OSError as exc:
             raise _ledger_os_error(self.path, "opening the stream for appending", exc) from exc
@@ -431,6 +444,20 @@ class StreamWriter:
         if replay and self.repaired is not None:
             replay(self.repaired)
 
+    def _open_stream(self) -> int:
+        """The stream for reading and appending, inside the checked folder, never through a link."""
+        if self._dir_fd is None:
+            return open_nofollow(self.path, os.O_RDWR | os.O_APPEND, what="a task stream")
+        try:
+            return open_nofollow(self.path.name, os.O_RDWR | os.O_APPEND, what="a task stream", dir_fd=self._dir_fd)
+        except LinkRefused:
+            raise LinkRefused(str(self.path), "a task stream") from None
+
+    def _close_dir(self) -> None:
+        fd, self._dir_fd = self._dir_fd, None
+        if fd is not None:
+            os.close(fd)
+
     def _create(self) -> None:
         makedirs_durable(self.path.parent)
         makedirs_durable(self.tmp_dir)
@@ -442,7 +469,7 @@ class StreamWriter:
             0,
             utc_now(),
         )
-        publish_bytes(line, self.path, tmp_dir=self.tmp_dir, mode=0o644)
+        publish_bytes(line, self.path, tmp_dir=self.tmp_dir, mode=0o644, dir_fd=self._dir_fd)
         self._stream_exists()  # a link that appeared meanwhile is refused, never scanned
 
     def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
@@ -610,6 +637,7 @@ class StreamWriter:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+        self._close_dir()
         self._lock.abandon()
 
     def close(self) -> None:
@@ -624,6 +652,7 @@ class StreamWriter:
             finally:
                 self._close_fd()
                 self._lock.release()
+                self._close_dir()
 
 
 def _chunks_from(
