@@ -1322,7 +1322,11 @@ def apply_gc(
 
 def _carry_out(ledger: Ledger, plan: GcPlan) -> GcResult:
     log = StreamWriter(
-        path=ledger.root / GC_LOG, task_id="gc", quarantine_dir=ledger.quarantine_dir, tmp_dir=ledger.tmp_dir
+        path=ledger.root / GC_LOG,
+        task_id="gc",
+        quarantine_dir=ledger.quarantine_dir,
+        tmp_dir=ledger.tmp_dir,
+        in_root=True,
     )
     makedirs_durable(ledger.tmp_dir)
     log.open(wait=10.0)

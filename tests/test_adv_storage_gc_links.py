@@ -91,3 +91,15 @@ def test_a_linked_keep_file_is_not_read(tmp_path: Path) -> None:
     plan = plan_gc(led, max_age="30d", grace="0s", now=LATER)
     assert plan.refused is not None and "link" in plan.refused
     led.close()
+
+
+def test_gc_works_on_a_ledger_whose_root_is_a_link(tmp_path: Path) -> None:
+    """The root is the user's choice and may be a link; gc refused it as a linked tasks folder."""
+    intentlog.open(tmp_path / "real").close()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    led = _ledger(tmp_path / "link")
+    result = apply_gc(led, max_age="30d", grace="0s", now=LATER)
+    assert result.deleted == ("t",)
+    assert not (tmp_path / "real" / "tasks" / "t.jsonl").exists()
+    assert (tmp_path / "real" / "gc.jsonl").is_file() and not (tmp_path / "real" / "gc.jsonl").is_symlink()
+    led.close()

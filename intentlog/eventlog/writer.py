@@ -306,8 +306,10 @@ class StreamWriter:
         tmp_dir: Path,
         on_event: Callable[[Event], None] | None = None,
         seal: SealedHead | None = None,
+        in_root: bool = False,
     ) -> None:
         self.path = path
+        self.in_root = in_root  # the stream lives in the ledger folder itself (gc.jsonl), which may be a link
         self.seal = seal
         self.task_id = task_id
         self.quarantine_dir = quarantine_dir
@@ -365,7 +367,11 @@ class StreamWriter:
                 self._check_folders()
                 # every name below is given inside this descriptor: a folder swapped for a
                 # link after the check is never reached
-                self._dir_fd = open_dir_nofollow(self.path.parent, what="task streams")
+                self._dir_fd = (
+                    os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+                    if self.in_root
+                    else open_dir_nofollow(self.path.parent, what="task streams")
+                )
             except OSError as exc:
                 raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
             try:
@@ -382,8 +388,9 @@ class StreamWriter:
                 raise
 
     def _check_folders(self) -> None:
-        """tasks/, tmp/ and quarantine/ must be real folders (or absent), never links."""
-        check_real_dir(self.path.parent, what="task streams")
+        """tasks/, tmp/ and quarantine/ must be real folders (or absent), never links (the root may be one)."""
+        if not self.in_root:
+            check_real_dir(self.path.parent, what="task streams")
         check_real_dir(self.tmp_dir, what="staging files (tmp/)")
         check_real_dir(self.quarantine_dir, what="quarantined bytes (quarantine/)")
 
