@@ -488,13 +488,10 @@ class StreamWriter:
         if self._fd is None:
             return
         qname, digest, size = self.quarantine_plan(d.offset)
-        qpath = self.quarantine_dir / qname
         makedirs_durable(self.quarantine_dir)
         makedirs_durable(self.tmp_dir)
         self._check_folders()
-        if not os.path.lexists(qpath):
-            chunks = _chunks_from(self.path, d.offset, limit=size, fd=self._fd)
-            publish_chunks(chunks, qpath, tmp_dir=self.tmp_dir, mode=0o444)
+        qname = self._keep_aside(qname, digest, size, d.offset)
         os.ftruncate(self._fd, d.offset)
         os.fsync(self._fd)
         if d.offset == 0:
@@ -516,6 +513,25 @@ class StreamWriter:
                 data["seal"] = {"seq": d.seal.seq, "head": d.seal.head}
         self.damage = d
         self.repaired = self.append("stream.repaired", data)
+
+    def _keep_aside(self, qname: str, digest: str, size: int, offset: int) -> str:
+        """Copy the bytes from ``offset`` into ``quarantine/`` (durably); the name they are kept under.
+
+        The name is never overwritten. A file already there is reused only when it holds
+        exactly these bytes (a repair that crashed after its copy); anything else there (other
+        bytes, a link) stays untouched and the bytes go under a new name beside it.
+        """
+        name = qname
+        for _ in range(8):
+            chunks = _chunks_from(self.path, offset, limit=size, fd=self._fd)
+            if publish_chunks(chunks, self.quarantine_dir / name, tmp_dir=self.tmp_dir, mode=0o444):
+                return name
+            if _holds(self.quarantine_dir / name, digest, size):
+                return name
+            name = f"{qname[: -len('.bin')]}.{os.urandom(6).hex()}.bin"
+        raise LedgerError(
+            f"{self.quarantine_dir}: cannot find a free name for the bytes to move aside; nothing was cut"
+        )
 
     def _write_created(self) -> None:
         """Line 0 of a stream left empty (it is synced by the caller's next sync)."""
@@ -682,6 +698,26 @@ def _chunks_from(
     finally:
         if own:
             os.close(rfd)
+
+
+def _holds(path: Path, digest: str, size: int) -> bool:
+    """Is ``path`` a regular file (not a link) holding exactly ``size`` bytes hashing to ``digest``?"""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY, what="quarantined bytes")
+    except OSError:
+        return False
+    except LinkRefused:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        hasher = blake3()
+        while chunk := os.read(fd, 1 << 20):
+            hasher.update(chunk)
+        return "blake3:" + hasher.hexdigest() == digest
+    finally:
+        os.close(fd)
 
 
 def quarantine_plan(path: Path, task_id: str, offset: int, *, fd: int | None = None) -> tuple[str, str, int]:
