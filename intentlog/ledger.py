@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import orjson
 
 from ._args import check_bool, check_seconds
-from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
+from ._fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofollow, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
@@ -218,6 +218,11 @@ class Ledger:
                 raise lost(t.path, seal)  # nothing to move aside: restore it, or re-seal without it
             return RepairReport(task_id, "none")
         if dry_run:
+            fd = open_nofollow(t.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0), what="a task stream")
+            try:
+                check_own_file(fd, t.path, what="a task stream")  # what the repair itself would refuse
+            finally:
+                os.close(fd)
             _, d = assess(t.path, t._seal())
             if d is None or (d.kind == "damage" and not accept_damage):
                 if d is not None:

@@ -61,7 +61,7 @@ from ._args import check_count, check_seconds
 from ._digest import DIGEST_PREFIX, is_digest
 from ._fsutil import check_real_dir, fsync_dir, makedirs_durable, open_dir_nofollow, open_nofollow, publish_bytes
 from .artifacts.inline import inline_bytes
-from .errors import ArtifactError, GcRefused, IntentlogError, TaskBusy, UsageError, WrongType
+from .errors import ArtifactError, GcRefused, IntentlogError, LedgerError, TaskBusy, UsageError, WrongType
 from .eventlog.format import check_task_id
 from .eventlog.lock import WriterLock
 from .eventlog.reader import StreamScan
@@ -888,6 +888,10 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
     except OSError as exc:
         info.rule, info.detail = "unreadable", f"cannot be read: {exc.strerror or exc}"
         scan.incomplete.append(f"{where}: cannot be read ({exc.strerror or exc})")
+        return False
+    except LedgerError as exc:  # a link or a special file at the stream's name: never read, kept
+        info.rule, info.detail = "unreadable", f"cannot be read: {exc}"
+        scan.incomplete.append(f"{where}: cannot be read ({exc})")
         return False
     if p is not None and not p.incomplete:
         info.rule, info.detail = "unreadable", f"line {p.line}: {p.reason}; run 'intentlog verify'"

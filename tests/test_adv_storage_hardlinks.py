@@ -47,6 +47,8 @@ def test_a_hard_linked_stream_is_refused_for_writing_and_the_outside_file_untouc
     assert str(path) in str(err.value) and "hard link" in str(err.value)
     with pytest.raises(intentlog.LedgerError):
         led.repair("t", accept_damage=True)
+    with pytest.raises(intentlog.LedgerError, match="hard link"):
+        led.repair("t", accept_damage=True, dry_run=True)  # the dry run says what the repair would
     assert outside.read_bytes() == before, "the outside inode was written"
     assert os.stat(outside).st_nlink == 2
     assert not any((tmp_path / "l" / "quarantine").iterdir())
