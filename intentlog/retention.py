@@ -122,6 +122,7 @@ _DIGEST_BYTES = re.compile(rb"blake3:([0-9a-f]{64})")
 _MOVED_RE = re.compile(r"\.gc\.([0-9a-f]{64})\.[0-9a-f]+\.moved\Z")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CHUNK = 1 << 20
 _NEVER: Final = -1  # a digest held or referenced by a task that is never deleted
 
@@ -378,7 +379,9 @@ def kept_tasks(ledger: Ledger) -> dict[str, KeepMark]:
     """The tasks marked with :func:`keep`, by id. Raises :class:`IntentlogError` for a damaged ``keep.json``."""
     path = _keep_path(ledger)
     try:
-        with os.fdopen(open_nofollow(path, os.O_RDONLY, what="the keep marks (keep.json)"), "rb") as f:
+        with os.fdopen(open_nofollow(path, os.O_RDONLY | _O_NONBLOCK, what="the keep marks (keep.json)"), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO would block the read forever
+                raise IntentlogError(f"{path}: is not a regular file; restore keep.json from git or a copy")
             raw = f.read()
     except FileNotFoundError:
         return {}

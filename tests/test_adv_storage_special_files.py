@@ -51,3 +51,22 @@ def test_a_fifo_in_tasks_never_hangs_a_reader(tmp_path: Path, call: str) -> None
         pytest.fail(f"{call} hung on a FIFO in tasks/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ("ok" if call == "plan_gc" else "refused"), out.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_keep_json_refuses_the_plan_without_hanging(tmp_path: Path) -> None:
+    root = tmp_path / "l"
+    led = intentlog.open(root)
+    led.task("t").append("note", {})
+    led.close()
+    os.mkfifo(root / "keep.json")
+    code = (
+        "import intentlog\nfrom intentlog.retention import plan_gc\n"
+        f"p = plan_gc(intentlog.open({str(root)!r}))\n"
+        "assert p.refused is not None and 'keep.json' in p.refused, p.refused\nprint('refused')\n"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("plan_gc hung on a FIFO keep.json")
+    assert out.returncode == 0 and out.stdout.strip() == "refused", out.stderr
