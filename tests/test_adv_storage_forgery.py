@@ -78,3 +78,16 @@ def test_a_forgery_around_large_values_is_rejected(name: str, big_dir: Path, tmp
     assert independent, name
     assert not export_ok, name
 
+
+
+def forge_request_hash_in_both(events: Events) -> Events:
+    """call.requested and call.manifest agree on a request hash that the request bytes do not have."""
+    fake = "blake3:" + "cd" * 32
+    events[at(events, "call.requested")]["data"]["request_hash"] = fake
+    events[at(events, "call.manifest")]["data"]["request_hash"] = fake
+    return events
+
+
+def test_a_request_hash_edited_in_requested_and_manifest_is_rejected(big_dir: Path, tmp_path: Path) -> None:
+    ledger_errors, library, independent, export_ok = verdicts(big_dir, tmp_path, forge_request_hash_in_both)
+    assert ledger_errors and library and independent and not export_ok
