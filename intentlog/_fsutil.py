@@ -11,11 +11,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._nofollow import O_NOFOLLOW, check_real_dir, open_nofollow, real_dirs
+from ._nofollow import O_NOFOLLOW, check_own_file, check_real_dir, open_dir_nofollow, open_nofollow, real_dirs
 
 __all__ = [
     "O_NOFOLLOW",
+    "check_own_file",
     "check_real_dir",
+    "open_dir_nofollow",
     "fsync_dir",
     "makedirs_durable",
     "open_nofollow",
@@ -75,13 +77,16 @@ def publish_chunks(
     tmp_dir: str | os.PathLike[str],
     replace: bool = False,
     mode: int = 0o444,
+    dir_fd: int | None = None,
 ) -> bool:
     """Write ``chunks`` to a temp file, fsync it, give it its name, fsync the directory.
 
     With ``replace=False`` the name is given by ``os.link``, which never overwrites: if
     ``dest`` already exists the temp file is removed and False is returned (the caller
     decides whether the existing file is acceptable). With ``replace=True`` ``os.replace``
-    swaps it in. The temp file is removed on any error.
+    swaps it in. The temp file is removed on any error. With ``dir_fd`` (a descriptor on
+    the destination folder) the name is given inside that folder, whatever is renamed in
+    meanwhile, and that descriptor is fsynced.
     """
     dest = Path(dest)
     tmp = _temp_path(Path(tmp_dir), dest.name)
@@ -94,18 +99,22 @@ def publish_chunks(
             os.fsync(fd)
         finally:
             os.close(fd)
+        target: str | Path = dest.name if dir_fd is not None else dest
         if replace:
-            os.replace(tmp, dest)
+            os.replace(tmp, target, dst_dir_fd=dir_fd)
             created = True
         else:
             try:
-                os.link(tmp, dest)
+                os.link(tmp, target, dst_dir_fd=dir_fd, follow_symlinks=False)
                 created = True
             except FileExistsError:
                 created = False
             os.unlink(tmp)
         if created:
-            fsync_dir(dest.parent)
+            if dir_fd is not None:
+                os.fsync(dir_fd)
+            else:
+                fsync_dir(dest.parent)
         return created
     except BaseException:
         try:
@@ -122,6 +131,7 @@ def publish_bytes(
     tmp_dir: str | os.PathLike[str],
     replace: bool = False,
     mode: int = 0o444,
+    dir_fd: int | None = None,
 ) -> bool:
     """:func:`publish_chunks` for one bytes object."""
-    return publish_chunks((data,), dest, tmp_dir=tmp_dir, replace=replace, mode=mode)
+    return publish_chunks((data,), dest, tmp_dir=tmp_dir, replace=replace, mode=mode, dir_fd=dir_fd)

@@ -51,6 +51,7 @@ import orjson
 from blake3 import blake3
 
 from . import __version__
+from ._args import check_names, check_path, check_paths
 from ._digest import DIGEST_PREFIX, is_digest
 from ._fsutil import fsync_dir, makedirs_durable, publish_chunks
 from .artifacts.inline import inline_bytes
@@ -77,6 +78,7 @@ from .projections.verify import (
     encode_heads,
     find_links,
     read_heads_at,
+    retired_by_gc,
     verify_path,
 )
 from .projections.workstate import WorkState, work_state
@@ -325,6 +327,8 @@ class _Exporter:
             )
         if scan.last is None or scan.head is None or stream_id is None:
             raise CorruptStream(str(src), 1, "the stream is empty; not exported")
+        if sealed is not None and sealed.stream != stream_id and retired_by_gc(self.root, task, sealed):
+            sealed = None  # gc deleted the sealed stream (gc.jsonl says so); this one is a new task
         if sealed is not None and (sealed.stream != stream_id or at_sealed != sealed.head):
             raise LedgerError(
                 f"{src}: the ledger's heads.json sealed seq {sealed.seq} of stream {sealed.stream} as "
@@ -584,9 +588,12 @@ def export_bundle(
     """
     if out is None and tar is None:
         raise UsageError("say where the bundle goes: a folder (out), a tar file (tar), or both")
-    names = sorted({check_task_id(t) for t in tasks}) if tasks else None
-    out_path = Path(out) if out is not None else None
-    tar_path = Path(tar) if tar is not None else None
+    check_path(root, "root")
+    task_list = check_names(tasks, "tasks")
+    names = sorted({check_task_id(t) for t in task_list}) if task_list else None
+    out_path = check_path(out, "out") if out is not None else None
+    tar_path = check_path(tar, "tar") if tar is not None else None
+    receipts = check_paths(receipts, "receipts")
     if out_path is not None:
         _check_out(out_path)
     if tar_path is not None and (tar_path.is_symlink() or (tar_path.exists() and not tar_path.is_file())):
@@ -857,7 +864,7 @@ def check_bundle(
     under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates) before
     anything of it is checked.
     """
-    root = Path(bundle)
+    root = check_path(bundle, "bundle")
     if root.is_file():
         return _check_tar(root, inventory=inventory, progress=progress)
     no_workspace = root / ".no-workspace-in-a-bundle"

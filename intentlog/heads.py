@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._fsutil import makedirs_durable, publish_bytes
+from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
 from .errors import CorruptStream
 from .eventlog.format import TASK_CREATED
 from .eventlog.reader import StreamScan
@@ -65,8 +65,10 @@ def seal(ledger: Ledger) -> Path:
     deterministic: the same streams give the same bytes, so git shows a change only when
     a stream moved. Takes no writer lock: events appended while sealing are simply after
     the head. Raises :class:`CorruptStream` (and writes nothing) when a stream is corrupt
-    in the middle; run 'intentlog verify' to see where.
+    in the middle; run 'intentlog verify' to see where; :class:`LinkRefused` when
+    ``tasks/`` is a symbolic link (its streams are not the ledger's to anchor).
     """
+    check_real_dir(ledger.tasks_dir, what="task streams")  # never anchor streams read through a link
     heads = {task: stream_head(ledger.stream_path(task), task) for task in ledger.task_ids()}
     dest = ledger.root / HEADS_FILE
     makedirs_durable(ledger.tmp_dir)

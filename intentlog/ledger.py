@@ -7,7 +7,6 @@ a process never locks itself out of its own task.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
-from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
+from ._args import check_bool, check_seconds
+from ._fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofollow, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
-from .eventlog.writer import assess, quarantine_plan, refusal
+from .eventlog.writer import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .task import Task
 
 if TYPE_CHECKING:
@@ -99,11 +99,7 @@ class RepairReport:
 
 
 def _check_wait(wait: object) -> float:
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
-        raise WrongType(f"wait must be a number of seconds, not {type(wait).__name__} {wait!r}")
-    if not math.isfinite(wait) or wait < 0:
-        raise UsageError(f"wait must be a finite number of seconds >= 0, not {wait!r}")
-    return float(wait)
+    return check_seconds(wait, "wait")
 
 
 def _read_marker(root: Path) -> dict[str, Any]:
@@ -192,7 +188,9 @@ class Ledger:
 
         return fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk)
 
-    def repair(self, task_id: str, *, accept_damage: bool = False, dry_run: bool = False) -> RepairReport:
+    def repair(
+        self, task_id: str, *, accept_damage: bool = False, accept_resend: bool = False, dry_run: bool = False
+    ) -> RepairReport:
         """The operator's path for a stream the writer refuses (``intentlog repair TASK``).
 
         Without ``accept_damage`` it does only what the next writer would do: quarantine a
@@ -201,25 +199,44 @@ class Ledger:
         ``accept_damage`` damage is moved aside too, from its first bad line (a suspect
         line, a bad line followed by good ones, a line too long), and the repair recorded
         in ``stream.repaired`` with ``"accepted": "damage"`` (and ``"seal"`` when the stream
-        contradicts ``heads.json``: writers then accept that seal). Takes the writer lock
+        contradicts ``heads.json``: writers then accept that seal). Bytes to move aside that
+        record an ``attempt.started`` (its send began; a re-run would send again) are refused
+        with :class:`~intentlog.errors.CorruptStream` naming each attempt, unless
+        ``accept_resend`` too: then ``"accepted": "damage+resend"`` and ``"started"`` list
+        them. Takes the writer lock
         (:class:`~intentlog.errors.TaskBusy` if another process holds it); ``dry_run``
         reads only and says what would be moved.
         """
+        check_bool(accept_damage, "accept_damage")
+        check_bool(accept_resend, "accept_resend")
+        check_bool(dry_run, "dry_run")
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):
+            seal = t._seal()
+            if seal is not None and not seal.retired:
+                raise lost(t.path, seal)  # nothing to move aside: restore it, or re-seal without it
             return RepairReport(task_id, "none")
         if dry_run:
+            fd = open_nofollow(t.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0), what="a task stream")
+            try:
+                check_own_file(fd, t.path, what="a task stream")  # what the repair itself would refuse
+            finally:
+                os.close(fd)
             _, d = assess(t.path, t._seal())
             if d is None or (d.kind == "damage" and not accept_damage):
                 if d is not None:
                     raise refusal(t.path, d)
                 return RepairReport(task_id, "none")
+            if d.kind == "damage" and not accept_resend:
+                started = started_in(t.path, d.offset)
+                if started:
+                    raise resend_refusal(t.path, d, started)
             qname, digest, size = quarantine_plan(t.path, task_id, d.offset)
             return RepairReport(task_id, d.kind, d.line, f"quarantine/{qname}", size, digest, d.reason)
         t.close()
         try:
-            w = t._open_writer(accept_damage=accept_damage)
+            w = t._open_writer(accept_damage=accept_damage, accept_resend=accept_resend)
             d, q, ev = w.damage, w.quarantined, w.repaired
         finally:
             t.close()

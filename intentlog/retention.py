@@ -57,10 +57,11 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
+from ._args import check_count, check_seconds
 from ._digest import DIGEST_PREFIX, is_digest
-from ._fsutil import fsync_dir, makedirs_durable, publish_bytes
+from ._fsutil import check_real_dir, fsync_dir, makedirs_durable, open_dir_nofollow, open_nofollow, publish_bytes
 from .artifacts.inline import inline_bytes
-from .errors import ArtifactError, GcRefused, IntentlogError, TaskBusy, UsageError
+from .errors import ArtifactError, GcRefused, IntentlogError, LedgerError, TaskBusy, UsageError, WrongType
 from .eventlog.format import check_task_id
 from .eventlog.lock import WriterLock
 from .eventlog.reader import StreamScan
@@ -121,6 +122,7 @@ _DIGEST_BYTES = re.compile(rb"blake3:([0-9a-f]{64})")
 _MOVED_RE = re.compile(r"\.gc\.([0-9a-f]{64})\.[0-9a-f]+\.moved\Z")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CHUNK = 1 << 20
 _NEVER: Final = -1  # a digest held or referenced by a task that is never deleted
 
@@ -377,7 +379,10 @@ def kept_tasks(ledger: Ledger) -> dict[str, KeepMark]:
     """The tasks marked with :func:`keep`, by id. Raises :class:`IntentlogError` for a damaged ``keep.json``."""
     path = _keep_path(ledger)
     try:
-        raw = path.read_bytes()
+        with os.fdopen(open_nofollow(path, os.O_RDONLY | _O_NONBLOCK, what="the keep marks (keep.json)"), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO would block the read forever
+                raise IntentlogError(f"{path}: is not a regular file; restore keep.json from git or a copy")
+            raw = f.read()
     except FileNotFoundError:
         return {}
     except OSError as exc:
@@ -420,6 +425,7 @@ def keep(ledger: Ledger, task_id: str, note: str | None = None, *, wait: float =
     such task) before touching the disk; :class:`GcRefused` if a gc holds the lock.
     """
     check_task_id(task_id)
+    check_seconds(wait, "wait")
     if note is not None and not isinstance(note, str):
         raise UsageError(f"a keep note must be a string, not {type(note).__name__}")
     if not ledger.stream_path(task_id).exists():
@@ -435,6 +441,7 @@ def keep(ledger: Ledger, task_id: str, note: str | None = None, *, wait: float =
 def unkeep(ledger: Ledger, task_id: str, *, wait: float = 30.0) -> bool:
     """Remove the keep mark of ``task_id``; False if it had none (then nothing is written)."""
     check_task_id(task_id)
+    check_seconds(wait, "wait")
     with _gc_lock(ledger, wait=wait):
         marks = kept_tasks(ledger)
         if marks.pop(task_id, None) is None:
@@ -885,6 +892,10 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
         info.rule, info.detail = "unreadable", f"cannot be read: {exc.strerror or exc}"
         scan.incomplete.append(f"{where}: cannot be read ({exc.strerror or exc})")
         return False
+    except LedgerError as exc:  # a link or a special file at the stream's name: never read, kept
+        info.rule, info.detail = "unreadable", f"cannot be read: {exc}"
+        scan.incomplete.append(f"{where}: cannot be read ({exc})")
+        return False
     if p is not None and not p.incomplete:
         info.rule, info.detail = "unreadable", f"line {p.line}: {p.reason}; run 'intentlog verify'"
         scan.incomplete.append(f"{where} line {p.line}: {p.reason}")
@@ -964,13 +975,29 @@ def plan_gc(
     :class:`UsageError` for a malformed policy; a damaged ``keep.json`` makes the plan
     refused. See the module docstring for the rules.
     """
+    max_tracked = check_count(max_tracked, "max_tracked")
     policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
     return _plan(ledger, policy, _check_now(now), max_tracked=max_tracked, progress=progress)
+
+
+def _check_layout(ledger: Ledger) -> None:
+    """The folders gc lists, reads, moves and deletes in are real folders, never links (:class:`LinkRefused`)."""
+    for path, what in (
+        (ledger.tasks_dir, "task streams"),
+        (ledger.root / "objects", "artifact objects (objects/)"),
+        (ledger.tmp_dir, "staging files (tmp/)"),
+        (ledger.quarantine_dir, "quarantined bytes (quarantine/)"),
+    ):
+        try:
+            check_real_dir(path, what=what)
+        except NotADirectoryError as exc:
+            raise IntentlogError(f"{path}: {exc.strerror}; move it aside and run gc again") from exc
 
 
 def _plan(
     ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int, progress: Progress | None = None
 ) -> GcPlan:
+    _check_layout(ledger)
     refused: str | None = None
     try:
         marks = kept_tasks(ledger)
@@ -1113,9 +1140,9 @@ def _iter_objects(ledger: Ledger) -> Iterator[tuple[str, int, int]]:
             yield digest, st.st_size, st.st_mtime_ns
 
 
-def _inline_payloads(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every ``(digest, ref)`` carrying inline bytes in a stream's trusted events."""
-    for ev in StreamScan(path):
+def _inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every ``(digest, ref)`` carrying inline bytes in a stream's trusted events (read via ``fd`` if given)."""
+    for ev in StreamScan(path, fd=fd):
         stack: list[Any] = [ev.data]
         while stack:
             v = stack.pop()
@@ -1232,7 +1259,7 @@ class GcResult:
 class _GcLock:
     def __init__(self, ledger: Ledger, wait: float) -> None:
         self._lock = WriterLock(ledger.root / GC_LOCK, "gc")
-        self._wait = wait
+        self._wait = check_seconds(wait, "wait")
 
     def __enter__(self) -> None:
         try:
@@ -1274,6 +1301,10 @@ def apply_gc(
     then ``gc.finished``. Raises :class:`GcRefused` for a refused plan or when another gc
     holds the lock (after ``wait`` seconds).
     """
+    if plan is not None and not isinstance(plan, GcPlan):
+        raise WrongType(f"plan must be a GcPlan from plan_gc(), not {type(plan).__name__} {plan!r}")
+    wait = check_seconds(wait, "wait")
+    max_tracked = check_count(max_tracked, "max_tracked")
     if plan is not None and (max_age is not None or max_size is not None or grace is not None or now is not None):
         raise UsageError("pass either a preview plan or policy arguments to apply_gc, not both")
     policy = (
@@ -1298,7 +1329,11 @@ def apply_gc(
 
 def _carry_out(ledger: Ledger, plan: GcPlan) -> GcResult:
     log = StreamWriter(
-        path=ledger.root / GC_LOG, task_id="gc", quarantine_dir=ledger.quarantine_dir, tmp_dir=ledger.tmp_dir
+        path=ledger.root / GC_LOG,
+        task_id="gc",
+        quarantine_dir=ledger.quarantine_dir,
+        tmp_dir=ledger.tmp_dir,
+        in_root=True,
     )
     makedirs_durable(ledger.tmp_dir)
     log.open(wait=10.0)
@@ -1378,41 +1413,64 @@ def _delete_stream(ledger: Ledger, t: ExpiredTask, evac: set[str], evacuated: li
     path = ledger.tasks_dir / f"{t.task}.jsonl"
     lock_path = path.with_name(path.name + ".lock")
     lock = WriterLock(lock_path, t.task)
+    check_real_dir(ledger.tasks_dir, what="task streams")  # the lock file is written there
     try:
         lock.acquire(0)
     except TaskBusy as exc:
         return f"a writer opened it after the plan ({exc.holder_pid or 'unknown pid'})"
     try:
+        tasks_fd = open_dir_nofollow(ledger.tasks_dir, what="task streams")
+    except FileNotFoundError:
+        lock.release()
+        return "its stream vanished after the plan"
+    except BaseException:
+        lock.release()
+        raise
+    try:
         try:
-            now_ident = _ident(os.stat(path))
+            sfd = os.open(path.name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=tasks_fd)
         except FileNotFoundError:
             return "its stream vanished after the plan"
-        if now_ident != t.ident:
-            return "it changed after the plan"
-        if evac:
-            for digest, ref in _inline_payloads(path):
-                if digest in evac and digest not in evacuated:
-                    try:
-                        data = inline_bytes(ref)
-                    except ArtifactError as exc:
-                        return (
-                            f"it holds inline bytes of {digest} that a kept task needs, but they fail their check "
-                            f"({exc})"
-                        )
-                    if data is None:  # pragma: no cover - _inline_payloads yields inline refs only
-                        continue
-                    try:
-                        ledger.artifacts.put(data)
-                    except ArtifactError as exc:
-                        return f"copying inline bytes of {digest} that a kept task needs into objects/ failed ({exc})"
-                    evacuated.append(digest)
-        os.unlink(path)
+        except OSError as exc:
+            return f"its stream cannot be opened without following a link ({exc.strerror or exc})"
+        try:
+            if _ident(os.fstat(sfd)) != t.ident:
+                return "it changed after the plan"
+            if evac:
+                why = _evacuate(ledger, path, sfd, evac, evacuated)
+                if why is not None:
+                    return why
+        finally:
+            os.close(sfd)
+        os.unlink(path.name, dir_fd=tasks_fd)
         # the lock file stays: unlinking it while a writer waits on it would let a third
         # process lock a fresh file of the same name, and two writers would hold "the" lock
-        fsync_dir(ledger.tasks_dir)
+        os.fsync(tasks_fd)
         return None
     finally:
+        os.close(tasks_fd)
         lock.release()
+
+
+def _evacuate(ledger: Ledger, path: Path, fd: int, evac: set[str], evacuated: list[str]) -> str | None:
+    """Copy the inline bytes a kept task needs out of the stream open at ``fd``; why not, or None."""
+    for digest, ref in _inline_payloads(path, fd):
+        if digest in evac and digest not in evacuated:
+            try:
+                data = inline_bytes(ref)
+            except ArtifactError as exc:
+                return (
+                    f"it holds inline bytes of {digest} that a kept task needs, but they fail their check "
+                    f"({exc})"
+                )
+            if data is None:  # pragma: no cover - _inline_payloads yields inline refs only
+                continue
+            try:
+                ledger.artifacts.put(data)
+            except ArtifactError as exc:
+                return f"copying inline bytes of {digest} that a kept task needs into objects/ failed ({exc})"
+            evacuated.append(digest)
+    return None
 
 
 def _spare_referenced(ledger: Ledger, tasks: list[str], blobs: list[ExpiredBlob]) -> list[ExpiredBlob]:
@@ -1442,29 +1500,55 @@ def _moved_name(digest: str) -> str:
 
 def _delete_blobs(ledger: Ledger, blobs: list[ExpiredBlob]) -> tuple[list[str], list[str]]:
     """Move each blob aside, check nobody refreshed it, then unlink it (or put it back)."""
-    store = ledger.artifacts
     deleted: list[str] = []
     restored: list[str] = []
-    dirs: set[Path] = set()
-    for b in blobs:
-        src = store.path_for(b.digest)
-        aside = ledger.tmp_dir / _moved_name(b.digest)
+    if not blobs:
+        return deleted, restored
+    # every move and unlink goes through descriptors on the real folders: a folder swapped
+    # for a link after the checks is never reached (LinkRefused instead)
+    objects_fd = open_dir_nofollow(ledger.root / "objects", what="artifact objects (objects/)")
+    shards: dict[str, int | None] = {}
+    try:
+        tmp_fd = open_dir_nofollow(ledger.tmp_dir, what="staging files (tmp/)")
         try:
-            os.rename(src, aside)
-        except FileNotFoundError:
-            continue  # gone already (moved to quarantine by a check): nothing to do
-        dirs.add(src.parent)
-        st = os.lstat(aside)
-        if st.st_mtime_ns != b.mtime_ns or st.st_size != b.size:
-            _put_back(aside, src)  # a writer stored it again since the plan: it is wanted
-            restored.append(b.digest)
-            continue
-        os.unlink(aside)
-        deleted.append(b.digest)
-    for d in sorted(dirs):
-        fsync_dir(d)
-    if dirs:
-        fsync_dir(ledger.tmp_dir)
+            for b in blobs:
+                hexd = b.digest[len(DIGEST_PREFIX) :]
+                if hexd[:2] not in shards:
+                    try:
+                        shards[hexd[:2]] = open_dir_nofollow(
+                            hexd[:2], what="artifact objects (a shard of objects/)", dir_fd=objects_fd
+                        )
+                    except FileNotFoundError:
+                        shards[hexd[:2]] = None
+                shard_fd = shards[hexd[:2]]
+                if shard_fd is None:
+                    continue
+                name, aside = hexd[2:], _moved_name(b.digest)
+                try:
+                    os.rename(name, aside, src_dir_fd=shard_fd, dst_dir_fd=tmp_fd)
+                except FileNotFoundError:
+                    continue  # gone already (moved to quarantine by a check): nothing to do
+                st = os.stat(aside, dir_fd=tmp_fd, follow_symlinks=False)
+                if st.st_mtime_ns != b.mtime_ns or st.st_size != b.size:
+                    # a writer stored it again since the plan: it is wanted
+                    with contextlib.suppress(FileExistsError):  # stored again meanwhile: same bytes
+                        os.link(aside, name, src_dir_fd=tmp_fd, dst_dir_fd=shard_fd, follow_symlinks=False)
+                    os.unlink(aside, dir_fd=tmp_fd)
+                    restored.append(b.digest)
+                    continue
+                os.unlink(aside, dir_fd=tmp_fd)
+                deleted.append(b.digest)
+            for fd in shards.values():
+                if fd is not None:
+                    os.fsync(fd)
+            os.fsync(tmp_fd)
+        finally:
+            os.close(tmp_fd)
+    finally:
+        for fd in shards.values():
+            if fd is not None:
+                os.close(fd)
+        os.close(objects_fd)
     return deleted, restored
 
 

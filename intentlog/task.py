@@ -16,7 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
-from .errors import ReservedKind
+from ._args import check_path
+from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import RESERVED_PREFIXES, check_kind, encode_data, is_reserved
 from .eventlog.writer import SealedHead
@@ -108,7 +109,7 @@ class Task:
 
     # -- writing -------------------------------------------------------------------
 
-    def _open_writer(self, *, accept_damage: bool = False) -> StreamWriter:
+    def _open_writer(self, *, accept_damage: bool = False, accept_resend: bool = False) -> StreamWriter:
         """The open writer, opening it (lock, tail check, seal check) on first use.
 
         In a forked child a writer inherited from the parent is dropped without touching
@@ -131,17 +132,19 @@ class Task:
                 on_event=fold.apply,
                 seal=self._seal(),
             )
-            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage)
+            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
             self._writer, self._fold = w, fold
             return w
 
     def _seal(self) -> SealedHead | None:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
-        from .projections.verify import read_heads_at
+        from .projections.verify import read_heads_at, retired_by_gc
 
         heads = read_heads_at(self.ledger.root)
         h = heads.get(self.id) if heads else None
-        return SealedHead(h.stream, h.seq, h.head) if h is not None else None
+        if h is None:
+            return None
+        return SealedHead(h.stream, h.seq, h.head, retired_by_gc(self.ledger.root, self.id, h))
 
     def _live(self) -> WorkStateFold:
         """The work state kept current by this handle's own appends (writer lock held)."""
@@ -163,6 +166,9 @@ class Task:
         check_kind(kind)
         if is_reserved(kind):
             raise ReservedKind(kind)
+        if expected_seq is not None and (isinstance(expected_seq, bool) or not isinstance(expected_seq, int)):
+            raise WrongType(f"expected_seq must be an int (the next seq you read), not {type(expected_seq).__name__} "
+                            f"{expected_seq!r}; nothing was written")
         if data is None:
             data = {}
         elif not isinstance(data, Mapping):
@@ -221,10 +227,10 @@ class Task:
         event line that fails to chain (suspect: the line before may be edited) or a bad
         line followed by events raises :class:`~intentlog.errors.CorruptStream` naming it.
         """
-        from .errors import WrongType
-
         if isinstance(since, bool) or not isinstance(since, int):
             raise WrongType(f"events(since=...) takes a seq (an int >= 0), not {type(since).__name__} {since!r}")
+        if since < 0:
+            raise UsageError(f"events(since=...) takes a seq (an int >= 0), not {since!r}")
         return self._events(since)
 
     def _events(self, since: int) -> Iterator[Event]:
@@ -260,6 +266,7 @@ class Task:
         """
         from .artifacts import capture_locator
 
+        check_path(locator, "locator")
         loc, ref = capture_locator(
             self.ledger.artifacts, self.ledger.workspace, os.fspath(locator), media_type=media_type
         )

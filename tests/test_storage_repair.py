@@ -79,18 +79,23 @@ def test_a_bit_flip_in_line_n_minus_1_is_refused_with_zero_sends(tmp_path: Path,
 
     with pytest.raises(intentlog.CorruptStream):
         led.repair("t")  # only what a writer would do: refused the same way
-    dry = led.repair("t", accept_damage=True, dry_run=True)
+    # line k+1 is attempt.started when k == 2: moving it aside needs the resend risk accepted too
+    started = orjson.loads(lines[k + 1])["kind"] == "attempt.started"
+    if started:
+        with pytest.raises(intentlog.CorruptStream, match="accept_resend"):
+            led.repair("t", accept_damage=True, dry_run=True)
+    dry = led.repair("t", accept_damage=True, accept_resend=started, dry_run=True)
     assert (dry.action, dry.line, dry.size, dry.event) == ("damage", k + 2, len(lines[k + 1]), None)
     assert path.read_bytes() == damaged, "a dry run writes nothing"
 
-    report = led.repair("t", accept_damage=True)
+    report = led.repair("t", accept_damage=True, accept_resend=started)
     assert (report.action, report.line, report.quarantined) == ("damage", k + 2, dry.quarantined)
     assert report.quarantined is not None
     assert (tmp_path / "l" / report.quarantined).read_bytes() == lines[k + 1]
     events = check_chain(path)
     rep = events[-1]
     assert rep["kind"] == "stream.repaired" and rep["seq"] == k + 1
-    assert rep["data"]["accepted"] == "damage" and rep["data"]["suspect"] is True
+    assert rep["data"]["accepted"] == ("damage+resend" if started else "damage") and rep["data"]["suspect"] is True
     assert rep["data"]["quarantined"] == {
         "file": report.quarantined,
         "digest": b3(lines[k + 1]),

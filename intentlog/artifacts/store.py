@@ -9,8 +9,10 @@ Every artifact is the exact bytes it was given, named by their BLAKE3 digest and
   event written afterwards never refers to a blob a crash could lose.
 * Objects are never modified in place: they are read-only (0o444) and a corrupt one is
   moved to ``quarantine/``, never deleted.
-* Putting content that is already stored is a cheap no-op after a size check; it
-  refreshes the object's mtime so a garbage-collection grace period starts again.
+* Putting content that is already stored is a cheap no-op after a size check and a
+  re-hash of the stored object (one of the right size but other bytes is quarantined
+  and replaced); it refreshes the object's mtime so a garbage-collection grace period
+  starts again.
 * Every read that returns bytes checks them against their name (:class:`DigestMismatch`).
 * Every digest argument is validated before any path is built (:class:`InvalidDigest`).
 * Nothing is read or written through a link: ``objects/``, its shard folders, ``tmp/``
@@ -429,8 +431,10 @@ class ArtifactStore:
         """Make ``path`` hold ``size`` good bytes: keep a sound existing object, else publish.
 
         A racing writer that links the same content first is a success, as long as what it
-        left has the right size. Anything else found at the name (wrong size, not a regular
-        file) is moved to quarantine and the good bytes published in its place.
+        left hashes to ``digest`` (objects are linked only once complete and fsynced, so a
+        sound one is never seen half-written). Anything else found at the name (wrong size
+        or bytes, not a regular file) is moved to quarantine and the good bytes published
+        in its place: a put that returns has stored its bytes.
         """
         self._check_folders(path.parent)
         self._sweep_once()
@@ -440,7 +444,7 @@ class ArtifactStore:
             except FileNotFoundError:
                 st = None
             if st is not None:
-                if stat.S_ISREG(st.st_mode) and st.st_size == size:
+                if stat.S_ISREG(st.st_mode) and st.st_size == size and self._sound(path, digest, size):
                     if self._refresh(path):
                         return
                     continue  # moved away meanwhile: look again
@@ -455,6 +459,20 @@ class ArtifactStore:
             "stop the other writers and run 'intentlog verify'"
         )
 
+    def _sound(self, path: Path, digest: str, size: int) -> bool:
+        """Does the object at ``path`` hash to ``digest``? (False also when it cannot be opened as a file.)"""
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            return stat.S_ISREG(st.st_mode) and st.st_size == size and _hash_fd(fd, size) == digest
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
     def _refresh(self, path: Path) -> bool:
         """The no-op put: restart the object's GC grace period and make its name durable.
 
@@ -464,7 +482,7 @@ class ArtifactStore:
         Returns False if the object vanished (another process quarantined it).
         """
         try:
-            os.utime(path)
+            os.utime(path, follow_symlinks=False)  # a link swapped in meanwhile is never followed
         except FileNotFoundError:
             return False
         except OSError as exc:

@@ -19,8 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from .._fsutil import open_nofollow
-from ..errors import LedgerError, TaskBusy
+from .._fsutil import check_own_file, open_nofollow
+from ..errors import LedgerError, LinkRefused, TaskBusy
 
 __all__ = ["WriterLock"]
 
@@ -38,27 +38,35 @@ class WriterLock:
     def held(self) -> bool:
         return self._fd is not None and self._pid == os.getpid()
 
-    def acquire(self, wait: float) -> None:
+    def acquire(self, wait: float, *, dir_fd: int | None = None) -> None:
         """Take the lock, waiting up to ``wait`` seconds, else raise :class:`TaskBusy`.
 
         Raises :class:`~intentlog.errors.LinkRefused` when the lock file is a link and
         :class:`~intentlog.errors.LedgerError` when it cannot be created or opened (a
-        read-only ledger, a full disk); nothing is written then.
+        read-only ledger, a full disk); nothing is written then. With ``dir_fd`` (a
+        descriptor on the lock's folder) the file is opened inside that folder.
         """
         if self._fd is not None:
             if self._pid == os.getpid():
                 return
             self.abandon()
         try:
-            fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file")
+            name = self.path.name if dir_fd is not None else self.path
+            fd = open_nofollow(name, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file", dir_fd=dir_fd)
+        except LinkRefused:
+            raise LinkRefused(str(self.path), "a task's lock file") from None
         except OSError as exc:
             raise LedgerError(_cannot(self.path, exc)) from exc
         try:
+            check_own_file(fd, self.path, what="a task's lock file")  # it is rewritten in place below
             self._flock(fd, wait)
             pid = f"{os.getpid()}\n".encode()
             # write first, then cut: a refused writer never reads an empty file in between
             os.pwrite(fd, pid, 0)
             os.ftruncate(fd, len(pid))
+        except LedgerError:
+            os.close(fd)
+            raise
         except OSError as exc:
             os.close(fd)
             raise LedgerError(_cannot(self.path, exc)) from exc

@@ -16,6 +16,7 @@ the whole line or a torn tail.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,10 @@ from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX as _PREFIX
 from .._nofollow import open_nofollow
-from ..errors import CorruptStream
+from ..errors import CorruptStream, LedgerError
 from .format import _KEYS, Event, LineError, parse_line
+
+_O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 
 __all__ = ["MAX_LINE", "ScanProblem", "StreamScan", "iter_lines", "scan"]
 
@@ -93,9 +96,32 @@ def _lines(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]:
 
 
 def _open_stream(path: str | os.PathLike[str]) -> BinaryIO:
-    """The stream file for reading, refusing a link (:class:`~intentlog.errors.LinkRefused`)."""
-    fd = open_nofollow(path, os.O_RDONLY, what="a task stream")
+    """The stream file for reading, refusing a link (:class:`~intentlog.errors.LinkRefused`).
+
+    Opened non-blocking and checked with ``fstat``: a FIFO, device or socket at a
+    stream's name raises :class:`~intentlog.errors.LedgerError` at once instead of
+    blocking the reader forever (opening a FIFO for reading waits for a writer).
+    """
+    fd = open_nofollow(path, os.O_RDONLY | _O_NONBLOCK, what="a task stream")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LedgerError(
+                f"{os.fspath(path)}: is not a regular file (a FIFO, device or socket) where intentlog keeps a task "
+                "stream, so it was not read: move it aside and put back the real stream (from a copy or git)"
+            )
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
     return os.fdopen(fd, "rb", buffering=0)
+
+
+def _dup_stream(fd: int) -> BinaryIO:
+    """A reader over an already open stream descriptor, from its first byte (the caller keeps ``fd``)."""
+    f = os.fdopen(os.dup(fd), "rb", buffering=0)
+    f.seek(0)
+    return f
 
 
 def iter_lines(path: str | os.PathLike[str], *, max_line: int = MAX_LINE) -> Iterator[tuple[int, bytes]]:
@@ -136,8 +162,9 @@ class StreamScan:
     event's digest; ``count`` how many events were trusted.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fd: int | None = None) -> None:
         self.path = Path(path)
+        self.fd = fd  # read through this open descriptor (from its start) instead of opening ``path``
         self.problem: ScanProblem | None = None
         self.end = 0
         self.count = 0
@@ -146,7 +173,7 @@ class StreamScan:
         self.file_size = 0
 
     def __iter__(self) -> Iterator[Event]:
-        with _open_stream(self.path) as f:
+        with _open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
             self.file_size = os.fstat(f.fileno()).st_size
             yield from self._events(_lines(f, MAX_LINE))
 

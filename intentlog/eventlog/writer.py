@@ -37,12 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import orjson
 from blake3 import blake3
 
 from .._digest import digest_bytes
 from .._fsutil import (
+    check_own_file,
     check_real_dir,
     makedirs_durable,
+    open_dir_nofollow,
     open_nofollow,
     publish_bytes,
     publish_chunks,
@@ -60,20 +63,42 @@ from ..errors import (
 from .canonical import dumps
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .lock import WriterLock
-from .reader import MAX_LINE, StreamScan, scan
+from .reader import MAX_LINE, StreamScan, _lines
 
-__all__ = ["Damage", "SealedHead", "StreamWriter", "assess", "quarantine_plan", "refusal"]
+__all__ = [
+    "ACCEPTED",
+    "Damage",
+    "SealedHead",
+    "StreamWriter",
+    "assess",
+    "lost",
+    "quarantine_plan",
+    "refusal",
+    "resend_refusal",
+    "started_in",
+]
 
 #: Every writer alive in this process, so a forked child can reset their thread locks.
 _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
 
 
+#: The values of ``stream.repaired``'s ``accepted``: damage moved aside by the operator
+#: (``"damage+resend"``: the moved bytes recorded started attempts, accepted knowingly).
+ACCEPTED: tuple[str, ...] = ("damage", "damage+resend")
+
+
 class SealedHead(NamedTuple):
-    """What ``heads.json`` says of one stream (see :mod:`intentlog.heads`)."""
+    """What ``heads.json`` says of one stream (see :mod:`intentlog.heads`).
+
+    ``retired`` is True when ``gc.jsonl`` records that gc deleted exactly this sealed
+    stream: the seal then binds only a stream with that stream id (one gc left in place
+    after all); a new stream created under the task id afterwards is a new task.
+    """
 
     stream: str
     seq: int
     head: str
+    retired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +138,7 @@ class _Facts:
             self.digest_at_seal = ev.digest
         if (
             ev.kind == "stream.repaired"
-            and ev.data.get("accepted") == "damage"
+            and ev.data.get("accepted") in ACCEPTED
             and ev.data.get("seal") == {"seq": seal.seq, "head": seal.head}
         ):
             self.accepted = True
@@ -123,6 +148,8 @@ def _seal_problem(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
     seal = facts.seal
     if seal is None or facts.accepted:
         return None
+    if seal.retired and facts.stream_id != seal.stream:
+        return None  # gc deleted the sealed stream; this one was created after it
     where = f"heads.json seals seq {seal.seq} with head {seal.head}"
     if s.count <= seal.seq:
         return Damage(
@@ -170,19 +197,71 @@ def _judge(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
 
 
 def assess(
-    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None
+    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None, *, fd: int | None = None
 ) -> tuple[StreamScan, Damage | None]:
-    """Scan an existing stream (read-only) and say what a writer would find: see :class:`Damage`."""
-    s = StreamScan(path)
+    """Scan an existing stream (read-only) and say what a writer would find: see :class:`Damage`.
+
+    With ``fd`` the scan reads that open descriptor (the writer's own), not ``path``.
+    """
+    s = StreamScan(path, fd=fd)
     facts = _Facts(seal)
     for ev in s:
         facts.see(ev)
         if replay:
             replay(ev)
-    if s.count == 0 and s.problem is None and seal is not None:
+    if s.count == 0 and s.problem is None and seal is not None and not seal.retired:
         why = f"the stream is empty but heads.json seals seq {seal.seq} with head {seal.head}"
         return s, Damage("damage", 1, 0, why, seal=seal)
     return s, _judge(path, s, facts)
+
+
+def lost(path: Path, seal: SealedHead) -> CorruptStream:
+    """The refusal for a stream that is gone while ``heads.json`` seals it and ``gc.jsonl`` records no deletion."""
+    return CorruptStream(
+        str(path),
+        1,
+        f"the stream is gone but heads.json seals seq {seal.seq} with head {seal.head} of stream {seal.stream}, "
+        "and gc.jsonl records no deletion of it: it was lost or moved, and re-creating it would repeat its effects",
+        hint="restore the file from a copy or git; if it is lost for good, run 'intentlog seal' to anchor the "
+        "ledger without it (a re-run then starts the task afresh and repeats its effects)",
+    )
+
+
+def started_in(path: Path, offset: int, *, fd: int | None = None) -> list[dict[str, Any]]:
+    """Every ``attempt.started`` among the lines from ``offset`` on, read loosely (a line need not chain).
+
+    Such a line says a send began: moving it aside lets a re-run send again. Each entry
+    is ``{"call", "attempt", "line"}`` (``line`` 1-based in the file); memory is bounded
+    by :data:`MAX_LINE` (a longer line is skipped).
+    """
+    out: list[dict[str, Any]] = []
+    rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else os.dup(fd)
+    with os.fdopen(rfd, "rb", buffering=0) as f:
+        f.seek(0)
+        for n, (at, line) in enumerate(_lines(f, MAX_LINE), start=1):
+            if at < offset or line is None or b"attempt.started" not in line:
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            data = obj.get("data") if type(obj) is dict and obj.get("kind") == "attempt.started" else None
+            if type(data) is dict:
+                out.append({"call": data.get("call"), "attempt": data.get("attempt"), "line": n})
+    return out
+
+
+def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> CorruptStream:
+    """Accepting damage would move aside the record that these attempts started."""
+    which = ", ".join(f"line {s['line']}: {s['call']} attempt {s['attempt']}" for s in started)
+    return CorruptStream(
+        str(path),
+        d.line,
+        f"{d.reason}; the bytes that accepting the damage would move aside record attempt.started ({which}): "
+        "their sends began and may have been paid for, and a re-run without those lines would send again",
+        hint="restore the file from a copy or git; or accept that risk too, knowingly: "
+        "ledger.repair(TASK, accept_damage=True, accept_resend=True) records it in stream.repaired",
+    )
 
 
 def refusal(path: Path, d: Damage) -> CorruptStream:
@@ -227,14 +306,17 @@ class StreamWriter:
         tmp_dir: Path,
         on_event: Callable[[Event], None] | None = None,
         seal: SealedHead | None = None,
+        in_root: bool = False,
     ) -> None:
         self.path = path
+        self.in_root = in_root  # the stream lives in the ledger folder itself (gc.jsonl), which may be a link
         self.seal = seal
         self.task_id = task_id
         self.quarantine_dir = quarantine_dir
         self.tmp_dir = tmp_dir
         self._lock = WriterLock(path.with_name(path.name + ".lock"), task_id)
         self._fd: int | None = None
+        self._dir_fd: int | None = None  # tasks/ (the stream's folder), opened without following a link
         self._seq = 0
         self._head: str | None = None
         self._poisoned: str | None = None
@@ -245,6 +327,7 @@ class StreamWriter:
         self.repaired: Event | None = None
         self.damage: Damage | None = None  # what the last open found (and repaired)
         self.quarantined: dict[str, Any] | None = None
+        self._started: list[dict[str, Any]] = []  # attempt.started lines a repair accepted to move aside
         self._pid = os.getpid()
         _WRITERS.add(self)
 
@@ -265,13 +348,16 @@ class StreamWriter:
         wait: float = 0.0,
         replay: Callable[[Event], None] | None = None,
         accept_damage: bool = False,
+        accept_resend: bool = False,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
 
         ``replay`` sees every trusted event already in the stream (the scan that checks
         the tail is also the caller's chance to build state without a second read).
         Damage (see the module doc) raises :class:`CorruptStream` and writes nothing,
-        unless ``accept_damage``: then it is moved aside and recorded like a torn tail.
+        unless ``accept_damage``: then it is moved aside and recorded like a torn tail --
+        except bytes that record an ``attempt.started`` (a re-run would send again):
+        refused (:func:`resend_refusal`) unless ``accept_resend`` too.
         """
         with self._mutex:
             if self._fd is not None:
@@ -279,51 +365,78 @@ class StreamWriter:
             self._pid = os.getpid()
             try:
                 self._check_folders()
+                # every name below is given inside this descriptor: a folder swapped for a
+                # link after the check is never reached
+                self._dir_fd = (
+                    os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+                    if self.in_root
+                    else open_dir_nofollow(self.path.parent, what="task streams")
+                )
             except OSError as exc:
                 raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
-            self._lock.acquire(wait)
             try:
-                self._open_locked(replay, accept_damage)
+                self._lock.acquire(wait, dir_fd=self._dir_fd)
+            except BaseException:
+                self._close_dir()
+                raise
+            try:
+                self._open_locked(replay, accept_damage, accept_resend)
             except BaseException:
                 self._close_fd()
                 self._lock.release()
+                self._close_dir()
                 raise
 
     def _check_folders(self) -> None:
-        """tasks/, tmp/ and quarantine/ must be real folders (or absent), never links."""
-        check_real_dir(self.path.parent, what="task streams")
+        """tasks/, tmp/ and quarantine/ must be real folders (or absent), never links (the root may be one)."""
+        if not self.in_root:
+            check_real_dir(self.path.parent, what="task streams")
         check_real_dir(self.tmp_dir, what="staging files (tmp/)")
         check_real_dir(self.quarantine_dir, what="quarantined bytes (quarantine/)")
 
     def _stream_exists(self) -> bool:
         try:
-            st = os.lstat(self.path)
+            if self._dir_fd is not None:
+                st = os.stat(self.path.name, dir_fd=self._dir_fd, follow_symlinks=False)
+            else:
+                st = os.lstat(self.path)
         except FileNotFoundError:
             return False
         if stat.S_ISLNK(st.st_mode):
             raise LinkRefused(str(self.path), "a task stream")
         return True
 
-    def _open_locked(self, replay: Callable[[Event], None] | None, accept_damage: bool) -> None:
+    def _open_locked(
+        self, replay: Callable[[Event], None] | None, accept_damage: bool, accept_resend: bool = False
+    ) -> None:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
         if not self._stream_exists():
+            if self.seal is not None and not self.seal.retired:
+                raise lost(self.path, self.seal)
             try:
                 self._create()
             except OSError as exc:
                 raise _ledger_os_error(self.path, "creating the stream", exc) from exc
-            s = scan(self.path)
-            if replay and s.last is not None:
-                replay(s.last)
-            damage = None
-        else:
-            s, damage = assess(self.path, self.seal, replay)
-        if damage is not None and damage.kind == "damage" and not accept_damage:
-            raise refusal(self.path, damage)
+        # one descriptor for everything below: the file checked is the file scanned,
+        # quarantined, truncated and appended to, whatever is renamed in meanwhile
         try:
-            self._fd = open_nofollow(self.path, os.O_WRONLY | os.O_APPEND, what="a task stream")
+            self._fd = self._open_stream()
+            check_own_file(self._fd, self.path, what="a task stream")
         except OSError as exc:
             raise _ledger_os_error(self.path, "opening the stream for appending", exc) from exc
+        try:
+            s, damage = assess(self.path, self.seal, replay, fd=self._fd)
+        except OSError as exc:
+            raise _ledger_os_error(self.path, "reading the stream", exc) from exc
+        if damage is not None and damage.kind == "damage" and not accept_damage:
+            raise refusal(self.path, damage)
+        started: list[dict[str, Any]] = []
+        if damage is not None and damage.kind == "damage":
+            started = started_in(self.path, damage.offset, fd=self._fd)
+            if started and not accept_resend:
+                raise resend_refusal(self.path, damage, started)
+        self._started = started
         self._seq = s.count
         self._head = s.head
         try:
@@ -338,6 +451,20 @@ class StreamWriter:
         if replay and self.repaired is not None:
             replay(self.repaired)
 
+    def _open_stream(self) -> int:
+        """The stream for reading and appending, inside the checked folder, never through a link."""
+        if self._dir_fd is None:
+            return open_nofollow(self.path, os.O_RDWR | os.O_APPEND, what="a task stream")
+        try:
+            return open_nofollow(self.path.name, os.O_RDWR | os.O_APPEND, what="a task stream", dir_fd=self._dir_fd)
+        except LinkRefused:
+            raise LinkRefused(str(self.path), "a task stream") from None
+
+    def _close_dir(self) -> None:
+        fd, self._dir_fd = self._dir_fd, None
+        if fd is not None:
+            os.close(fd)
+
     def _create(self) -> None:
         makedirs_durable(self.path.parent)
         makedirs_durable(self.tmp_dir)
@@ -349,24 +476,22 @@ class StreamWriter:
             0,
             utc_now(),
         )
-        publish_bytes(line, self.path, tmp_dir=self.tmp_dir, mode=0o644)
+        publish_bytes(line, self.path, tmp_dir=self.tmp_dir, mode=0o644, dir_fd=self._dir_fd)
         self._stream_exists()  # a link that appeared meanwhile is refused, never scanned
 
     def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
         """The quarantine name, digest and size of the bytes from ``offset`` to the end."""
-        return quarantine_plan(self.path, self.task_id, offset)
+        return quarantine_plan(self.path, self.task_id, offset, fd=self._fd)
 
     def _repair(self, s: StreamScan, d: Damage) -> None:
         """Move the bad tail to quarantine/, truncate, fsync, and record it (DESIGN §4 rule 4)."""
         if self._fd is None:
             return
         qname, digest, size = self.quarantine_plan(d.offset)
-        qpath = self.quarantine_dir / qname
         makedirs_durable(self.quarantine_dir)
         makedirs_durable(self.tmp_dir)
         self._check_folders()
-        if not os.path.lexists(qpath):
-            publish_chunks(_chunks_from(self.path, d.offset, limit=size), qpath, tmp_dir=self.tmp_dir, mode=0o444)
+        qname = self._keep_aside(qname, digest, size, d.offset)
         os.ftruncate(self._fd, d.offset)
         os.fsync(self._fd)
         if d.offset == 0:
@@ -381,11 +506,32 @@ class StreamWriter:
             "quarantined": self.quarantined,
         }
         if d.kind == "damage":
-            data["accepted"] = "damage"
+            data["accepted"] = "damage+resend" if self._started else "damage"
+            if self._started:
+                data["started"] = self._started
             if d.seal is not None:
                 data["seal"] = {"seq": d.seal.seq, "head": d.seal.head}
         self.damage = d
         self.repaired = self.append("stream.repaired", data)
+
+    def _keep_aside(self, qname: str, digest: str, size: int, offset: int) -> str:
+        """Copy the bytes from ``offset`` into ``quarantine/`` (durably); the name they are kept under.
+
+        The name is never overwritten. A file already there is reused only when it holds
+        exactly these bytes (a repair that crashed after its copy); anything else there (other
+        bytes, a link) stays untouched and the bytes go under a new name beside it.
+        """
+        name = qname
+        for _ in range(8):
+            chunks = _chunks_from(self.path, offset, limit=size, fd=self._fd)
+            if publish_chunks(chunks, self.quarantine_dir / name, tmp_dir=self.tmp_dir, mode=0o444):
+                return name
+            if _holds(self.quarantine_dir / name, digest, size):
+                return name
+            name = f"{qname[: -len('.bin')]}.{os.urandom(6).hex()}.bin"
+        raise LedgerError(
+            f"{self.quarantine_dir}: cannot find a free name for the bytes to move aside; nothing was cut"
+        )
 
     def _write_created(self) -> None:
         """Line 0 of a stream left empty (it is synced by the caller's next sync)."""
@@ -514,6 +660,7 @@ class StreamWriter:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+        self._close_dir()
         self._lock.abandon()
 
     def close(self) -> None:
@@ -528,30 +675,59 @@ class StreamWriter:
             finally:
                 self._close_fd()
                 self._lock.release()
+                self._close_dir()
 
 
-def _chunks_from(path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20) -> Iterator[bytes]:
-    """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time."""
+def _chunks_from(
+    path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20, fd: int | None = None
+) -> Iterator[bytes]:
+    """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time (via ``fd`` if given)."""
     left = limit
-    with os.fdopen(open_nofollow(path, os.O_RDONLY, what="a task stream"), "rb") as f:
-        f.seek(offset)
+    own = fd is None
+    rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else fd
+    try:
+        pos = offset
         while left is None or left > 0:
-            chunk = f.read(size if left is None else min(size, left))
+            chunk = os.pread(rfd, size if left is None else min(size, left), pos)
             if not chunk:
                 return
+            pos += len(chunk)
             if left is not None:
                 left -= len(chunk)
             yield chunk
+    finally:
+        if own:
+            os.close(rfd)
 
 
-def quarantine_plan(path: Path, task_id: str, offset: int) -> tuple[str, str, int]:
+def _holds(path: Path, digest: str, size: int) -> bool:
+    """Is ``path`` a regular file (not a link) holding exactly ``size`` bytes hashing to ``digest``?"""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY, what="quarantined bytes")
+    except OSError:
+        return False
+    except LinkRefused:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        hasher = blake3()
+        while chunk := os.read(fd, 1 << 20):
+            hasher.update(chunk)
+        return "blake3:" + hasher.hexdigest() == digest
+    finally:
+        os.close(fd)
+
+
+def quarantine_plan(path: Path, task_id: str, offset: int, *, fd: int | None = None) -> tuple[str, str, int]:
     """Name (under quarantine/), digest and size of a stream's bytes from ``offset`` on.
 
     Two streaming passes (hash here, copy later) keep memory bounded whatever follows.
     """
     hasher = blake3()
     size = 0
-    for chunk in _chunks_from(path, offset):
+    for chunk in _chunks_from(path, offset, fd=fd):
         hasher.update(chunk)
         size += len(chunk)
     hexd = hasher.hexdigest()

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import orjson
 from blake3 import blake3
 
+from .._args import check_names, check_path
 from .._digest import DIGEST_PREFIX, digest_bytes, is_digest
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, DigestMismatch, LedgerError, NotALedger, NotSerializable, UsageError
@@ -59,6 +60,7 @@ __all__ = [
     "encode_heads",
     "find_links",
     "read_heads_at",
+    "retired_by_gc",
     "verify_ledger",
     "verify_path",
 ]
@@ -371,6 +373,17 @@ def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
     if p is not None and not p.incomplete:
         return {}, f"{GC_LOG} line {p.line}: {p.reason}"
     return out, None
+
+
+def retired_by_gc(root: str | os.PathLike[str], task: str, sealed: StreamHead) -> bool:
+    """True when a trusted ``gc.jsonl`` records deleting exactly the stream ``heads.json`` seals for ``task``.
+
+    The seal then binds only a stream with that stream id (gc may have left it in place
+    after all); a stream created under the id afterwards is a new task, not a rewrite.
+    """
+    deleted, problem = read_gc_deletions(Path(root))
+    d = deleted.get(task)
+    return problem is None and d is not None and d.matches(sealed)
 
 
 # -- reading files, read-only -----------------------------------------------------------
@@ -863,7 +876,16 @@ class _Checker:
 
     def _compare_head(self, s: _Stream, sealed: StreamHead) -> None:
         where = {"task": s.task, "seq": sealed.seq}
-        if s.stream_id != sealed.stream:
+        if s.stream_id != sealed.stream and s.stream_id is not None and retired_by_gc(self.root, s.task, sealed):
+            self.add(
+                INFO,
+                "deleted_by_gc",
+                f"heads.json sealed stream {sealed.stream!r}, which gc deleted ({GC_LOG} records it); this stream "
+                f"({s.stream_id!r}) was created after that under the same id; run 'intentlog seal' to anchor it",
+                digest=sealed.head,
+                **where,
+            )
+        elif s.stream_id != sealed.stream:
             self.add(
                 ERROR,
                 "heads",
@@ -1280,7 +1302,8 @@ def verify_path(
     :class:`InvalidTaskId` or :class:`UsageError` for a named task that has no stream
     (and was never sealed); everything found wrong is in the report, not raised.
     """
-    root_path = Path(root)
+    root_path = check_path(root, "root")
+    tasks = check_names(tasks, "tasks")
     if not root_path.is_dir():
         raise NotALedger(str(root_path), "is not a folder; pass the ledger root (the folder holding intentlog.json)")
     ws = Path(workspace) if workspace is not None else root_path.absolute().parent
