@@ -1,4 +1,4 @@
-"""`intentlog demo`: the seed experiment end to end, every claim in its table asserted."""
+"""`intentlog demo`: the crash experiment end to end, every claim in its table asserted."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_demo_claims_hold_and_folders_are_left(tmp_path: Path) -> None:
     assert out["claims_checked"] >= 73 and out["claims_failed"] == 0
     assert len(out["corruptions"]) == 5 and all(c["claims"][0]["passed"] for c in out["corruptions"])
     for c in cases.values():
-        assert c["seed_claims"] and c["measured"] and c["verifier"]["claims"] > 0
+        assert c["expected"] and c["measured"] and c["verifier"]["claims"] > 0
     for c in cases.values():
         assert c["claims"] and all(x["passed"] for x in c["claims"]), c
     # the claims, re-checked here from the receipt logs themselves
@@ -103,7 +103,7 @@ def test_demo_ledgers_work_with_every_reading_command(tmp_path: Path) -> None:
     """The demo's folders are real ledgers: .gitignore, .gitattributes, and tasks/status/log/verify work on them."""
     r = CliRunner().invoke(main, ["demo", str(tmp_path / "d")], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    assert "claims checked (the seed's verifier checked 73)" in r.output
+    assert "claims checked (the reference experiment's verifier checked 73)" in r.output
     led = tmp_path / "d" / "1-killed-after-manifest" / "ledger"
     assert (led / ".gitignore").exists() and (led / ".gitattributes").exists()
     for argv in (["tasks"], ["status", "chapter-16"], ["log", "chapter-16"], ["verify"], ["gc"]):

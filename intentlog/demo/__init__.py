@@ -1,1 +1,1 @@
-"""``intentlog demo``: the seed experiment, offline, with real processes and real kills."""
+"""``intentlog demo``: the crash experiment, offline, with real processes and real kills."""

@@ -1,4 +1,4 @@
-"""The demo's conductor: four cases of the seed experiment, every claim checked, not assumed.
+"""The demo's conductor: every case of the crash experiment, every claim checked, not assumed.
 
 Each step is a separate OS process (:mod:`intentlog.demo.producer`); kills are real
 ``SIGKILL``s; provider effects are counted from the synthetic provider's own fsync'd
@@ -42,7 +42,7 @@ class Case:
     receipts_before: int = 0
     receipts_after: int = 0
     decision: str = ""
-    seed: str = ""  # what the seed experiment claims for this case
+    expected: str = ""  # what the reference experiment reports for this case
     claims: list[tuple[str, bool]] = field(default_factory=list)
     verifier: dict[str, Any] | None = None  # the standalone verifier's verdict on this case's bundle
     measured_text: str | None = None  # what was measured, when it is not events and receipts
@@ -64,7 +64,7 @@ class Case:
             "receipts_before": self.receipts_before,
             "receipts_after": self.receipts_after,
             "decision": self.decision,
-            "seed_claims": self.seed,
+            "expected": self.expected,
             "measured": self.measured,
             "claims": [{"claim": t, "passed": ok} for t, ok in self.claims],
             "verifier": self.verifier,
@@ -109,7 +109,7 @@ class DemoResult:
             "seconds": round(self.seconds, 2),
             "claims_checked": self.claims_checked,
             "claims_failed": self.claims_failed,
-            "seed_verifier_claims": 73,
+            "reference_verifier_claims": 73,
             "cases": [c.to_json() for c in self.cases],
             "corruptions": [c.to_json() for c in self.corruptions],
         }
@@ -200,7 +200,7 @@ def _rmtree(path: Path) -> None:
 
 def case_resumed(root: Path) -> Case:
     c = Case("1-killed-after-manifest", root / "1-killed-after-manifest", "killed after call.manifest, then resumed")
-    c.seed = (
+    c.expected = (
         "killed right after call.manifest; a new process resumes: exactly one receipt, its body hash equal to the "
         "hash in both manifests; the old call superseded, the new one completed; next: check and accept"
     )
@@ -240,7 +240,7 @@ def case_resumed(root: Path) -> Case:
 
 def case_drift(root: Path) -> Case:
     c = Case("2-drift-refused", root / "2-drift-refused", "killed after call.manifest, resumed with another model")
-    c.seed = "the same interruption resumed with another model: refused before anything is sent; 0 receipts"
+    c.expected = "the same interruption resumed with another model: refused before anything is sent; 0 receipts"
     c.folder.mkdir()
     _step("produce", c.folder, "--kill", "after-manifest")
     c.events_before, c.receipts_before = _events(c.folder), len(_receipts(c.folder))
@@ -257,7 +257,7 @@ def case_drift(root: Path) -> Case:
 
 def case_unknown(root: Path) -> tuple[Case, Case]:
     c = Case("3-effect-unknown", root / "3-effect-unknown", "killed while the provider held the request")
-    c.seed = "killed while the provider held the request: effect unknown, resume refused, receipts stay 1"
+    c.expected = "killed while the provider held the request: effect unknown, resume refused, receipts stay 1"
     c.folder.mkdir()
     _kill_while_provider_holds(c.folder)
     c.events_before, c.receipts_before = _events(c.folder), len(_receipts(c.folder))
@@ -275,7 +275,7 @@ def case_unknown(root: Path) -> tuple[Case, Case]:
 
     c.claim("the provider's effect is unknown, a duplicate risk", seen.get("provider_effect") == "unknown")
     n = Case("3b-naive-restart-copy", root / "3b-naive-restart-copy", "a copy of case 3, restarted naively")
-    n.seed = "a naive restart of an identical copy re-sends the recorded request: 2 identical receipts, same key"
+    n.expected = "a naive restart of an identical copy re-sends the recorded request: 2 identical receipts, same key"
     shutil.copytree(c.folder, n.folder)
     n.events_before, n.receipts_before = _events(n.folder), len(_receipts(n.folder))
     _step("naive", n.folder)
@@ -297,7 +297,7 @@ def case_unknown(root: Path) -> tuple[Case, Case]:
 
 def case_observed(root: Path) -> Case:
     c = Case("4-killed-after-observation", root / "4-killed-after-observation", "killed after attempt.observed")
-    c.seed = "killed after the observation: the projection says reinterpret; the stored bytes suffice, no new receipt"
+    c.expected = "killed after the observation: the projection says reinterpret; the stored bytes suffice, no new receipt"
     c.folder.mkdir()
     _step("produce", c.folder, "--kill", "after-observation")
     c.events_before, c.receipts_before = _events(c.folder), len(_receipts(c.folder))
@@ -330,7 +330,7 @@ def _inventory_ok(comp: dict[str, Any] | None) -> bool:
 
 def case_compile_killed(root: Path) -> Case:
     c = Case("5-compilation-killed", root / "5-compilation-killed", "killed inside a context compilation")
-    c.seed = (
+    c.expected = (
         "killed after context.compilation_requested: the offered inventory is recovered; the projection says recompile"
     )
     c.folder.mkdir()
@@ -354,7 +354,7 @@ def case_compile_killed(root: Path) -> Case:
 
 def case_compile_missing(root: Path) -> Case:
     c = Case("6-compilation-missing-input", root / "6-compilation-missing-input", "compilation missing a required id")
-    c.seed = (
+    c.expected = (
         "a compilation failed on a missing required input is recorded, not just raised: RequiredContextMissing, "
         "the inventory, and the missing id derived from required minus offered; next: fix inputs"
     )
@@ -480,7 +480,7 @@ def corruptions(root: Path, source: Case) -> list[Case]:
     out: list[Case] = []
     for i, (what, corrupt) in enumerate(_CORRUPTIONS, start=1):
         c = Case(f"c{i}-{what.split()[1]}", root / "corruptions" / f"c{i}", f"{what}, in a copy of case 1's bundle")
-        c.seed = f"{what}, with the byte inventory (hashes.json) bypassed: rejected"
+        c.expected = f"{what}, with the byte inventory (hashes.json) bypassed: rejected"
         shutil.copytree(source.folder / "bundle", c.folder)
         corrupt(c.folder)
         rc, doc = _verifier(c.folder, "--no-inventory")
@@ -507,7 +507,7 @@ def run_demo(directory: Path) -> DemoResult:
 
 
 def render(result: DemoResult) -> str:
-    """Per case what the seed claims and what was measured, every claim with its check, and the total."""
+    """Per case what the reference experiment reports and what was measured, every claim with its check, and the total."""
     header = ["case", "events before→after", "receipts before→after", "decision"]
     rows = [
         [c.name, f"{c.events_before} → {c.events_after}", f"{c.receipts_before} → {c.receipts_after}", c.decision]
@@ -517,7 +517,7 @@ def render(result: DemoResult) -> str:
     lines = [*format_table(header, rows), ""]
     for c in (*result.cases, *result.corruptions):
         lines.append(f"{c.name}: {c.story}")
-        lines.append(f"  seed claims: {c.seed}")
+        lines.append(f"  expected: {c.expected}")
         lines.append(f"  measured:    {c.measured}")
         for text, ok in c.claims:
             lines.append(f"  [{'ok' if ok else 'FAILED'}] {text}")
@@ -527,7 +527,7 @@ def render(result: DemoResult) -> str:
     lines.append("")
     verdict = "every claim holds" if result.ok else f"SOME CLAIMS FAILED ({result.claims_failed})"
     lines.append(
-        f"{result.claims_checked} claims checked (the seed's verifier checked 73): {verdict}; "
+        f"{result.claims_checked} claims checked (the reference experiment's verifier checked 73): {verdict}; "
         f"{result.seconds:.1f} s. Inspect a case:"
     )
     first = result.cases[2].folder if len(result.cases) > 2 else result.directory
