@@ -671,25 +671,35 @@ def seal(c: _Ctx, as_json: bool) -> None:
 @main.command()
 @click.argument("task")
 @click.option("--accept-damage", is_flag=True, help="Also move aside damage a crash cannot cause, recording it.")
+@click.option(
+    "--accept-resend",
+    is_flag=True,
+    help="With --accept-damage: also move aside lines recording attempt.started (their sends may run again).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be moved; write nothing.")
 @json_option
 @pass_ctx
 @handle_errors
-def repair(c: _Ctx, task: str, accept_damage: bool, dry_run: bool, as_json: bool) -> None:
+def repair(c: _Ctx, task: str, accept_damage: bool, accept_resend: bool, dry_run: bool, as_json: bool) -> None:
     """Move a stream's bad tail to quarantine/ and record it (stream.repaired).
 
     Without --accept-damage only a torn tail (what a crash leaves) is repaired; a stream
     writers refuse (a line that does not chain, damage in the middle, a cut sealed
-    stream) is refused here too (exit 1) until you pass --accept-damage.
+    stream) is refused here too (exit 1) until you pass --accept-damage. Damage whose
+    lines record an attempt.started (a send that began) is refused until you also pass
+    --accept-resend: a re-run may send those calls again.
 
     \b
     Example:
       intentlog repair chapter-16 --dry-run
       intentlog repair chapter-16 --accept-damage
+      intentlog repair chapter-16 --accept-damage --accept-resend
     """
+    if accept_resend and not accept_damage:
+        raise UsageError("--accept-resend only widens --accept-damage: pass both, or neither")
     with c.ledger() as ledger:
         _existing(c, ledger, task)
-        report = ledger.repair(task, accept_damage=accept_damage, dry_run=dry_run)
+        report = ledger.repair(task, accept_damage=accept_damage, accept_resend=accept_resend, dry_run=dry_run)
     if as_json:
         _emit_json({**report.to_json(), "dry_run": dry_run})
     elif report.action == "none":

@@ -260,7 +260,8 @@ def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> Corr
         f"{d.reason}; the bytes that accepting the damage would move aside record attempt.started ({which}): "
         "their sends began and may have been paid for, and a re-run without those lines would send again",
         hint="restore the file from a copy or git; or accept that risk too, knowingly: "
-        "ledger.repair(TASK, accept_damage=True, accept_resend=True) records it in stream.repaired",
+        "'intentlog repair TASK --accept-damage --accept-resend' "
+        "(ledger.repair(TASK, accept_damage=True, accept_resend=True)) records it in stream.repaired",
     )
 
 
