@@ -95,7 +95,7 @@ def _lines(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]:
         yield offset, None if overlong else b"".join(pending)
 
 
-def _open_stream(path: str | os.PathLike[str]) -> BinaryIO:
+def open_stream(path: str | os.PathLike[str]) -> BinaryIO:
     """The stream file for reading, refusing a link (:class:`~intentlog.errors.LinkRefused`).
 
     Opened non-blocking and checked with ``fstat``: a FIFO, device or socket at a
@@ -131,7 +131,7 @@ def iter_lines(path: str | os.PathLike[str], *, max_line: int = MAX_LINE) -> Ite
     than that raises :class:`~intentlog.errors.CorruptStream` instead of being buffered.
     A stream that is a symbolic link raises :class:`~intentlog.errors.LinkRefused`.
     """
-    with _open_stream(path) as f:
+    with open_stream(path) as f:
         for lineno, (offset, line) in enumerate(_lines(f, max_line), start=1):
             if line is None:
                 raise CorruptStream(os.fspath(path), lineno, _overlong(max_line))
@@ -173,7 +173,7 @@ class StreamScan:
         self.file_size = 0
 
     def __iter__(self) -> Iterator[Event]:
-        with _open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
+        with open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
             self.file_size = os.fstat(f.fileno()).st_size
             yield from self._events(_lines(f, MAX_LINE))
 
