@@ -22,6 +22,7 @@ __all__ = [
     "FORMAT",
     "RESERVED_PREFIXES",
     "TASK_CREATED",
+    "TASK_ID_RE",
     "Event",
     "LineError",
     "check_kind",
@@ -35,7 +36,8 @@ __all__ = [
 
 FORMAT: Final = "intentlog/1"
 TASK_CREATED: Final = "task.created"
-_TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+#: What a task id may be: a stream's name in every storage.
+TASK_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 _KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
 
@@ -60,7 +62,7 @@ def is_reserved(kind: str) -> bool:
 
 def check_task_id(task_id: object) -> str:
     """Return ``task_id`` if it is a valid task id, else raise :class:`InvalidTaskId`."""
-    if not isinstance(task_id, str) or _TASK_ID_RE.match(task_id) is None:
+    if not isinstance(task_id, str) or TASK_ID_RE.match(task_id) is None:
         raise InvalidTaskId(task_id)
     return task_id
 

@@ -31,7 +31,7 @@ from typing import Protocol
 from .._fsutil import fsync_dir, makedirs_durable, write_all
 from .._nofollow import check_own_file, check_real_dir, open_nofollow
 from ..errors import Conflict, CorruptStream, LedgerError, UsageError
-from .format import check_task_id
+from .format import TASK_ID_RE, check_task_id
 from .lock import WriterLock
 from .reader import open_stream
 from .writer import fdatasync
@@ -76,7 +76,7 @@ class StreamStorage(Protocol):
         """The stream's bytes from ``offset`` to its end (``FileNotFoundError`` if absent)."""
 
     def names(self) -> list[str]:
-        """Every stream's name, sorted."""
+        """Every stream's name, sorted (names that are not task ids are not streams)."""
 
 
 class FolderStreams:
@@ -135,7 +135,8 @@ class FolderStreams:
             entries = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        return sorted(n[: -len(SUFFIX)] for n in entries if n.endswith(SUFFIX))
+        ids = (n[: -len(SUFFIX)] for n in entries if n.endswith(SUFFIX))
+        return sorted(i for i in ids if TASK_ID_RE.match(i))  # a stray file is verify's to report
 
 
 class FolderLease:
