@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from .._nofollow import open_dir_nofollow
+from .._fsutil import open_dir_nofollow
 from ..errors import ArtifactError
 from .store import ArtifactStore
 

@@ -19,6 +19,7 @@ from ..errors import InvalidTaskId, NotSerializable
 from .canonical import dumps
 
 __all__ = [
+    "EVENT_KEYS",
     "FORMAT",
     "RESERVED_PREFIXES",
     "TASK_CREATED",
@@ -39,7 +40,8 @@ TASK_CREATED: Final = "task.created"
 #: What a task id may be: a stream's name in every storage.
 TASK_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
-_KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
+#: The keys of every stored event object, exactly.
+EVENT_KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
 
 #: Namespaces only intentlog itself writes; ``Task.append`` refuses them.
 RESERVED_PREFIXES: Final = (
@@ -159,7 +161,7 @@ def parse_line(line: bytes, expected_seq: int, expected_prev: str | None) -> Eve
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise LineError(f"not valid JSON ({exc})", parsed=False) from exc
-    if type(obj) is not dict or obj.keys() != _KEYS:
+    if type(obj) is not dict or obj.keys() != EVENT_KEYS:
         raise LineError("not an event object with exactly data, kind, prev, seq, ts", parsed=False)
     seq = obj["seq"]
     kind = obj["kind"]
