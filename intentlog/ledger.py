@@ -22,8 +22,8 @@ from ._fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofo
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
-from .eventlog.format import _TASK_ID_RE
 from .eventlog.reader import StreamScan
+from .eventlog.storage import FolderStreams
 from .eventlog.writer import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .task import Task
 
@@ -128,6 +128,8 @@ class Ledger:
         self.quarantine_dir = root / "quarantine"
         self.marker = _read_marker(root)
         self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup)
+        #: The task streams behind the storage seam (eventlog/storage.py): today the tasks/ folder.
+        self.streams = FolderStreams(self.tasks_dir)
         self._key = str(root.resolve())
         self._opened: set[str] = set()
 
@@ -246,12 +248,7 @@ class Ledger:
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""
-        try:
-            names = os.listdir(self.tasks_dir)
-        except FileNotFoundError:
-            return []
-        ids = (n[: -len(".jsonl")] for n in names if n.endswith(".jsonl"))
-        return sorted(i for i in ids if _TASK_ID_RE.match(i))  # a stray file is verify's to report
+        return self.streams.names()
 
     def stream_path(self, task_id: str) -> Path:
         return self.tasks_dir / f"{check_task_id(task_id)}.jsonl"

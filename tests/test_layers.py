@@ -169,3 +169,354 @@ def test_importing_intentlog_loads_no_filelock_or_click(heavy: str) -> None:
     modules = json.loads(out)
     assert "intentlog" in modules
     assert not [m for m in modules if m == heavy or m.startswith(heavy + ".")]
+
+
+# -- the rank table: every import points down ---------------------------------------------------------
+#
+# Each module has a rank; a module may import only modules of its own rank or lower, whether
+# the import runs at module level, inside a function (deferred) or only for type checking
+# (``if TYPE_CHECKING:``): a deferred or type-only import that points up is still a cycle a
+# reader has to untangle. The most specific pattern names a module's rank ("x.*" is x and
+# everything under it). A module the table does not rank fails the test: rank it when adding it.
+
+RANKS: dict[str, tuple[int, str]] = {
+    # 0 foundation: errors and the file-system and digest helpers everything shares
+    "intentlog.errors": (0, "foundation"),
+    "intentlog._digest": (0, "foundation"),
+    "intentlog._args": (0, "foundation"),
+    "intentlog._text": (0, "foundation"),
+    "intentlog._types": (0, "foundation"),
+    "intentlog._nofollow": (0, "foundation"),
+    "intentlog._fsutil": (0, "foundation"),
+    # 1 storage: streams and objects behind their seams; they know nothing of calls
+    "intentlog.eventlog.*": (1, "storage"),
+    "intentlog.artifacts.*": (1, "storage"),
+    # 2 pure: folds over events and policies that read and write nothing
+    "intentlog._diff": (2, "pure"),
+    "intentlog.dedup": (2, "pure"),
+    "intentlog.projections.*": (2, "pure"),
+    # 3 features: the effect protocol, approvals, checkpoints, sessions, fork, retention, bundles, checks
+    "intentlog.refs": (3, "features"),
+    "intentlog.effects": (3, "features"),
+    "intentlog.effects.*": (3, "features"),
+    "intentlog.approvals": (3, "features"),
+    "intentlog.checkpoints": (3, "features"),
+    "intentlog.sessions": (3, "features"),
+    "intentlog.fork": (3, "features"),
+    "intentlog.heads": (3, "features"),
+    "intentlog.retention.*": (3, "features"),
+    "intentlog.bundle.*": (3, "features"),
+    "intentlog.verify_bundle": (3, "features"),
+    "intentlog.http.*": (3, "features"),
+    # 4 the facade over one task's stream; 5 the ledger that hands tasks out
+    "intentlog.task": (4, "facade"),
+    "intentlog.ledger": (5, "ledger"),
+    # 6 the public face and the read-side views over a whole ledger
+    "intentlog": (6, "public"),
+    "intentlog.views": (6, "public"),
+    "intentlog.pytest_plugin": (6, "public"),
+    # 7-9 applications: the demo, the command line's shared core, its commands, its entry points
+    "intentlog.demo.*": (7, "applications"),
+    "intentlog.cli.app": (7, "applications"),
+    "intentlog.cli.*": (8, "applications"),
+    "intentlog.cli": (9, "applications"),
+    "intentlog.cli.__main__": (9, "applications"),
+}
+
+# Today's imports that point up, as (importer, imported, how): module, function or type.
+# They are being removed (the stream core takes Task's place below the facade); delete an
+# entry with the import it names -- test_the_allowlists_hold_no_stale_entries says when.
+UPWARD_ALLOWED: set[tuple[str, str, str]] = {
+    # features reach up to the Task facade (for typing, or to call it) instead of the stream core
+    ("intentlog.approvals", "intentlog.task", "type"),
+    ("intentlog.checkpoints", "intentlog.task", "type"),
+    ("intentlog.effects", "intentlog.task", "type"),
+    ("intentlog.sessions", "intentlog.task", "type"),
+    ("intentlog.fork", "intentlog.task", "type"),
+    ("intentlog.http", "intentlog.task", "type"),
+    ("intentlog.http._keys", "intentlog.task", "type"),
+    ("intentlog.http._replay", "intentlog.task", "type"),
+    ("intentlog.http._transport", "intentlog.task", "type"),
+    ("intentlog.http._transport", "intentlog.task", "function"),
+    # features (and the disk-reading checker in projections/) take the Ledger instead of the layout and store
+    ("intentlog.fork", "intentlog.ledger", "type"),
+    ("intentlog.heads", "intentlog.ledger", "type"),
+    ("intentlog.retention", "intentlog.ledger", "type"),
+    ("intentlog.projections.verify", "intentlog.ledger", "type"),
+    # the facade names the ledger that hands it out (for typing)
+    ("intentlog.task", "intentlog.ledger", "type"),
+    # the bundle writer takes __version__ from the package face (which imports everything)
+    ("intentlog.bundle", "intentlog", "module"),
+}
+
+_PY_MODULES = {_module_name(f): f for f in sorted(PKG.rglob("*.py"))}
+
+
+def rank_of(module: str) -> tuple[int, str] | None:
+    """The rank of ``module``: its own entry, else the longest ``pkg.*`` pattern above it."""
+    if module in RANKS:
+        return RANKS[module]
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        hit = RANKS.get(".".join(parts[:n]) + ".*")
+        if hit is not None:
+            return hit
+    return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(name: str) -> str | None:
+    """The intentlog module ``name`` is or lies in (``intentlog.x.Thing`` -> ``intentlog.x``)."""
+    while name and name not in _PY_MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def classified_imports(path: Path) -> set[tuple[str, str]]:
+    """Every intentlog module ``path`` imports, with how: ``module``, ``function`` or ``type``."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[tuple[str, str]] = set()
+
+    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            mod = ".".join([*base, node.module] if node.module else base)
+        else:
+            mod = node.module or ""
+        return [f"{mod}.{a.name}" for a in node.names]
+
+    def walk(node: ast.AST, how: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for name in targets(child):
+                    mod = _resolve(name) if name.startswith("intentlog") else None
+                    if mod is not None and mod != me:
+                        found.add((mod, how))
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    walk(ast.Module(body=[stmt], type_ignores=[]), "type")
+                for stmt in child.orelse:
+                    walk(ast.Module(body=[stmt], type_ignores=[]), how)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                walk(child, "function" if how == "module" else how)
+            else:
+                walk(child, how)
+
+    walk(ast.parse(path.read_text(), str(path)), "module")
+    return found
+
+
+def _all_imports() -> dict[str, set[tuple[str, str]]]:
+    return {m: classified_imports(f) for m, f in _PY_MODULES.items()}
+
+
+def upward_imports() -> set[tuple[str, str, str]]:
+    """Every import from a module to one of a higher rank, as (importer, imported, how)."""
+    up = set()
+    for me, imported in _all_imports().items():
+        mine = rank_of(me)
+        for mod, how in imported:
+            theirs = rank_of(mod)
+            if mine is not None and theirs is not None and theirs[0] > mine[0]:
+                up.add((me, mod, how))
+    return up
+
+
+def test_every_module_has_a_rank() -> None:
+    """The table ranks every module in the package (a new module is ranked when it is added)."""
+    assert [m for m in _PY_MODULES if rank_of(m) is None] == []
+
+
+def test_the_import_classifier_tells_module_function_and_type_imports_apart() -> None:
+    """classified_imports sees deferred and type-only imports (so the rank check can fail on them)."""
+    seen = classified_imports(PKG / "cli" / "verify_export.py")
+    assert ("intentlog.cli.app", "module") in seen
+    assert ("intentlog.heads", "function") in seen
+    assert ("intentlog.ledger", "type") in classified_imports(PKG / "heads.py")
+
+
+def test_the_rank_check_reports_an_import_that_points_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranking the stream writer above the ledger makes the ledger's import of it an upward one."""
+    monkeypatch.setitem(RANKS, "intentlog.eventlog.writer", (9, "test"))
+    assert ("intentlog.ledger", "intentlog.eventlog.writer", "module") in upward_imports()
+
+
+def test_no_import_points_up() -> None:
+    """No module imports one of a higher rank, at module level, in a function or for typing only."""
+    unexpected = sorted(upward_imports() - UPWARD_ALLOWED)
+    rendered = [f"{a} ({rank_of(a)}) imports {b} ({rank_of(b)}) [{how}]" for a, b, how in unexpected]
+    assert rendered == []
+
+
+def test_counts_of_each_kind_of_import_are_reported() -> None:
+    """The three kinds are counted (the upward ones printed), so a report can quote them."""
+    counts = {"module": 0, "function": 0, "type": 0}
+    for imported in _all_imports().values():
+        for _mod, how in imported:
+            counts[how] += 1
+    up = upward_imports()
+    print("imports:", counts, "upward:", {k: sum(1 for u in up if u[2] == k) for k in counts})
+    assert counts["module"] > 0 and counts["function"] > 0 and counts["type"] > 0
+
+
+# -- no reaching into another module's private names ----------------------------------------------------
+#
+# A leading underscore means "this module's own": another module that needs it is missing a
+# contract. Three shapes are caught by reading the code (no type inference):
+#   from x import _name          -- x another intentlog module, _name not a module
+#   alias._name                  -- alias an intentlog module or a name imported from one
+#   obj._name                    -- any other object, when this module defines no _name itself
+#                                   (so it can only be another module's: task._mutex)
+# ``self``/``cls`` and objects from outside intentlog (os._exit, a namedtuple's _replace) are
+# not checked. Modules are the unit: a private module such as _fsutil may be imported by its
+# package, its public names used; only names with a leading underscore are private.
+
+_NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
+
+# Today's reaches into other modules' privates, as (module, name). Being removed; delete an
+# entry with its last use -- test_the_allowlists_hold_no_stale_entries says when.
+PRIVATE_ALLOWED: set[tuple[str, str]] = {
+    # feature modules drive Task's stream through its privates (``with task._mutex: task._live()``,
+    # ``task._append(...)``): the contract the stream core names
+    ("intentlog.approvals", "?:_append"),
+    ("intentlog.approvals", "?:_live"),
+    ("intentlog.approvals", "?:_mutex"),
+    ("intentlog.checkpoints", "?:_append"),
+    ("intentlog.effects", "?:_append"),
+    ("intentlog.effects", "?:_inflight"),
+    ("intentlog.effects", "?:_live"),
+    ("intentlog.effects", "?:_mutex"),
+    ("intentlog.http._transport", "?:_live"),
+    ("intentlog.http._transport", "?:_mutex"),
+    ("intentlog.sessions", "?:_live"),
+    # the ledger's repair opens the task's writer and reads its seal through Task privates
+    ("intentlog.ledger", "?:_open_writer"),
+    ("intentlog.ledger", "?:_seal"),
+    # effects' helpers borrowed by the modules beside it (split along with effects.py)
+    ("intentlog.checkpoints", "intentlog.effects:_store"),
+    ("intentlog.sessions", "intentlog.effects:_Long"),
+    ("intentlog.sessions", "intentlog.effects:_bare"),
+    ("intentlog.sessions", "intentlog.effects:_run_effect"),
+    ("intentlog.sessions", "intentlog.effects:_store"),
+    ("intentlog.task", "intentlog.effects:_check_key"),
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """Private names this module defines: functions, classes, assignments, attributes set, slots."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            own.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _private(node.value):
+            own.add(node.value)  # __slots__ entries, getattr(self, "_x") names
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+    return {n for n in own if _private(n)}
+
+
+def private_reaches(path: Path, module: str | None = None) -> set[tuple[str, str]]:
+    """Every (module, private name) that ``path`` (the module ``module``) takes from another intentlog module."""
+    me = module or _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    own = _own_names(tree)
+    ours: dict[str, str] = {}  # local alias -> the intentlog module it came from
+    foreign: set[str] = set()  # local names bound to imports from outside intentlog
+    found: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                local = a.asname or a.name.partition(".")[0]
+                (ours.__setitem__(local, a.name) if a.name.startswith("intentlog") else foreign.add(local))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                local = a.asname or a.name
+                if not mod.startswith("intentlog"):
+                    foreign.add(local)
+                    continue
+                ours[local] = f"{mod}.{a.name}" if f"{mod}.{a.name}" in _PY_MODULES else mod
+                if _private(a.name) and f"{mod}.{a.name}" not in _PY_MODULES and _resolve(mod) != me:
+                    found.add((mod, a.name))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _private(node.attr)) or node.attr in _NAMEDTUPLE_API:
+            continue
+        base = node.value
+        if isinstance(base, ast.Name):
+            if base.id in ("self", "cls") or base.id in foreign:
+                continue
+            if base.id in ours:
+                found.add((ours[base.id], node.attr))
+                continue
+        if node.attr not in own:
+            found.add(("?", node.attr))  # whose it is needs types; the name says enough
+    return found
+
+
+def all_private_reaches() -> set[tuple[str, str]]:
+    """(module, "owner:_name") for every private reach in the package."""
+    return {(m, f"{owner}:{name}") for m, f in _PY_MODULES.items() for owner, name in private_reaches(f)}
+
+
+def test_the_private_check_sees_each_shape(tmp_path: Path) -> None:
+    """An import of a private name, a private attribute of an imported name and of another module's object."""
+    src = tmp_path / "probe.py"
+    code = (
+        "from ..eventlog.format import _KIND_RE\n"
+        "from .. import task as t\n"
+        "def f(task: object) -> object:\n"
+        "    t._x\n"
+        "    return task._mutex\n"
+    )
+    src.write_text(code)
+    got = private_reaches(src, "intentlog.cli.probe")
+    assert got == {("intentlog.eventlog.format", "_KIND_RE"), ("intentlog.task", "_x"), ("?", "_mutex")}
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """No module imports or uses a private name of another (beyond the commented allowlist)."""
+    assert sorted(all_private_reaches() - PRIVATE_ALLOWED) == []
+
+
+def test_the_allowlists_hold_no_stale_entries() -> None:
+    """Every allowlisted upward import and private reach still exists: fixed ones leave the list."""
+    assert sorted(UPWARD_ALLOWED - upward_imports()) == []
+    assert sorted(PRIVATE_ALLOWED - all_private_reaches()) == []
+
+
+def test_the_stale_check_fails_on_an_entry_that_no_longer_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allowlist entry with nothing left to allow is reported (so the lists only shrink)."""
+    monkeypatch.setattr(sys.modules[__name__], "PRIVATE_ALLOWED", PRIVATE_ALLOWED | {("intentlog.views", "?:_gone")})
+    with pytest.raises(AssertionError):
+        test_the_allowlists_hold_no_stale_entries()
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        sys.modules[__name__], "UPWARD_ALLOWED", UPWARD_ALLOWED | {("intentlog.errors", "intentlog.cli", "type")}
+    )
+    with pytest.raises(AssertionError):
+        test_the_allowlists_hold_no_stale_entries()

@@ -14,7 +14,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from ..errors import ArtifactError, OutsideWorkspace
-from .store import ArtifactStore, Ref
+from .store import ArtifactStore, Ref, put_fd
 
 __all__ = ["capture_locator", "normalize_locator"]
 
@@ -115,7 +115,7 @@ def capture_locator(
             reason = exc.strerror or type(exc).__name__
         raise ArtifactError(f"cannot record {locator!r} in the workspace {ws_text}: {reason}") from exc
     try:
-        ref = store._put_fd(fd, source=f"{normal} (workspace {ws_text})", media_type=media_type)
+        ref = put_fd(store, fd, source=f"{normal} (workspace {ws_text})", media_type=media_type)
     finally:
         os.close(fd)
     return normal, ref

@@ -664,6 +664,12 @@ class ArtifactStore:
         raise DigestMismatch(digest, actual, where)
 
 
+def put_fd(store: ArtifactStore, fd: int, *, source: str, media_type: str | None) -> Ref:
+    """Store the bytes of the open file ``fd`` (read from its start), durably; for the package's
+    own readers of files (``records.capture_locator``), who have already opened and checked it."""
+    return store._put_fd(fd, source=source, media_type=media_type)
+
+
 class _CheckedObjectIO(io.RawIOBase):
     """Raw reader over a store object that checks its digest when reading reaches the end."""
 

@@ -19,9 +19,11 @@ from ..errors import InvalidTaskId, NotSerializable
 from .canonical import dumps
 
 __all__ = [
+    "EVENT_KEYS",
     "FORMAT",
     "RESERVED_PREFIXES",
     "TASK_CREATED",
+    "TASK_ID_RE",
     "Event",
     "LineError",
     "check_kind",
@@ -35,9 +37,11 @@ __all__ = [
 
 FORMAT: Final = "intentlog/1"
 TASK_CREATED: Final = "task.created"
-_TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+#: What a task id may be: a stream's name in every storage.
+TASK_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _KIND_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
-_KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
+#: The keys of every stored event object, exactly.
+EVENT_KEYS: Final = frozenset({"data", "kind", "prev", "seq", "ts"})
 
 #: Namespaces only intentlog itself writes; ``Task.append`` refuses them.
 RESERVED_PREFIXES: Final = (
@@ -60,7 +64,7 @@ def is_reserved(kind: str) -> bool:
 
 def check_task_id(task_id: object) -> str:
     """Return ``task_id`` if it is a valid task id, else raise :class:`InvalidTaskId`."""
-    if not isinstance(task_id, str) or _TASK_ID_RE.match(task_id) is None:
+    if not isinstance(task_id, str) or TASK_ID_RE.match(task_id) is None:
         raise InvalidTaskId(task_id)
     return task_id
 
@@ -157,7 +161,7 @@ def parse_line(line: bytes, expected_seq: int, expected_prev: str | None) -> Eve
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise LineError(f"not valid JSON ({exc})", parsed=False) from exc
-    if type(obj) is not dict or obj.keys() != _KEYS:
+    if type(obj) is not dict or obj.keys() != EVENT_KEYS:
         raise LineError("not an event object with exactly data, kind, prev, seq, ts", parsed=False)
     seq = obj["seq"]
     kind = obj["kind"]

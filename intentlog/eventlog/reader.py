@@ -28,7 +28,7 @@ from blake3 import blake3
 from .._digest import DIGEST_PREFIX as _PREFIX
 from .._nofollow import open_nofollow
 from ..errors import CorruptStream, LedgerError
-from .format import _KEYS, Event, LineError, parse_line
+from .format import EVENT_KEYS, Event, LineError, parse_line
 
 _O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 
@@ -54,7 +54,7 @@ class ScanProblem:
     suspect: bool = False  # the bad line is a whole JSON event that does not chain (DESIGN §4 rule 4)
 
 
-def _lines(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]:
+def line_spans(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]:
     """``(offset, line)`` for every line; ``None`` for a line longer than ``max_line`` (skipped, never buffered).
 
     Linear in the file's size: pending pieces of a long line are kept in a list and only
@@ -95,7 +95,7 @@ def _lines(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]:
         yield offset, None if overlong else b"".join(pending)
 
 
-def _open_stream(path: str | os.PathLike[str]) -> BinaryIO:
+def open_stream(path: str | os.PathLike[str]) -> BinaryIO:
     """The stream file for reading, refusing a link (:class:`~intentlog.errors.LinkRefused`).
 
     Opened non-blocking and checked with ``fstat``: a FIFO, device or socket at a
@@ -131,8 +131,8 @@ def iter_lines(path: str | os.PathLike[str], *, max_line: int = MAX_LINE) -> Ite
     than that raises :class:`~intentlog.errors.CorruptStream` instead of being buffered.
     A stream that is a symbolic link raises :class:`~intentlog.errors.LinkRefused`.
     """
-    with _open_stream(path) as f:
-        for lineno, (offset, line) in enumerate(_lines(f, max_line), start=1):
+    with open_stream(path) as f:
+        for lineno, (offset, line) in enumerate(line_spans(f, max_line), start=1):
             if line is None:
                 raise CorruptStream(os.fspath(path), lineno, _overlong(max_line))
             yield offset, line
@@ -173,9 +173,9 @@ class StreamScan:
         self.file_size = 0
 
     def __iter__(self) -> Iterator[Event]:
-        with _open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
+        with open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
             self.file_size = os.fstat(f.fileno()).st_size
-            yield from self._events(_lines(f, MAX_LINE))
+            yield from self._events(line_spans(f, MAX_LINE))
 
     def _events(self, lines: Iterator[tuple[int, bytes | None]]) -> Iterator[Event]:
         seq = 0
@@ -195,7 +195,7 @@ class StreamScan:
                 obj = loads(line)
                 ok = (
                     type(obj) is dict
-                    and obj.keys() == _KEYS
+                    and obj.keys() == EVENT_KEYS
                     and obj["seq"] == seq
                     and type(obj["seq"]) is int
                     and obj["prev"] == prev

@@ -63,7 +63,7 @@ from ..errors import (
 from .canonical import dumps
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .lock import WriterLock
-from .reader import MAX_LINE, StreamScan, _lines
+from .reader import MAX_LINE, StreamScan, line_spans
 
 __all__ = [
     "ACCEPTED",
@@ -238,7 +238,7 @@ def started_in(path: Path, offset: int, *, fd: int | None = None) -> list[dict[s
     rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else os.dup(fd)
     with os.fdopen(rfd, "rb", buffering=0) as f:
         f.seek(0)
-        for n, (at, line) in enumerate(_lines(f, MAX_LINE), start=1):
+        for n, (at, line) in enumerate(line_spans(f, MAX_LINE), start=1):
             if at < offset or line is None or b"attempt.started" not in line:
                 continue
             try:
@@ -260,7 +260,8 @@ def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> Corr
         f"{d.reason}; the bytes that accepting the damage would move aside record attempt.started ({which}): "
         "their sends began and may have been paid for, and a re-run without those lines would send again",
         hint="restore the file from a copy or git; or accept that risk too, knowingly: "
-        "ledger.repair(TASK, accept_damage=True, accept_resend=True) records it in stream.repaired",
+        "'intentlog repair TASK --accept-damage --accept-resend' "
+        "(ledger.repair(TASK, accept_damage=True, accept_resend=True)) records it in stream.repaired",
     )
 
 

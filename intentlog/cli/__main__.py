@@ -1,0 +1,8 @@
+"""``python -m intentlog.cli``: the same command line as the ``intentlog`` script."""
+
+from __future__ import annotations
+
+from . import main
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name="intentlog")

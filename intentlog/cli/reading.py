@@ -1,0 +1,300 @@
+"""Commands that read a ledger (and ``init``, which makes one): tasks, status, log, show."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+import orjson
+
+from ..eventlog.format import Event
+from .app import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    Ctx,
+    emit_json,
+    handle_errors,
+    json_option,
+    main,
+    pass_ctx,
+    print_table,
+    require_task,
+    task_arg,
+)
+
+# -- ledger ---------------------------------------------------------------------------
+
+
+@main.command()
+@json_option
+@pass_ctx
+@handle_errors
+def init(c: Ctx, as_json: bool) -> None:
+    """Create a ledger folder (with .gitignore and .gitattributes for git-kept evidence).
+
+    \b
+    Example:
+      intentlog --root evidence init
+    """
+    ledger = c.ledger(create=True)
+    if as_json:
+        emit_json({"root": str(ledger.root), "created": True})
+        return
+    click.echo(f"ledger ready at {ledger.root}")
+
+
+@main.command()
+@json_option
+@pass_ctx
+@handle_errors
+def tasks(c: Ctx, as_json: bool) -> None:
+    """One line per task: id, events, last activity, state, stream, phase, next operation.
+
+    The state is the one 'status' and 'gc' name. A torn or unreadable stream is marked in
+    the stream column; its problem is in the JSON 'problem' field.
+
+    \b
+    Example:
+      intentlog tasks --json
+    """
+    from ..views import task_rows
+
+    rows = task_rows(c.ledger())
+    if as_json:
+        emit_json([r.to_json() for r in rows])
+        return
+    if not rows:
+        click.echo("no tasks")
+        return
+    print_table(
+        ["task", "events", "last activity", "state", "stream", "phase", "next operation"],
+        [
+            [
+                r.task,
+                str(r.events),
+                (r.status.work.last_ts if r.status is not None else None) or "-",
+                click.style(r.state, fg=_STATE_COLOUR.get(r.state)),
+                r.stream,
+                (r.status.phase if r.status is not None else None) or "-",
+                r.next_operation,
+            ]
+            for r in rows
+        ],
+    )
+    damaged = [r for r in rows if r.problem is not None]
+    for r in damaged:
+        click.echo(f"  {r.task}: {r.problem}", err=True)
+
+
+_STATE_COLOUR = {
+    "complete": "green",
+    "paused for review": "red",
+    "failed": "red",
+    "unreadable": "red",
+    "interrupted": "yellow",
+    "awaiting approval": "magenta",
+    "running": "cyan",
+}
+
+
+@main.command()
+@task_arg()
+@json_option
+@pass_ctx
+@handle_errors
+def status(c: Ctx, task: str, as_json: bool) -> None:
+    """The operator view: state, phase, last outcome, what is unresolved outside, the safe next step.
+
+    Exit 1 when the task does not exist or its stream cannot be read.
+
+    \b
+    Example:
+      intentlog status chapter-16
+    """
+    from ..views import task_row
+
+    ledger = c.ledger()
+    require_task(c, ledger, task)
+    row = task_row(ledger, task)
+    st = row.status
+    if as_json:
+        out = st.to_json() if st is not None else {"task": task, "state": row.state, "next_step": row.next_step}
+        out["next_step"] = c.hint(str(out["next_step"]))
+        emit_json(out | {"stream": row.stream, "problem": row.problem})
+        sys.exit(EXIT_OK if st is not None else EXIT_PROBLEMS)
+    if st is None:
+        click.echo(f"task            {task}")
+        click.echo(f"state           {click.style(row.state, fg='red')}")
+        click.echo(f"stream          {row.stream}: {row.problem}")
+        click.echo(f"next step       {click.style(c.hint(row.next_step), bold=True)}")
+        sys.exit(EXIT_PROBLEMS)
+    why = f" ({st.reason})" if st.reason else ""
+    click.echo(f"task            {task}")
+    click.echo(f"state           {click.style(st.state, fg=_STATE_COLOUR.get(st.state))}{why}")
+    if row.problem is not None:
+        click.echo(f"stream          {row.stream}: {row.problem}")
+    click.echo(f"phase           {st.phase or '-'}")
+    cp = st.checkpoint
+    click.echo(f"checkpoint      {f'{cp.phase} ({cp.status}) at seq {cp.seq}' if cp is not None else '-'}")
+    for a in st.awaiting_approvals:
+        click.echo(f"approval        {a.approval_id} [{a.status}]: {a.question} (binds {a.binding or 'nothing'})")
+    forked = st.operator.forked if st.operator is not None else None
+    if forked is not None:
+        click.echo(f"forked from     {forked.get('from_task')} before {forked.get('from_call')}")
+    click.echo(f"last outcome    {st.last_outcome or '-'}")
+    click.echo(f"unresolved      {st.unresolved_action or '-'}")
+    click.echo(f"next operation  {st.next_operation}")
+    click.echo(f"next step       {click.style(c.hint(st.next_step), bold=True)}")
+    ws = st.work
+    if ws.calls or ws.compilations:
+        click.echo("")
+        rows = [
+            [
+                c_.call_id,
+                c_.key,
+                c_.stage,
+                c_.next_operation,
+                c_.provider_effect,
+                str(c_.attempts),
+                c_.superseded_by or c_.resumes or "",
+            ]
+            for c_ in ws.calls.values()
+        ]
+        rows += [
+            [k.compilation_id, "(compilation)", k.stage, k.next_operation, "none", "-", ", ".join(k.missing)]
+            for k in ws.compilations.values()
+        ]
+        print_table(["id", "key", "stage", "next operation", "provider effect", "attempts", "link/missing"], rows)
+
+
+_SUMMARY_DEPTH = 64
+
+
+def _brief(v: Any, depth: int = 0) -> Any:
+    """A JSON value made printable: refs shortened, deep nesting cut, never a failure on user data."""
+    if depth > _SUMMARY_DEPTH:
+        return "…"
+    if isinstance(v, dict):
+        d = v.get("digest")
+        if isinstance(d, str) and d.startswith("blake3:") and isinstance(v.get("size"), int):
+            return f"{d[:19]}… ({v['size']} B)"
+        return {str(k): _brief(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_brief(x, depth + 1) for x in v]
+    return v
+
+
+def _summary(ev: Event, width: int = 100) -> str:
+    try:
+        text = orjson.dumps(_brief(ev.data), option=orjson.OPT_SORT_KEYS).decode()
+    except (TypeError, ValueError):  # pragma: no cover - _brief bounds the depth; this is the last guard
+        text = "(data not printable; see --json)"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@main.command()
+@task_arg()
+@click.option("--kind", "kinds", multiple=True, help="Only events of this kind (repeatable).")
+@click.option("--call", "call_id", help="Only events of this call (call-N).")
+@click.option("--since", type=click.IntRange(min=0), default=0, show_default=True, help="Start at this seq.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they are appended.")
+@click.option("--timeout", type=float, default=None, help="With --follow: stop after this many idle seconds.")
+@json_option
+@pass_ctx
+@handle_errors
+def log(
+    c: Ctx,
+    task: str,
+    kinds: tuple[str, ...],
+    call_id: str | None,
+    since: int,
+    follow: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """The events of a task, readable (or one JSON object per line with --json).
+
+    Digests are shortened to the prefix 'show' accepts.
+
+    \b
+    Example:
+      intentlog log chapter-16 --call call-3
+      intentlog log chapter-16 --kind attempt.started --json
+      intentlog log chapter-16 | head -1
+    """
+    ledger = c.ledger()
+    require_task(c, ledger, task)
+    t = ledger.task(task)
+
+    def wanted(ev: Event) -> bool:
+        return (not kinds or ev.kind in kinds) and (call_id is None or ev.data.get("call") == call_id)
+
+    def show(ev: Event) -> None:
+        if as_json:
+            try:
+                line = orjson.dumps(ev.to_json() | {"digest": ev.digest}, option=orjson.OPT_SORT_KEYS).decode()
+            except (TypeError, ValueError):  # nested deeper than orjson writes: cut, and say so
+                cut = ev.to_json() | {"data": _brief(ev.data), "digest": ev.digest, "data_truncated": True}
+                line = orjson.dumps(cut, option=orjson.OPT_SORT_KEYS).decode()
+            click.echo(line)
+        else:
+            click.echo(f"{ev.seq:>6}  {ev.ts}  {click.style(ev.kind.ljust(26), fg='cyan')}  {_summary(ev)}")
+
+    nxt = since
+    for ev in t.events(since=since):
+        nxt = ev.seq + 1
+        if wanted(ev):
+            show(ev)
+    if not follow:
+        return
+    idle_since = time.monotonic()
+    try:
+        while timeout is None or time.monotonic() - idle_since < timeout:
+            time.sleep(0.2)
+            for ev in t.events(since=nxt):
+                nxt = ev.seq + 1
+                idle_since = time.monotonic()
+                if wanted(ev):
+                    show(ev)
+    except KeyboardInterrupt:
+        return
+
+
+@main.command()
+@click.argument("digest")
+@json_option
+@pass_ctx
+@handle_errors
+def show(c: Ctx, digest: str, as_json: bool) -> None:
+    """Write an artifact's bytes to stdout (checked against its digest first).
+
+    DIGEST may be a unique prefix, with or without 'blake3:', at least as long as 'log'
+    prints; an ambiguous prefix exits 2 and lists the candidates.
+
+    \b
+    Example:
+      intentlog show blake3:6a1f2b3c4d5e > response.json
+      intentlog show 6a1f2b3c4d5e --json
+    """
+    from ..views import resolve_digest
+
+    ledger = c.ledger()
+    full = resolve_digest(ledger, digest)
+    data = ledger.artifacts.get(full)
+    if as_json:
+        try:
+            text: str | None = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        out: dict[str, Any] = {"digest": full, "size": len(data), "text": text}
+        if text is None:
+            import base64
+
+            out["base64"] = base64.b64encode(data).decode()
+        emit_json(out)
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()

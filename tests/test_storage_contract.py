@@ -1,0 +1,311 @@
+"""The storage contract: one suite every stream and object storage must pass.
+
+Each test takes a ``streams`` or ``objects`` fixture: a *backend*, which opens handles on one
+backing store (``backend.open()``; two handles are two machines sharing it) and knows how to
+make that store's writes fail midway (``backend.failing_writes()``). Today the one
+implementation is the local folder; a new one (an S3-compatible object store) adds itself to
+``STREAM_BACKENDS`` / ``OBJECT_BACKENDS`` and must pass every test here unchanged.
+
+The last section checks what only the folder promises on top (fsync counts, link refusals).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import pytest
+from blake3 import blake3
+
+import intentlog._fsutil
+import intentlog.eventlog.storage
+import intentlog.eventlog.writer
+from intentlog.artifacts.objects import FolderObjects, ObjectStore
+from intentlog.errors import (
+    ArtifactMissing,
+    Conflict,
+    DigestMismatch,
+    IntentlogError,
+    LedgerError,
+    LinkRefused,
+    TaskBusy,
+    UsageError,
+)
+from intentlog.eventlog.storage import FolderStreams, StreamStorage
+
+
+class StreamBackend:
+    def __init__(self, open_: Callable[[], StreamStorage], failing: Callable[[], AbstractContextManager[None]]) -> None:
+        self.open = open_
+        self.failing_writes = failing
+
+
+class ObjectBackend:
+    def __init__(self, open_: Callable[[], ObjectStore], failing: Callable[[], AbstractContextManager[None]]) -> None:
+        self.open = open_
+        self.failing_writes = failing
+
+
+def _folder_failing(monkeypatch: pytest.MonkeyPatch) -> Callable[[], AbstractContextManager[None]]:
+    """Every write in the folder implementation stores half its bytes, then the disk is full."""
+
+    @contextmanager
+    def failing() -> Iterator[None]:
+        def half(fd: int, data: bytes | memoryview) -> None:
+            os.write(fd, bytes(data)[: max(1, len(data) // 2)])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(intentlog._fsutil, "write_all", half)
+            m.setattr(intentlog.eventlog.storage, "write_all", half)
+            yield
+
+    return failing
+
+
+def _folder_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamBackend:
+    return StreamBackend(lambda: FolderStreams(tmp_path / "tasks"), _folder_failing(monkeypatch))
+
+
+def _folder_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBackend:
+    return ObjectBackend(lambda: FolderObjects(tmp_path), _folder_failing(monkeypatch))
+
+
+STREAM_BACKENDS = {"folder": _folder_streams}
+OBJECT_BACKENDS = {"folder": _folder_objects}
+
+
+@pytest.fixture(params=sorted(STREAM_BACKENDS))
+def streams(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamBackend:
+    return STREAM_BACKENDS[request.param](tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=sorted(OBJECT_BACKENDS))
+def objects(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBackend:
+    return OBJECT_BACKENDS[request.param](tmp_path, monkeypatch)
+
+
+RECORDS = [b'{"seq":0,"kind":"task.created"}', b'{"seq":1,"kind":"note","data":"\xc3\xa9"}', b"{}"]
+STORED = b"".join(r + b"\n" for r in RECORDS)
+
+
+def _filled(backend: StreamBackend, name: str = "t") -> StreamStorage:
+    s = backend.open()
+    s.create(name)
+    with s.lease(name) as lease:
+        assert lease.append(RECORDS[:1], expected_seq=0) == 1
+        assert lease.append(RECORDS[1:], expected_seq=1) == 3
+    return s
+
+
+# -- streams ------------------------------------------------------------------------------
+
+
+def test_a_created_stream_is_empty_listed_and_not_created_twice(streams: StreamBackend) -> None:
+    s = streams.open()
+    assert s.names() == []
+    s.create("b")
+    s.create("a")
+    assert s.names() == ["a", "b"]
+    assert s.read("a") == b""
+    with s.lease("a") as lease:
+        assert lease.next_seq == 0
+    with pytest.raises(LedgerError):
+        s.create("a")
+    assert streams.open().names() == ["a", "b"], "another handle sees the same streams"
+
+
+def test_appends_read_back_exactly_from_every_offset(streams: StreamBackend) -> None:
+    _filled(streams)
+    other = streams.open()
+    assert other.read("t") == STORED
+    for offset in range(len(STORED) + 1):
+        assert other.read("t", offset) == STORED[offset:], offset
+    assert other.read("t", len(STORED) + 10) == b""
+    with pytest.raises(UsageError):
+        other.read("t", -1)
+
+
+def test_conditional_append_refuses_a_stale_seq_and_writes_nothing(streams: StreamBackend) -> None:
+    s = _filled(streams)
+    with s.lease("t") as lease:
+        assert lease.next_seq == 3
+        for stale in (0, 2, 4):
+            with pytest.raises(Conflict) as info:
+                lease.append([b'{"late":true}'], expected_seq=stale)
+            assert (info.value.expected_seq, info.value.actual_seq) == (stale, 3)
+        assert s.read("t") == STORED
+        assert lease.append([b'{"on":"time"}'], expected_seq=3) == 4
+    assert streams.open().read("t") == STORED + b'{"on":"time"}\n'
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_lease(streams: StreamBackend) -> None:
+    s = _filled(streams)
+    other = streams.open()
+    with s.lease("t") as lease:
+        with pytest.raises(TaskBusy):
+            other.lease("t")
+        with pytest.raises(TaskBusy):
+            s.lease("t")
+        lease.append([b"{}"], expected_seq=3)
+    with other.lease("t") as second:  # released: the next writer gets it, and sees what was appended
+        assert second.next_seq == 4
+    assert other.read("t") == STORED + b"{}\n"
+
+
+def test_a_released_lease_appends_nothing(streams: StreamBackend) -> None:
+    s = _filled(streams)
+    lease = s.lease("t")
+    lease.release()
+    lease.release()  # idempotent
+    with pytest.raises(IntentlogError):
+        lease.append([b"{}"], expected_seq=3)
+    assert s.read("t") == STORED
+
+
+@pytest.mark.parametrize("bad", [b"two\nlines", "text", b"end\n"])
+def test_a_record_must_be_one_line_of_bytes(streams: StreamBackend, bad: object) -> None:
+    s = _filled(streams)
+    with s.lease("t") as lease:
+        with pytest.raises(UsageError):
+            lease.append([b"{}", bad], expected_seq=3)  # type: ignore[list-item]
+        assert lease.next_seq == 3
+    assert s.read("t") == STORED
+
+
+def test_a_failed_append_is_reported_and_the_stream_refuses_further_appends_through_it(streams: StreamBackend) -> None:
+    s = _filled(streams)
+    with s.lease("t") as lease:
+        with streams.failing_writes(), pytest.raises(LedgerError):
+            lease.append([b'{"big":"' + b"x" * 100 + b'"}'], expected_seq=3)
+        with pytest.raises(IntentlogError):
+            lease.append([b"{}"], expected_seq=3)
+    assert s.read("t").startswith(STORED)
+
+
+def test_a_missing_stream_cannot_be_read_or_leased(streams: StreamBackend) -> None:
+    s = streams.open()
+    with pytest.raises(FileNotFoundError):
+        s.read("nope")
+    with pytest.raises(FileNotFoundError):
+        s.lease("nope")
+
+
+# -- objects ------------------------------------------------------------------------------
+
+
+def _digest(data: bytes) -> str:
+    return "blake3:" + blake3(data).hexdigest()
+
+
+def test_put_names_bytes_by_their_digest_and_is_idempotent(objects: ObjectBackend) -> None:
+    o = objects.open()
+    data = b"the request body \x00\xff" * 100
+    d = o.put(data)
+    assert d == _digest(data)
+    assert o.put(data) == d, "the same bytes, the same name"
+    assert list(o.list()) == [d], "stored once"
+    other = objects.open()
+    assert other.get(d) == data
+    assert other.stat(d).size == len(data)
+    assert other.put(b"") == _digest(b"") and other.get(_digest(b"")) == b""
+
+
+def test_get_and_stat_of_a_missing_object_raise_the_library_error(objects: ObjectBackend) -> None:
+    o = objects.open()
+    missing = _digest(b"never stored")
+    with pytest.raises(ArtifactMissing) as info:
+        o.get(missing)
+    assert isinstance(info.value, IntentlogError) and missing in str(info.value)
+    with pytest.raises(ArtifactMissing):
+        o.stat(missing)
+    assert o.delete(missing) is False
+
+
+def test_put_is_atomic_a_failed_put_leaves_no_object(objects: ObjectBackend) -> None:
+    o = objects.open()
+    data = os.urandom(1 << 16)
+    with objects.failing_writes(), pytest.raises((OSError, IntentlogError)):
+        o.put(data)
+    assert list(o.list()) == []
+    with pytest.raises(ArtifactMissing):
+        o.get(_digest(data))
+    assert o.put(data) == _digest(data) and o.get(_digest(data)) == data, "a retry stores it whole"
+
+
+def test_list_and_delete(objects: ObjectBackend) -> None:
+    o = objects.open()
+    blobs = [b"a", b"bb", b"ccc"]
+    digests = [o.put(b) for b in blobs]
+    assert sorted(o.list()) == sorted(digests)
+    assert o.delete(digests[1]) is True
+    assert o.delete(digests[1]) is False
+    assert sorted(objects.open().list()) == sorted([digests[0], digests[2]])
+    with pytest.raises(ArtifactMissing):
+        o.get(digests[1])
+    assert o.put(blobs[1]) == digests[1] and o.get(digests[1]) == b"bb", "a deleted object can be put again"
+
+
+# -- what the folder promises on top -------------------------------------------------------
+
+
+def test_folder_appends_fdatasync_before_returning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = FolderStreams(tmp_path / "tasks")
+    s.create("t")
+    synced: list[int] = []
+    real = intentlog.eventlog.writer._fdatasync
+    monkeypatch.setattr(intentlog.eventlog.writer, "_fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    with s.lease("t") as lease:
+        lease.append([b"{}", b"{}"], expected_seq=0)
+        assert len(synced) == 1, "one fdatasync per append, before it returns"
+        lease.append([], expected_seq=2)
+        assert len(synced) == 1, "an empty append writes and syncs nothing"
+
+
+def test_folder_create_fsyncs_the_stream_and_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dirs: list[str] = []
+    real = intentlog.eventlog.storage.fsync_dir
+    monkeypatch.setattr(intentlog.eventlog.storage, "fsync_dir", lambda p: (dirs.append(str(p)), real(p))[1])
+    FolderStreams(tmp_path / "tasks").create("t")
+    assert dirs == [str(tmp_path / "tasks")]
+
+
+def test_folder_refuses_links_at_a_stream_name(tmp_path: Path) -> None:
+    s = FolderStreams(tmp_path / "tasks")
+    s.create("real")
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b"{}\n")
+    os.symlink(outside, tmp_path / "tasks" / "soft.jsonl")
+    os.link(outside, tmp_path / "tasks" / "hard.jsonl")
+    with pytest.raises(LinkRefused):
+        s.read("soft")
+    with pytest.raises(LinkRefused):
+        s.lease("soft")
+    with pytest.raises(LedgerError, match="name"):
+        s.lease("hard")
+    with pytest.raises((LinkRefused, LedgerError)):
+        s.create("soft")
+    assert outside.read_bytes() == b"{}\n", "nothing written through a link"
+
+
+def test_folder_objects_refuse_a_linked_shard_and_corrupt_bytes(tmp_path: Path) -> None:
+    o = FolderObjects(tmp_path)
+    d = o.put(b"payload")
+    path = o.store.path_for(d)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"tampered")
+    with pytest.raises(DigestMismatch):
+        o.get(d)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    d2 = _digest(b"other")
+    shard = o.store.path_for(d2).parent
+    os.symlink(elsewhere, shard)
+    with pytest.raises(LinkRefused):
+        o.put(b"other")
+    with pytest.raises(LinkRefused):
+        o.delete(d2)
+    assert list(elsewhere.iterdir()) == []
