@@ -66,7 +66,6 @@ from .errors import (
 )
 from .eventlog.format import FORMAT, TASK_CREATED, check_task_id
 from .eventlog.reader import StreamScan
-from .projections.schema import is_ref
 from .projections.verify import (
     ERROR,
     HEADS_FILE,
@@ -82,6 +81,7 @@ from .projections.verify import (
     verify_path,
 )
 from .projections.workstate import WorkState, work_state
+from .refs import EXPORT, EXPORT_INLINE, walk
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -347,22 +347,17 @@ class _Exporter:
     def collect(self, task: str, seq: int, kind: str, data: dict[str, Any]) -> None:
         """Every ref (checked inline bytes, or a digest whose blob must be exported), bare digest and repair file."""
         where = f"tasks/{task}.jsonl seq {seq} ({kind})"
-        stack: list[Any] = [data]
+        walked: Any = data
         if kind == "stream.repaired":
             q = data.get("quarantined")
             if type(q) is dict and type(q.get("file")) is str and is_digest(q.get("digest")):
                 self.quarantined[q["file"]] = (q["digest"], q.get("size", -1), where)
-            stack = [v for k, v in data.items() if k != "quarantined"]
-        while stack:
-            v = stack.pop()
-            if type(v) is dict:
-                if is_ref(v):
-                    self.ref(v, where)
-                stack.extend(v.values())
-            elif type(v) is list:
-                stack.extend(v)
-            elif type(v) is str and is_digest(v):
-                self.bare.setdefault(v, where)
+            walked = [v for k, v in data.items() if k != "quarantined"]
+        for found in walk(walked, EXPORT):
+            if found.ref is not None:
+                self.ref(found.ref, where)
+            else:
+                self.bare.setdefault(found.digest, where)
 
     def ref(self, ref: dict[str, Any], where: str) -> None:
         digest, size = ref["digest"], ref["size"]
@@ -473,21 +468,17 @@ def _inline_in(root: Path, tasks: Sequence[str], wanted: set[str]) -> dict[str, 
         if not wanted:
             break
         for ev in StreamScan(root / "tasks" / f"{task}.jsonl"):
-            stack: list[Any] = [ev.data]
-            while stack and wanted:
-                v = stack.pop()
-                if type(v) is dict:
-                    if v.get("digest") in wanted and is_ref(v):
-                        try:
-                            data = inline_bytes(v)
-                        except ArtifactError:
-                            data = None  # a corrupt copy: keep looking for a good one
-                        if data is not None:
-                            found[v["digest"]] = data
-                            wanted.discard(v["digest"])
-                    stack.extend(v.values())
-                elif type(v) is list:
-                    stack.extend(v)
+            for hit in walk(ev.data, EXPORT_INLINE):
+                if not wanted:
+                    break
+                if hit.digest in wanted and hit.ref is not None:
+                    try:
+                        data = inline_bytes(hit.ref)
+                    except ArtifactError:
+                        data = None  # a corrupt copy: keep looking for a good one
+                    if data is not None:
+                        found[hit.digest] = data
+                        wanted.discard(hit.digest)
     return found
 
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import orjson
 
 from ._args import check_count, check_seconds
-from ._digest import DIGEST_PREFIX, is_digest
+from ._digest import DIGEST_PREFIX
 from ._fsutil import check_real_dir, fsync_dir, makedirs_durable, open_dir_nofollow, open_nofollow, publish_bytes
 from .artifacts.inline import inline_bytes
 from .errors import ArtifactError, GcRefused, IntentlogError, LedgerError, TaskBusy, UsageError, WrongType
@@ -69,6 +69,7 @@ from .eventlog.writer import StreamWriter
 from .projections.operator import OperatorFold
 from .projections.status import AWAITING_APPROVAL, INTERRUPTED, PAUSED_FOR_REVIEW, TaskStatus, status_of
 from .projections.workstate import WorkStateFold
+from .refs import DIGEST_BYTES_RE, INLINE, KEEP, walk
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -117,8 +118,6 @@ CONFIG_KEY: Final = "retention"
 
 _TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
 _TS_FORMAT: Final = "%Y-%m-%dT%H:%M:%S.%fZ"
-_DIGEST_TEXT = re.compile(r"blake3:([0-9a-f]{64})")
-_DIGEST_BYTES = re.compile(rb"blake3:([0-9a-f]{64})")
 _MOVED_RE = re.compile(r"\.gc\.([0-9a-f]{64})\.[0-9a-f]+\.moved\Z")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -687,35 +686,14 @@ def _check_now(now: _dt.datetime | None) -> _dt.datetime:
     return now.astimezone(_dt.timezone.utc)
 
 
-def _digests_in(text: str, out: set[bytes]) -> None:
-    for m in _DIGEST_TEXT.finditer(text):
-        out.add(bytes.fromhex(m.group(1)))
-
-
 def _collect(data: Any, refs: set[bytes], held: set[bytes]) -> None:
     """Every digest named anywhere in ``data`` (refs and bare strings, keys too) into ``refs``;
-    the digests of payloads riding inline into ``held``. Iterative: deep data cannot overflow."""
-    stack = [data]
-    while stack:
-        v = stack.pop()
-        if type(v) is dict:
-            if ("inline" in v or "inline_b64" in v) and is_digest(v.get("digest")):
-                held.add(bytes.fromhex(v["digest"][len(DIGEST_PREFIX) :]))
-            for k, x in v.items():
-                if DIGEST_PREFIX in k:
-                    _digests_in(k, refs)
-                if type(x) is str:
-                    if DIGEST_PREFIX in x:
-                        _digests_in(x, refs)
-                elif type(x) is dict or type(x) is list:
-                    stack.append(x)
-        elif type(v) is list:
-            for x in v:
-                if type(x) is str:
-                    if DIGEST_PREFIX in x:
-                        _digests_in(x, refs)
-                elif type(x) is dict or type(x) is list:
-                    stack.append(x)
+    the digests of payloads riding inline into ``held`` (the :data:`~intentlog.refs.KEEP` walk)."""
+    for digest, ref in walk(data, KEEP):
+        key = bytes.fromhex(digest[len(DIGEST_PREFIX) :])
+        refs.add(key)
+        if ref is not None:
+            held.add(key)
 
 
 def _digests_in_file_tail(path: Path, offset: int, out: set[bytes]) -> None:
@@ -728,7 +706,7 @@ def _digests_in_file_tail(path: Path, offset: int, out: set[bytes]) -> None:
             if not chunk:
                 break
             buf = carry + chunk
-            for m in _DIGEST_BYTES.finditer(buf):
+            for m in DIGEST_BYTES_RE.finditer(buf):
                 out.add(bytes.fromhex(m.group(1).decode()))
             carry = buf[-(len(DIGEST_PREFIX) + 63) :]
 
@@ -1143,15 +1121,9 @@ def _iter_objects(ledger: Ledger) -> Iterator[tuple[str, int, int]]:
 def _inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every ``(digest, ref)`` carrying inline bytes in a stream's trusted events (read via ``fd`` if given)."""
     for ev in StreamScan(path, fd=fd):
-        stack: list[Any] = [ev.data]
-        while stack:
-            v = stack.pop()
-            if type(v) is dict:
-                if ("inline" in v or "inline_b64" in v) and is_digest(v.get("digest")):
-                    yield v["digest"], v
-                stack.extend(x for x in v.values() if type(x) is dict or type(x) is list)
-            elif type(v) is list:
-                stack.extend(x for x in v if type(x) is dict or type(x) is list)
+        for digest, ref in walk(ev.data, INLINE):
+            if ref is not None:
+                yield digest, ref
 
 
 def _plan_evacuations(
