@@ -23,6 +23,7 @@ from .artifacts import Ref, inline_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
 from .eventlog.redaction import scrub_note
 from .projections.operator import CheckpointRecord, checkpoint_record
+from .refs import INLINE, walk
 
 if TYPE_CHECKING:
     from .eventlog import Event
@@ -194,16 +195,9 @@ def _inline_index(task: Task, wanted: set[str]) -> dict[str, Mapping[str, Any]]:
     if not wanted:
         return found
     for ev in task.events():
-        stack: list[Any] = [ev.data]
-        while stack:
-            v = stack.pop()
-            if type(v) is dict:
-                d = v.get("digest")
-                if d in wanted and d not in found and any(k in v for k in _INLINE_KEYS):
-                    found[d] = v
-                stack.extend(v.values())
-            elif type(v) is list:
-                stack.extend(v)
+        for hit in walk(ev.data, INLINE):
+            if hit.ref is not None and hit.digest in wanted and hit.digest not in found:
+                found[hit.digest] = hit.ref
         if len(found) == len(wanted):
             break
     return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +25,7 @@ from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.reader import StreamScan
 from .eventlog.storage import FolderStreams
 from .eventlog.writer import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
+from .refs import INLINE, walk
 from .task import Task
 
 if TYPE_CHECKING:
@@ -282,34 +283,14 @@ class Ledger:
 
 
 def _find_inline(value: Any, digest: str) -> bytes | None:
-    if isinstance(value, dict):
-        if value.get("digest") == digest and ("inline" in value or "inline_b64" in value):
+    """The checked bytes of ``digest`` riding inline somewhere in ``value``; None if no good copy."""
+    for hit in walk(value, INLINE):
+        if hit.digest == digest and hit.ref is not None:
             try:
-                return inline_bytes(value)
+                return inline_bytes(hit.ref)
             except ArtifactError:
                 pass  # a corrupt copy: keep looking for a good one (verify reports the bad one)
-        for v in value.values():
-            found = _find_inline(v, digest)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for v in value:
-            found = _find_inline(v, digest)
-            if found is not None:
-                return found
     return None
-
-
-def iter_refs(value: Any) -> Iterator[dict[str, Any]]:
-    """Every ``{"digest", "size"}`` object inside an event's data."""
-    if isinstance(value, dict):
-        if isinstance(value.get("digest"), str) and isinstance(value.get("size"), int):
-            yield value
-        for v in value.values():
-            yield from iter_refs(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from iter_refs(v)
 
 
 def _check_root(root: object) -> Path:

@@ -63,7 +63,7 @@ def test_gc_refuses_a_linked_shard_swapped_in_after_the_plan(tmp_path: Path, mon
 
     root = tmp_path / "l"
     led = _ledger(root)
-    real_carry_out = retention._carry_out
+    real_carry_out = retention.apply._carry_out
     outside = tmp_path / "outside"
     seen: dict[str, bytes] = {}
 
@@ -74,7 +74,7 @@ def test_gc_refuses_a_linked_shard_swapped_in_after_the_plan(tmp_path: Path, mon
         seen.update(_files(outside))
         return real_carry_out(ledger, plan)
 
-    monkeypatch.setattr(retention, "_carry_out", swap_then_carry_out)
+    monkeypatch.setattr(retention.apply, "_carry_out", swap_then_carry_out)
     with pytest.raises(intentlog.IntentlogError):
         apply_gc(led, max_age="30d", grace="0s", now=LATER)
     assert seen, "the test swapped no shard"

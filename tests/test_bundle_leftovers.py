@@ -24,7 +24,7 @@ BIG = b"z" * 300_000
 
 CHILD = r"""
 import os, signal, sys
-import intentlog.bundle as b
+import intentlog.bundle.export as b
 
 root, out, tar, point = sys.argv[1:5]
 

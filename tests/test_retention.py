@@ -520,14 +520,14 @@ def test_a_blob_stored_again_while_gc_runs_is_put_back(ledger: intentlog.Ledger,
     past = (_now() - dt.timedelta(days=3)).timestamp()
     os.utime(ledger.artifacts.path_for(ref.digest), (past, past))
     ledger.close()
-    real_plan = retention._plan
+    real_plan = retention.plan.make_plan
 
     def plan_then_reput(*args: Any, **kwargs: Any) -> retention.GcPlan:
         p = real_plan(*args, **kwargs)
         ledger.artifacts.put(data)  # a writer, between the re-plan and the deletion
         return p
 
-    monkeypatch.setattr(retention, "_plan", plan_then_reput)
+    monkeypatch.setattr(retention.apply, "make_plan", plan_then_reput)
     result = apply_gc(ledger)
     assert result.restored == (ref.digest,)
     assert not result.exact and result.blobs_deleted == ()
@@ -738,14 +738,14 @@ def test_a_task_reopened_between_plan_and_delete_is_skipped_with_its_blobs(
     ledger.close()
     _age_stream(ledger.stream_path("a"), 60)
     _age_objects(ledger.root, 2)
-    real_plan = retention._plan
+    real_plan = retention.plan.make_plan
 
     def plan_then_open(*args: Any, **kwargs: Any) -> retention.GcPlan:
         p = real_plan(*args, **kwargs)
         _ = ledger.task("a").next_seq  # takes the writer lock
         return p
 
-    monkeypatch.setattr(retention, "_plan", plan_then_open)
+    monkeypatch.setattr(retention.apply, "make_plan", plan_then_open)
     result = apply_gc(ledger)
     ledger.close()
     assert [t for t, _ in result.skipped] == ["a"] and result.deleted == ()
@@ -824,7 +824,7 @@ def test_a_crash_mid_sweep_leaves_moved_blobs_that_the_next_apply_puts_back(ledg
     ledger.task("t").append("note", {"r": ref.to_json()})
     ledger.close()
     src = ledger.artifacts.path_for(ref.digest)
-    os.rename(src, ledger.tmp_dir / retention._moved_name(ref.digest))
+    os.rename(src, ledger.tmp_dir / retention.apply._moved_name(ref.digest))
     apply_gc(ledger)
     assert ledger.artifacts.get(ref.digest) == data
     assert not any(n.endswith(".moved") for n in os.listdir(ledger.tmp_dir))
@@ -873,7 +873,7 @@ def test_a_running_gc_holds_the_lock(ledger: intentlog.Ledger) -> None:
     """A second gc (or a keep) while one holds gc.lock is refused, naming the holder."""
     ledger.task("a").append("note", {})
     ledger.close()
-    with retention._gc_lock(ledger, wait=0), pytest.raises(GcRefused, match="gc or a keep is running"):
+    with retention.marks.gc_lock(ledger, wait=0), pytest.raises(GcRefused, match="gc or a keep is running"):
         apply_gc(ledger)
 
 

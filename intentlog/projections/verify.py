@@ -41,6 +41,7 @@ from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, DigestMismatch, LedgerError, NotALedger, NotSerializable, UsageError
 from ..eventlog.format import FORMAT, TASK_CREATED, check_kind, check_task_id, is_reserved
 from ..eventlog.reader import iter_lines
+from ..refs import CHECK, CHECK_REFS, walk
 from .schema import FILE, TaskGraph, check_shape, is_ref, rule_for
 
 if TYPE_CHECKING:
@@ -1017,18 +1018,11 @@ class _Checker:
 
     def _scan(self, value: Any, task: str, seq: int, lineno: int, label: str, *, bare: bool = True) -> None:
         """Search values for refs (checked) and, with ``bare``, bare digests (informational), without recursion."""
-        stack = [value]
-        while stack:
-            v = stack.pop()
-            if type(v) is dict:
-                if is_ref(v):
-                    self._ref(v, task, seq, lineno, f"{label}: a ref in the data")
-                else:
-                    stack.extend(v.values())
-            elif type(v) is list:
-                stack.extend(v)
-            elif bare and type(v) is str and is_digest(v) and v not in self.bare:
-                self.bare[v] = (task, seq, lineno)
+        for found in walk(value, CHECK if bare else CHECK_REFS):
+            if found.ref is not None:
+                self._ref(found.ref, task, seq, lineno, f"{label}: a ref in the data")
+            elif found.digest not in self.bare:
+                self.bare[found.digest] = (task, seq, lineno)
 
     # -- bytes -------------------------------------------------------------------------
 

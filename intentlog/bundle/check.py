@@ -1,0 +1,344 @@
+"""The library's own check of a bundle (a folder or its tar): verify plus what only a bundle has."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from .. import __version__
+from .._args import check_path
+from .._digest import is_digest
+from ..errors import (
+    LedgerError,
+    NotALedger,
+    UsageError,
+)
+from ..eventlog.reader import StreamScan
+from ..projections.verify import (
+    ERROR,
+    HEADS_FILE,
+    INFO,
+    Problem,
+    StreamHead,
+    VerifyReport,
+    decode_heads,
+    verify_path,
+)
+from ..projections.workstate import WorkState, work_state
+from .files import (
+    CHECKED_CALL_FIELDS,
+    CHECKED_COMPILATION_FIELDS,
+    CHECKED_TASK_FIELDS,
+    CHUNK,
+    HASHES_FILE,
+    HASHES_FORMAT,
+    RECEIPTS_DIR,
+    STATES_FILE,
+    STATES_FORMAT,
+    TAR_ROOT,
+    VERIFIER_FILE,
+    Progress,
+    file_hashes,
+    verifier_source,
+)
+from .source import task_ids
+
+# -- the library's check of a bundle ----------------------------------------------------------
+
+
+def check_bundle(
+    bundle: str | os.PathLike[str], *, inventory: bool = True, progress: Progress | None = None
+) -> VerifyReport:
+    """The library's check of an exported bundle; changes nothing.
+
+    :func:`~intentlog.projections.verify.verify_path` over the bundle as a ledger (with no
+    workspace: recorded files are checked as the objects the bundle carries), plus:
+    ``heads.json`` exists and every stream ends exactly at its sealed head (``bundle``);
+    ``tasks/``, ``heads.json`` and ``states.json`` name the same tasks and ``states.json``
+    equals this library's projection of each stream (``states``); every receipt in
+    ``receipts/`` is covered by an ``attempt.started`` of a call whose manifest has its
+    request hash (``receipts``); every file matches ``hashes.json`` and none is unlisted
+    (``inventory``; skipped when ``inventory`` is false). Raises
+    :class:`~intentlog.errors.NotALedger` when ``bundle`` is neither a folder nor a tar.
+
+    ``bundle`` may also be the tar :func:`export_bundle` writes: it is extracted into a
+    temporary folder (removed afterwards) member by member, refusing with
+    :class:`~intentlog.errors.LedgerError` any member that is not a plain file or folder
+    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates) before
+    anything of it is checked.
+    """
+    root = check_path(bundle, "bundle")
+    if root.is_file():
+        return _check_tar(root, inventory=inventory, progress=progress)
+    no_workspace = root / ".no-workspace-in-a-bundle"
+    report = verify_path(root, workspace=no_workspace, progress=progress)
+    problems: list[Problem] = []
+    for p in report.problems:
+        if p.code == "workspace":
+            p = replace(
+                p,
+                message="a bundle carries the bytes of recorded workspace files as objects (checked above), not the "
+                "workspace itself, so they were not compared with any current file",
+            )
+        problems.append(p)
+    problems.extend(_BundleCheck(root).run(inventory))
+    order = {ERROR: 0, "changed": 1, INFO: 2}
+    return replace(report, problems=tuple(sorted(problems, key=lambda p: order.get(p.severity, 3))))
+
+
+_TAR_FILE_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
+
+
+def _check_tar(path: Path, *, inventory: bool, progress: Progress | None) -> VerifyReport:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="intentlog-bundle-") as tmp:
+        inner = _extract_tar(path, Path(tmp))
+        report = check_bundle(inner, inventory=inventory, progress=progress)
+        shown = f"{path}:{TAR_ROOT}"
+        problems = tuple(replace(p, message=p.message.replace(str(inner), shown)) for p in report.problems)
+        return replace(report, root=str(path), problems=problems)
+
+
+def _tar_member_path(name: str, where: Path) -> tuple[str, ...]:
+    """The parts of a member name below ``intentlog-bundle/``; :class:`LedgerError` for anything else."""
+    parts = tuple(name.rstrip("/").split("/"))
+    if (
+        name.startswith("/")
+        or "\\" in name
+        or "\x00" in name
+        or parts[0] != TAR_ROOT
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise LedgerError(
+            f"{where}: the member {name!r} is not a plain path inside {TAR_ROOT}/ (absolute, '..', or elsewhere); "
+            "the tar was not extracted: it is not a bundle export wrote"
+        )
+    return parts[1:]
+
+
+def _open_tar(path: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as exc:
+        raise NotALedger(str(path), f"is neither a bundle folder nor a readable tar ({exc})") from exc
+
+
+def _extract_tar(path: Path, dest: Path) -> Path:
+    """Extract a bundle tar into ``dest`` safely and return the bundle folder (``dest/intentlog-bundle``)."""
+    inner = dest / TAR_ROOT
+    seen: set[tuple[str, ...]] = set()
+    with _open_tar(path) as tf:
+        while True:
+            try:
+                m = tf.next()
+            except tarfile.TarError as exc:
+                raise LedgerError(f"{path}: the tar is damaged ({exc}); it was not checked") from exc
+            if m is None:
+                break
+            parts = _tar_member_path(m.name, path)
+            if parts in seen:
+                raise LedgerError(f"{path}: the member {m.name!r} appears twice; the tar was not checked")
+            seen.add(parts)
+            target = inner.joinpath(*parts)
+            if m.type == tarfile.DIRTYPE:
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if m.type not in _TAR_FILE_TYPES:
+                raise LedgerError(
+                    f"{path}: the member {m.name!r} is a link or a special file; a bundle holds only files and "
+                    "folders, so the tar was not checked"
+                )
+            if not parts:
+                raise LedgerError(f"{path}: {TAR_ROOT} is a file, not a folder; the tar was not checked")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(m)
+            if src is None:  # pragma: no cover - a regular member always has a file object
+                raise LedgerError(f"{path}: the member {m.name!r} cannot be read")
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as out, src:
+                while chunk := src.read(CHUNK):
+                    out.write(chunk)
+    if not inner.is_dir():
+        raise LedgerError(f"{path}: the tar holds no {TAR_ROOT}/ folder; it is not a bundle export wrote")
+    return inner
+
+
+class _BundleCheck:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.problems: list[Problem] = []
+
+    def add(self, code: str, message: str, *, severity: str = ERROR, **where: Any) -> None:
+        self.problems.append(Problem(severity, code, message, **where))
+
+    def run(self, check_inventory: bool) -> list[Problem]:
+        tasks = task_ids(self.root)
+        heads = self.heads()
+        states = self.load(STATES_FILE, STATES_FORMAT)
+        if heads is not None and sorted(heads) != tasks:
+            self.add("bundle", f"heads.json seals {sorted(heads)} but tasks/ holds {tasks}", locator=HEADS_FILE)
+        if states is not None and sorted(states) != tasks:
+            self.add("states", f"states.json holds {sorted(states)} but tasks/ holds {tasks}", locator=STATES_FILE)
+        projected: dict[str, WorkState] = {}
+        for task in tasks:
+            scan = StreamScan(self.root / "tasks" / f"{task}.jsonl")
+            projected[task] = work_state(scan, task_id=task)
+            h = heads.get(task) if heads is not None else None
+            if h is not None and scan.problem is None and (scan.count != h.events or scan.head != h.head):
+                self.add(
+                    "bundle",
+                    f"the stream has {scan.count} events ending at {scan.head}, but heads.json sealed "
+                    f"{h.events} ending at {h.head}: a bundle's stream ends exactly at its sealed head",
+                    task=task,
+                )
+            if states is not None and task in states:
+                self.compare_states(task, states[task], projected[task])
+        self.receipts(projected)
+        if check_inventory:
+            self.inventory()
+        if (self.root / VERIFIER_FILE).is_file() and (self.root / VERIFIER_FILE).read_bytes() != verifier_source():
+            self.add(
+                "verifier",
+                f"{VERIFIER_FILE} differs from the one intentlog {__version__} ships: read it before you run it",
+                severity=INFO,
+                locator=VERIFIER_FILE,
+            )
+        return self.problems
+
+    def heads(self) -> dict[str, StreamHead] | None:
+        path = self.root / HEADS_FILE
+        try:
+            return decode_heads(path.read_bytes(), where=str(path))
+        except FileNotFoundError:
+            self.add("bundle", "heads.json is missing: a bundle anchors every stream's head", locator=HEADS_FILE)
+        except (OSError, LedgerError):
+            pass  # verify_path reported it
+        return None
+
+    def load(self, rel: str, fmt: str) -> dict[str, Any] | None:
+        try:
+            doc = orjson.loads((self.root / rel).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            self.add("states", f"{rel} cannot be read ({exc})", locator=rel)
+            return None
+        if type(doc) is not dict or doc.get("format") != fmt or type(doc.get("tasks")) is not dict:
+            self.add("states", f"{rel} is not a {fmt} file with a 'tasks' object", locator=rel)
+            return None
+        tasks: dict[str, Any] = doc["tasks"]
+        return tasks
+
+    def compare_states(self, task: str, claimed: Any, ws: WorkState) -> None:
+        mine = orjson.loads(orjson.dumps(ws.to_json()))
+        if claimed == mine:
+            return
+        if type(claimed) is not dict:
+            self.add("states", "states.json's entry is not an object", task=task, locator=STATES_FILE)
+            return
+        diffs = [
+            f"{f}: states.json says {claimed.get(f)!r:.80}, the events say {mine[f]!r:.80}"
+            for f in CHECKED_TASK_FIELDS
+            if claimed.get(f) != mine[f]
+        ]
+        for group, fields in (("calls", CHECKED_CALL_FIELDS), ("compilations", CHECKED_COMPILATION_FIELDS)):
+            theirs: dict[str, Any] = claimed[group] if type(claimed.get(group)) is dict else {}
+            for cid in sorted(set(mine[group]) | set(theirs)):
+                a, b = mine[group].get(cid), theirs.get(cid)
+                if a is None:
+                    diffs.append(f"{cid}: states.json holds it, but no event records it")
+                elif type(b) is not dict:
+                    diffs.append(f"{cid}: states.json has no entry for it")
+                else:
+                    diffs.extend(
+                        f"{cid} {k}: states.json says {b.get(k)!r:.80}, the events say {a.get(k)!r:.80}"
+                        for k in fields
+                        if a.get(k) != b.get(k)
+                    )
+        if diffs:
+            self.add(
+                "states",
+                "states.json does not match the work state projected from the stream: " + "; ".join(diffs[:10]),
+                task=task,
+                locator=STATES_FILE,
+            )
+            return
+        self.add(
+            "states_detail",
+            "states.json differs from this library's projection only in explanatory fields that neither verifier "
+            "checks (reasons, timestamps, inventories, anomalies): read them with care",
+            severity=INFO,
+            task=task,
+            locator=STATES_FILE,
+        )
+
+    def receipts(self, projected: Mapping[str, WorkState]) -> None:
+        started: dict[str, int] = {}
+        for ws in projected.values():
+            for c in ws.calls.values():
+                if c.request_hash is not None:
+                    started[c.request_hash] = started.get(c.request_hash, 0) + c.attempts
+        folder = self.root / RECEIPTS_DIR
+        if not folder.is_dir():
+            return
+        for path in sorted(folder.iterdir()):
+            rel = f"{RECEIPTS_DIR}/{path.name}"
+            if path.is_symlink() or not path.is_file():
+                self.add("receipts", f"{rel} is not a regular file", locator=rel)
+                continue
+            seen: dict[str, int] = {}
+            for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    receipt = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    self.add("receipts", f"line {lineno} is not JSON ({exc})", locator=rel)
+                    continue
+                body = receipt.get("body_hash") if type(receipt) is dict else None
+                if type(body) is not str or not is_digest(body):
+                    self.add("receipts", f"line {lineno} has no body_hash digest", locator=rel)
+                    continue
+                seen[body] = seen.get(body, 0) + 1
+                if seen[body] > started.get(body, 0):
+                    self.add(
+                        "receipts",
+                        f"line {lineno}: receipt {seen[body]} of request {body}, but the record has "
+                        f"{started.get(body, 0)} attempt.started of calls with that request hash: the provider saw "
+                        "an effect no recorded attempt covers",
+                        locator=rel,
+                        digest=body,
+                    )
+
+    def inventory(self) -> None:
+        path = self.root / HASHES_FILE
+        try:
+            doc = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            self.add("inventory", f"hashes.json cannot be read ({exc})", locator=HASHES_FILE)
+            return
+        if type(doc) is not dict or doc.get("format") != HASHES_FORMAT or type(doc.get("files")) is not dict:
+            self.add("inventory", f"hashes.json is not a {HASHES_FORMAT} file", locator=HASHES_FILE)
+            return
+        listed: dict[str, Any] = doc["files"]
+        try:
+            present = file_hashes(self.root)
+        except UsageError as exc:
+            self.add("inventory", str(exc))
+            return
+        for rel in sorted(set(present) - set(listed)):
+            self.add("inventory", "is in the bundle but not in hashes.json", locator=rel)
+        for rel, entry in sorted(listed.items()):
+            got = present.get(rel)
+            want = (entry.get("digest"), entry.get("size")) if type(entry) is dict else None
+            if got is None:
+                self.add("inventory", "is listed in hashes.json but missing", locator=rel)
+            elif got != want:
+                self.add(
+                    "inventory", f"hashes to {got[0]} ({got[1]} bytes), but hashes.json lists {want!r}", locator=rel
+                )

@@ -1,0 +1,92 @@
+"""Retention: bounded records, and cleanup that never eats evidence still needed.
+
+``plan_gc`` says what garbage collection would delete and why; ``apply_gc`` re-plans under
+the ledger's gc lock and carries out exactly that plan. Mark and sweep, streams first:
+
+* **Tasks expire by age** -- ``now`` minus the latest timestamp *inside* the stream
+  (DESIGN §4 rule 8: never a file mtime, which a git checkout resets) -- **or by size**:
+  while streams and objects together exceed ``max_size``, the oldest eligible tasks go
+  first.
+* **Never deleted**: a task with an unresolved external effect (see :func:`protected_by`),
+  a task marked with :func:`keep`, a task open for writing (its writer lock is held), a
+  task active within the grace period, a stream that cannot be read completely or dated.
+  A plan that would leave no task stream at all is refused.
+* **Blobs**: every artifact referenced by a retained stream is kept (a ``{"digest",
+  "size"}`` ref, or any ``blake3:<64 hex>`` string anywhere in event data, to be safe); an
+  unreferenced blob is deleted only once its mtime is older than the grace period (a
+  writer may have stored it and not yet appended its event; a re-put refreshes the mtime).
+  Bytes that ride inline in an expiring stream but are referred to by a retained one are
+  first copied into ``objects/`` (*evacuated*), so nothing kept loses its bytes.
+* **Incomplete scans**: a stream that cannot be read completely (a bad line that is not
+  an incomplete last line, an I/O error, a stray name in ``tasks/``) or more distinct
+  digests than ``max_tracked`` make the scan explicitly incomplete: the plan says so and no
+  blob is deleted, because references are unknown.
+
+The scan streams every file once (:class:`~intentlog.eventlog.reader.StreamScan`); memory
+grows with the number of tasks and of distinct digests (32 bytes each, as dict keys), never
+with the number of events.
+
+What an apply deletes is recorded *before* it deletes anything, in ``<ledger>/gc.jsonl``:
+a hash-chained stream in the task stream format (appended by the same durable writer), a
+``gc.started`` event listing every task (with its head digest) and blob it is about to
+delete, then a ``gc.finished`` event with what was actually done. An auditor can tell
+deletion from loss; ``verify`` still passes on everything kept.
+
+Concurrency (DESIGN §4 rules 3 and 5): the whole apply -- and :func:`keep` -- hold an
+exclusive ``flock`` on ``<ledger>/gc.lock``. Each expired stream is deleted while holding
+its task's writer lock, after checking the file did not change since the plan; a task a
+writer reopened in between is skipped and its references kept. A blob is first *moved*
+into ``tmp/`` and its mtime compared with the planned one: a writer that re-put it in the
+meantime refreshed it (then it is moved back), and a writer that comes later finds it gone
+and stores it again. Moved blobs left by a crash are put back by the next apply.
+"""
+
+from __future__ import annotations
+
+from ..errors import GcRefused
+from .apply import apply_gc
+from .marks import KeepMark, keep, kept_tasks, unkeep
+from .plan import plan_gc
+from .policy import (
+    DEFAULT_GRACE,
+    DEFAULT_MAX_AGE,
+    DEFAULT_MAX_SIZE,
+    GC_LOCK,
+    GC_LOG,
+    KEEP_FILE,
+    GcPolicy,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+    resolve_policy,
+)
+from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan, GcResult, KeptTask
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "DEFAULT_MAX_AGE",
+    "DEFAULT_MAX_SIZE",
+    "GC_LOG",
+    "GC_LOCK",
+    "KEEP_FILE",
+    "ExpiredBlob",
+    "ExpiredTask",
+    "Evacuation",
+    "GcPlan",
+    "GcPolicy",
+    "GcRefused",
+    "GcResult",
+    "KeepMark",
+    "KeptTask",
+    "apply_gc",
+    "format_duration",
+    "format_size",
+    "keep",
+    "kept_tasks",
+    "parse_duration",
+    "parse_size",
+    "plan_gc",
+    "resolve_policy",
+    "unkeep",
+]

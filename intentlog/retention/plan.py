@@ -1,0 +1,264 @@
+"""Planning a gc from a scan: which streams expire, which blobs are unreferenced, what must be evacuated."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._args import check_count
+from .._digest import DIGEST_PREFIX
+from .._fsutil import check_real_dir
+from ..errors import ArtifactError, IntentlogError
+from ..eventlog.reader import StreamScan
+from ..refs import INLINE, walk
+from .marks import kept_tasks
+from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, resolve_policy
+from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan, KeptTask
+from .scan import NEVER, Candidate, Progress, Scan, scan_tasks
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
+
+def plan_gc(
+    ledger: Ledger,
+    *,
+    max_age: str | float | _dt.timedelta | None = None,
+    max_size: str | int | None = None,
+    grace: str | float | _dt.timedelta | None = None,
+    now: _dt.datetime | None = None,
+    max_tracked: int = MAX_TRACKED,
+    progress: Progress | None = None,
+) -> GcPlan:
+    """Plan a garbage collection of ``ledger``; deletes nothing, writes nothing.
+
+    ``progress(what, done, total)`` is called after each stream is scanned (a terminal's
+    progress line; it must not raise).
+
+    Policy values not given come from ``intentlog.json`` (``retention``), else the
+    defaults (30d, 500MiB, 1h); see :func:`resolve_policy`. ``now`` (an aware datetime)
+    replaces the clock, for tests and for an apply that must match a preview. Raises
+    :class:`UsageError` for a malformed policy; a damaged ``keep.json`` makes the plan
+    refused. See the module docstring for the rules.
+    """
+    max_tracked = check_count(max_tracked, "max_tracked")
+    policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
+    return make_plan(ledger, policy, check_now(now), max_tracked=max_tracked, progress=progress)
+
+
+def _check_layout(ledger: Ledger) -> None:
+    """The folders gc lists, reads, moves and deletes in are real folders, never links (:class:`LinkRefused`)."""
+    for path, what in (
+        (ledger.tasks_dir, "task streams"),
+        (ledger.root / "objects", "artifact objects (objects/)"),
+        (ledger.tmp_dir, "staging files (tmp/)"),
+        (ledger.quarantine_dir, "quarantined bytes (quarantine/)"),
+    ):
+        try:
+            check_real_dir(path, what=what)
+        except NotADirectoryError as exc:
+            raise IntentlogError(f"{path}: {exc.strerror}; move it aside and run gc again") from exc
+
+
+def make_plan(
+    ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int, progress: Progress | None = None
+) -> GcPlan:
+    _check_layout(ledger)
+    refused: str | None = None
+    try:
+        marks = kept_tasks(ledger)
+    except IntentlogError as exc:
+        marks = {}
+        refused = f"{exc}; which tasks are kept is unknown, so nothing may be deleted"
+    scan = scan_tasks(ledger, now, policy, marks, limit=max_tracked, progress=progress)
+    incomplete = tuple(scan.incomplete)
+
+    # the deletion order: eligible tasks, oldest last activity first (ties by id)
+    eligible = sorted(
+        (i for i, t in enumerate(scan.infos) if t.rule is None),
+        key=lambda i: (scan.infos[i].last_dt, scan.infos[i].task),
+    )
+    rank = {idx: r for r, idx in enumerate(eligible, start=1)}
+    cutoff = None if policy.max_age is None else now - _dt.timedelta(seconds=policy.max_age)
+    by_age = 0
+    if cutoff is not None:
+        while by_age < len(eligible) and scan.infos[eligible[by_age]].last_dt < cutoff:  # type: ignore[operator]
+            by_age += 1
+
+    # the objects: sizes, grace, and the rank at which each becomes unreferenced
+    candidates: list[Candidate] = []
+    freed_at = [0] * (len(eligible) + 1)
+    object_bytes = 0
+    now_ns = int(now.timestamp() * 1e9)
+    grace_ns = int(policy.grace * 1e9)
+    for digest, size, mtime_ns in _iter_objects(ledger):
+        object_bytes += size
+        key = bytes.fromhex(digest[len(DIGEST_PREFIX) :])
+        owner = scan.refs.get(key)
+        if owner == NEVER:
+            continue
+        r = 0 if owner is None else rank[owner]
+        in_grace = now_ns - mtime_ns < grace_ns
+        candidates.append(Candidate(r, digest, size, mtime_ns, in_grace))
+        if not in_grace and not incomplete:
+            freed_at[r] += size
+
+    # how many tasks go: all expired by age, then the oldest eligible until under the cap
+    before = scan.stream_bytes + object_bytes
+    after = before - sum(freed_at[: by_age + 1]) - sum(scan.infos[i].size for i in eligible[:by_age])
+    k = by_age
+    if policy.max_size is not None:
+        while after > policy.max_size and k < len(eligible):
+            k += 1
+            after -= scan.infos[eligible[k - 1]].size + freed_at[k]
+
+    expired: list[ExpiredTask] = []
+    for n, idx in enumerate(eligible[:k]):
+        t = scan.infos[idx]
+        idle = format_duration((now - t.last_dt).total_seconds())  # type: ignore[operator]
+        if n < by_age:
+            why = "age"
+            detail = f"last activity {t.last_ts}, {idle} ago: older than max age {format_duration(policy.max_age)}"
+        else:
+            why, detail = (
+                "size",
+                (
+                    f"last activity {t.last_ts}, {idle} ago: among the oldest while the ledger exceeds "
+                    f"max size {format_size(policy.max_size)}"
+                ),
+            )
+        expired.append(
+            ExpiredTask(
+                t.task, why, detail, t.last_ts or "", t.size, t.head, t.events, t.stream, t.ident, state=t.state
+            )
+        )
+    gone = {t.task for t in expired}
+    kept: list[KeptTask] = []
+    for t in scan.infos:
+        if t.task in gone:
+            continue
+        if t.rule is None:
+            kept.append(KeptTask(t.task, "young", f"last activity {t.last_ts}", t.size, t.last_ts, t.state))
+        else:
+            kept.append(KeptTask(t.task, t.rule, t.detail, t.size, t.last_ts, t.state))
+
+    blobs: list[ExpiredBlob] = []
+    in_grace_n = in_grace_bytes = 0
+    for c in candidates:
+        if c.rank > k:
+            continue
+        if c.in_grace:
+            in_grace_n += 1
+            in_grace_bytes += c.size
+        elif not incomplete:
+            blobs.append(ExpiredBlob(c.digest, c.size, c.mtime_ns))
+    blobs.sort(key=lambda b: b.digest)
+
+    evacuate = _plan_evacuations(ledger, scan, expired, k, rank, incomplete=bool(incomplete))
+
+    notes: list[str] = []
+    final_after = before - sum(t.size for t in expired) - sum(b.size for b in blobs) + sum(e.size for e in evacuate)
+    if policy.max_size is not None and final_after > policy.max_size:
+        notes.append(
+            f"the ledger stays above max size {format_size(policy.max_size)} ({format_size(final_after)}): "
+            "the rest is protected, kept, open, in its grace period, or unknown to an incomplete scan"
+        )
+    if refused is None and (expired or blobs) and len(expired) >= scan.stream_names:
+        if scan.stream_names == 0:
+            refused = (
+                f"the ledger has no task stream: deleting its {len(blobs)} blob(s) would keep nothing, and an "
+                "empty tasks/ may mean lost streams; restore them from a copy or git, or delete the folder by hand"
+            )
+        else:
+            refused = (
+                f"this plan would delete every task stream ({len(expired)}) and keep nothing: a wrong clock or "
+                "a policy too tight? Mark a task with 'intentlog keep', or loosen --max-age / --max-size"
+            )
+    return GcPlan(
+        now=now,
+        policy=policy,
+        expired=tuple(expired),
+        kept=tuple(kept),
+        blobs=tuple(blobs),
+        evacuate=tuple(evacuate),
+        bytes_before=before,
+        stream_bytes=scan.stream_bytes,
+        object_bytes=object_bytes,
+        blobs_in_grace=in_grace_n,
+        blob_bytes_in_grace=in_grace_bytes,
+        incomplete=incomplete,
+        refused=refused,
+        notes=tuple(notes),
+    )
+
+
+def _iter_objects(ledger: Ledger) -> Iterator[tuple[str, int, int]]:
+    """``(digest, size, mtime_ns)`` of every object, streaming (ArtifactError on a listing failure)."""
+    store = ledger.artifacts
+    for digest in store.iter_digests():
+        try:
+            st = os.lstat(store.path_for(digest))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ArtifactError(f"cannot stat the object {digest}: {exc.strerror or exc}") from exc
+        if stat.S_ISREG(st.st_mode):
+            yield digest, st.st_size, st.st_mtime_ns
+
+
+def inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every ``(digest, ref)`` carrying inline bytes in a stream's trusted events (read via ``fd`` if given)."""
+    for ev in StreamScan(path, fd=fd):
+        for digest, ref in walk(ev.data, INLINE):
+            if ref is not None:
+                yield digest, ref
+
+
+def _plan_evacuations(
+    ledger: Ledger, scan: Scan, expired: list[ExpiredTask], k: int, rank: Mapping[int, int], *, incomplete: bool
+) -> list[Evacuation]:
+    """Inline payloads of expiring streams that a kept stream still needs, and nothing else holds.
+
+    Needed: a retained task refers to the digest (or, when the scan is incomplete, any
+    task might). Held elsewhere: a retained task carries it inline too, or it is in
+    ``objects/``.
+    """
+    if not expired:
+        return []
+
+    def survives(owner: int | None) -> bool:
+        return owner is not None and (owner == NEVER or rank[owner] > k)
+
+    out: list[Evacuation] = []
+    chosen: set[str] = set()
+    for t in expired:
+        path = ledger.tasks_dir / f"{t.task}.jsonl"
+        try:
+            payloads = list(_evacuation_candidates(path))
+        except OSError:
+            continue  # the apply re-checks each stream under its lock
+        for digest, size in payloads:
+            if digest in chosen:
+                continue
+            key = bytes.fromhex(digest[len(DIGEST_PREFIX) :])
+            needed = incomplete or not scan.tracking or survives(scan.refs.get(key))
+            if not needed or (scan.tracking and survives(scan.held.get(key))):
+                continue
+            if ledger.artifacts.path_for(digest).exists():
+                continue
+            chosen.add(digest)
+            out.append(Evacuation(digest, size, t.task))
+    return out
+
+
+def _evacuation_candidates(path: Path) -> Iterator[tuple[str, int]]:
+    seen: set[str] = set()
+    for digest, ref in inline_payloads(path):
+        size = ref.get("size")
+        if digest not in seen and isinstance(size, int) and not isinstance(size, bool):
+            seen.add(digest)
+            yield digest, size

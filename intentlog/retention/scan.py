@@ -1,0 +1,283 @@
+"""Reading the ledger for a plan: each stream's age, size, state and the digests it names or holds."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from .._digest import DIGEST_PREFIX
+from ..errors import IntentlogError, LedgerError
+from ..eventlog.format import check_task_id
+from ..eventlog.reader import StreamScan
+from ..projections.operator import OperatorFold
+from ..projections.status import status_of
+from ..projections.workstate import WorkStateFold
+from ..refs import DIGEST_BYTES_RE, KEEP, walk
+from .marks import KeepMark, protected_by
+from .policy import GcPolicy, format_duration, parse_ts
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
+
+_TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CHUNK = 1 << 20
+NEVER: Final = -1  # a digest held or referenced by a task that is never deleted
+
+
+# -- scanning --------------------------------------------------------------------------
+
+
+def collect_digests(data: Any, refs: set[bytes], held: set[bytes]) -> None:
+    """Every digest named anywhere in ``data`` (refs and bare strings, keys too) into ``refs``;
+    the digests of payloads riding inline into ``held`` (the :data:`~intentlog.refs.KEEP` walk)."""
+    for digest, ref in walk(data, KEEP):
+        key = bytes.fromhex(digest[len(DIGEST_PREFIX) :])
+        refs.add(key)
+        if ref is not None:
+            held.add(key)
+
+
+def digests_in_file_tail(path: Path, offset: int, out: set[bytes]) -> None:
+    """Digests named in the raw bytes from ``offset`` on (an incomplete last line), chunk by chunk."""
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        carry = b""
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            buf = carry + chunk
+            for m in DIGEST_BYTES_RE.finditer(buf):
+                out.add(bytes.fromhex(m.group(1).decode()))
+            carry = buf[-(len(DIGEST_PREFIX) + 63) :]
+
+
+def _lock_held(lock_path: Path) -> bool:
+    """True when a writer holds the task's ``flock``; creates and writes nothing.
+
+    The probe takes the lock for an instant: a writer opening the task at that very
+    moment with ``wait=0`` would see :class:`TaskBusy`. Only tasks otherwise eligible
+    for deletion (idle past the grace period) are probed.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell (a link, no permission): treat it as held
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True  # held (EWOULDBLOCK), or flock unsupported here: treat it as held
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def file_ident(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(slots=True)
+class _TaskInfo:
+    task: str
+    size: int = 0
+    ident: tuple[int, int, int] = (0, 0, 0)
+    head: str | None = None
+    stream: str | None = None
+    events: int = 0
+    last_ts: str | None = None
+    last_dt: _dt.datetime | None = None
+    rule: str | None = None  # why it is never deleted; None: eligible
+    detail: str = ""
+    state: str | None = None  # the operator state (None: the stream could not be read)
+
+
+@dataclass(slots=True)
+class Scan:
+    """What one pass over the tasks learned (memory: per task, and per distinct digest)."""
+
+    infos: list[_TaskInfo] = field(default_factory=list)
+    # digest -> index of the eligible task that refers to it with the latest sort key, or NEVER
+    refs: dict[bytes, int] = field(default_factory=dict)
+    # digest -> the same, over tasks that carry its bytes inline
+    held: dict[bytes, int] = field(default_factory=dict)
+    incomplete: list[str] = field(default_factory=list)
+    stream_names: int = 0
+    stream_bytes: int = 0
+    tracking: bool = True
+
+
+def _later(scan: Scan, a: int, b: int) -> bool:
+    """Is task ``b`` deleted no earlier than task ``a`` (both eligible indices)?"""
+    ia, ib = scan.infos[a], scan.infos[b]
+    return (ib.last_dt, ib.task) >= (ia.last_dt, ia.task)
+
+
+def _note_digests(scan: Scan, table: dict[bytes, int], digests: set[bytes], index: int, *, limit: int) -> None:
+    eligible = scan.infos[index].rule is None
+    for d in digests:
+        cur = table.get(d)
+        if cur is None:
+            if len(scan.refs) + len(scan.held) >= limit:
+                scan.tracking = False
+                scan.incomplete.append(
+                    f"more than {limit} distinct digests: references are not tracked in full within the memory "
+                    "budget (max_tracked)"
+                )
+                scan.refs.clear()
+                scan.held.clear()
+                return
+            table[d] = index if eligible else NEVER
+        elif cur != NEVER and (not eligible or _later(scan, cur, index)):
+            table[d] = index if eligible else NEVER
+
+
+#: ``progress(what, done, total)``: a terminal's progress line.
+Progress = Callable[[str, int, int], None]
+
+
+def scan_tasks(
+    ledger: Ledger,
+    now: _dt.datetime,
+    policy: GcPolicy,
+    marks: Mapping[str, KeepMark],
+    *,
+    limit: int,
+    progress: Progress | None = None,
+) -> Scan:
+    scan = Scan()
+    try:
+        names = sorted(e.name for e in os.scandir(ledger.tasks_dir) if e.name.endswith(".jsonl"))
+    except FileNotFoundError:
+        names = []
+    except OSError as exc:
+        raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
+    scan.stream_names = len(names)
+    for done, name in enumerate(names, start=1):
+        if progress is not None:
+            progress("streams", done, len(names))
+        tid = name[: -len(".jsonl")]
+        try:
+            check_task_id(tid)
+        except ValueError:
+            scan.incomplete.append(f"tasks/{name} is not named like a task stream; move it out of tasks/")
+            with contextlib.suppress(OSError):
+                scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
+            continue
+        info = _TaskInfo(tid)
+        index = len(scan.infos)
+        scan.infos.append(info)
+        refs: set[bytes] = set()
+        held: set[bytes] = set()
+        readable = _scan_one(ledger, info, refs, held, scan)
+        scan.stream_bytes += info.size
+        if not readable:
+            continue  # refs unknown: recorded as incomplete
+        _classify(ledger, info, now, policy, marks)
+        if scan.tracking:
+            _note_digests(scan, scan.refs, refs, index, limit=limit)
+        if scan.tracking:
+            _note_digests(scan, scan.held, held, index, limit=limit)
+    return scan
+
+
+def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan) -> bool:
+    """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
+    path = ledger.tasks_dir / f"{info.task}.jsonl"
+    where = f"tasks/{info.task}.jsonl"
+    try:
+        before = os.stat(path)
+        info.size = before.st_size
+        s = StreamScan(path)
+        fold = WorkStateFold(info.task)
+        ops = OperatorFold()
+        latest: str | None = None
+        for ev in s:
+            fold.apply(ev)
+            ops.apply(ev)
+            if ev.seq == 0 and isinstance(ev.data.get("stream"), str):
+                info.stream = ev.data["stream"]
+            if _TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
+                latest = ev.ts
+            collect_digests(ev.data, refs, held)
+        p = s.problem
+        if p is not None and p.incomplete:
+            digests_in_file_tail(path, p.offset, refs)  # an append that never returned: keep what it names
+        after = os.stat(path)
+    except OSError as exc:
+        info.rule, info.detail = "unreadable", f"cannot be read: {exc.strerror or exc}"
+        scan.incomplete.append(f"{where}: cannot be read ({exc.strerror or exc})")
+        return False
+    except LedgerError as exc:  # a link or a special file at the stream's name: never read, kept
+        info.rule, info.detail = "unreadable", f"cannot be read: {exc}"
+        scan.incomplete.append(f"{where}: cannot be read ({exc})")
+        return False
+    if p is not None and not p.incomplete:
+        info.rule, info.detail = "unreadable", f"line {p.line}: {p.reason}; run 'intentlog verify'"
+        scan.incomplete.append(f"{where} line {p.line}: {p.reason}")
+        return False
+    info.ident = file_ident(after)
+    info.size = after.st_size
+    info.head = s.head
+    info.events = s.count
+    info.last_ts = latest
+    ws = fold.result()
+    st = status_of(info.task, ws, ops.result(ws))
+    info.state = st.state
+    if file_ident(before) != file_ident(after):
+        info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
+        return True
+    protected = protected_by(st)
+    if protected is not None:
+        info.rule, info.detail = "protected", protected
+    return True
+
+
+def _classify(
+    ledger: Ledger, info: _TaskInfo, now: _dt.datetime, policy: GcPolicy, marks: Mapping[str, KeepMark]
+) -> None:
+    """Decide whether a readable task may be deleted at all (``info.rule`` None) or why not."""
+    if info.rule is not None:
+        return
+    mark = marks.get(info.task)
+    if mark is not None:
+        info.rule = "keep"
+        info.detail = f"marked by 'intentlog keep' at {mark.since}" + (f": {mark.note}" if mark.note else "")
+        return
+    if info.last_ts is None:
+        info.rule, info.detail = "undated", "no event carries a timestamp to date it by"
+        return
+    try:
+        info.last_dt = parse_ts(info.last_ts)
+    except ValueError:
+        info.rule, info.detail = "undated", f"its latest timestamp {info.last_ts!r} is not a real date"
+        return
+    idle = (now - info.last_dt).total_seconds()
+    if idle < policy.grace:
+        info.rule = "grace"
+        info.detail = f"last activity {info.last_ts}, within the grace period ({format_duration(policy.grace)})"
+        return
+    if _lock_held(ledger.tasks_dir / f"{info.task}.jsonl.lock"):
+        info.rule, info.detail = "busy", "open for writing: a process holds its writer lock"
+
+
+@dataclass(slots=True)
+class Candidate:
+    rank: int  # 0: referenced by no task; k: freed once the k oldest eligible tasks are deleted
+    digest: str
+    size: int
+    mtime_ns: int
+    in_grace: bool
