@@ -11,18 +11,51 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final, final
+from typing import Any, Final, final
 
 from .eventlog.reader import StreamScan
 from .heads.codec import StreamHead
 
-__all__ = ["GC_FINISHED", "GC_LOG", "GC_STARTED", "GcDeletion", "read_gc_deletions", "retired_by_gc"]
+__all__ = [
+    "GC_FINISHED",
+    "GC_LOG",
+    "GC_STARTED",
+    "GcDeletion",
+    "finished_data",
+    "read_gc_deletions",
+    "retired_by_gc",
+    "started_task",
+]
 
 GC_LOG: Final = "gc.jsonl"
 GC_STARTED: Final = "gc.started"
 GC_FINISHED: Final = "gc.finished"
+
+
+# -- writing: the fields the decoder below reads, built in one place ------------------
+
+
+def started_task(task: str, stream: str | None, head: str | None, events: int, **more: Any) -> dict[str, Any]:
+    """One entry of ``gc.started`` data ``tasks``: the stream about to be deleted (``more``: what else a plan says)."""
+    return {"task": task, "stream": stream, "head": head, "events": events, **more}
+
+
+def finished_data(
+    started: int, deleted: Sequence[str], skipped: Sequence[tuple[str, str]], **more: Any
+) -> dict[str, Any]:
+    """``gc.finished`` data: the ``gc.started`` seq it closes, the tasks deleted, those left in place and why."""
+    return {
+        "started": started,
+        "deleted": list(deleted),
+        "skipped": [{"task": t, "reason": r} for t, r in skipped],
+        **more,
+    }
+
+
+# -- reading ------------------------------------------------------------------------
 
 
 @final
