@@ -4,12 +4,12 @@ A hash chain proves every line follows the one before it, but not that nothing w
 from the end: a stream whose last events were removed is still a valid chain. ``seal``
 writes ``heads.json`` at the ledger root -- for every task its stream id, last seq, head
 digest and event count -- outside the streams. Committing the folder to git, or signing
-``heads.json``, anchors it; :func:`intentlog.projections.verify.verify_path` compares the
+``heads.json``, anchors it; :func:`intentlog.checker.verify_path` compares the
 streams with it. A stream that grew past its sealed head is fine as long as the sealed
 event is still in its chain.
 
-The file format (and its pure encode/decode) lives in :mod:`intentlog.projections.verify`,
-so the checker reads it without importing this module, which writes.
+The file format (its pure encode/decode and a read-only reader) is :mod:`.codec`, next to
+this writer; the checker imports only that module.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._fsutil import check_real_dir, makedirs_durable, publish_bytes
-from .errors import CorruptStream
-from .eventlog.format import TASK_CREATED
-from .eventlog.reader import StreamScan
-from .projections.verify import HEADS_FILE, StreamHead, encode_heads, read_heads_at
+from .._fsutil import check_real_dir, makedirs_durable, publish_bytes
+from ..errors import CorruptStream
+from ..eventlog.format import TASK_CREATED
+from ..eventlog.reader import StreamScan
+from .codec import HEADS_FILE, StreamHead, encode_heads, read_heads_at
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
+    from ..ledger import Ledger
 
 __all__ = ["HEADS_FILE", "StreamHead", "read_heads", "seal", "stream_head"]
 

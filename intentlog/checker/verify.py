@@ -1,0 +1,132 @@
+"""verify_path: one run of the replay checker over a ledger (or an exported bundle) folder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._args import check_names, check_path
+from ..errors import LedgerError, NotALedger, UsageError
+from ..eventlog.format import check_task_id
+from ..gclog import GC_LOG, read_gc_deletions
+from ..heads.codec import HEADS_FILE, read_heads_at
+from .artifacts import ArtifactChecks
+from .report import ERROR, INFO, SEVERITIES, VerifyReport, abbr
+from .state import Progress
+from .streams import StreamChecks
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+
+__all__ = ["verify_ledger", "verify_path"]
+
+
+class Checker(StreamChecks, ArtifactChecks):
+    """A whole run: the stream checks, then the byte checks, over one shared state."""
+
+
+def verify_path(
+    root: str | os.PathLike[str],
+    tasks: Sequence[str] | None = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Check the ledger (or exported bundle) at ``root``; changes nothing, takes no lock.
+
+    ``tasks`` limits the stream checks to those tasks (orphan blobs are then not looked
+    for: that needs every stream). ``workspace`` is what ``artifact.recorded`` locators
+    are relative to (default: the parent of ``root``, as for :func:`intentlog.open`).
+    ``progress(phase, done, total)`` is called as streams, artifacts and workspace files
+    are checked. Raises :class:`NotALedger` when ``root`` is not a folder,
+    :class:`InvalidTaskId` or :class:`UsageError` for a named task that has no stream
+    (and was never sealed); everything found wrong is in the report, not raised.
+    """
+    root_path = check_path(root, "root")
+    tasks = check_names(tasks, "tasks")
+    if not root_path.is_dir():
+        raise NotALedger(str(root_path), "is not a folder; pass the ledger root (the folder holding intentlog.json)")
+    ws = Path(workspace) if workspace is not None else root_path.absolute().parent
+    checker = Checker(root_path, ws, progress)
+    checker.check_links()
+    checker.check_marker()
+    try:
+        heads = {} if checker.blocked(HEADS_FILE) else read_heads_at(root_path)  # a linked seal: reported, unread
+    except LedgerError as exc:
+        checker.add(ERROR, "heads", str(exc))
+        heads = {}
+    present = checker.list_tasks()
+    if tasks is None:
+        selected = present
+    else:
+        selected = []
+        for t in tasks:
+            check_task_id(t)
+            if t not in present and (heads is None or t not in heads):
+                raise UsageError(f"no task {t!r} in {root_path / 'tasks'}; 'intentlog tasks' lists the tasks there")
+            if t not in selected:
+                selected.append(t)
+    sealed = heads is not None
+    if heads is None:
+        checker.add(
+            INFO, "heads", "no heads.json: a truncated tail cannot be detected (a hash chain cannot see one); "
+            "run 'intentlog seal' and commit heads.json to anchor the streams",
+        )
+        heads = {}
+    present_set = set(present)
+    checked = [t for t in selected if t in present_set]
+    for i, task in enumerate(checked, start=1):
+        checker.check_stream(task, heads.get(task))
+        if sealed and task not in heads:
+            checker.add(INFO, "unsealed", "not in heads.json (written after the last seal): its tail is not anchored; "
+                        "run 'intentlog seal'", task=task)
+        checker.tick("streams", i, len(checked))
+    gc_deleted, gc_problem = read_gc_deletions(root_path)
+    if gc_problem is not None:
+        checker.add(
+            ERROR, "gc_log", f"{gc_problem}: which streams garbage collection deleted cannot be trusted; "
+            "restore gc.jsonl from a copy or git",
+        )
+    for task in selected if tasks is not None else sorted(heads):
+        if task not in present_set and task in heads:
+            h = heads[task]
+            d = gc_deleted.get(task)
+            if d is not None and d.matches(h):
+                end = "" if d.finished else "; that gc run did not record its end (interrupted)"
+                checker.add(
+                    INFO, "deleted_by_gc", f"deleted by gc at {d.ts} ({GC_LOG} seq {d.seq}), not lost: heads.json "
+                    f"sealed it at seq {h.seq}, and the stream gc deleted held {d.events} events ending at "
+                    f"{abbr(d.head)}{end}; run 'intentlog seal' to drop it from heads.json",
+                    task=task, seq=h.seq, digest=h.head,
+                )
+                continue
+            checker.add(
+                ERROR, "heads", f"heads.json sealed this task at seq {h.seq} ({h.events} events), but its stream is "
+                "gone; restore it from a copy or git", task=task, seq=h.seq, digest=h.head,
+            )
+    others = [t for t in present if t not in set(checked)]
+    checker.check_artifacts(others)
+    checker.check_quarantined()
+    checker.check_captures()
+    checker.check_bare()
+    if tasks is None:
+        checker.check_orphans()
+        checker.check_unrecorded_quarantine()
+    return VerifyReport(
+        root=str(root_path),
+        # errors first, then changed, then info; in the order found within each
+        problems=tuple(sorted(checker.problems, key=lambda p: SEVERITIES.index(p.severity))),
+        tasks=len(checked),
+        events=checker.events,
+        artifacts=checker.checked,
+        bytes_hashed=checker.bytes_hashed,
+    )
+
+
+def verify_ledger(
+    ledger: Ledger, tasks: Sequence[str] | None = None, *, progress: Progress | None = None
+) -> VerifyReport:
+    """:func:`verify_path` over an open :class:`~intentlog.ledger.Ledger` and its workspace."""
+    return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)

@@ -1,0 +1,144 @@
+"""The gc.jsonl format: what garbage collection deleted on purpose (written by :mod:`intentlog.retention`).
+
+gc.jsonl is a hash-chained stream in the ledger root: ``gc.started`` lists every task
+(with its stream id, head and length) and blob a run is about to delete, before it
+deletes anything; ``gc.finished`` says what it did. This module is its one codec: the
+kinds, the event data builders the writer uses, and the read-only decoder the checker and
+export use to tell a stream gc deleted from a stream lost.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final, final
+
+from .eventlog.reader import StreamScan
+from .heads.codec import StreamHead
+
+__all__ = [
+    "GC_FINISHED",
+    "GC_LOG",
+    "GC_STARTED",
+    "GcDeletion",
+    "finished_data",
+    "read_gc_deletions",
+    "retired_by_gc",
+    "started_task",
+]
+
+GC_LOG: Final = "gc.jsonl"
+GC_STARTED: Final = "gc.started"
+GC_FINISHED: Final = "gc.finished"
+
+
+# -- writing: the fields the decoder below reads, built in one place ------------------
+
+
+def started_task(task: str, stream: str | None, head: str | None, events: int, **more: Any) -> dict[str, Any]:
+    """One entry of ``gc.started`` data ``tasks``: the stream about to be deleted (``more``: what else a plan says)."""
+    return {"task": task, "stream": stream, "head": head, "events": events, **more}
+
+
+def finished_data(
+    started: int, deleted: Sequence[str], skipped: Sequence[tuple[str, str]], **more: Any
+) -> dict[str, Any]:
+    """``gc.finished`` data: the ``gc.started`` seq it closes, the tasks deleted, those left in place and why."""
+    return {
+        "started": started,
+        "deleted": list(deleted),
+        "skipped": [{"task": t, "reason": r} for t, r in skipped],
+        **more,
+    }
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class GcDeletion:
+    """A task stream that gc recorded deleting: which stream, its head and length, when."""
+
+    task: str
+    stream: str | None
+    head: str | None
+    events: int
+    ts: str  # the gc.started event's timestamp
+    seq: int  # the gc.started event's seq in gc.jsonl
+    finished: bool  # a gc.finished confirmed it (False: that run was interrupted)
+
+    def matches(self, sealed: StreamHead) -> bool:
+        """Did the stream gc deleted contain the sealed head? (same stream, sealed event within it)"""
+        if sealed.stream != self.stream or sealed.seq >= self.events:
+            return False
+        return sealed.seq < self.events - 1 or sealed.head == self.head
+
+
+def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
+    """The deletions recorded in ``root/gc.jsonl`` (latest per task), and what is wrong with the log, if anything.
+
+    The log is a hash-chained stream: a line that fails its checks (other than an
+    incomplete last line) makes the whole log untrusted, and then no deletion is excused.
+    """
+    path = root / GC_LOG
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return {}, f"{GC_LOG} is a symbolic link or not a regular file, so it was not read"
+    out: dict[str, GcDeletion] = {}
+    scan = StreamScan(path)
+    try:
+        for ev in scan:
+            if ev.kind == GC_STARTED:
+                for t in ev.data.get("tasks") or []:
+                    if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("events")) is int:
+                        stream, head = t.get("stream"), t.get("head")
+                        out[t["task"]] = GcDeletion(
+                            t["task"],
+                            stream if isinstance(stream, str) else None,
+                            head if isinstance(head, str) else None,
+                            t["events"],
+                            ev.ts,
+                            ev.seq,
+                            False,
+                        )
+            elif ev.kind == GC_FINISHED:
+                started = ev.data.get("started")
+                for name in ev.data.get("deleted") or []:
+                    d = out.get(name) if isinstance(name, str) else None
+                    if d is not None and d.seq == started:
+                        out[name] = replace(d, finished=True)
+                for skipped in ev.data.get("skipped") or []:
+                    left = skipped.get("task") if isinstance(skipped, dict) else None
+                    if isinstance(left, str) and left in out and out[left].seq == started:
+                        del out[left]  # left in place after all
+    except OSError as exc:
+        return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
+    p = scan.problem
+    if p is not None and not p.incomplete:
+        return {}, f"{GC_LOG} line {p.line}: {p.reason}"
+    return out, None
+
+
+def retired_by_gc(root: str | os.PathLike[str], task: str, sealed: StreamHead) -> bool:
+    """True when a trusted ``gc.jsonl`` records deleting exactly the stream ``heads.json`` seals for ``task``.
+
+    The seal then binds only a stream with that stream id (gc may have left it in place
+    after all); a stream created under the id afterwards is a new task, not a rewrite.
+    """
+    deleted, problem = read_gc_deletions(Path(root))
+    d = deleted.get(task)
+    return problem is None and d is not None and d.matches(sealed)
+
+
+# -- reading files, read-only -----------------------------------------------------------
+#
+# The store's own helpers live beside its writing code (artifacts/store.py imports the

@@ -1,0 +1,97 @@
+"""The heads.json format: :class:`StreamHead`, its deterministic bytes, and reading it back (read-only).
+
+:func:`intentlog.heads.seal` writes it; the checker and export read it with these
+functions and never import the writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, final
+
+import orjson
+
+from .._digest import is_digest
+from .._regular import NotRegular, read_regular
+from ..errors import LedgerError
+from ..eventlog.format import check_task_id
+
+__all__ = ["HEADS_FILE", "HEADS_FORMAT", "StreamHead", "decode_heads", "encode_heads", "read_heads_at"]
+
+HEADS_FILE: Final = "heads.json"
+HEADS_FORMAT: Final = "intentlog-heads/1"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StreamHead:
+    """A stream as sealed: its id (``task.created`` data.stream), last seq, head digest, event count."""
+
+    stream: str
+    seq: int
+    head: str
+    events: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stream": self.stream, "seq": self.seq, "head": self.head, "events": self.events}
+
+
+def encode_heads(heads: Mapping[str, StreamHead]) -> bytes:
+    """Deterministic bytes: sorted keys, two-space indent (readable in a git diff), final newline."""
+    obj = {"format": HEADS_FORMAT, "hash": "blake3", "tasks": {t: h.to_json() for t, h in heads.items()}}
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+
+
+def decode_heads(data: bytes, *, where: str = HEADS_FILE) -> dict[str, StreamHead]:
+    """Parse heads.json bytes; :class:`LedgerError` naming the first thing malformed."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise LedgerError(f"{where}: not valid JSON ({exc}); run 'intentlog seal' to write it again") from exc
+    if type(obj) is not dict or obj.get("format") != HEADS_FORMAT or type(obj.get("tasks")) is not dict:
+        raise LedgerError(f"{where}: not a {HEADS_FORMAT} file with a 'tasks' object; run 'intentlog seal'")
+    out: dict[str, StreamHead] = {}
+    for task, h in obj["tasks"].items():
+        ok = (
+            type(h) is dict
+            and type(h.get("stream")) is str
+            and type(h.get("seq")) is int
+            and h["seq"] >= 0
+            and is_digest(h.get("head"))
+            and h.get("events") == h["seq"] + 1
+        )
+        try:
+            check_task_id(task)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise LedgerError(
+                f"{where}: the entry for task {task!r} is not {{stream, seq, head, events = seq + 1}}; "
+                "restore heads.json from git or run 'intentlog seal'"
+            )
+        out[task] = StreamHead(h["stream"], h["seq"], h["head"], h["events"])
+    return out
+
+
+def read_heads_at(root: str | os.PathLike[str]) -> dict[str, StreamHead] | None:
+    """The heads sealed in ``root/heads.json``; None when there is none.
+
+    Raises :class:`LedgerError` when it cannot be read, is malformed, or is a symbolic
+    link or not a regular file (never read through: a seal must be the ledger's own file).
+    """
+    path = Path(root) / HEADS_FILE
+    try:
+        data = read_regular(path)
+    except FileNotFoundError:
+        return None
+    except NotRegular as exc:
+        raise LedgerError(
+            f"{path} is {exc}, so it was not read: a seal is a file of the ledger itself; replace it with the "
+            "committed heads.json (git checkout) or run 'intentlog seal'"
+        ) from exc
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from exc
+    return decode_heads(data, where=str(path))
