@@ -297,7 +297,9 @@ def case_unknown(root: Path) -> tuple[Case, Case]:
 
 def case_observed(root: Path) -> Case:
     c = Case("4-killed-after-observation", root / "4-killed-after-observation", "killed after attempt.observed")
-    c.expected = "killed after the observation: the projection says reinterpret; the stored bytes suffice, no new receipt"
+    c.expected = (
+        "killed after the observation: the projection says reinterpret; the stored bytes suffice, no new receipt"
+    )
     c.folder.mkdir()
     _step("produce", c.folder, "--kill", "after-observation")
     c.events_before, c.receipts_before = _events(c.folder), len(_receipts(c.folder))
@@ -507,7 +509,7 @@ def run_demo(directory: Path) -> DemoResult:
 
 
 def render(result: DemoResult) -> str:
-    """Per case what the reference experiment reports and what was measured, every claim with its check, and the total."""
+    """Per case what the reference experiment reports and what was measured, each claim with its check, the total."""
     header = ["case", "events before→after", "receipts before→after", "decision"]
     rows = [
         [c.name, f"{c.events_before} → {c.events_after}", f"{c.receipts_before} → {c.receipts_after}", c.decision]
