@@ -138,7 +138,8 @@ class Task:
 
     def _seal(self) -> SealedHead | None:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
-        from .projections.verify import read_heads_at, retired_by_gc
+        from .gclog import retired_by_gc
+        from .heads.codec import read_heads_at
 
         heads = read_heads_at(self.ledger.root)
         h = heads.get(self.id) if heads else None

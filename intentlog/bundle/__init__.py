@@ -5,7 +5,7 @@
 * ``intentlog.json``, ``tasks/<id>.jsonl`` (each stream copied byte for byte) and
   ``objects/..`` (every blob the streams reference; small payloads stay inline), plus
   ``quarantine/..`` files that a ``stream.repaired`` names: the bundle is a valid ledger
-  folder, so :func:`intentlog.projections.verify.verify_path` reads it directly;
+  folder, so :func:`intentlog.checker.verify_path` reads it directly;
 * ``heads.json``: the head of every exported stream (a truncated stream is visible);
 * ``states.json``: the work state the library projects for each task;
 * ``receipts/<name>``: provider receipt logs, when given;

@@ -14,22 +14,15 @@ import orjson
 from .. import __version__
 from .._args import check_path
 from .._digest import is_digest
+from ..checker.report import ERROR, INFO, Problem, VerifyReport
+from ..checker.verify import verify_path
 from ..errors import (
     LedgerError,
     NotALedger,
     UsageError,
 )
 from ..eventlog.reader import StreamScan
-from ..projections.verify import (
-    ERROR,
-    HEADS_FILE,
-    INFO,
-    Problem,
-    StreamHead,
-    VerifyReport,
-    decode_heads,
-    verify_path,
-)
+from ..heads.codec import HEADS_FILE, StreamHead, decode_heads
 from ..projections.workstate import WorkState, work_state
 from .files import (
     CHECKED_CALL_FIELDS,
@@ -57,7 +50,7 @@ def check_bundle(
 ) -> VerifyReport:
     """The library's check of an exported bundle; changes nothing.
 
-    :func:`~intentlog.projections.verify.verify_path` over the bundle as a ledger (with no
+    :func:`~intentlog.checker.verify_path` over the bundle as a ledger (with no
     workspace: recorded files are checked as the objects the bundle carries), plus:
     ``heads.json`` exists and every stream ends exactly at its sealed head (``bundle``);
     ``tasks/``, ``heads.json`` and ``states.json`` name the same tasks and ``states.json``

@@ -18,6 +18,7 @@ from .._args import check_names, check_path, check_paths
 from .._digest import is_digest
 from .._fsutil import fsync_dir, makedirs_durable, publish_chunks
 from ..artifacts.inline import inline_bytes
+from ..checker.report import INFO, VerifyReport
 from ..errors import (
     ArtifactError,
     ArtifactMissing,
@@ -27,15 +28,8 @@ from ..errors import (
 )
 from ..eventlog.format import FORMAT, TASK_CREATED, check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.verify import (
-    HEADS_FILE,
-    INFO,
-    StreamHead,
-    VerifyReport,
-    encode_heads,
-    read_heads_at,
-    retired_by_gc,
-)
+from ..gclog import retired_by_gc
+from ..heads.codec import HEADS_FILE, StreamHead, encode_heads, read_heads_at
 from ..projections.workstate import WorkState, work_state
 from ..refs import EXPORT, walk
 from .check import check_bundle

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import __version__
-from ..projections.verify import (
-    StreamHead,
-)
+from ..heads.codec import StreamHead
 from ..projections.workstate import WorkState
 from .files import BUNDLE_FORMAT, RECEIPTS_DIR, digest_of, verifier_source
 

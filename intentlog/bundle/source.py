@@ -14,6 +14,7 @@ from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX
 from ..artifacts.inline import inline_bytes
+from ..checker.walk import find_links
 from ..errors import (
     ArtifactError,
     CorruptStream,
@@ -23,10 +24,7 @@ from ..errors import (
 )
 from ..eventlog.format import FORMAT, check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.verify import (
-    HEADS_FILE,
-    find_links,
-)
+from ..heads.codec import HEADS_FILE
 from ..refs import EXPORT_INLINE, walk
 from .files import CHUNK, MARKER_FILE
 

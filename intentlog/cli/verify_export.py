@@ -49,7 +49,7 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
       intentlog verify --bundle bundle
       intentlog verify --bundle bundle.tar
     """
-    from ..projections.verify import verify_path
+    from ..checker import verify_path
 
     if bundle is not None and tasks:
         raise click.UsageError("--bundle checks the whole bundle; name no TASK")
