@@ -63,7 +63,7 @@ event_data = st.dictionaries(plain_keys, _values(), max_size=4)
 
 
 def _digests(found: list[Found]) -> set[str]:
-    return {f.digest for f in found}
+    return {digest for digest, _ in found}
 
 
 @given(event_data)
@@ -77,8 +77,8 @@ def test_keep_names_every_digest_any_other_walk_names(data: dict[str, Any]) -> N
 @given(event_data)
 def test_keep_holds_exactly_the_inline_payloads(data: dict[str, Any]) -> None:
     """The objects KEEP reports are exactly the inline payloads INLINE finds."""
-    held = {f.digest for f in walk(data, KEEP) if f.ref is not None}
-    assert held == {f.digest for f in walk(data, INLINE) if f.ref is not None}
+    held = {digest for digest, ref in walk(data, KEEP) if ref is not None}
+    assert held == {digest for digest, ref in walk(data, INLINE) if ref is not None}
 
 
 def test_the_filters_differ_where_they_say() -> None:
@@ -88,7 +88,7 @@ def test_the_filters_differ_where_they_say() -> None:
     assert _digests(list(walk(data, CHECK))) == {outer["digest"]}
     assert _digests(list(walk(data, EXPORT))) == {outer["digest"], inner["digest"]}
     assert _digests(list(walk(data, KEEP))) == {outer["digest"], inner["digest"]}  # the key and the text too
-    assert [f.digest for f in walk({"k": data["s"]}, KEEP)] == [outer["digest"]]
+    assert [digest for digest, _ in walk({"k": data["s"]}, KEEP)] == [outer["digest"]]
     assert list(walk({"k": data["s"]}, EXPORT)) == []  # export counts whole-string digests only
 
 
@@ -119,7 +119,7 @@ def test_after_gc_verify_passes_and_export_succeeds(tmp_path_factory: Any, data:
     assert not led.artifacts.path_for(orphan.digest).exists()  # gc ran and deleted something
     needed = _digests(list(walk(data, EXPORT))) | _digests(list(walk(data, CHECK)))
     for digest in needed:
-        if digest not in {f.digest for f in walk(data, INLINE) if f.ref is not None}:
+        if digest not in {d for d, ref in walk(data, INLINE) if ref is not None}:
             assert led.artifacts.path_for(digest).exists(), digest
     report = verify_ledger(led)
     assert report.ok, report
