@@ -195,9 +195,9 @@ def _inline_index(task: Task, wanted: set[str]) -> dict[str, Mapping[str, Any]]:
     if not wanted:
         return found
     for ev in task.events():
-        for hit in walk(ev.data, INLINE):
-            if hit.ref is not None and hit.digest in wanted and hit.digest not in found:
-                found[hit.digest] = hit.ref
+        for digest, ref in walk(ev.data, INLINE):
+            if ref is not None and digest in wanted and digest not in found:
+                found[digest] = ref
         if len(found) == len(wanted):
             break
     return found

@@ -284,10 +284,10 @@ class Ledger:
 
 def _find_inline(value: Any, digest: str) -> bytes | None:
     """The checked bytes of ``digest`` riding inline somewhere in ``value``; None if no good copy."""
-    for hit in walk(value, INLINE):
-        if hit.digest == digest and hit.ref is not None:
+    for named, ref in walk(value, INLINE):
+        if named == digest and ref is not None:
             try:
-                return inline_bytes(hit.ref)
+                return inline_bytes(ref)
             except ArtifactError:
                 pass  # a corrupt copy: keep looking for a good one (verify reports the bad one)
     return None

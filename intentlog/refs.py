@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal
 
 from ._digest import DIGEST_PREFIX, is_digest
 
@@ -34,7 +34,6 @@ __all__ = [
     "Found",
     "RefFilter",
     "carries_inline",
-    "digests_in_text",
     "is_ref",
     "walk",
 ]
@@ -82,20 +81,18 @@ class RefFilter:
     keys: bool = False
 
 
-class Found(NamedTuple):
-    """One reference: its digest, and the ref object (None for a digest named by a bare string)."""
-
-    digest: str
-    ref: dict[str, Any] | None
+#: One reference: its digest, and the ref object (None for a digest named by a bare string).
+#: A plain tuple, unpacked as ``for digest, ref in walk(...)``: walks are hot in gc's scan.
+Found = tuple[str, "dict[str, Any] | None"]
 
 
 #: Retention: every digest named anywhere (refs, bare strings, inside strings, keys), and
 #: with its object each payload riding inline -- the widest filter, to be safe (§4 rule 8).
 KEEP: Final = RefFilter(carries_inline, past_refs=True, strings="embedded", keys=True)
-#: Verify: well-formed refs, not looking inside one, and bare digest strings (informational).
-CHECK: Final = RefFilter(is_ref, past_refs=False, strings="exact")
+#: Verify: well-formed refs, looking inside them too (as export does), and bare digest strings (informational).
+CHECK: Final = RefFilter(is_ref, past_refs=True, strings="exact")
 #: Verify, in fields no rule names: refs only.
-CHECK_REFS: Final = RefFilter(is_ref, past_refs=False, strings="none")
+CHECK_REFS: Final = RefFilter(is_ref, past_refs=True, strings="none")
 #: Export: well-formed refs, looking inside them too, and bare digest strings.
 EXPORT: Final = RefFilter(is_ref, past_refs=True, strings="exact")
 #: Where payloads ride inline: objects with a digest and inline bytes, anywhere.
@@ -104,42 +101,41 @@ INLINE: Final = RefFilter(carries_inline, past_refs=True, strings="none")
 EXPORT_INLINE: Final = RefFilter(_is_inline_ref, past_refs=True, strings="none")
 
 
-def digests_in_text(text: str) -> Iterator[str]:
-    """Every ``blake3:<64 hex>`` inside ``text``, in order."""
-    if DIGEST_PREFIX in text:
-        for m in _DIGEST_TEXT.finditer(text):
-            yield DIGEST_PREFIX + m.group(1)
-
-
 def walk(data: Any, filt: RefFilter = EXPORT) -> Iterator[Found]:
-    """Every reference in ``data`` that ``filt`` counts, depth first, last value first.
+    """Every reference in ``data`` that ``filt`` counts, depth first, last container first.
 
     A ref object is reported before anything inside it; a digest may be reported more
     than once (callers keep sets). Only plain ``dict``/``list``/``str`` are walked, as
     parsed JSON holds.
     """
-    ref, past, strings, keys = filt.ref, filt.past_refs, filt.strings, filt.keys
+    ref, past, keys = filt.ref, filt.past_refs, filt.keys
+    exact, embedded = filt.strings == "exact", filt.strings == "embedded"
     stack: list[Any] = [data]
     while stack:
         v = stack.pop()
-        t = type(v)
-        if t is dict:
+        if type(v) is dict:
             if ref(v):
-                yield Found(v["digest"], v)
+                yield v["digest"], v
                 if not past:
                     continue
             if keys:
                 for k in v:
                     if DIGEST_PREFIX in k:
-                        for d in digests_in_text(k):
-                            yield Found(d, None)
-            stack.extend(v.values())
-        elif t is list:
-            stack.extend(v)
-        elif t is str and strings != "none":
-            if strings == "exact":
-                if is_digest(v):
-                    yield Found(v, None)
-            else:
-                for d in digests_in_text(v):
-                    yield Found(d, None)
+                        for m in _DIGEST_TEXT.finditer(k):
+                            yield DIGEST_PREFIX + m.group(1), None
+            items: Any = v.values()
+        elif type(v) is list:
+            items = v
+        else:  # a bare top-level value
+            items = (v,)
+        for x in items:
+            t = type(x)
+            if t is dict or t is list:
+                stack.append(x)
+            elif t is str:
+                if exact:
+                    if is_digest(x):
+                        yield x, None
+                elif embedded and DIGEST_PREFIX in x:
+                    for m in _DIGEST_TEXT.finditer(x):
+                        yield DIGEST_PREFIX + m.group(1), None

@@ -13,6 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import plain_keys, scalars
@@ -63,7 +64,7 @@ event_data = st.dictionaries(plain_keys, _values(), max_size=4)
 
 
 def _digests(found: list[Found]) -> set[str]:
-    return {f.digest for f in found}
+    return {digest for digest, _ in found}
 
 
 @given(event_data)
@@ -77,18 +78,18 @@ def test_keep_names_every_digest_any_other_walk_names(data: dict[str, Any]) -> N
 @given(event_data)
 def test_keep_holds_exactly_the_inline_payloads(data: dict[str, Any]) -> None:
     """The objects KEEP reports are exactly the inline payloads INLINE finds."""
-    held = {f.digest for f in walk(data, KEEP) if f.ref is not None}
-    assert held == {f.digest for f in walk(data, INLINE) if f.ref is not None}
+    held = {digest for digest, ref in walk(data, KEEP) if ref is not None}
+    assert held == {digest for digest, ref in walk(data, INLINE) if ref is not None}
 
 
 def test_the_filters_differ_where_they_say() -> None:
-    """A ref inside a ref's other keys: export and retention see it, verify's check does not look past the first."""
+    """A ref inside a ref's other keys: verify, export and retention all see it; only retention reads keys and text."""
     outer, inner = _ref_of(_POOL[0]), _ref_of(_POOL[1])
     data = {"x": {**outer, "meta": {"nested": inner}}, f"{inner['digest']}": 1, "s": f"see {outer['digest']}!"}
-    assert _digests(list(walk(data, CHECK))) == {outer["digest"]}
+    assert _digests(list(walk(data, CHECK))) == {outer["digest"], inner["digest"]}
     assert _digests(list(walk(data, EXPORT))) == {outer["digest"], inner["digest"]}
     assert _digests(list(walk(data, KEEP))) == {outer["digest"], inner["digest"]}  # the key and the text too
-    assert [f.digest for f in walk({"k": data["s"]}, KEEP)] == [outer["digest"]]
+    assert [digest for digest, _ in walk({"k": data["s"]}, KEEP)] == [outer["digest"]]
     assert list(walk({"k": data["s"]}, EXPORT)) == []  # export counts whole-string digests only
 
 
@@ -119,9 +120,21 @@ def test_after_gc_verify_passes_and_export_succeeds(tmp_path_factory: Any, data:
     assert not led.artifacts.path_for(orphan.digest).exists()  # gc ran and deleted something
     needed = _digests(list(walk(data, EXPORT))) | _digests(list(walk(data, CHECK)))
     for digest in needed:
-        if digest not in {f.digest for f in walk(data, INLINE) if f.ref is not None}:
+        if digest not in {d for d, ref in walk(data, INLINE) if ref is not None}:
             assert led.artifacts.path_for(digest).exists(), digest
     report = verify_ledger(led)
     assert report.ok, report
     export_bundle(root, out=root.parent / f"{root.name}-bundle")
+    led.close()
+
+
+def test_verify_reports_a_missing_blob_named_inside_a_refs_other_keys(tmp_path: Path) -> None:
+    """A ref inside another ref's extra key names bytes export requires; verify must say they are missing."""
+    led = intentlog.open(tmp_path / "led")
+    outer = led.artifacts.put(_POOL[0]).to_json()
+    led.task("t").append("note", {"x": {**outer, "meta": {"nested": _ref_of(b"never stored" * 500)}}})
+    led.task("t").close()
+    with pytest.raises(intentlog.ArtifactMissing):
+        export_bundle(led.root, out=tmp_path / "b")  # export refuses: the nested blob is missing
+    assert not verify_ledger(led).ok  # verify says OK today
     led.close()

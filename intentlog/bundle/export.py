@@ -200,11 +200,11 @@ class _Exporter:
             if type(q) is dict and type(q.get("file")) is str and is_digest(q.get("digest")):
                 self.quarantined[q["file"]] = (q["digest"], q.get("size", -1), where)
             walked = [v for k, v in data.items() if k != "quarantined"]
-        for found in walk(walked, EXPORT):
-            if found.ref is not None:
-                self.ref(found.ref, where)
+        for digest, ref in walk(walked, EXPORT):
+            if ref is not None:
+                self.ref(ref, where)
             else:
-                self.bare.setdefault(found.digest, where)
+                self.bare.setdefault(digest, where)
 
     def ref(self, ref: dict[str, Any], where: str) -> None:
         digest, size = ref["digest"], ref["size"]

@@ -84,17 +84,17 @@ def inline_in(root: Path, tasks: Sequence[str], wanted: set[str]) -> dict[str, b
         if not wanted:
             break
         for ev in StreamScan(root / "tasks" / f"{task}.jsonl"):
-            for hit in walk(ev.data, EXPORT_INLINE):
+            for digest, ref in walk(ev.data, EXPORT_INLINE):
                 if not wanted:
                     break
-                if hit.digest in wanted and hit.ref is not None:
+                if digest in wanted and ref is not None:
                     try:
-                        data = inline_bytes(hit.ref)
+                        data = inline_bytes(ref)
                     except ArtifactError:
                         data = None  # a corrupt copy: keep looking for a good one
                     if data is not None:
-                        found[hit.digest] = data
-                        wanted.discard(hit.digest)
+                        found[digest] = data
+                        wanted.discard(digest)
     return found
 
 

@@ -340,11 +340,11 @@ class StreamChecks(CheckerState):
 
     def _scan(self, value: Any, task: str, seq: int, lineno: int, label: str, *, bare: bool = True) -> None:
         """Search values for refs (checked) and, with ``bare``, bare digests (informational), without recursion."""
-        for found in walk(value, CHECK if bare else CHECK_REFS):
-            if found.ref is not None:
-                self._ref(found.ref, task, seq, lineno, f"{label}: a ref in the data")
-            elif found.digest not in self.bare:
-                self.bare[found.digest] = (task, seq, lineno)
+        for digest, ref in walk(value, CHECK if bare else CHECK_REFS):
+            if ref is not None:
+                self._ref(ref, task, seq, lineno, f"{label}: a ref in the data")
+            elif digest not in self.bare:
+                self.bare[digest] = (task, seq, lineno)
 
 
 def _is_envelope(obj: dict[str, Any]) -> bool:
