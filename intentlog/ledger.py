@@ -22,9 +22,9 @@ from ._fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofo
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
+from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
 from .eventlog.storage import FolderStreams
-from .eventlog.writer import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .refs import INLINE, walk
 from .task import Task
 

@@ -360,9 +360,9 @@ def test_the_import_classifier_tells_module_function_and_type_imports_apart() ->
 
 
 def test_the_rank_check_reports_an_import_that_points_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranking the stream writer above the ledger makes the ledger's import of it an upward one."""
-    monkeypatch.setitem(RANKS, "intentlog.eventlog.writer", (9, "test"))
-    assert ("intentlog.ledger", "intentlog.eventlog.writer", "module") in upward_imports()
+    """Ranking the damage assessment above the ledger makes the ledger's import of it an upward one."""
+    monkeypatch.setitem(RANKS, "intentlog.eventlog.damage", (9, "test"))
+    assert ("intentlog.ledger", "intentlog.eventlog.damage", "module") in upward_imports()
 
 
 def test_no_import_points_up() -> None:

@@ -33,12 +33,8 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import orjson
-from blake3 import blake3
+from typing import Any
 
 from .._digest import digest_bytes
 from .._fsutil import (
@@ -53,7 +49,6 @@ from .._fsutil import (
 )
 from ..errors import (
     Conflict,
-    CorruptStream,
     IntentlogError,
     LedgerError,
     LinkRefused,
@@ -61,219 +56,27 @@ from ..errors import (
     StreamPoisoned,
 )
 from .canonical import dumps
+from .damage import (
+    Damage,
+    SealedHead,
+    assess,
+    chunks_from,
+    holds,
+    lost,
+    quarantine_plan,
+    refusal,
+    resend_refusal,
+    started_in,
+)
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .lock import WriterLock
-from .reader import MAX_LINE, StreamScan, line_spans
+from .reader import MAX_LINE, StreamScan
 
-__all__ = [
-    "ACCEPTED",
-    "Damage",
-    "SealedHead",
-    "StreamWriter",
-    "assess",
-    "lost",
-    "quarantine_plan",
-    "refusal",
-    "resend_refusal",
-    "started_in",
-]
+# SealedHead and quarantine_plan are damage.py's; named here too for task.py and the tests that import them from here
+__all__ = ["SealedHead", "StreamWriter", "fdatasync", "quarantine_plan"]
 
 #: Every writer alive in this process, so a forked child can reset their thread locks.
 _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
-
-
-#: The values of ``stream.repaired``'s ``accepted``: damage moved aside by the operator
-#: (``"damage+resend"``: the moved bytes recorded started attempts, accepted knowingly).
-ACCEPTED: tuple[str, ...] = ("damage", "damage+resend")
-
-
-class SealedHead(NamedTuple):
-    """What ``heads.json`` says of one stream (see :mod:`intentlog.heads`).
-
-    ``retired`` is True when ``gc.jsonl`` records that gc deleted exactly this sealed
-    stream: the seal then binds only a stream with that stream id (one gc left in place
-    after all); a new stream created under the task id afterwards is a new task.
-    """
-
-    stream: str
-    seq: int
-    head: str
-    retired: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Damage:
-    """What a writer found wrong at open: ``kind`` is ``"torn_tail"`` (a crash's leftovers) or ``"damage"``.
-
-    ``line``/``offset`` say where the bytes to move aside begin (at the end of the file
-    when nothing is to be moved, as for a stream cut shorter than its seal); ``seal``
-    is the sealed head the stream contradicts, if any.
-    """
-
-    kind: str
-    line: int
-    offset: int
-    reason: str
-    suspect: bool = False
-    seal: SealedHead | None = None
-
-
-class _Facts:
-    """What one scan saw that the seal check needs (kept while replaying)."""
-
-    def __init__(self, seal: SealedHead | None) -> None:
-        self.seal = seal
-        self.stream_id: str | None = None
-        self.digest_at_seal: str | None = None
-        self.accepted = False  # a stream.repaired accepting damage against exactly this seal
-
-    def see(self, ev: Event) -> None:
-        if ev.seq == 0 and ev.kind == TASK_CREATED:
-            sid = ev.data.get("stream")
-            self.stream_id = sid if isinstance(sid, str) else None
-        seal = self.seal
-        if seal is None:
-            return
-        if ev.seq == seal.seq:
-            self.digest_at_seal = ev.digest
-        if (
-            ev.kind == "stream.repaired"
-            and ev.data.get("accepted") in ACCEPTED
-            and ev.data.get("seal") == {"seq": seal.seq, "head": seal.head}
-        ):
-            self.accepted = True
-
-
-def _seal_problem(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
-    seal = facts.seal
-    if seal is None or facts.accepted:
-        return None
-    if seal.retired and facts.stream_id != seal.stream:
-        return None  # gc deleted the sealed stream; this one was created after it
-    where = f"heads.json seals seq {seal.seq} with head {seal.head}"
-    if s.count <= seal.seq:
-        return Damage(
-            "damage",
-            s.count + 1,
-            s.end,
-            f"the stream holds {s.count} trusted events but {where}: events were cut from its end",
-            seal=seal,
-        )
-    if facts.digest_at_seal != seal.head:
-        return Damage(
-            "damage",
-            seal.seq + 1,
-            s.end,
-            f"the event at seq {seal.seq} hashes to {facts.digest_at_seal} but {where}: the stream was rewritten",
-            seal=seal,
-        )
-    if facts.stream_id != seal.stream:
-        return Damage(
-            "damage", 1, s.end, f"its stream id is {facts.stream_id} but {where} of stream {seal.stream}", seal=seal
-        )
-    return None
-
-
-def _judge(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
-    """Classify what a scan found: nothing, a torn tail, or damage (with the seal it contradicts)."""
-    p = s.problem
-    sealed = _seal_problem(path, s, facts)
-    if p is None:
-        return sealed
-    if p.torn and not p.suspect and sealed is None:
-        return Damage("torn_tail", p.line, p.offset, p.reason)
-    if p.suspect:
-        reason = (
-            f"{p.reason}: a whole event line that does not chain, which a crash cannot leave "
-            "(the line before may be edited)"
-        )
-    elif p.torn:
-        reason = p.reason
-    else:
-        reason = f"{p.reason}, and event lines follow it"
-    if sealed is not None:
-        reason = f"{reason}; and {sealed.reason}"
-    return Damage("damage", p.line, p.offset, reason, p.suspect, facts.seal if sealed else None)
-
-
-def assess(
-    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None, *, fd: int | None = None
-) -> tuple[StreamScan, Damage | None]:
-    """Scan an existing stream (read-only) and say what a writer would find: see :class:`Damage`.
-
-    With ``fd`` the scan reads that open descriptor (the writer's own), not ``path``.
-    """
-    s = StreamScan(path, fd=fd)
-    facts = _Facts(seal)
-    for ev in s:
-        facts.see(ev)
-        if replay:
-            replay(ev)
-    if s.count == 0 and s.problem is None and seal is not None and not seal.retired:
-        why = f"the stream is empty but heads.json seals seq {seal.seq} with head {seal.head}"
-        return s, Damage("damage", 1, 0, why, seal=seal)
-    return s, _judge(path, s, facts)
-
-
-def lost(path: Path, seal: SealedHead) -> CorruptStream:
-    """The refusal for a stream that is gone while ``heads.json`` seals it and ``gc.jsonl`` records no deletion."""
-    return CorruptStream(
-        str(path),
-        1,
-        f"the stream is gone but heads.json seals seq {seal.seq} with head {seal.head} of stream {seal.stream}, "
-        "and gc.jsonl records no deletion of it: it was lost or moved, and re-creating it would repeat its effects",
-        hint="restore the file from a copy or git; if it is lost for good, run 'intentlog seal' to anchor the "
-        "ledger without it (a re-run then starts the task afresh and repeats its effects)",
-    )
-
-
-def started_in(path: Path, offset: int, *, fd: int | None = None) -> list[dict[str, Any]]:
-    """Every ``attempt.started`` among the lines from ``offset`` on, read loosely (a line need not chain).
-
-    Such a line says a send began: moving it aside lets a re-run send again. Each entry
-    is ``{"call", "attempt", "line"}`` (``line`` 1-based in the file); memory is bounded
-    by :data:`MAX_LINE` (a longer line is skipped).
-    """
-    out: list[dict[str, Any]] = []
-    rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else os.dup(fd)
-    with os.fdopen(rfd, "rb", buffering=0) as f:
-        f.seek(0)
-        for n, (at, line) in enumerate(line_spans(f, MAX_LINE), start=1):
-            if at < offset or line is None or b"attempt.started" not in line:
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            data = obj.get("data") if type(obj) is dict and obj.get("kind") == "attempt.started" else None
-            if type(data) is dict:
-                out.append({"call": data.get("call"), "attempt": data.get("attempt"), "line": n})
-    return out
-
-
-def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> CorruptStream:
-    """Accepting damage would move aside the record that these attempts started."""
-    which = ", ".join(f"line {s['line']}: {s['call']} attempt {s['attempt']}" for s in started)
-    return CorruptStream(
-        str(path),
-        d.line,
-        f"{d.reason}; the bytes that accepting the damage would move aside record attempt.started ({which}): "
-        "their sends began and may have been paid for, and a re-run without those lines would send again",
-        hint="restore the file from a copy or git; or accept that risk too, knowingly: "
-        "'intentlog repair TASK --accept-damage --accept-resend' "
-        "(ledger.repair(TASK, accept_damage=True, accept_resend=True)) records it in stream.repaired",
-    )
-
-
-def refusal(path: Path, d: Damage) -> CorruptStream:
-    return CorruptStream(
-        str(path),
-        d.line,
-        d.reason,
-        hint="a crash cannot cause this, so it is never repaired automatically and the task is refused for "
-        "writing; run 'intentlog verify', then restore the file from a copy or git, or accept the damage "
-        "with 'intentlog repair TASK --accept-damage' (it moves the bad bytes to quarantine/ and records that)",
-    )
 
 
 def _ledger_os_error(path: Path, doing: str, exc: OSError) -> LedgerError:
@@ -524,10 +327,10 @@ class StreamWriter:
         """
         name = qname
         for _ in range(8):
-            chunks = _chunks_from(self.path, offset, limit=size, fd=self._fd)
+            chunks = chunks_from(self.path, offset, limit=size, fd=self._fd)
             if publish_chunks(chunks, self.quarantine_dir / name, tmp_dir=self.tmp_dir, mode=0o444):
                 return name
-            if _holds(self.quarantine_dir / name, digest, size):
+            if holds(self.quarantine_dir / name, digest, size):
                 return name
             name = f"{qname[: -len('.bin')]}.{os.urandom(6).hex()}.bin"
         raise LedgerError(
@@ -677,62 +480,6 @@ class StreamWriter:
                 self._close_fd()
                 self._lock.release()
                 self._close_dir()
-
-
-def _chunks_from(
-    path: Path, offset: int, *, limit: int | None = None, size: int = 1 << 20, fd: int | None = None
-) -> Iterator[bytes]:
-    """The file's bytes from ``offset`` (at most ``limit`` of them), a chunk at a time (via ``fd`` if given)."""
-    left = limit
-    own = fd is None
-    rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else fd
-    try:
-        pos = offset
-        while left is None or left > 0:
-            chunk = os.pread(rfd, size if left is None else min(size, left), pos)
-            if not chunk:
-                return
-            pos += len(chunk)
-            if left is not None:
-                left -= len(chunk)
-            yield chunk
-    finally:
-        if own:
-            os.close(rfd)
-
-
-def _holds(path: Path, digest: str, size: int) -> bool:
-    """Is ``path`` a regular file (not a link) holding exactly ``size`` bytes hashing to ``digest``?"""
-    try:
-        fd = open_nofollow(path, os.O_RDONLY, what="quarantined bytes")
-    except OSError:
-        return False
-    except LinkRefused:
-        return False
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
-            return False
-        hasher = blake3()
-        while chunk := os.read(fd, 1 << 20):
-            hasher.update(chunk)
-        return "blake3:" + hasher.hexdigest() == digest
-    finally:
-        os.close(fd)
-
-
-def quarantine_plan(path: Path, task_id: str, offset: int, *, fd: int | None = None) -> tuple[str, str, int]:
-    """Name (under quarantine/), digest and size of a stream's bytes from ``offset`` on.
-
-    Two streaming passes (hash here, copy later) keep memory bounded whatever follows.
-    """
-    hasher = blake3()
-    size = 0
-    for chunk in _chunks_from(path, offset, fd=fd):
-        hasher.update(chunk)
-        size += len(chunk)
-    hexd = hasher.hexdigest()
-    return f"{task_id}.{hexd[:32]}.bin", "blake3:" + hexd, size
 
 
 def _after_fork_in_child() -> None:
