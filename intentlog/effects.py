@@ -69,6 +69,7 @@ from .errors import (
     ApprovalRejected,
     ApprovalVoid,
     CallFailed,
+    CorruptStream,
     EffectUnknown,
     IntentlogError,
     KeyReused,
@@ -1266,8 +1267,26 @@ def _record_interpretation(
     return None
 
 
+def _check_derived(task: Task, st: CallState) -> None:
+    """Refuse a completion the record does not derive (the fold saw it contradict its interpretation)."""
+    if st.forged is not None:
+        seq, why = st.forged
+        raise CorruptStream(
+            str(task.path),
+            seq + 1,
+            f"{st.call_id} (key {st.key!r}): {why}",
+            hint="the record contradicts itself, so its value is not returned; nothing was appended or sent. "
+            "Run 'intentlog verify' and restore the stream from a copy or git",
+        )
+
+
 def _result_of(task: Task, st: CallState) -> Any:
-    """What a completed call returns: the raw response bytes, or the (latest) interpreted value."""
+    """What a completed call returns: the raw response bytes, or the (latest) interpreted value.
+
+    Never a value the record does not derive: a completion that contradicts the
+    interpretation (or observation) it completes raises :class:`CorruptStream` naming its line.
+    """
+    _check_derived(task, st)
     result = st.result
     if isinstance(result, dict) and result.get("raw") is True:
         # the observation's ref carries small bytes inline; the completion's names them
@@ -1321,6 +1340,7 @@ def reinterpret(task: Task, call_or_key: str, interpret: Interpret) -> Any:
         if cid is None:
             raise UnknownCall(task.id, call_or_key)
         st = fold.call_state(cid)
+        _check_derived(task, st)
         if not _reinterpretable(st):
             raise _refuse(
                 st,
