@@ -99,7 +99,7 @@ from .projections.workstate import (
 
 if TYPE_CHECKING:
     from .eventlog import Event
-    from .task import Task
+    from .stream import TaskStream
 
 __all__ = [
     "DEFAULT_PROGRESS_INTERVAL",
@@ -202,14 +202,14 @@ class Package:
 # -- helpers -----------------------------------------------------------------------
 
 
-def _store(task: Task, data: bytes, media_type: str | None = None) -> dict[str, Any]:
+def _store(task: TaskStream, data: bytes, media_type: str | None = None) -> dict[str, Any]:
     """A ref for ``data``: inline in the event when small (DESIGN §3), else a durable blob."""
     if len(data) <= INLINE_MAX:
         return inline_ref(data, media_type=media_type)
-    return task.ledger.artifacts.put(data, media_type=media_type).to_json()
+    return task.store.put(data, media_type=media_type).to_json()
 
 
-def _keep_aside(task: Task, call_id: str, n: int, data: bytes) -> str | None:
+def _keep_aside(task: TaskStream, call_id: str, n: int, data: bytes) -> str | None:
     """Write response bytes the store refused to ``quarantine/`` or, failing that, the system's temp folder.
 
     Returns the path of a durable copy (fsynced, its folder too), or None when no place took
@@ -223,7 +223,7 @@ def _keep_aside(task: Task, call_id: str, n: int, data: bytes) -> str | None:
     from ._fsutil import makedirs_durable, publish_bytes
 
     name = f"unstored.{task.id}.{call_id}.{n}.{digest_bytes(data)[7:23]}"
-    for folder in (Path(task.ledger.quarantine_dir), Path(tempfile.gettempdir()) / "intentlog-unstored"):
+    for folder in (Path(task.layout.quarantine_dir), Path(tempfile.gettempdir()) / "intentlog-unstored"):
         try:
             makedirs_durable(folder)
             publish_bytes(data, folder / name, tmp_dir=folder)
@@ -237,7 +237,7 @@ def _bare(ref: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ref[k] for k in ("digest", "size", "media_type") if k in ref}
 
 
-def _check_ref(task: Task, ref: Any, what: str) -> Mapping[str, Any]:
+def _check_ref(task: TaskStream, ref: Any, what: str) -> Mapping[str, Any]:
     """``ref`` if it is an artifact ref; a damaged one is an :class:`IntentlogError` naming it, never a KeyError."""
     if not isinstance(ref, Mapping) or not is_digest(ref.get("digest")):
         raise IntentlogError(
@@ -248,13 +248,13 @@ def _check_ref(task: Task, ref: Any, what: str) -> Mapping[str, Any]:
     return ref
 
 
-def _load(task: Task, ref: Any, what: str = "a recorded ref") -> bytes:
+def _load(task: TaskStream, ref: Any, what: str = "a recorded ref") -> bytes:
     """The bytes of a recorded ref (inline, or from objects/); a damaged ref is an :class:`IntentlogError`."""
     ref = _check_ref(task, ref, what)
     data = inline_bytes(ref)
     if data is not None:
         return data
-    return task.ledger.artifacts.get(str(ref["digest"]))
+    return task.store.get(str(ref["digest"]))
 
 
 #: The longest error text recorded (characters); the rest is cut, with a note, so lines stay small.
@@ -268,7 +268,7 @@ def _cap(text: str) -> str:
     return f"{text[:ERROR_TEXT_MAX]}... ({len(text) - ERROR_TEXT_MAX} more characters not recorded)"
 
 
-def _value_record(task: Task, value: Any) -> dict[str, Any]:
+def _value_record(task: TaskStream, value: Any) -> dict[str, Any]:
     """How a completion records an interpreted value: ``{"value": v}``, or ``{"value_ref": ref}`` when large.
 
     Raises :class:`NotSerializable` (or RecursionError) for a value that is not exact JSON.
@@ -276,7 +276,7 @@ def _value_record(task: Task, value: Any) -> dict[str, Any]:
     data = dumps(value)
     if len(data) <= INLINE_MAX:
         return {"value": value}
-    return {"value_ref": _bare(task.ledger.artifacts.put(data, media_type="application/json").to_json())}
+    return {"value_ref": _bare(task.store.put(data, media_type="application/json").to_json())}
 
 
 def _loads(data: bytes) -> Any:
@@ -400,7 +400,7 @@ def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozen
         return frozenset()
 
 
-def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
+def _drift(task: TaskStream, state: CallState, intent: _Intent) -> str | None:
     """What differs between the recorded intent and the rebuilt request, or None.
 
     The hash (and input digests) come from the call's first event, ``call.requested``, so a
@@ -424,7 +424,7 @@ def _drift(task: Task, state: CallState, intent: _Intent) -> str | None:
     return None
 
 
-def _recorded_difference(task: Task, state: CallState, intent: _Intent) -> str | None:
+def _recorded_difference(task: TaskStream, state: CallState, intent: _Intent) -> str | None:
     """The first path where the manifest's stored request differs from the rebuilt one (None: not found)."""
     try:
         recorded = orjson.loads(_load(task, state.request))
@@ -530,7 +530,7 @@ class _Beat:
     """
 
     def __init__(
-        self, task: Task, call_id: str, attempt: int, long: _Long, secrets: frozenset[str] = frozenset()
+        self, task: TaskStream, call_id: str, attempt: int, long: _Long, secrets: frozenset[str] = frozenset()
     ) -> None:
         self.task = task
         self.secrets = secrets  # scrubbed from the info recorded, with the default redaction rules
@@ -553,7 +553,7 @@ class _Beat:
             self.last_beat = now
             self.pending += 1
             if now - self.last_record >= self.long.interval:
-                self.task._append(
+                self.task.append(
                     "attempt.progress",
                     {
                         "call": self.call_id,
@@ -600,7 +600,7 @@ class _Beat:
             limit, timeout = due[0]
             after = round(now - self.started, 3)
             self.closed = True
-            self.task._append(
+            self.task.append(
                 "attempt.timed_out",
                 {"call": self.call_id, "attempt": self.attempt, "after": after, "limit": limit, "timeout": timeout},
                 sync=True,
@@ -637,7 +637,14 @@ class Call:
     """One intended effect under an idempotency key; :meth:`run` carries it out or resumes it."""
 
     def __init__(
-        self, task: Task, key: str, call_id: str, intent: _Intent, *, fresh: bool, dedup: ProviderDedup | None = None
+        self,
+        task: TaskStream,
+        key: str,
+        call_id: str,
+        intent: _Intent,
+        *,
+        fresh: bool,
+        dedup: ProviderDedup | None = None,
     ) -> None:
         self.task = task
         self.dedup = dedup  # this run's declaration: with the manifest's, it may resolve an unknown effect
@@ -654,7 +661,7 @@ class Call:
 
     def state(self) -> CallState:
         """The projected state of this key's latest call, as this handle's record has it."""
-        fold = self.task._live()
+        fold = self.task.live()
         cid = fold.latest_call(self.key) or self.call_id
         return fold.call_state(cid)
 
@@ -726,7 +733,7 @@ class Call:
         policy = retry or DEFAULT_RETRY
         task = self.task
         try:
-            with task._inflight(self.key):
+            with task.inflight(self.key):
                 while True:
                     st = self.state()
                     self.call_id = st.call_id
@@ -791,7 +798,7 @@ class Call:
         Raised before anything is appended, so a refused call sends nothing.
         """
         task = self.task
-        fold = task._live()
+        fold = task.live()
         current = self._intent.canonical.digest
         by_key = fold.approvals_of(self.key)
         by_digest = tuple(a for a in fold.approvals_about(current) if a not in by_key)  # about this request's bytes
@@ -840,7 +847,7 @@ class Call:
         if st.response is None:  # pragma: no cover - observation_pending means evidence is recorded
             raise IntentlogError(f"{st.call_id}: reconciled served without evidence")
         _load(self.task, st.response, f"the evidence of {st.call_id}'s reconciliation")  # present and intact
-        self.task._append(
+        self.task.append(
             "attempt.observed",
             {"call": st.call_id, "attempt": st.attempts, "response": _bare(st.response), "source": "reconciliation"},
             sync=True,
@@ -849,20 +856,20 @@ class Call:
     def _resume(self, st: CallState) -> None:
         """Drift was checked at prepare; link the old call to a new one and continue there."""
         task = self.task
-        with task._mutex:
-            fold = task._live()
+        with task.mutex:
+            fold = task.live()
             promised = fold.pending_resume(st.call_id)  # a resume torn after its call.resumed
             new_id = promised or fold.next_call_id()
             with task.batch():
                 if promised is None:
-                    task._append("call.resumed", {"call": st.call_id, "new_call": new_id, "key": self.key})
+                    task.append("call.resumed", {"call": st.call_id, "new_call": new_id, "key": self.key})
                 _append_intent(task, new_id, self.key, self._intent, name=st.name, resumes=st.call_id)
         self.call_id = new_id
         self._fresh = True
 
     def _errored(self, call_id: str, n: int, text: str, cause: BaseException) -> EffectUnknown:
         text = _cap(_scrub(text, self._intent.secrets))
-        self.task._append("attempt.errored", {"call": call_id, "attempt": n, "error": text}, sync=True)
+        self.task.append("attempt.errored", {"call": call_id, "attempt": n, "error": text}, sync=True)
         exc = EffectUnknown(
             call_id=call_id,
             key=self.key,
@@ -905,7 +912,7 @@ class Call:
         task = self.task
         n = st.attempts + 1
         # durable before the send, together with the intent still pending in effect()'s batch
-        task._append("attempt.started", {"call": st.call_id, "attempt": n}, sync=True)
+        task.append("attempt.started", {"call": st.call_id, "attempt": n}, sync=True)
         self._release()
         encoding: str | None = None
         try:
@@ -914,7 +921,7 @@ class Call:
             raise exc.error from None
         except NotSent as exc:
             reason = _scrub(exc.reason, self._intent.secrets)
-            task._append("attempt.not_sent", {"call": st.call_id, "attempt": n, "reason": reason})
+            task.append("attempt.not_sent", {"call": st.call_id, "attempt": n, "reason": reason})
             if policy.retry_not_sent and n < policy.max_attempts:
                 self._retry(st.call_id, n, f"not sent: {reason}", policy)
             else:
@@ -924,7 +931,7 @@ class Call:
             reason = _scrub(exc.reason, self._intent.secrets)
             body = exc.body.encode("utf-8", "surrogateescape") if isinstance(exc.body, str) else bytes(exc.body)
             ref = _store(task, scrub_bytes(body, self._intent.secrets, patterns=True))
-            task._append(
+            task.append(
                 "attempt.observed",
                 {"call": st.call_id, "attempt": n, "response": ref, "error": reason, "retryable": exc.retryable},
                 sync=True,
@@ -953,10 +960,10 @@ class Call:
             observed["encoding"] = encoding
         if interpret is None:  # nothing interprets the bytes: observation and completion share one sync
             with task.batch():
-                task._append("attempt.observed", observed)
+                task.append("attempt.observed", observed)
                 self._interpret(self.state(), None, policy)
             return
-        task._append("attempt.observed", observed, sync=True)  # durable before anything interprets it
+        task.append("attempt.observed", observed, sync=True)  # durable before anything interprets it
         self._interpret(self.state(), interpret, policy)
 
     def _send(self, send: Send, call_id: str, n: int, long: _Long) -> bytes | str:
@@ -1037,7 +1044,7 @@ class Call:
             raise IntentlogError(f"{st.call_id}: observed without a response ref")
         if interpret is None:
             ref = _bare(_check_ref(task, st.response, f"the response of {st.call_id}"))
-            task._append("call.completed", {"call": st.call_id, "attempt": n, "result": {"raw": True, "response": ref}})
+            task.append("call.completed", {"call": st.call_id, "attempt": n, "result": {"raw": True, "response": ref}})
             return
         raw = _load(task, st.response, f"the response of {st.call_id}")
         with task.batch():
@@ -1068,7 +1075,7 @@ class Call:
         task = self.task
         n = st.attempts
         if st.next_operation == FINALIZE:
-            task._append("call.completed", {"call": st.call_id, "attempt": n, "result": self._interpreted_result(st)})
+            task.append("call.completed", {"call": st.call_id, "attempt": n, "result": self._interpreted_result(st)})
             return
         if st.stage == "observed":  # a provider failure was observed; its decision was never recorded
             failure = self._observed_failure(st)
@@ -1100,14 +1107,14 @@ class Call:
 
     def _retry(self, call_id: str, n: int, reason: str, policy: RetryPolicy) -> None:
         if policy.hand_back:
-            self.task._append(
+            self.task.append(
                 "attempt.retry_decided",
                 {"call": call_id, "attempt": n, "decision": "retry", "reason": reason, "delay": None},
                 sync=True,
             )
             raise RetryHandedBack(call_id, self.key, n, reason)
         delay = policy.delay(n)
-        self.task._append(
+        self.task.append(
             "attempt.retry_decided",
             {"call": call_id, "attempt": n, "decision": "retry", "reason": reason, "delay": delay},
             sync=True,
@@ -1121,11 +1128,11 @@ class Call:
     def _give_up_id(self, call_id: str, reason: str, n: int) -> None:
         task = self.task
         with task.batch():
-            task._append(
+            task.append(
                 "attempt.retry_decided",
                 {"call": call_id, "attempt": n, "decision": "fail", "reason": reason, "delay": None},
             )
-            task._append("call.failed", {"call": call_id, "reason": reason, "by": None})
+            task.append("call.failed", {"call": call_id, "reason": reason, "by": None})
 
     def _window(self, st: CallState) -> tuple[ProviderDedup, float] | None:
         """The declaration relied on and the first attempt's age (s), when a resend may rely on the provider.
@@ -1170,7 +1177,7 @@ class Call:
         relied, age = found
         if not age + _WRITE_SLACK < relied.usable_s:
             return False
-        self.task._append(
+        self.task.append(
             "effect.reconciled",
             {
                 "call": st.call_id,
@@ -1226,7 +1233,7 @@ class Call:
 
 
 def _record_interpretation(
-    task: Task,
+    task: TaskStream,
     st: CallState,
     interpret: Interpret,
     raw: bytes,
@@ -1257,17 +1264,17 @@ def _record_interpretation(
             why = "nests too deep to record" if isinstance(exc, RecursionError) else f"is not JSON: {exc}"
             error = _cap(f"the interpreter returned a value that {why}")
     if error is not None:
-        task._append("attempt.interpreted", {**head, "error": error, **tail})
+        task.append("attempt.interpreted", {**head, "error": error, **tail})
         return error
     if "value_ref" in result:
-        task._append("attempt.interpreted", {**head, "result_ref": result["value_ref"], **tail})
+        task.append("attempt.interpreted", {**head, "result_ref": result["value_ref"], **tail})
     else:
-        task._append("attempt.interpreted", {**head, "result": value, **tail})
-    task._append("call.completed", {"call": st.call_id, "attempt": st.attempts, "result": result, **tail})
+        task.append("attempt.interpreted", {**head, "result": value, **tail})
+    task.append("call.completed", {"call": st.call_id, "attempt": st.attempts, "result": result, **tail})
     return None
 
 
-def _check_derived(task: Task, st: CallState) -> None:
+def _check_derived(task: TaskStream, st: CallState) -> None:
     """Refuse a completion the record does not derive (the fold saw it contradict its interpretation)."""
     if st.forged is not None:
         seq, why = st.forged
@@ -1280,7 +1287,7 @@ def _check_derived(task: Task, st: CallState) -> None:
         )
 
 
-def _result_of(task: Task, st: CallState) -> Any:
+def _result_of(task: TaskStream, st: CallState) -> Any:
     """What a completed call returns: the raw response bytes, or the (latest) interpreted value.
 
     Never a value the record does not derive: a completion that contradicts the
@@ -1316,7 +1323,7 @@ def _reinterpretable(st: CallState) -> bool:
     return st.stage == "completed" or (st.interpret_error is not None and st.stage in ("interpreted", "failed"))
 
 
-def reinterpret(task: Task, call_or_key: str, interpret: Interpret) -> Any:
+def reinterpret(task: TaskStream, call_or_key: str, interpret: Interpret) -> Any:
     """Run ``interpret`` over a call's stored response bytes and record the new interpretation beside the old.
 
     ``call_or_key`` is a call id or a key (its latest call). The call must be completed, or
@@ -1334,8 +1341,8 @@ def reinterpret(task: Task, call_or_key: str, interpret: Interpret) -> Any:
         raise UsageError(f"interpret must be a callable taking the response bytes, not {interpret!r}")
     if not isinstance(call_or_key, str) or not task.exists():
         raise UnknownCall(task.id, str(call_or_key))
-    with task._mutex:
-        fold = task._live()
+    with task.mutex:
+        fold = task.live()
         cid = call_or_key if call_or_key in fold.result().calls else fold.latest_call(call_or_key)
         if cid is None:
             raise UnknownCall(task.id, call_or_key)
@@ -1357,14 +1364,14 @@ def reinterpret(task: Task, call_or_key: str, interpret: Interpret) -> Any:
         return _result_of(task, done)
 
 
-def _reversed_call_events(task: Task, st: CallState) -> list[Event]:
+def _reversed_call_events(task: TaskStream, st: CallState) -> list[Event]:
     out = [ev for ev in task.events(since=st.first_seq) if ev.data.get("call") == st.call_id]
     out.reverse()
     return out
 
 
 def _append_intent(
-    task: Task, call_id: str, key: str, intent: _Intent, *, name: str | None, resumes: str | None
+    task: TaskStream, call_id: str, key: str, intent: _Intent, *, name: str | None, resumes: str | None
 ) -> None:
     c = intent.canonical
     # the hash and inputs ride in the first event: a run killed before the manifest is drift-checked too
@@ -1377,8 +1384,8 @@ def _append_intent(
     }
     if resumes is not None:
         requested["resumes"] = resumes
-    task._append("call.requested", requested)
-    task._append(
+    task.append("call.requested", requested)
+    task.append(
         "call.manifest",
         {
             "call": call_id,
@@ -1396,7 +1403,7 @@ def _append_intent(
 
 
 def prepare(
-    task: Task,
+    task: TaskStream,
     key: str,
     request: Any,
     *,
@@ -1427,7 +1434,7 @@ _EXTRA_FIELDS: Final = frozenset({"messages", "dedup"})
 
 
 def _prepare(
-    task: Task,
+    task: TaskStream,
     key: str,
     request: Any,
     *,
@@ -1460,8 +1467,8 @@ def _prepare(
         extra = {**(extra or {}), "dedup": dedup.to_json()}
     if intent is not None and (extra or secrets):
         intent = replace(intent, secrets=intent.secrets | secrets, extra=dict(extra or {}))
-    with task._mutex:  # threads sharing the handle must not take the same call id
-        fold = task._live()
+    with task.mutex:  # threads sharing the handle must not take the same call id
+        fold = task.live()
         existing = fold.latest_call(key)
         st = fold.call_state(existing) if existing is not None else None
         if st is not None and st.stage != "preparation_failed":
@@ -1475,8 +1482,8 @@ def _prepare(
         call_id = fold.next_call_id()
         if intent is None:
             with task.batch():
-                task._append("call.requested", {"call": call_id, "key": key, "name": name})
-                task._append("call.preparation_failed", {"call": call_id, "key": key, "error": error})
+                task.append("call.requested", {"call": call_id, "key": key, "name": name})
+                task.append("call.preparation_failed", {"call": call_id, "key": key, "error": error})
             raise PreparationFailed(call_id, key, error or "unknown error")
         with task.batch():
             _append_intent(task, call_id, key, intent, name=name, resumes=None)
@@ -1484,7 +1491,7 @@ def _prepare(
 
 
 def effect(
-    task: Task,
+    task: TaskStream,
     key: str,
     request: Any,
     send: Send,
@@ -1526,7 +1533,7 @@ def effect(
 
 
 def _run_effect(
-    task: Task,
+    task: TaskStream,
     key: str,
     request: Any,
     send: Send,
@@ -1579,7 +1586,7 @@ def _run_effect(
 
 
 def _record_reconciliation(
-    task: Task,
+    task: TaskStream,
     st: CallState,
     outcome: str,
     evidence: bytes | None,
@@ -1590,9 +1597,9 @@ def _record_reconciliation(
 ) -> Event:
     # the evidence goes to objects/ (durable) before the event naming it, whatever its size: a crash
     # between effect.reconciled and its attempt.observed must not leave a 'served' without its bytes
-    ref = task.ledger.artifacts.put(evidence).to_json() if evidence is not None else None
+    ref = task.store.put(evidence).to_json() if evidence is not None else None
     with task.batch():
-        ev = task._append(
+        ev = task.append(
             "effect.reconciled",
             {
                 "call": st.call_id,
@@ -1605,17 +1612,17 @@ def _record_reconciliation(
             },
         )
         if ref is not None:
-            task._append(
+            task.append(
                 "attempt.observed",
                 {"call": st.call_id, "attempt": st.attempts, "response": ref, "source": "reconciliation"},
             )
     return ev
 
 
-def _state_of(task: Task, call_id: str) -> CallState:
+def _state_of(task: TaskStream, call_id: str) -> CallState:
     if not task.exists():  # a refusal must not create the task it refuses
         raise UnknownCall(task.id, call_id)
-    fold = task._live()
+    fold = task.live()
     try:
         return fold.call_state(call_id)
     except KeyError:
@@ -1623,7 +1630,7 @@ def _state_of(task: Task, call_id: str) -> CallState:
 
 
 def reconcile(
-    task: Task,
+    task: TaskStream,
     call_id: str,
     outcome: str,
     *,
@@ -1667,7 +1674,7 @@ def reconcile(
     )
 
 
-def fail_call(task: Task, call_id: str, reason: str, *, by: str | None = None) -> Event:
+def fail_call(task: TaskStream, call_id: str, reason: str, *, by: str | None = None) -> Event:
     """Record an operator's decision that an unresolved call has failed (``call.failed``)."""
     if not isinstance(reason, str) or not reason:
         raise UsageError(f"a failure needs a reason (a non-empty string), not {reason!r}")
@@ -1676,18 +1683,18 @@ def fail_call(task: Task, call_id: str, reason: str, *, by: str | None = None) -
         raise ResumeRefused(
             call_id=call_id, key=st.key, reason=f"the call is already {st.stage}", next_operation=st.next_operation
         )
-    return task._append("call.failed", {"call": call_id, "reason": scrub_text(reason), "by": by})
+    return task.append("call.failed", {"call": call_id, "reason": scrub_text(reason), "by": by})
 
 
 # -- context compilation ----------------------------------------------------------
 
 
-def _compilation_failed(task: Task, compilation_id: str, error: str, missing: list[str]) -> None:
-    task._append("context.compilation_failed", {"compilation": compilation_id, "error": error, "missing": missing})
+def _compilation_failed(task: TaskStream, compilation_id: str, error: str, missing: list[str]) -> None:
+    task.append("context.compilation_failed", {"compilation": compilation_id, "error": error, "missing": missing})
 
 
 def compile_context(
-    task: Task,
+    task: TaskStream,
     compilation_id: str,
     offered: Sequence[Mapping[str, Any]],
     *,
@@ -1746,7 +1753,7 @@ def compile_context(
     need = sorted({*required, *(i["id"] for i in inventory if i["required"])})
     missing = [r for r in need if r not in seen]
     with task.batch():
-        task._append(
+        task.append(
             "context.compilation_requested",
             {"compilation": compilation_id, "offered": inventory, "required": need},
         )
@@ -1776,5 +1783,5 @@ def compile_context(
         {"compilation": compilation_id, "items": [{"id": c, "content": by_id[c].get("content")} for c in chosen]}
     )
     ref = _store(task, package, "application/json")
-    task._append("context.compiled", {"compilation": compilation_id, "package": ref, "selected": chosen})
+    task.append("context.compiled", {"compilation": compilation_id, "package": ref, "selected": chosen})
     return Package(compilation_id, str(ref["digest"]), len(package), tuple(chosen))

@@ -58,11 +58,11 @@ from .effects import (
 )
 from .errors import IntentlogError, ResumeRefused, UsageError
 from .eventlog.canonical import canonicalize, resolve_rules
-from .projections.workstate import CallState, WorkStateFold
+from .projections.workstate import CallState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
     from .eventlog import Event
-    from .task import Task
+    from .stream import StreamSource, TaskStream
 
 __all__ = ["TURN_PREFIX", "Session", "Turn"]
 
@@ -172,7 +172,7 @@ class Session:
 
     def __init__(
         self,
-        task: Task,
+        task: StreamSource,
         *,
         messages_field: str = "messages",
         drop: Iterable[str] | None = None,
@@ -182,7 +182,8 @@ class Session:
         if not isinstance(messages_field, str) or not messages_field:
             raise UsageError(f"messages_field must be a non-empty string, not {messages_field!r}")
         resolve_rules(drop, redact)  # a malformed rule is refused before anything is written
-        self.task = task
+        self.task = task  # as given (a Task, or its stream)
+        self.stream: TaskStream = task.stream  # what the session is written against
         self.messages_field = messages_field
         self._drop = None if drop is None else tuple(drop)
         self._redact = redact
@@ -194,7 +195,7 @@ class Session:
 
     @property
     def id(self) -> str:
-        return self.task.id
+        return self.stream.id
 
     def __repr__(self) -> str:
         return f"<Session {self.id!r}>"
@@ -206,7 +207,7 @@ class Session:
         if self._known is None or self._accepted is None:
             known: dict[str, int] = {}
             accepted: dict[str, int] = {}
-            for ev in self.task.events():
+            for ev in self.stream.events():
                 if ev.kind == "call.manifest":
                     for ref in _refs(ev.data.get("messages")):
                         known[ref["digest"]] = ref["size"]
@@ -242,7 +243,7 @@ class Session:
             if c.digest in known or c.digest in payloads:  # recorded before (or twice in one request): by digest
                 refs.append({"digest": c.digest, "size": len(c.data), "media_type": _JSON})
             else:
-                refs.append(_store(self.task, c.data, _JSON))  # inline when small, else a durable blob
+                refs.append(_store(self.stream, c.data, _JSON))  # inline when small, else a durable blob
             payloads[c.digest] = c.data
         envelope = {k: v for k, v in value.items() if k != field}
         envelope[field] = digests
@@ -299,7 +300,7 @@ class Session:
 
         try:
             _run_effect(
-                self.task,
+                self.stream,
                 key,
                 build,
                 send_turn,
@@ -338,7 +339,7 @@ class Session:
         """Note the message digests the record now holds: only when the key's call records this very request."""
         try:
             want = canonicalize(envelope, drop=self._drop, redact=self._redact).digest
-            fold = self.task._live()
+            fold = self.stream.live()
         except IntentlogError:  # the run failed before recording anything (a busy task, say)
             return
         cid = fold.latest_call(key)
@@ -348,7 +349,7 @@ class Session:
                 known[ref["digest"]] = ref["size"]
 
     def _state(self, key: str) -> CallState:
-        fold = self.task._live()
+        fold = self.stream.live()
         cid = fold.latest_call(key)
         if cid is None:  # pragma: no cover - _run_effect records the key or raises
             raise IntentlogError(f"session {self.id!r}: {key} has no call in the record")
@@ -359,7 +360,7 @@ class Session:
         if ref is None:
             return None
         data = inline_bytes(ref)
-        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+        return data if data is not None else self.stream.store.get(str(ref["digest"]))
 
     def _turn(
         self, n: int, st: CallState, refs: list[dict[str, Any]], payloads: dict[str, bytes], *, replayed: bool
@@ -386,7 +387,7 @@ class Session:
         data = inline_bytes(ref)
         if data is None and str(ref.get("digest")) in inline:
             data = inline_bytes(inline[str(ref.get("digest"))])
-        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+        return data if data is not None else self.stream.store.get(str(ref["digest"]))
 
     # -- verifying ---------------------------------------------------------------------
 
@@ -395,7 +396,7 @@ class Session:
 
         evidence = [_bare(st.response)] if st.response is not None else []
         ev = record_checkpoint(
-            self.task, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
+            self.stream, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
         )
         _, accepted = self._scan()
         self._judged.add(st.call_id)
@@ -414,9 +415,9 @@ class Session:
         key = turn.turn_id if isinstance(turn, Turn) else f"{TURN_PREFIX}{turn}" if isinstance(turn, int) else turn
         if not isinstance(key, str) or _TURN_RE.match(key) is None:
             raise UsageError(f"name a turn as a Turn, its number or 'turn-<n>', not {turn!r}")
-        if not self.task.exists():  # a refusal must not create the session it refuses
+        if not self.stream.exists():  # a refusal must not create the session it refuses
             raise UsageError(f"session {self.id!r} has no {key}; see session.turns()")
-        fold = self.task._live()
+        fold = self.stream.live()
         cid = fold.latest_call(key)
         if cid is None:
             raise UsageError(f"session {self.id!r} has no {key}; see session.turns()")
@@ -445,7 +446,7 @@ class Session:
         manifests: dict[str, list[dict[str, Any]]] = {}
         inline: dict[str, Mapping[str, Any]] = {}
         verdicts: dict[str, tuple[bool, int | None]] = {}
-        for ev in self.task.events():
+        for ev in self.stream.events():
             fold.apply(ev)
             d = ev.data
             if ev.kind == "call.manifest" and isinstance(d.get("call"), str):
@@ -495,7 +496,8 @@ class Session:
 
     def next_turn(self) -> int:
         """The first turn number with nothing recorded: where a script that does not re-ask earlier turns goes on."""
-        numbers = [int(m.group(1)) for k in self.task.work_state().keys if (m := _TURN_RE.match(k)) is not None]
+        keys = work_state(self.stream.events(), task_id=self.id).keys
+        numbers = [int(m.group(1)) for k in keys if (m := _TURN_RE.match(k)) is not None]
         return max(numbers, default=0) + 1
 
 
