@@ -106,10 +106,10 @@ def _opt_text(value: object, label: str) -> str | None:
 
 def _evidence_ref(task: TaskStream, item: object, i: int) -> dict[str, Any]:
     """One evidence item as the ref the checkpoint records; refuses what is not stored."""
-    from .effects import _store
+    from .effects.records import store_bytes
 
     if isinstance(item, (bytes, bytearray, memoryview)):
-        return _store(task, bytes(item))
+        return store_bytes(task, bytes(item))
     if isinstance(item, Ref):
         ref: dict[str, Any] = dict(item.to_json())
     elif isinstance(item, str):

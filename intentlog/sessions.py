@@ -45,17 +45,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 from .artifacts import inline_bytes
-from .effects import (
-    DEFAULT_PROGRESS_INTERVAL,
-    DRIFT,
-    RetryPolicy,
-    _bare,
-    _Long,
-    _run_effect,
-    _store,
-    decode_text,
-    secrets_of,
-)
+from .effects.intent import decode_text, secrets_of
+from .effects.long import DEFAULT_PROGRESS_INTERVAL, Long
+from .effects.policy import DRIFT, RetryPolicy
+from .effects.prepare import run_effect
+from .effects.records import bare_ref, store_bytes
 from .errors import IntentlogError, ResumeRefused, UsageError
 from .eventlog.canonical import canonicalize, resolve_rules
 from .projections.workstate import CallState, WorkStateFold, work_state
@@ -243,7 +237,7 @@ class Session:
             if c.digest in known or c.digest in payloads:  # recorded before (or twice in one request): by digest
                 refs.append({"digest": c.digest, "size": len(c.data), "media_type": _JSON})
             else:
-                refs.append(_store(self.stream, c.data, _JSON))  # inline when small, else a durable blob
+                refs.append(store_bytes(self.stream, c.data, _JSON))  # inline when small, else a durable blob
             payloads[c.digest] = c.data
         envelope = {k: v for k, v in value.items() if k != field}
         envelope[field] = digests
@@ -280,7 +274,7 @@ class Session:
             raise UsageError(f"turn must be a positive integer, not {turn!r}")
         self._asked = n
         key = f"{TURN_PREFIX}{n}"
-        long = _Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        long = Long.of(progress, inactivity_timeout, max_duration, progress_interval)
         value: Any = None
         refs: list[dict[str, Any]] | None = None
         payloads: dict[str, bytes] = {}
@@ -299,7 +293,7 @@ class Session:
             return send(value)
 
         try:
-            _run_effect(
+            run_effect(
                 self.stream,
                 key,
                 build,
@@ -351,7 +345,7 @@ class Session:
     def _state(self, key: str) -> CallState:
         fold = self.stream.live()
         cid = fold.latest_call(key)
-        if cid is None:  # pragma: no cover - _run_effect records the key or raises
+        if cid is None:  # pragma: no cover - run_effect records the key or raises
             raise IntentlogError(f"session {self.id!r}: {key} has no call in the record")
         return fold.call_state(cid)
 
@@ -375,7 +369,7 @@ class Session:
             session=self.id,
             number=n,
             state=st,
-            messages=tuple(_bare(r) for r in refs),
+            messages=tuple(bare_ref(r) for r in refs),
             response=self._load_response(st),
             accepted=st.call_id in accepted,
             checkpoint=accepted.get(st.call_id),
@@ -394,7 +388,7 @@ class Session:
     def _record_acceptance(self, st: CallState, status: str, *, note: str | None, by: str | None) -> Event:
         from .checkpoints import record_checkpoint
 
-        evidence = [_bare(st.response)] if st.response is not None else []
+        evidence = [bare_ref(st.response)] if st.response is not None else []
         ev = record_checkpoint(
             self.stream, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
         )
@@ -475,7 +469,7 @@ class Session:
                     session=self.id,
                     number=int(m.group(1)),
                     state=st,
-                    messages=tuple(_bare(r) for r in refs),
+                    messages=tuple(bare_ref(r) for r in refs),
                     response=self._load_response(st),
                     accepted=ok and st.stage == "completed",
                     checkpoint=seq if ok else None,

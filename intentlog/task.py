@@ -30,8 +30,9 @@ from .stream import TaskStream
 if TYPE_CHECKING:
     from .artifacts import Ref
     from .checkpoints import Checkpoint, Evidence
+    from .compile import Package
     from .dedup import ProviderDedup
-    from .effects import Call, Package, RetryPolicy
+    from .effects import Call, RetryPolicy
     from .ledger import Ledger
     from .projections.operator import ApprovalState
     from .projections.status import TaskStatus
@@ -263,7 +264,7 @@ class Task:
         select: Callable[[list[dict[str, Any]]], Iterable[str]] | None = None,
     ) -> Package:
         """Compile a context package from offered items, recording inventory and outcome."""
-        from .effects import compile_context
+        from .compile import compile_context
 
         return compile_context(self.stream, compilation_id, offered, required=required, select=select)
 
@@ -274,9 +275,9 @@ class Task:
         Clients that make effects for you (``intentlog.http``) use this key instead of the
         request's hash and occurrence count. Nested blocks use the innermost key.
         """
-        from .effects import _check_key
+        from .effects.intent import check_key
 
-        _check_key(key)
+        check_key(key)
         token = _CURRENT_KEY.set((self, key))
         try:
             yield key
