@@ -1,4 +1,4 @@
-"""The type aliases the package shares, defined once (typing only: nothing here does anything at run time).
+"""The type aliases the package shares, defined once (and the one default the effect signature needs at import).
 
 String-valued ``Literal`` types spell the words the record and the work state use, so a
 typo is a type error while the on-disk and JSON words stay exactly as they were.
@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, Union
 
 if TYPE_CHECKING:
+    from .effects.policy import Served
     from .eventlog.canonical import Redact
 
 __all__ = [
+    "DEFAULT_PROGRESS_INTERVAL",
     "JSON",
+    "CompilationStage",
     "Digest",
     "Interpret",
     "Lookup",
@@ -25,6 +28,11 @@ __all__ = [
     "Stage",
     "StreamLayout",
 ]
+
+#: Seconds between two recorded ``attempt.progress`` events of one attempt (beats in between are counted).
+#: Here, not in :mod:`intentlog.effects.long`, so the ``Task`` facade spells the effect signature
+#: without importing the protocol.
+DEFAULT_PROGRESS_INTERVAL: Final = 1.0
 
 #: A JSON value as the record holds it (exact JSON: no NaN, no non-string keys).
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
@@ -44,7 +52,7 @@ Interpret = Callable[[bytes], Any]
 
 #: Asks the provider what became of an unknown effect: ``(key, call_id, attempt)`` -> a
 #: :class:`~intentlog.Served`, ``"not_served"``, or None / ``"unknown"``.
-Lookup = Callable[[str, str, int], Any]
+Lookup = Callable[[str, str, int], "Served | str | None"]
 
 #: A call's stage in the work state (DESIGN §6).
 Stage = Literal[
@@ -79,6 +87,9 @@ NextOperation = Literal[
     "operator decides",
     "none",
 ]
+
+#: A context compilation's stage.
+CompilationStage = Literal["requested", "compiled", "failed"]
 
 #: What the provider may have done for a call, across its attempts.
 ProviderEffect = Literal["none", "unknown", "happened"]

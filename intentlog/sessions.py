@@ -44,9 +44,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
+from ._types import DEFAULT_PROGRESS_INTERVAL
 from .artifacts import inline_bytes
 from .effects.intent import decode_text, secrets_of
-from .effects.long import DEFAULT_PROGRESS_INTERVAL, Long
+from .effects.options import EffectOptions
 from .effects.policy import DRIFT, RetryPolicy
 from .effects.prepare import run_effect
 from .effects.records import bare_ref, store_bytes
@@ -55,6 +56,7 @@ from .eventlog.canonical import canonicalize, resolve_rules
 from .projections.workstate import CallState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
+    from ._types import Interpret, RedactRule, Send
     from .eventlog import Event
     from .stream import StreamSource, TaskStream
 
@@ -170,7 +172,7 @@ class Session:
         *,
         messages_field: str = "messages",
         drop: Iterable[str] | None = None,
-        redact: Any = None,
+        redact: RedactRule = None,
         accept: bool = True,
     ) -> None:
         if not isinstance(messages_field, str) or not messages_field:
@@ -246,10 +248,10 @@ class Session:
     def turn(
         self,
         request: Any,
-        send: Callable[[Any], bytes | str],
+        send: Send,
         *,
         turn: int | None = None,
-        interpret: Callable[[bytes], Any] | None = None,
+        interpret: Interpret | None = None,
         retry: RetryPolicy | None = None,
         accept: bool | None = None,
         name: str | None = None,
@@ -274,7 +276,18 @@ class Session:
             raise UsageError(f"turn must be a positive integer, not {turn!r}")
         self._asked = n
         key = f"{TURN_PREFIX}{n}"
-        long = Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        options = EffectOptions(
+            name=name or "turn",
+            drop=self._drop,
+            redact=self._redact,
+            interpret=interpret,
+            retry=retry,
+            progress=progress,
+            inactivity_timeout=inactivity_timeout,
+            max_duration=max_duration,
+            progress_interval=progress_interval,
+        )
+        options.long()  # bad limits are refused before the request is built
         value: Any = None
         refs: list[dict[str, Any]] | None = None
         payloads: dict[str, bytes] = {}
@@ -298,12 +311,7 @@ class Session:
                 key,
                 build,
                 send_turn,
-                interpret=interpret,
-                retry=retry,
-                name=name or "turn",
-                drop=self._drop,
-                redact=self._redact,
-                long=long,
+                options,
                 extra={"messages": refs} if refs is not None else None,
                 secrets=secrets,
             )

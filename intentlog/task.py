@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
 from ._args import check_path
+from ._types import DEFAULT_PROGRESS_INTERVAL
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
@@ -28,6 +29,7 @@ from .projections.workstate import WorkState, work_state
 from .stream import TaskStream
 
 if TYPE_CHECKING:
+    from ._types import Interpret, Lookup, RedactRule, Send
     from .artifacts import Ref
     from .checkpoints import Checkpoint, Evidence
     from .compile import Package
@@ -175,7 +177,7 @@ class Task:
         inputs: Mapping[str, str] | None = None,
         name: str | None = None,
         drop: Iterable[str] | None = None,
-        redact: Any = None,
+        redact: RedactRule = None,
         dedup: ProviderDedup | None = None,
     ) -> Call:
         """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing."""
@@ -187,19 +189,19 @@ class Task:
         self,
         key: str,
         request: Any,
-        send: Callable[[Any], bytes | str],
+        send: Send,
         *,
-        interpret: Callable[[bytes], Any] | None = None,
+        interpret: Interpret | None = None,
         inputs: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         name: str | None = None,
         drop: Iterable[str] | None = None,
-        redact: Any = None,
-        lookup: Callable[..., Any] | None = None,
+        redact: RedactRule = None,
+        lookup: Lookup | None = None,
         progress: Callable[[Any], None] | None = None,
         inactivity_timeout: float | None = None,
         max_duration: float | None = None,
-        progress_interval: float = 1.0,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
         dedup: ProviderDedup | None = None,
     ) -> Any:
         """Run the whole effect protocol for ``key``; running it again after a crash resumes.

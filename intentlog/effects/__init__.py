@@ -55,10 +55,11 @@ what a completed call returns), :mod:`.prepare` (the entry points) and :mod:`.re
 
 from __future__ import annotations
 
+from .._types import DEFAULT_PROGRESS_INTERVAL
 from ..compile import Package, compile_context
 from .call import Call
 from .intent import decode_text, secrets_of
-from .long import DEFAULT_PROGRESS_INTERVAL, current_heartbeat, heartbeat
+from .long import current_heartbeat, heartbeat
 from .policy import DRIFT, NO_RETRY, RetryPolicy, Served
 from .prepare import effect, prepare
 from .reconcile import fail_call, reconcile

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-from .._types import Interpret, Lookup, Send
+from .._types import DEFAULT_PROGRESS_INTERVAL, Interpret, Lookup, Send
 from ..dedup import ProviderDedup
 from ..dedup import check as check_dedup
 from ..errors import (
@@ -31,7 +31,7 @@ from ..projections.workstate import (
 )
 from .gate import check_gate
 from .intent import Intent, append_intent, check_run_args, encode_text, refuse, scrub
-from .long import DEFAULT_PROGRESS_INTERVAL, Long, TimedOut, send_with_heartbeat
+from .long import Long, TimedOut, send_with_heartbeat
 from .policy import DEFAULT_RETRY, DRIFT, NOT_SERVED, RetryPolicy, Served
 from .reconcile import record_reconciliation
 from .records import bare_ref, cap_text, check_ref, error_text, interpreter_id, keep_aside, load_ref, store_bytes
@@ -74,6 +74,7 @@ class Call:
         *,
         fresh: bool,
         dedup: ProviderDedup | None = None,
+        held: ExitStack | None = None,
     ) -> None:
         self.task = task
         self.dedup = dedup  # this run's declaration: with the manifest's, it may resolve an unknown effect
@@ -83,7 +84,7 @@ class Call:
         self._intent = intent
         self._fresh = fresh  # prepared by this process: no resume record needed
         # effect(): the batch holding the unsynced intent, closed once attempt.started is synced
-        self._held: ExitStack | None = None
+        self._held = held
 
     def __repr__(self) -> str:
         return f"<Call {self.call_id} key={self.key!r} task={self.task.id!r}>"
@@ -106,7 +107,7 @@ class Call:
         *,
         interpret: Interpret | None = None,
         retry: RetryPolicy | None = None,
-        lookup: Callable[[str, str, int], Served | str | None] | None = None,
+        lookup: Lookup | None = None,
         progress: Callable[[Any], None] | None = None,
         inactivity_timeout: float | None = None,
         max_duration: float | None = None,

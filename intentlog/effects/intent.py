@@ -27,9 +27,10 @@ from .policy import RetryPolicy
 from .records import error_text, load_ref, store_bytes
 
 if TYPE_CHECKING:
+    from .._types import RedactRule
     from ..stream import TaskStream
 
-def check_rules(drop: Any, redact: Any) -> None:
+def check_rules(drop: Iterable[str] | None, redact: RedactRule) -> None:
     """Refuse a malformed drop/redact rule before anything is written."""
     resolve_rules(drop, redact)
 
@@ -105,7 +106,9 @@ class Intent:
         return self.legacy_digest is not None and recorded == self.legacy_digest()
 
 
-def build_intent(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] | None, redact: Any) -> Intent:
+def build_intent(
+    request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] | None, redact: RedactRule
+) -> Intent:
     """Build and canonicalise the request; any failure is a preparation failure."""
     value = request() if callable(request) else request
     try:
@@ -116,11 +119,11 @@ def build_intent(request: Any, inputs: Mapping[str, str] | None, drop: Iterable[
     return Intent(canonical, _check_inputs(inputs), value, canonical.secrets, legacy_digest=legacy)
 
 
-def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: Any) -> str:
+def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: RedactRule) -> str:
     return canonicalize(value, drop=drop, redact=redact, version=CANON_V1).digest
 
 
-def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: Any) -> frozenset[str]:
+def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: RedactRule) -> frozenset[str]:
     """The credential values the redaction rule finds in ``value``, to scrub them wherever the call records them.
 
     Never raises for a value that cannot be recorded (what is not JSON is skipped; a value

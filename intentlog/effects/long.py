@@ -8,8 +8,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
+from .._types import DEFAULT_PROGRESS_INTERVAL
 from ..errors import (
     EffectUnknown,
     UsageError,
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from ..stream import TaskStream
     from .intent import Intent
 
-#: Seconds between two recorded ``attempt.progress`` events of one attempt (beats in between are counted).
-DEFAULT_PROGRESS_INTERVAL: Final = 1.0
 
 HEARTBEAT: contextvars.ContextVar[Beat | None] = contextvars.ContextVar("intentlog_heartbeat", default=None)
 

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
-from .._types import Interpret, Send
+from .._types import DEFAULT_PROGRESS_INTERVAL, Interpret, Lookup, Send
 from ..dedup import ProviderDedup
 from ..dedup import check as check_dedup
 from ..errors import (
@@ -32,11 +32,12 @@ from .intent import (
     refuse,
     scrub,
 )
-from .long import DEFAULT_PROGRESS_INTERVAL, Long
-from .policy import DRIFT, RetryPolicy, Served
+from .options import EffectOptions
+from .policy import DRIFT, RetryPolicy
 from .records import error_text
 
 if TYPE_CHECKING:
+    from .._types import RedactRule
     from ..stream import TaskStream
 
 
@@ -48,7 +49,7 @@ def prepare(
     inputs: Mapping[str, str] | None = None,
     name: str | None = None,
     drop: Iterable[str] | None = None,
-    redact: Any = None,
+    redact: RedactRule = None,
     dedup: ProviderDedup | None = None,
 ) -> Call:
     """Record the intent of a call, or bind to the key's existing call after a drift check.
@@ -65,37 +66,36 @@ def prepare(
     the provider's window.
     """
     check_dedup(dedup)
-    return _prepare(task, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
+    options = EffectOptions(inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
+    return prepare_call(task, key, request, options)
 
 
 _EXTRA_FIELDS: Final = frozenset({"messages", "dedup"})
 
 
-def _prepare(
+def prepare_call(
     task: TaskStream,
     key: str,
     request: Any,
+    options: EffectOptions,
     *,
-    inputs: Mapping[str, str] | None = None,
-    name: str | None = None,
-    drop: Iterable[str] | None = None,
-    redact: Any = None,
     extra: Mapping[str, Any] | None = None,
     secrets: frozenset[str] = frozenset(),
-    dedup: ProviderDedup | None = None,
+    held: ExitStack | None = None,
 ) -> Call:
     """:func:`prepare`, with ``extra`` manifest fields (a session turn's ``messages``: refs, not part of the hash).
 
     ``extra`` goes into this call's manifest and into the manifest of any call that resumes
     it; the drift check compares the request hash and inputs only.
     """
+    name, dedup = options.name, options.dedup
     check_key(key)
     check_name(name)
-    check_rules(drop, redact)
+    check_rules(options.drop, options.redact)
     if extra and not set(extra) <= _EXTRA_FIELDS:  # pragma: no cover - internal callers only
         raise UsageError(f"extra manifest fields must be among {sorted(_EXTRA_FIELDS)}, not {sorted(extra)}")
     try:
-        intent: Intent | None = build_intent(request, inputs, drop, redact)
+        intent: Intent | None = build_intent(request, options.inputs, options.drop, options.redact)
         error = None
     except BuildFailed as exc:
         intent, error = None, exc.text
@@ -116,7 +116,7 @@ def _prepare(
             if drift is not None:
                 nxt = "use a new key" if st.next_operation in (START_CALL, NONE) else st.next_operation
                 raise refuse(st, DRIFT, f"{drift}; a changed request needs a new key", next_operation=nxt)
-            return Call(task, key, st.call_id, intent, fresh=False, dedup=dedup)
+            return Call(task, key, st.call_id, intent, fresh=False, dedup=dedup, held=held)
         call_id = fold.next_call_id()
         if intent is None:
             with task.batch():
@@ -125,7 +125,7 @@ def _prepare(
             raise PreparationFailed(call_id, key, error or "unknown error")
         with task.batch():
             append_intent(task, call_id, key, intent, name=name, resumes=None)
-        return Call(task, key, call_id, intent, fresh=True, dedup=dedup)
+        return Call(task, key, call_id, intent, fresh=True, dedup=dedup, held=held)
 
 
 def effect(
@@ -139,8 +139,8 @@ def effect(
     retry: RetryPolicy | None = None,
     name: str | None = None,
     drop: Iterable[str] | None = None,
-    redact: Any = None,
-    lookup: Callable[[str, str, int], Served | str | None] | None = None,
+    redact: RedactRule = None,
+    lookup: Lookup | None = None,
     progress: Callable[[Any], None] | None = None,
     inactivity_timeout: float | None = None,
     max_duration: float | None = None,
@@ -153,21 +153,22 @@ def effect(
     (or the run takes any other path), so it is never held across ``send``. ``progress``,
     ``inactivity_timeout``, ``max_duration`` and ``progress_interval``: see :meth:`Call.run`.
     """
-    return run_effect(
-        task,
-        key,
-        request,
-        send,
-        interpret=interpret,
+    options = EffectOptions(
         inputs=inputs,
-        retry=retry,
         name=name,
         drop=drop,
         redact=redact,
-        lookup=lookup,
-        long=Long.of(progress, inactivity_timeout, max_duration, progress_interval),
         dedup=dedup,
+        interpret=interpret,
+        retry=retry,
+        lookup=lookup,
+        progress=progress,
+        inactivity_timeout=inactivity_timeout,
+        max_duration=max_duration,
+        progress_interval=progress_interval,
     )
+    options.long()  # limits refused before anything is checked or written, as before
+    return run_effect(task, key, request, send, options)
 
 
 def run_effect(
@@ -175,18 +176,10 @@ def run_effect(
     key: str,
     request: Any,
     send: Send,
+    options: EffectOptions,
     *,
-    interpret: Interpret | None = None,
-    inputs: Mapping[str, str] | None = None,
-    retry: RetryPolicy | None = None,
-    name: str | None = None,
-    drop: Iterable[str] | None = None,
-    redact: Any = None,
-    lookup: Callable[[str, str, int], Served | str | None] | None = None,
-    long: Long | None = None,
     extra: Mapping[str, Any] | None = None,
     secrets: frozenset[str] = frozenset(),
-    dedup: ProviderDedup | None = None,
 ) -> Any:
     """:func:`effect` for the package's own callers (sessions), with ``extra`` manifest fields.
 
@@ -194,27 +187,25 @@ def run_effect(
     messages are hashed apart from the envelope, so their credentials are found there).
     """
     check_key(key)  # refused before the stream is opened (or created)
-    check_name(name)
-    check_run_args(send, interpret, retry, lookup)
-    check_rules(drop, redact)
-    check_dedup(dedup)
+    check_name(options.name)
+    check_run_args(send, options.interpret, options.retry, options.lookup)
+    check_rules(options.drop, options.redact)
+    check_dedup(options.dedup)
     held = ExitStack()
     held.enter_context(task.batch())
     try:
-        call = _prepare(
-            task,
-            key,
-            request,
-            inputs=inputs,
-            name=name,
-            drop=drop,
-            redact=redact,
-            extra=extra,
-            secrets=secrets,
-            dedup=dedup,
-        )
+        call = prepare_call(task, key, request, options, extra=extra, secrets=secrets, held=held)
     except BaseException:
         held.close()
         raise
-    call._held = held
-    return call._run(send, interpret=interpret, retry=retry, lookup=lookup, long=long or Long())
+    return call.run(
+        send,
+        interpret=options.interpret,
+        retry=options.retry,
+        lookup=options.lookup,
+        progress=options.progress,
+        inactivity_timeout=options.inactivity_timeout,
+        max_duration=options.max_duration,
+        progress_interval=options.progress_interval,
+        dedup=options.dedup,
+    )

@@ -47,6 +47,7 @@ from typing import Any, Final
 
 import orjson
 
+from .._types import CompilationStage, NextOperation, ProviderEffect, Stage
 from ..eventlog.format import Event
 
 __all__ = [
@@ -68,18 +69,18 @@ __all__ = [
     "work_state",
 ]
 
-# next operations (DESIGN §2)
-START_CALL: Final = "start call"
-RECONCILE_EFFECT: Final = "reconcile effect"
-REINTERPRET: Final = "reinterpret"
-REDECIDE: Final = "redecide"
-FINALIZE: Final = "finalize"
-START_NEXT_ATTEMPT: Final = "start next attempt"
-FIX_INPUTS: Final = "fix inputs"
-RECOMPILE: Final = "recompile"
-CHECK_AND_ACCEPT: Final = "check and accept"
-OPERATOR_DECIDES: Final = "operator decides"
-NONE: Final = "none"
+# next operations (DESIGN §2); their type, :data:`~intentlog._types.NextOperation`, lists exactly these words
+START_CALL: Final[NextOperation] = "start call"
+RECONCILE_EFFECT: Final[NextOperation] = "reconcile effect"
+REINTERPRET: Final[NextOperation] = "reinterpret"
+REDECIDE: Final[NextOperation] = "redecide"
+FINALIZE: Final[NextOperation] = "finalize"
+START_NEXT_ATTEMPT: Final[NextOperation] = "start next attempt"
+FIX_INPUTS: Final[NextOperation] = "fix inputs"
+RECOMPILE: Final[NextOperation] = "recompile"
+CHECK_AND_ACCEPT: Final[NextOperation] = "check and accept"
+OPERATOR_DECIDES: Final[NextOperation] = "operator decides"
+NONE: Final[NextOperation] = "none"
 
 WORK_STATE_VERSION: Final = "intentlog-workstate/1"
 
@@ -91,9 +92,9 @@ class CallState:
     call_id: str
     key: str
     name: str | None
-    stage: str
-    next_operation: str
-    provider_effect: str  # "none" | "unknown" | "happened"
+    stage: Stage
+    next_operation: NextOperation
+    provider_effect: ProviderEffect
     duplicate_effect_risk: bool
     attempts: int
     request_hash: str | None
@@ -121,8 +122,8 @@ class CallState:
 @dataclass(frozen=True, slots=True)
 class CompilationState:
     compilation_id: str
-    stage: str  # "requested" | "compiled" | "failed"
-    next_operation: str
+    stage: CompilationStage
+    next_operation: NextOperation
     offered: tuple[Mapping[str, Any], ...]
     required: tuple[str, ...]
     missing: tuple[str, ...]
@@ -141,7 +142,7 @@ class WorkState:
     calls: Mapping[str, CallState]
     compilations: Mapping[str, CompilationState]
     keys: Mapping[str, str]  # key -> its latest call
-    next_operation: str
+    next_operation: NextOperation
     unresolved: tuple[str, ...]  # call and compilation ids needing action, in order
     accepted: bool
     events: int
@@ -276,7 +277,7 @@ class _Call:
         self.retry: str | None = None  # "retry" | "fail"
         self.error: str | None = None  # the provider answered with this failure
         self.interpret_error: str | None = None
-        self.prior_effect = "none"  # across the attempts before the latest
+        self.prior_effect: ProviderEffect = "none"  # across the attempts before the latest
         self.completed = False
         self.result: Any = None
         self.failed: str | None = None
@@ -302,7 +303,7 @@ class _Comp:
     last_seq: int
     offered: list[dict[str, Any]]
     required: list[str]
-    stage: str = "requested"
+    stage: CompilationStage = "requested"
     missing: list[str] = field(default_factory=list)
     package: dict[str, Any] | None = None
     selected: list[str] = field(default_factory=list)
@@ -639,7 +640,7 @@ class WorkStateFold:
     def _result(self, calls: Mapping[str, CallState]) -> WorkState:
         known = self._calls
         comps = {cid: _classify_comp(c) for cid, c in self._comps.items()}
-        pending: list[tuple[int, str, str]] = []
+        pending: list[tuple[int, str, NextOperation]] = []
         for cid in self._keys.values():  # only the latest call of each key can be unresolved
             c = known[cid]
             nxt = _ladder(c, known)[1]
@@ -729,15 +730,15 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-_RANK: Final = {"none": 0, "unknown": 1, "happened": 2}
+_RANK: Final[dict[ProviderEffect, int]] = {"none": 0, "unknown": 1, "happened": 2}
 
 
-def _worse(a: str, b: str) -> str:
+def _worse(a: ProviderEffect, b: ProviderEffect) -> ProviderEffect:
     """Across attempts, what the provider may have done: happened > unknown > none."""
     return a if _RANK[a] >= _RANK[b] else b
 
 
-def _attempt_effect(c: _Call) -> str:
+def _attempt_effect(c: _Call) -> ProviderEffect:
     """What the provider may have done for the call's latest attempt."""
     if c.flags & _OBSERVED or c.outcome == "served":
         return "happened"
@@ -749,7 +750,7 @@ def _attempt_effect(c: _Call) -> str:
 _NO_INPUTS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
-_Rung = tuple[str, str, str, bool, "str | None"]  # stage, next operation, provider effect, risk, reason
+_Rung = tuple[Stage, NextOperation, ProviderEffect, bool, "str | None"]  # stage, next op, effect, risk, reason
 
 
 def _ladder(c: _Call, known: Mapping[str, _Call]) -> _Rung:
@@ -872,7 +873,7 @@ class _FinishedCalls(Mapping[str, CallState]):
 
 
 def _classify_comp(c: _Comp) -> CompilationState:
-    nxt = {"requested": RECOMPILE, "failed": FIX_INPUTS}.get(c.stage, NONE)
+    nxt: NextOperation = RECOMPILE if c.stage == "requested" else FIX_INPUTS if c.stage == "failed" else NONE
     return CompilationState(
         compilation_id=c.cid,
         stage=c.stage,
