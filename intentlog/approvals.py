@@ -34,7 +34,7 @@ from .projections.workstate import WorkStateFold
 
 if TYPE_CHECKING:
     from .eventlog import Event
-    from .task import Task
+    from .stream import TaskStream
 
 __all__ = ["DECISIONS", "approval", "approvals", "decide", "request_approval", "wait_for_approval"]
 
@@ -51,7 +51,7 @@ def _check_id(approval_id: object) -> str:
     return approval_id
 
 
-def _binds(task: Task, binds: object) -> dict[str, Any]:
+def _binds(task: TaskStream, binds: object) -> dict[str, Any]:
     """What the approval is about, resolved to ``{call, key, request_hash}`` or ``{digest}``."""
     if binds is None:
         return {}
@@ -60,7 +60,7 @@ def _binds(task: Task, binds: object) -> dict[str, Any]:
         _check_owner(task, binds)
         binds = call_id
     if isinstance(binds, str) and not is_digest(binds):
-        fold = task._live()
+        fold = task.live()
         try:
             st = fold.call_state(binds)
         except KeyError:
@@ -92,12 +92,12 @@ def _same_folder(a: object, b: object) -> bool:
         return a == b
 
 
-def _check_owner(task: Task, bound: object) -> None:
+def _check_owner(task: TaskStream, bound: object) -> None:
     """A Call or Turn binds only in its own task: its call id means another call anywhere else."""
     owner = getattr(bound, "task", None)  # a Call's task
     owner_id = getattr(owner, "id", None) if owner is not None else getattr(bound, "session", None)  # a Turn's
-    root = getattr(getattr(owner, "ledger", None), "root", None)
-    same_ledger = owner is None or root is None or _same_folder(root, task.ledger.root)
+    root = getattr(owner, "root", None)  # a Call's stream knows its ledger folder
+    same_ledger = owner is None or root is None or _same_folder(root, task.root)
     if isinstance(owner_id, str) and (owner_id != task.id or not same_ledger):
         raise UsageError(
             f"{type(bound).__name__} {getattr(bound, 'call_id', '?')} belongs to task {owner_id!r}, not {task.id!r}: "
@@ -106,7 +106,7 @@ def _check_owner(task: Task, bound: object) -> None:
         )
 
 
-def _states(task: Task) -> Mapping[str, ApprovalState]:
+def _states(task: TaskStream) -> Mapping[str, ApprovalState]:
     """Every approval, from one pass over the stream (the work state decides which are void)."""
     ws = WorkStateFold(task.id)
     ops = OperatorFold()
@@ -116,12 +116,12 @@ def _states(task: Task) -> Mapping[str, ApprovalState]:
     return ops.result(ws.result()).approvals
 
 
-def approvals(task: Task) -> Mapping[str, ApprovalState]:
+def approvals(task: TaskStream) -> Mapping[str, ApprovalState]:
     """Every approval of the task, by id, read fresh from disk (takes no lock)."""
     return _states(task)
 
 
-def approval(task: Task, approval_id: str) -> ApprovalState:
+def approval(task: TaskStream, approval_id: str) -> ApprovalState:
     """One approval's state, read fresh from disk; :class:`UnknownApproval` if it was never requested."""
     st = _states(task).get(_check_id(approval_id))
     if st is None:
@@ -129,7 +129,7 @@ def approval(task: Task, approval_id: str) -> ApprovalState:
     return st
 
 
-def request_approval(task: Task, approval_id: str, question: str, *, binds: object = None) -> ApprovalState:
+def request_approval(task: TaskStream, approval_id: str, question: str, *, binds: object = None) -> ApprovalState:
     """Ask for a decision about ``binds``; idempotent for the same id and binding.
 
     Appends ``approval.requested`` (durable on return) unless the approval was already
@@ -141,20 +141,20 @@ def request_approval(task: Task, approval_id: str, question: str, *, binds: obje
     _check_id(approval_id)
     if not isinstance(question, str) or not question:
         raise UsageError(f"an approval needs a question (a non-empty string), not {question!r}")
-    with task._mutex:
+    with task.mutex:
         bound = _binds(task, binds)
-        fold = task._live()  # holds the writer lock: the check and the append are one step
+        fold = task.live()  # holds the writer lock: the check and the append are one step
         current = approval_states(task.events(), fold.result()).get(approval_id)
         binding = bound.get("request_hash", bound.get("digest"))
         if current is not None and current.binding == binding and current.status != VOID:
             return current
         question = scrub_note(question) or question  # a question can quote a credential: never recorded
-        task._append("approval.requested", {"approval": approval_id, "question": question, "binds": bound})
+        task.append("approval.requested", {"approval": approval_id, "question": question, "binds": bound})
         return approval_states(task.events(), fold.result())[approval_id]
 
 
 def decide(
-    task: Task,
+    task: TaskStream,
     approval_id: str,
     decision: str,
     *,
@@ -181,8 +181,8 @@ def decide(
     if not task.exists() or approval_id not in _states(task):
         # a refusal must not create the task, nor take (and so rewrite) its lock: checked read-only first
         raise UnknownApproval(task.id, approval_id)
-    with task._mutex:
-        fold = task._live()
+    with task.mutex:
+        fold = task.live()
         st = approval_states(task.events(), fold.result()).get(approval_id)
         if st is None:
             raise UnknownApproval(task.id, approval_id)
@@ -208,7 +208,7 @@ def decide(
                 f"you decided on {request_hash} but it now binds {st.binding}: the request changed since you looked",
                 next_step=f"review it again ('intentlog status {task.id}') and decide on the current request",
             )
-        return task._append(
+        return task.append(
             "approval.decided",
             {
                 "approval": approval_id,
@@ -221,7 +221,7 @@ def decide(
 
 
 def wait_for_approval(
-    task: Task, approval_id: str, *, timeout: float | None = None, poll: float = 1.0
+    task: TaskStream, approval_id: str, *, timeout: float | None = None, poll: float = 1.0
 ) -> ApprovalState:
     """Wait until the approval's current request is decided; return its state (approved or rejected).
 

@@ -27,7 +27,7 @@ from .refs import INLINE, walk
 
 if TYPE_CHECKING:
     from .eventlog import Event
-    from .task import Task
+    from .stream import TaskStream
 
 __all__ = ["Checkpoint", "Evidence", "checkpoints", "latest_checkpoint", "record_checkpoint"]
 
@@ -105,18 +105,18 @@ def _opt_text(value: object, label: str) -> str | None:
     return value
 
 
-def _evidence_ref(task: Task, item: object, i: int) -> dict[str, Any]:
+def _evidence_ref(task: TaskStream, item: object, i: int) -> dict[str, Any]:
     """One evidence item as the ref the checkpoint records; refuses what is not stored."""
-    from .effects import _store
+    from .effects.records import store_bytes
 
     if isinstance(item, (bytes, bytearray, memoryview)):
-        return _store(task, bytes(item))
+        return store_bytes(task, bytes(item))
     if isinstance(item, Ref):
         ref: dict[str, Any] = dict(item.to_json())
     elif isinstance(item, str):
         if not is_digest(item):
             raise UsageError(f"evidence {i}: {item!r} is not a digest ('blake3:' and 64 lowercase hex digits)")
-        return {"digest": item, "size": task.ledger.artifacts.size_of(item)}
+        return {"digest": item, "size": task.store.size_of(item)}
     elif isinstance(item, Mapping):
         try:
             base = Ref.from_json(item)
@@ -131,13 +131,13 @@ def _evidence_ref(task: Task, item: object, i: int) -> dict[str, Any]:
         raise UsageError(
             f"evidence {i}: give bytes, a Ref, a ref mapping or a digest string, not {type(item).__name__}"
         )
-    if not task.ledger.artifacts.exists(ref["digest"]):
+    if not task.store.exists(ref["digest"]):
         raise ArtifactMissing(ref["digest"], f"evidence {i} of a checkpoint")
     return ref
 
 
 def record_checkpoint(
-    task: Task,
+    task: TaskStream,
     phase: str,
     *,
     evidence: Iterable[Evidence] = (),
@@ -186,10 +186,10 @@ def record_checkpoint(
         data["evidence"] = [dict(r) for r in _refs]
     else:
         data["evidence"] = [_evidence_ref(task, e, i) for i, e in enumerate(evidence)]
-    return task._append("task.checkpoint", data)
+    return task.append("task.checkpoint", data)
 
 
-def _inline_index(task: Task, wanted: set[str]) -> dict[str, Mapping[str, Any]]:
+def _inline_index(task: TaskStream, wanted: set[str]) -> dict[str, Mapping[str, Any]]:
     """For each wanted digest, a ref carrying its bytes inline somewhere in this task's stream."""
     found: dict[str, Mapping[str, Any]] = {}
     if not wanted:
@@ -203,7 +203,7 @@ def _inline_index(task: Task, wanted: set[str]) -> dict[str, Mapping[str, Any]]:
     return found
 
 
-def _check(task: Task, ref: Mapping[str, Any], index: Mapping[str, Mapping[str, Any]]) -> str | None:
+def _check(task: TaskStream, ref: Mapping[str, Any], index: Mapping[str, Mapping[str, Any]]) -> str | None:
     """Why ``ref``'s bytes do not verify, or None when they are present and hash to its digest."""
     digest, size = ref.get("digest"), ref.get("size")
     if not is_digest(digest) or type(size) is not int:
@@ -213,7 +213,7 @@ def _check(task: Task, ref: Mapping[str, Any], index: Mapping[str, Mapping[str, 
         if data is None and digest in index:
             data = inline_bytes(index[str(digest)])
         if data is None:
-            data = task.ledger.artifacts.get(str(digest))
+            data = task.store.get(str(digest))
     except IntentlogError as exc:
         return str(exc)
     if len(data) != size:
@@ -221,7 +221,7 @@ def _check(task: Task, ref: Mapping[str, Any], index: Mapping[str, Mapping[str, 
     return None
 
 
-def checkpoints(task: Task, *, verify: bool = True) -> list[Checkpoint]:
+def checkpoints(task: TaskStream, *, verify: bool = True) -> list[Checkpoint]:
     """Every checkpoint of the task, oldest first; with ``verify``, each one's evidence checked. Takes no lock."""
     records = [checkpoint_record(ev) for ev in task.events() if ev.kind == "task.checkpoint"]
     if not verify:
@@ -240,7 +240,7 @@ def checkpoints(task: Task, *, verify: bool = True) -> list[Checkpoint]:
     return out
 
 
-def latest_checkpoint(task: Task, *, verified: bool = True, phase: str | None = None) -> Checkpoint | None:
+def latest_checkpoint(task: TaskStream, *, verified: bool = True, phase: str | None = None) -> Checkpoint | None:
     """The newest checkpoint (of ``phase``, when given) whose evidence all verifies; None if there is none.
 
     With ``verified=False``, the newest checkpoint whatever its evidence. The checkpoint

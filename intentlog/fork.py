@@ -1,6 +1,7 @@
 """Fork: a new task that reuses another's record up to a call, so the script can run again from there.
 
-``fork_task(ledger, "review", "call-3", "review.v2")`` writes a new stream:
+``fork_task(ledger, "review", "call-3", "review.v2")`` writes a new stream (``ledger``: any
+:class:`~intentlog._types.StreamLayout`; :meth:`intentlog.Ledger.fork` opens the new task):
 
 * line 0: its own ``task.created``;
 * lines 1..N: byte-for-byte copies of the original's events 1..N -- the events before
@@ -41,10 +42,10 @@ from .eventlog.format import (
 )
 from .eventlog.reader import iter_lines
 from .projections.workstate import RECONCILE_EFFECT, CallState, WorkStateFold
+from .stream import read_events
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
-    from .task import Task
+    from ._types import StreamLayout
 
 __all__ = ["check_fork", "fork_task"]
 
@@ -72,11 +73,11 @@ def _lines(path: Any) -> Iterator[tuple[bytes, Any]]:
         yield line, ev
 
 
-def _cut(task: Task, from_call: str) -> tuple[int, str, list[CallState]]:
+def _cut(layout: StreamLayout, task_id: str, from_call: str) -> tuple[int, str, list[CallState]]:
     """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), the key, and
     the calls the copy drops whose effect is unknown (a re-run of the fork would send them again)."""
-    fold = WorkStateFold(task.id)
-    for ev in task.events():
+    fold = WorkStateFold(task_id)
+    for ev in read_events(layout.stream_path(task_id), layout.tasks_dir):
         fold.apply(ev)
     ws = fold.result()
     if from_call in ws.calls:
@@ -84,14 +85,14 @@ def _cut(task: Task, from_call: str) -> tuple[int, str, list[CallState]]:
     elif from_call in ws.keys:
         key = from_call
     else:
-        raise UnknownCall(task.id, from_call)
+        raise UnknownCall(task_id, from_call)
     cut = min(c.first_seq for c in ws.calls.values() if c.key == key)
     # a call of another key begun before the cut and continued after it would lose its
     # attempts in the copy and look never sent: a re-run would pay again
     spanning = sorted(c.call_id for c in ws.calls.values() if c.key != key and c.first_seq < cut <= c.last_seq)
     if spanning:
         raise UsageError(
-            f"cannot fork {task.id!r} before {from_call!r}: {', '.join(spanning)} began before it and went on "
+            f"cannot fork {task_id!r} before {from_call!r}: {', '.join(spanning)} began before it and went on "
             "after it, so the copy would lose their attempts and a re-run would send them again; "
             "fork from an earlier call"
         )
@@ -99,7 +100,7 @@ def _cut(task: Task, from_call: str) -> tuple[int, str, list[CallState]]:
     return cut, key, unknown
 
 
-def default_fork_id(ledger: Ledger, task_id: str) -> str:
+def default_fork_id(ledger: StreamLayout, task_id: str) -> str:
     """The id a fork of ``task_id`` takes when none is given: ``<task>.fork-<n>``, the first one free."""
     n = 1
     while True:
@@ -111,18 +112,18 @@ def default_fork_id(ledger: Ledger, task_id: str) -> str:
 
 
 def fork_task(
-    ledger: Ledger,
+    ledger: StreamLayout,
     task_id: str,
     from_call: str,
     new_id: str | None = None,
     *,
     note: str | None = None,
     accept_risk: bool = False,
-) -> Task:
+) -> str:
     """Start task ``new_id`` (default ``<task>.fork-<n>``) from ``task_id``'s record before ``from_call``.
 
     ``from_call`` is a call id (``call-3``) or a key (``turn-3``); the copy stops before
-    the first event of that key. Returns the new task's handle. Raises
+    the first event of that key. Returns the new task's id. Raises
     :class:`UnknownCall` for a call or key the task does not have, :class:`UsageError`
     when the task does not exist or ``new_id`` does; writes nothing then.
 
@@ -137,8 +138,8 @@ def fork_task(
         raise UsageError(f"note must be a string, not {type(note).__name__}")
     if not isinstance(accept_risk, bool):
         raise UsageError(f"accept_risk must be True or False, not {accept_risk!r}")
-    src = ledger.task(task_id)
-    if not src.exists():
+    src_path = ledger.stream_path(task_id)
+    if not src_path.exists():
         raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
     target = check_task_id(new_id) if new_id is not None else default_fork_id(ledger, task_id)
     if target == task_id:
@@ -146,7 +147,7 @@ def fork_task(
     dest = ledger.stream_path(target)
     if dest.exists():
         raise UsageError(f"task {target!r} already exists in {ledger.root}; name another with --as")
-    cut, key, unknown = _cut(src, from_call)
+    cut, key, unknown = _cut(ledger, task_id, from_call)
     if unknown and not accept_risk:
         first = unknown[0]
         names = ", ".join(f"{c.call_id} (key {c.key!r})" for c in unknown)
@@ -171,7 +172,7 @@ def fork_task(
         )
         prev = digest_bytes(created)
         yield created
-        for line, ev in _lines(src.path):
+        for line, ev in _lines(src_path):
             if ev.seq == 0:
                 stream.append(str(ev.data.get("stream")))
             if ev.seq == upto:
@@ -184,7 +185,7 @@ def fork_task(
             prev = digest_bytes(copy)
             yield copy
         if not head:  # pragma: no cover - the cut lies inside the trusted record read above
-            raise IntentlogError(f"{src.path}: the record ends before seq {upto}; cannot fork")
+            raise IntentlogError(f"{src_path}: the record ends before seq {upto}; cannot fork")
         forked = {
             "from_task": task_id,
             "from_call": from_call,
@@ -202,20 +203,20 @@ def fork_task(
     makedirs_durable(ledger.tmp_dir)
     if not publish_chunks(chunks(), dest, tmp_dir=ledger.tmp_dir, mode=0o644):
         raise UsageError(f"task {target!r} was created meanwhile in {ledger.root}; name another")
-    return ledger.task(target)
+    return target
 
 
-def check_fork(ledger: Ledger, task_id: str) -> list[str]:
+def check_fork(ledger: StreamLayout, task_id: str) -> list[str]:
     """What differs between a fork's copied prefix and its original; empty when they match.
 
     Compares each copied event's ``seq``, ``kind``, ``ts`` and exact data bytes with the
     original's, and ``from_head`` with the digest of the original's line ``upto_seq``.
     Takes no lock and writes nothing.
     """
-    task = ledger.task(task_id)
+    check_task_id(task_id)
     copied: list[tuple[bytes, Any]] = []
     forked: dict[str, Any] | None = None
-    for line, ev in _lines(task.path):
+    for line, ev in _lines(ledger.stream_path(task_id)):
         if ev.kind == "task.forked":
             forked = ev.data
             break
@@ -229,13 +230,13 @@ def check_fork(ledger: Ledger, task_id: str) -> list[str]:
     if len(copied) != upto:
         problems.append(f"the fork copies {len(copied)} events but says upto_seq {upto}")
     try:
-        src = ledger.task(origin)
+        src_path = ledger.stream_path(check_task_id(origin))
     except IntentlogError as exc:
         return [*problems, f"the original {origin!r} cannot be named: {exc}"]
-    if not src.exists():
+    if not src_path.exists():
         return [*problems, f"the original {origin!r} is not in this ledger"]
     mine = iter(copied)
-    for line, ev in _lines(src.path):
+    for line, ev in _lines(src_path):
         if ev.seq == upto and ev.digest != forked.get("from_head"):
             recorded = forked.get("from_head")
             problems.append(f"the original's seq {upto} hashes to {ev.digest}, the fork recorded {recorded}")

@@ -54,7 +54,7 @@ def _after_fork_in_child() -> None:
 
     A child that asks for a task gets a new handle, whose first write takes the lock
     properly (:class:`~intentlog.errors.TaskBusy` while the parent holds it); an inherited
-    handle reopens the same way (see :meth:`Task._open_writer`).
+    handle reopens the same way (see :meth:`TaskStream.open_writer`).
     """
     global _HANDLES_LOCK
     _HANDLES.clear()
@@ -189,7 +189,7 @@ class Ledger:
         """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
         from .fork import fork_task
 
-        return fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk)
+        return self.task(fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk))
 
     def repair(
         self, task_id: str, *, accept_damage: bool = False, accept_resend: bool = False, dry_run: bool = False
@@ -216,7 +216,7 @@ class Ledger:
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):
-            seal = t._seal()
+            seal = t.stream.seal()
             if seal is not None and not seal.retired:
                 raise lost(t.path, seal)  # nothing to move aside: restore it, or re-seal without it
             return RepairReport(task_id, "none")
@@ -226,7 +226,7 @@ class Ledger:
                 check_own_file(fd, t.path, what="a task stream")  # what the repair itself would refuse
             finally:
                 os.close(fd)
-            _, d = assess(t.path, t._seal())
+            _, d = assess(t.path, t.stream.seal())
             if d is None or (d.kind == "damage" and not accept_damage):
                 if d is not None:
                     raise refusal(t.path, d)
@@ -239,7 +239,7 @@ class Ledger:
             return RepairReport(task_id, d.kind, d.line, f"quarantine/{qname}", size, digest, d.reason)
         t.close()
         try:
-            w = t._open_writer(accept_damage=accept_damage, accept_resend=accept_resend)
+            w = t.stream.open_writer(accept_damage=accept_damage, accept_resend=accept_resend)
             d, q, ev = w.damage, w.quarantined, w.repaired
         finally:
             t.close()

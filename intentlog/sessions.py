@@ -44,25 +44,21 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
+from ._types import DEFAULT_PROGRESS_INTERVAL
 from .artifacts import inline_bytes
-from .effects import (
-    DEFAULT_PROGRESS_INTERVAL,
-    DRIFT,
-    RetryPolicy,
-    _bare,
-    _Long,
-    _run_effect,
-    _store,
-    decode_text,
-    secrets_of,
-)
+from .effects.intent import decode_text, secrets_of
+from .effects.options import EffectOptions
+from .effects.policy import DRIFT, RetryPolicy
+from .effects.prepare import run_effect
+from .effects.records import bare_ref, store_bytes
 from .errors import IntentlogError, ResumeRefused, UsageError
 from .eventlog.canonical import canonicalize, resolve_rules
-from .projections.workstate import CallState, WorkStateFold
+from .projections.workstate import CallState, WorkStateFold, work_state
 
 if TYPE_CHECKING:
+    from ._types import Interpret, RedactRule, Send
     from .eventlog import Event
-    from .task import Task
+    from .stream import StreamSource, TaskStream
 
 __all__ = ["TURN_PREFIX", "Session", "Turn"]
 
@@ -172,17 +168,18 @@ class Session:
 
     def __init__(
         self,
-        task: Task,
+        task: StreamSource,
         *,
         messages_field: str = "messages",
         drop: Iterable[str] | None = None,
-        redact: Any = None,
+        redact: RedactRule = None,
         accept: bool = True,
     ) -> None:
         if not isinstance(messages_field, str) or not messages_field:
             raise UsageError(f"messages_field must be a non-empty string, not {messages_field!r}")
         resolve_rules(drop, redact)  # a malformed rule is refused before anything is written
-        self.task = task
+        self.task = task  # as given (a Task, or its stream)
+        self.stream: TaskStream = task.stream  # what the session is written against
         self.messages_field = messages_field
         self._drop = None if drop is None else tuple(drop)
         self._redact = redact
@@ -194,7 +191,7 @@ class Session:
 
     @property
     def id(self) -> str:
-        return self.task.id
+        return self.stream.id
 
     def __repr__(self) -> str:
         return f"<Session {self.id!r}>"
@@ -206,7 +203,7 @@ class Session:
         if self._known is None or self._accepted is None:
             known: dict[str, int] = {}
             accepted: dict[str, int] = {}
-            for ev in self.task.events():
+            for ev in self.stream.events():
                 if ev.kind == "call.manifest":
                     for ref in _refs(ev.data.get("messages")):
                         known[ref["digest"]] = ref["size"]
@@ -242,7 +239,7 @@ class Session:
             if c.digest in known or c.digest in payloads:  # recorded before (or twice in one request): by digest
                 refs.append({"digest": c.digest, "size": len(c.data), "media_type": _JSON})
             else:
-                refs.append(_store(self.task, c.data, _JSON))  # inline when small, else a durable blob
+                refs.append(store_bytes(self.stream, c.data, _JSON))  # inline when small, else a durable blob
             payloads[c.digest] = c.data
         envelope = {k: v for k, v in value.items() if k != field}
         envelope[field] = digests
@@ -251,10 +248,10 @@ class Session:
     def turn(
         self,
         request: Any,
-        send: Callable[[Any], bytes | str],
+        send: Send,
         *,
         turn: int | None = None,
-        interpret: Callable[[bytes], Any] | None = None,
+        interpret: Interpret | None = None,
         retry: RetryPolicy | None = None,
         accept: bool | None = None,
         name: str | None = None,
@@ -279,7 +276,18 @@ class Session:
             raise UsageError(f"turn must be a positive integer, not {turn!r}")
         self._asked = n
         key = f"{TURN_PREFIX}{n}"
-        long = _Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        options = EffectOptions(
+            name=name or "turn",
+            drop=self._drop,
+            redact=self._redact,
+            interpret=interpret,
+            retry=retry,
+            progress=progress,
+            inactivity_timeout=inactivity_timeout,
+            max_duration=max_duration,
+            progress_interval=progress_interval,
+        )
+        options.long()  # bad limits are refused before the request is built
         value: Any = None
         refs: list[dict[str, Any]] | None = None
         payloads: dict[str, bytes] = {}
@@ -298,17 +306,12 @@ class Session:
             return send(value)
 
         try:
-            _run_effect(
-                self.task,
+            run_effect(
+                self.stream,
                 key,
                 build,
                 send_turn,
-                interpret=interpret,
-                retry=retry,
-                name=name or "turn",
-                drop=self._drop,
-                redact=self._redact,
-                long=long,
+                options,
                 extra={"messages": refs} if refs is not None else None,
                 secrets=secrets,
             )
@@ -338,7 +341,7 @@ class Session:
         """Note the message digests the record now holds: only when the key's call records this very request."""
         try:
             want = canonicalize(envelope, drop=self._drop, redact=self._redact).digest
-            fold = self.task._live()
+            fold = self.stream.live()
         except IntentlogError:  # the run failed before recording anything (a busy task, say)
             return
         cid = fold.latest_call(key)
@@ -348,9 +351,9 @@ class Session:
                 known[ref["digest"]] = ref["size"]
 
     def _state(self, key: str) -> CallState:
-        fold = self.task._live()
+        fold = self.stream.live()
         cid = fold.latest_call(key)
-        if cid is None:  # pragma: no cover - _run_effect records the key or raises
+        if cid is None:  # pragma: no cover - run_effect records the key or raises
             raise IntentlogError(f"session {self.id!r}: {key} has no call in the record")
         return fold.call_state(cid)
 
@@ -359,7 +362,7 @@ class Session:
         if ref is None:
             return None
         data = inline_bytes(ref)
-        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+        return data if data is not None else self.stream.store.get(str(ref["digest"]))
 
     def _turn(
         self, n: int, st: CallState, refs: list[dict[str, Any]], payloads: dict[str, bytes], *, replayed: bool
@@ -374,7 +377,7 @@ class Session:
             session=self.id,
             number=n,
             state=st,
-            messages=tuple(_bare(r) for r in refs),
+            messages=tuple(bare_ref(r) for r in refs),
             response=self._load_response(st),
             accepted=st.call_id in accepted,
             checkpoint=accepted.get(st.call_id),
@@ -386,16 +389,16 @@ class Session:
         data = inline_bytes(ref)
         if data is None and str(ref.get("digest")) in inline:
             data = inline_bytes(inline[str(ref.get("digest"))])
-        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+        return data if data is not None else self.stream.store.get(str(ref["digest"]))
 
     # -- verifying ---------------------------------------------------------------------
 
     def _record_acceptance(self, st: CallState, status: str, *, note: str | None, by: str | None) -> Event:
         from .checkpoints import record_checkpoint
 
-        evidence = [_bare(st.response)] if st.response is not None else []
+        evidence = [bare_ref(st.response)] if st.response is not None else []
         ev = record_checkpoint(
-            self.task, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
+            self.stream, st.key, status=status, note=note, by=by, turn=st.key, call=st.call_id, _refs=evidence
         )
         _, accepted = self._scan()
         self._judged.add(st.call_id)
@@ -414,9 +417,9 @@ class Session:
         key = turn.turn_id if isinstance(turn, Turn) else f"{TURN_PREFIX}{turn}" if isinstance(turn, int) else turn
         if not isinstance(key, str) or _TURN_RE.match(key) is None:
             raise UsageError(f"name a turn as a Turn, its number or 'turn-<n>', not {turn!r}")
-        if not self.task.exists():  # a refusal must not create the session it refuses
+        if not self.stream.exists():  # a refusal must not create the session it refuses
             raise UsageError(f"session {self.id!r} has no {key}; see session.turns()")
-        fold = self.task._live()
+        fold = self.stream.live()
         cid = fold.latest_call(key)
         if cid is None:
             raise UsageError(f"session {self.id!r} has no {key}; see session.turns()")
@@ -445,7 +448,7 @@ class Session:
         manifests: dict[str, list[dict[str, Any]]] = {}
         inline: dict[str, Mapping[str, Any]] = {}
         verdicts: dict[str, tuple[bool, int | None]] = {}
-        for ev in self.task.events():
+        for ev in self.stream.events():
             fold.apply(ev)
             d = ev.data
             if ev.kind == "call.manifest" and isinstance(d.get("call"), str):
@@ -474,7 +477,7 @@ class Session:
                     session=self.id,
                     number=int(m.group(1)),
                     state=st,
-                    messages=tuple(_bare(r) for r in refs),
+                    messages=tuple(bare_ref(r) for r in refs),
                     response=self._load_response(st),
                     accepted=ok and st.stage == "completed",
                     checkpoint=seq if ok else None,
@@ -495,7 +498,8 @@ class Session:
 
     def next_turn(self) -> int:
         """The first turn number with nothing recorded: where a script that does not re-ask earlier turns goes on."""
-        numbers = [int(m.group(1)) for k in self.task.work_state().keys if (m := _TURN_RE.match(k)) is not None]
+        keys = work_state(self.stream.events(), task_id=self.id).keys
+        numbers = [int(m.group(1)) for k in keys if (m := _TURN_RE.match(k)) is not None]
         return max(numbers, default=0) + 1
 
 

@@ -3,13 +3,17 @@
 A task's handle is shared process-wide (get it from :meth:`Ledger.task`). It takes the
 task's exclusive writer lock at its first write and holds it until :meth:`close` (or the
 end of a ``with`` block, or process exit). Reads take no lock.
+
+``Task`` is the facade: the stream itself (writer, live fold, privileged append, batch,
+lock) is its :class:`~intentlog.stream.TaskStream`, :attr:`Task.stream`, which the
+effect protocol, approvals, checkpoints, sessions and fork are written against. Here are
+the public checks (reserved kinds, argument types) and the delegation.
 """
 
 from __future__ import annotations
 
 import contextvars
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,17 +21,20 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
 from ._args import check_path
+from ._types import DEFAULT_PROGRESS_INTERVAL
 from .errors import ReservedKind, UsageError, WrongType
-from .eventlog import Event, StreamScan, StreamWriter
-from .eventlog.format import RESERVED_PREFIXES, check_kind, encode_data, is_reserved
-from .eventlog.writer import SealedHead
-from .projections.workstate import WorkState, WorkStateFold, work_state
+from .eventlog import Event
+from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
+from .projections.workstate import WorkState, work_state
+from .stream import TaskStream
 
 if TYPE_CHECKING:
+    from ._types import Interpret, Lookup, RedactRule, Send
     from .artifacts import Ref
     from .checkpoints import Checkpoint, Evidence
+    from .compile import Package
     from .dedup import ProviderDedup
-    from .effects import Call, Package, RetryPolicy
+    from .effects import Call, RetryPolicy
     from .ledger import Ledger
     from .projections.operator import ApprovalState
     from .projections.status import TaskStatus
@@ -39,57 +46,6 @@ _CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.Cont
 )
 
 
-#: Where Linux lists the file locks held (read to see a writer without touching its lock).
-PROC_LOCKS = "/proc/locks"
-
-
-def lock_holder(lock_path: Path) -> int | None:
-    """The pid holding an exclusive ``flock`` on ``lock_path``, or None; never takes or blocks on the lock.
-
-    Reads :data:`PROC_LOCKS` where it exists. Elsewhere a non-blocking *shared* lock is
-    tried and released at once (a writer starting in that instant with ``wait=0`` could
-    be refused; give writers a small ``wait`` on such systems).
-    """
-    try:
-        st = os.stat(lock_path)
-    except FileNotFoundError:
-        return None
-    try:
-        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
-            table = f.read()
-    except OSError:
-        table = None
-    if table is not None:
-        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        for line in table.splitlines():
-            parts = line.split()
-            # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
-            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
-                try:
-                    return int(parts[4])
-                except ValueError:
-                    return -1
-        return None
-    import fcntl
-
-    try:
-        fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                return int(os.pread(fd, 32, 0).split(b"\n", 1)[0] or b"-1")
-            except ValueError:
-                return -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
 @final
 class Task:
     """One task stream. Durable-on-return appends, streaming reads, and the effect protocol."""
@@ -97,62 +53,23 @@ class Task:
     def __init__(self, ledger: Ledger, task_id: str) -> None:
         self.ledger = ledger
         self.id = task_id
-        self.path: Path = ledger.stream_path(task_id)
-        self.wait = 0.0
-        self._writer: StreamWriter | None = None
-        self._fold: WorkStateFold | None = None
-        self._mutex = threading.RLock()
-        self._running: set[str] = set()
+        #: the stream core the protocol is written against (writer, live fold, privileged append)
+        self.stream = TaskStream(ledger, ledger.artifacts, task_id)
+        self.path: Path = self.stream.path
 
     def __repr__(self) -> str:
         return f"<Task {self.id!r} in {str(self.ledger.root)!r}>"
 
+    @property
+    def wait(self) -> float:
+        """Seconds the first write waits for another process's writer lock (0: refuse at once)."""
+        return self.stream.wait
+
+    @wait.setter
+    def wait(self, seconds: float) -> None:
+        self.stream.wait = seconds
+
     # -- writing -------------------------------------------------------------------
-
-    def _open_writer(self, *, accept_damage: bool = False, accept_resend: bool = False) -> StreamWriter:
-        """The open writer, opening it (lock, tail check, seal check) on first use.
-
-        In a forked child a writer inherited from the parent is dropped without touching
-        the parent's lock, and a new one opened: it takes the lock properly, so the child
-        gets :class:`~intentlog.errors.TaskBusy` while the parent holds it.
-        """
-        with self._mutex:
-            w = self._writer
-            if w is not None and not w.owned:
-                w.abandon()
-                self._writer = self._fold = w = None
-            if w is not None and w.is_open:
-                return w
-            fold = WorkStateFold(self.id)
-            w = StreamWriter(
-                path=self.path,
-                task_id=self.id,
-                quarantine_dir=self.ledger.quarantine_dir,
-                tmp_dir=self.ledger.tmp_dir,
-                on_event=fold.apply,
-                seal=self._seal(),
-            )
-            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
-            self._writer, self._fold = w, fold
-            return w
-
-    def _seal(self) -> SealedHead | None:
-        """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
-        from .gclog import retired_by_gc
-        from .heads.codec import read_heads_at
-
-        heads = read_heads_at(self.ledger.root)
-        h = heads.get(self.id) if heads else None
-        if h is None:
-            return None
-        return SealedHead(h.stream, h.seq, h.head, retired_by_gc(self.ledger.root, self.id, h))
-
-    def _live(self) -> WorkStateFold:
-        """The work state kept current by this handle's own appends (writer lock held)."""
-        self._open_writer()
-        if self._fold is None:  # pragma: no cover - _open_writer sets it
-            raise RuntimeError("no live state")
-        return self._fold
 
     def append(self, kind: str, data: Mapping[str, Any] | None = None, *, expected_seq: int | None = None) -> Event:
         """Append one event; it is durable (written and fdatasynced) when this returns.
@@ -176,43 +93,26 @@ class Task:
             from .errors import NotSerializable
 
             raise NotSerializable(f"event data must be a dict (a JSON object), not {type(data).__name__}", path="data")
-        return self._append(kind, dict(data), expected_seq=expected_seq)
+        return self.stream.append(kind, dict(data), expected_seq=expected_seq)
 
     def _append(self, kind: str, data: dict[str, Any], *, expected_seq: int | None = None, sync: bool = False) -> Event:
-        data_json = encode_data(data)  # refuse bad data before the lock or the disk is touched
-        return self._open_writer().append(kind, data, expected_seq=expected_seq, sync=sync, data_json=data_json)
-
-    @contextmanager
-    def _inflight(self, key: str) -> Iterator[None]:
-        """Refuse to run one key twice at once inside this process (threads share the handle)."""
-        from .errors import UsageError
-
-        with self._mutex:
-            if key in self._running:
-                raise UsageError(f"key {key!r} of task {self.id!r} is already running in this process")
-            self._running.add(key)
-        try:
-            yield
-        finally:
-            with self._mutex:
-                self._running.discard(key)
+        """The privileged append (:meth:`TaskStream.append`): any kind, no public checks."""
+        return self.stream.append(kind, data, expected_seq=expected_seq, sync=sync)
 
     @contextmanager
     def batch(self) -> Iterator[Task]:
         """Group commit: events appended inside share one sync, done when the block exits."""
-        w = self._open_writer()
-        with w.batch():
+        with self.stream.batch():
             yield self
 
     def sync(self) -> None:
         """Make every event appended so far durable (useful inside a batch)."""
-        if self._writer is not None:
-            self._writer.sync()
+        self.stream.sync()
 
     @property
     def next_seq(self) -> int:
         """The seq the next append will get (takes the writer lock)."""
-        return self._open_writer().next_seq
+        return self.stream.next_seq
 
     # -- reading -------------------------------------------------------------------
 
@@ -232,23 +132,7 @@ class Task:
             raise WrongType(f"events(since=...) takes a seq (an int >= 0), not {type(since).__name__} {since!r}")
         if since < 0:
             raise UsageError(f"events(since=...) takes a seq (an int >= 0), not {since!r}")
-        return self._events(since)
-
-    def _events(self, since: int) -> Iterator[Event]:
-        from ._nofollow import check_real_dir
-        from .errors import CorruptStream
-
-        check_real_dir(self.ledger.tasks_dir, what="task streams")  # never read through a linked tasks/
-        scan = StreamScan(self.path)
-        try:
-            for ev in scan:
-                if ev.seq >= since:
-                    yield ev
-        except FileNotFoundError:
-            return  # no stream (yet), or removed by gc before it could be opened: no events
-        p = scan.problem
-        if p is not None and (p.suspect or not p.torn):
-            raise CorruptStream(str(self.path), p.line, p.reason)
+        return self.stream.events(since)
 
     def work_state(self) -> WorkState:
         """The work-state projection of this task, read fresh from disk (pure: appends nothing)."""
@@ -271,7 +155,7 @@ class Task:
         loc, ref = capture_locator(
             self.ledger.artifacts, self.ledger.workspace, os.fspath(locator), media_type=media_type
         )
-        self._append(
+        self.stream.append(
             "artifact.recorded",
             {
                 "locator": loc,
@@ -293,31 +177,31 @@ class Task:
         inputs: Mapping[str, str] | None = None,
         name: str | None = None,
         drop: Iterable[str] | None = None,
-        redact: Any = None,
+        redact: RedactRule = None,
         dedup: ProviderDedup | None = None,
     ) -> Call:
         """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing."""
         from .effects import prepare
 
-        return prepare(self, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
+        return prepare(self.stream, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
 
     def effect(
         self,
         key: str,
         request: Any,
-        send: Callable[[Any], bytes | str],
+        send: Send,
         *,
-        interpret: Callable[[bytes], Any] | None = None,
+        interpret: Interpret | None = None,
         inputs: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         name: str | None = None,
         drop: Iterable[str] | None = None,
-        redact: Any = None,
-        lookup: Callable[..., Any] | None = None,
+        redact: RedactRule = None,
+        lookup: Lookup | None = None,
         progress: Callable[[Any], None] | None = None,
         inactivity_timeout: float | None = None,
         max_duration: float | None = None,
-        progress_interval: float = 1.0,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
         dedup: ProviderDedup | None = None,
     ) -> Any:
         """Run the whole effect protocol for ``key``; running it again after a crash resumes.
@@ -329,7 +213,7 @@ class Task:
         from .effects import effect
 
         return effect(
-            self,
+            self.stream,
             key,
             request,
             send,
@@ -359,19 +243,19 @@ class Task:
         """Record what happened to an unknown effect: ``served``, ``not_served`` or ``resend``."""
         from .effects import reconcile
 
-        return reconcile(self, call_id, outcome, evidence=evidence, note=note, by=by)
+        return reconcile(self.stream, call_id, outcome, evidence=evidence, note=note, by=by)
 
     def reinterpret(self, call_or_key: str, interpret: Callable[[bytes], Any]) -> Any:
         """Interpret a call's stored response again, beside the old; see :func:`.effects.reinterpret`."""
         from .effects import reinterpret
 
-        return reinterpret(self, call_or_key, interpret)
+        return reinterpret(self.stream, call_or_key, interpret)
 
     def fail(self, call_id: str, reason: str, *, by: str | None = None) -> Event:
         """Record an operator's decision that a call has failed (``call.failed``)."""
         from .effects import fail_call
 
-        return fail_call(self, call_id, reason, by=by)
+        return fail_call(self.stream, call_id, reason, by=by)
 
     def compile(
         self,
@@ -382,9 +266,9 @@ class Task:
         select: Callable[[list[dict[str, Any]]], Iterable[str]] | None = None,
     ) -> Package:
         """Compile a context package from offered items, recording inventory and outcome."""
-        from .effects import compile_context
+        from .compile import compile_context
 
-        return compile_context(self, compilation_id, offered, required=required, select=select)
+        return compile_context(self.stream, compilation_id, offered, required=required, select=select)
 
     @contextmanager
     def key(self, key: str) -> Iterator[str]:
@@ -393,9 +277,9 @@ class Task:
         Clients that make effects for you (``intentlog.http``) use this key instead of the
         request's hash and occurrence count. Nested blocks use the innermost key.
         """
-        from .effects import _check_key
+        from .effects.intent import check_key
 
-        _check_key(key)
+        check_key(key)
         token = _CURRENT_KEY.set((self, key))
         try:
             yield key
@@ -411,7 +295,7 @@ class Task:
         """Record that the task's outcome was checked and accepted (``task.accepted``)."""
         from .eventlog.redaction import scrub_note
 
-        return self._append("task.accepted", {"note": scrub_note(note), "by": by})
+        return self.stream.append("task.accepted", {"note": scrub_note(note), "by": by})
 
     def fail_task(self, reason: str, *, by: str | None = None) -> Event:
         """Record that the task is given up (``task.failed``): its operator state is *failed*.
@@ -427,7 +311,7 @@ class Task:
             raise UsageError(f"by must be a string, not {type(by).__name__}")
         from .eventlog.redaction import scrub_note
 
-        return self._append("task.failed", {"reason": scrub_note(reason), "by": by})
+        return self.stream.append("task.failed", {"reason": scrub_note(reason), "by": by})
 
     # -- checkpoints (intentlog.checkpoints) -----------------------------------------
 
@@ -451,7 +335,7 @@ class Task:
         from .checkpoints import record_checkpoint
 
         return record_checkpoint(
-            self,
+            self.stream,
             phase,
             evidence=evidence,
             status=status,
@@ -467,13 +351,13 @@ class Task:
         """Every checkpoint, oldest first, each with what checking its evidence found. Takes no lock."""
         from .checkpoints import checkpoints
 
-        return checkpoints(self, verify=verify)
+        return checkpoints(self.stream, verify=verify)
 
     def latest_checkpoint(self, *, verified: bool = True, phase: str | None = None) -> Checkpoint | None:
         """The newest checkpoint whose evidence all verifies (skipped ones named in its ``skipped``), or None."""
         from .checkpoints import latest_checkpoint
 
-        return latest_checkpoint(self, verified=verified, phase=phase)
+        return latest_checkpoint(self.stream, verified=verified, phase=phase)
 
     # -- approvals (intentlog.approvals) ---------------------------------------------
 
@@ -484,7 +368,7 @@ class Task:
         """
         from .approvals import request_approval
 
-        return request_approval(self, approval_id, question, binds=binds)
+        return request_approval(self.stream, approval_id, question, binds=binds)
 
     def decide(
         self,
@@ -498,19 +382,19 @@ class Task:
         """Record ``"approve"`` or ``"reject"`` for the approval's current request (``approval.decided``)."""
         from .approvals import decide
 
-        return decide(self, approval_id, decision, by=by, note=note, request_hash=request_hash)
+        return decide(self.stream, approval_id, decision, by=by, note=note, request_hash=request_hash)
 
     def approval(self, approval_id: str) -> ApprovalState:
         """One approval's state, read fresh from disk (takes no lock)."""
         from .approvals import approval
 
-        return approval(self, approval_id)
+        return approval(self.stream, approval_id)
 
     def approvals(self) -> Mapping[str, ApprovalState]:
         """Every approval's state, by id, read fresh from disk (takes no lock)."""
         from .approvals import approvals
 
-        return approvals(self)
+        return approvals(self.stream)
 
     def wait_for_approval(self, approval_id: str, *, timeout: float | None = None, poll: float = 1.0) -> ApprovalState:
         """Wait for a decision on the approval's current request, releasing the writer lock while waiting.
@@ -519,7 +403,7 @@ class Task:
         """
         from .approvals import wait_for_approval
 
-        return wait_for_approval(self, approval_id, timeout=timeout, poll=poll)
+        return wait_for_approval(self.stream, approval_id, timeout=timeout, poll=poll)
 
     # -- fork and status -------------------------------------------------------------
 
@@ -532,7 +416,7 @@ class Task:
         """
         from .fork import fork_task
 
-        return fork_task(self.ledger, self.id, from_call, new_id, note=note, accept_risk=accept_risk)
+        return self.ledger.task(fork_task(self.ledger, self.id, from_call, new_id, note=note, accept_risk=accept_risk))
 
     def writer_pid(self) -> int | None:
         """The pid of the live process holding this task's writer lock (this one included), or None.
@@ -541,10 +425,7 @@ class Task:
         starting at the same moment is never refused because of it; elsewhere a
         non-blocking shared ``flock`` is tried and released at once.
         """
-        with self._mutex:
-            if self._writer is not None and self._writer.is_open:
-                return os.getpid()
-        return lock_holder(self.path.with_name(self.path.name + ".lock"))
+        return self.stream.writer_pid()
 
     def status(self) -> TaskStatus:
         """The operator view (``intentlog status``), with *running* when a live process holds the writer lock."""
@@ -560,10 +441,7 @@ class Task:
 
         In a forked child it only closes the descriptors inherited from the parent.
         """
-        with self._mutex:
-            w, self._writer, self._fold = self._writer, None, None
-        if w is not None:
-            w.close()
+        self.stream.close()
 
     def __enter__(self) -> Task:
         return self

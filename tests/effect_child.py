@@ -116,19 +116,19 @@ def kill_before(monkeypatch: Any, kind: str, *, attempt: int | None = None, nth:
     Everything appended before it stays in the stream, exactly as a ``SIGKILL`` at that
     boundary leaves it (written bytes survive a process's death).
     """
-    from intentlog.task import Task
+    from intentlog.stream import TaskStream
 
-    real = Task._append
+    real = TaskStream.append
     seen = [0]
 
-    def append(self: Task, k: str, data: dict[str, Any], **kw: Any) -> Any:
+    def append(self: TaskStream, k: str, data: dict[str, Any], **kw: Any) -> Any:
         if k == kind and (attempt is None or data.get("attempt") == attempt):
             seen[0] += 1
             if seen[0] == nth:
                 raise Killed(f"killed before {kind}")
         return real(self, k, data, **kw)
 
-    monkeypatch.setattr(Task, "_append", append)
+    monkeypatch.setattr(TaskStream, "append", append)
 
 
 class SyncCounter:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog import task as task_module
+from intentlog import stream as task_module
 from intentlog.eventlog.reader import StreamScan
 from intentlog.projections.status import OPERATOR_STATES, task_status
 from intentlog.sessions import Session

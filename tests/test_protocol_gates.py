@@ -146,9 +146,9 @@ def test_an_approval_gates_the_next_attempt_too(ledger: intentlog.Ledger, tmp_pa
 KILL_AFTER_REQUESTED = """
 import os, signal, sys
 import intentlog
-from intentlog.task import Task
+from intentlog.stream import TaskStream
 
-real = Task._append
+real = TaskStream.append
 
 def append(self, kind, data, **kw):
     ev = real(self, kind, data, **kw)
@@ -157,7 +157,7 @@ def append(self, kind, data, **kw):
         os.kill(os.getpid(), signal.SIGKILL)
     return ev
 
-Task._append = append
+TaskStream.append = append
 task = intentlog.open(sys.argv[1]).task("t")
 task.effect("k", {"model": "m", "prompt": sys.argv[2]}, send=lambda r: b"never")
 """

@@ -111,10 +111,10 @@ RECONCILE_AND_DIE = """
 import os, signal, sys
 import intentlog
 from intentlog.artifacts.store import ArtifactStore
-from intentlog.task import Task
+from intentlog.stream import TaskStream
 
 point = sys.argv[2]
-real_append, real_put = Task._append, ArtifactStore.put
+real_append, real_put = TaskStream.append, ArtifactStore.put
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -131,7 +131,7 @@ def put(self, *a, **kw):
         die()
     return ref
 
-Task._append = append
+TaskStream.append = append
 ArtifactStore.put = put
 task = intentlog.open(sys.argv[1]).task("t")
 task.reconcile("call-1", "served", evidence=sys.argv[3].encode(), by="ops", note="from the provider's console")

@@ -438,7 +438,7 @@ def test_a_call_recorded_under_the_first_rules_replays_without_drift(
     ledger: intentlog.Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request whose hash the new rules change (a newly matched name) still maps to its old record: no send."""
-    import intentlog.effects as effects
+    import intentlog.effects.intent as effects
 
     request = {"model": "m", "client-secret": "cs-123456789", "note": f"Bearer {SECRET}"}
     old = effects.canonicalize
@@ -543,7 +543,7 @@ def test_http_call_keyed_by_its_first_canonicalisation_hash_is_replayed(
     ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A ledger written before the rules grew keyed this request by its old hash: a re-run replays it, 0 sends."""
-    import intentlog.effects as effects
+    import intentlog.effects.intent as effects
     import intentlog.http._transport as transport
 
     task = ledger.task("old-http")
@@ -569,7 +569,7 @@ def test_http_named_key_and_offline_replay_of_a_first_canonicalisation_record(
     ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A named key recorded under the old hash replays with no DRIFT and no send; replay() answers it offline."""
-    import intentlog.effects as effects
+    import intentlog.effects.intent as effects
     import intentlog.http._transport as transport
 
     task = ledger.task("old-named")

@@ -257,8 +257,9 @@ class _Core:
 
     def _recorded_hash(self, key: str) -> str | None:
         """The request hash the record holds for ``key`` (its latest call's manifest), or None."""
-        with self.task._mutex:  # threads sharing the handle (an async client's workers)
-            fold = self.task._live()
+        stream = self.task.stream
+        with stream.mutex:  # threads sharing the handle (an async client's workers)
+            fold = stream.live()
             call = fold.latest_call(key)
             return None if call is None else fold.call_state(call).request_hash
 

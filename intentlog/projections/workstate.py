@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
+import orjson
+
+from .._types import CompilationStage, NextOperation, ProviderEffect, Stage
 from ..eventlog.format import Event
 
 __all__ = [
@@ -66,18 +69,18 @@ __all__ = [
     "work_state",
 ]
 
-# next operations (DESIGN §2)
-START_CALL: Final = "start call"
-RECONCILE_EFFECT: Final = "reconcile effect"
-REINTERPRET: Final = "reinterpret"
-REDECIDE: Final = "redecide"
-FINALIZE: Final = "finalize"
-START_NEXT_ATTEMPT: Final = "start next attempt"
-FIX_INPUTS: Final = "fix inputs"
-RECOMPILE: Final = "recompile"
-CHECK_AND_ACCEPT: Final = "check and accept"
-OPERATOR_DECIDES: Final = "operator decides"
-NONE: Final = "none"
+# next operations (DESIGN §2); their type, :data:`~intentlog._types.NextOperation`, lists exactly these words
+START_CALL: Final[NextOperation] = "start call"
+RECONCILE_EFFECT: Final[NextOperation] = "reconcile effect"
+REINTERPRET: Final[NextOperation] = "reinterpret"
+REDECIDE: Final[NextOperation] = "redecide"
+FINALIZE: Final[NextOperation] = "finalize"
+START_NEXT_ATTEMPT: Final[NextOperation] = "start next attempt"
+FIX_INPUTS: Final[NextOperation] = "fix inputs"
+RECOMPILE: Final[NextOperation] = "recompile"
+CHECK_AND_ACCEPT: Final[NextOperation] = "check and accept"
+OPERATOR_DECIDES: Final[NextOperation] = "operator decides"
+NONE: Final[NextOperation] = "none"
 
 WORK_STATE_VERSION: Final = "intentlog-workstate/1"
 
@@ -89,9 +92,9 @@ class CallState:
     call_id: str
     key: str
     name: str | None
-    stage: str
-    next_operation: str
-    provider_effect: str  # "none" | "unknown" | "happened"
+    stage: Stage
+    next_operation: NextOperation
+    provider_effect: ProviderEffect
     duplicate_effect_risk: bool
     attempts: int
     request_hash: str | None
@@ -111,13 +114,16 @@ class CallState:
     reinterpretations: int = 0  # how many interpretations of stored bytes followed the first one
     observation_pending: bool = False  # served evidence is recorded in effect.reconciled, its observation not yet
     provider_dedup: bool = False  # an attempt's unknown effect was resolved by the provider's idempotency window
+    # (seq, why) of the latest completion when it carries what its interpretation or observation does not:
+    # the record contradicts itself there, and the protocol refuses to return its value
+    forged: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CompilationState:
     compilation_id: str
-    stage: str  # "requested" | "compiled" | "failed"
-    next_operation: str
+    stage: CompilationStage
+    next_operation: NextOperation
     offered: tuple[Mapping[str, Any], ...]
     required: tuple[str, ...]
     missing: tuple[str, ...]
@@ -136,7 +142,7 @@ class WorkState:
     calls: Mapping[str, CallState]
     compilations: Mapping[str, CompilationState]
     keys: Mapping[str, str]  # key -> its latest call
-    next_operation: str
+    next_operation: NextOperation
     unresolved: tuple[str, ...]  # call and compilation ids needing action, in order
     accepted: bool
     events: int
@@ -226,8 +232,10 @@ class _Call:
         "failed",
         "first_seq",
         "flags",
+        "forged",
         "inputs",
         "interpret_error",
+        "interpretation",
         "interpreter",
         "key",
         "last_seq",
@@ -269,7 +277,7 @@ class _Call:
         self.retry: str | None = None  # "retry" | "fail"
         self.error: str | None = None  # the provider answered with this failure
         self.interpret_error: str | None = None
-        self.prior_effect = "none"  # across the attempts before the latest
+        self.prior_effect: ProviderEffect = "none"  # across the attempts before the latest
         self.completed = False
         self.result: Any = None
         self.failed: str | None = None
@@ -282,6 +290,10 @@ class _Call:
         self.evidence: dict[str, Any] | None = None  # served evidence of the latest attempt's reconciliation
         self.reinterpretations = 0
         self.dedup = False  # some attempt was reconciled 'provider_dedup': later sends rely on the window
+        # the latest attempt's latest interpretation no completion consumed yet: ("value", V), ("ref", digest)
+        # or ("error", None); a completion must carry exactly it
+        self.interpretation: tuple[str, Any] | None = None
+        self.forged: tuple[int, str] | None = None
 
 
 @dataclass(slots=True)
@@ -291,7 +303,7 @@ class _Comp:
     last_seq: int
     offered: list[dict[str, Any]]
     required: list[str]
-    stage: str = "requested"
+    stage: CompilationStage = "requested"
     missing: list[str] = field(default_factory=list)
     package: dict[str, Any] | None = None
     selected: list[str] = field(default_factory=list)
@@ -461,7 +473,9 @@ class WorkStateFold:
         c = self._call(ev, d)
         if c is not None:
             c.completed = True
-            c.result = d.get("result")  # a reinterpretation's completion follows the first: the latest counts
+            c.result = result = d.get("result")  # a reinterpretation's completion follows the first: the latest counts
+            why = _underived(c, d.get("attempt"), result)
+            c.forged = None if why is None else (ev.seq, why)
             self._last_completed = ev.seq
 
     def _on_failed(self, ev: Event, d: dict[str, Any]) -> None:
@@ -480,7 +494,7 @@ class WorkStateFold:
             c.prior_effect = _worse(c.prior_effect, _attempt_effect(c))
         c.n += 1
         c.flags = _STARTED
-        c.outcome = c.retry = c.error = c.interpret_error = c.timeout = c.evidence = None
+        c.outcome = c.retry = c.error = c.interpret_error = c.timeout = c.evidence = c.interpretation = None
         c.reinterpretations = 0
 
     def _on_not_sent(self, ev: Event, d: dict[str, Any]) -> None:
@@ -514,6 +528,12 @@ class WorkStateFold:
         a.flags |= _INTERPRETED
         error = d.get("error")
         a.interpret_error = None if error is None else str(error)
+        if "result" in d:
+            a.interpretation = ("value", d["result"])
+        else:
+            ref = d.get("result_ref")
+            digest = ref.get("digest") if type(ref) is dict else None
+            a.interpretation = ("ref", digest) if type(digest) is str else ("error", None)
         interp = d.get("interpreter")
         a.interpreter = interp if type(interp) is dict else None
 
@@ -620,7 +640,7 @@ class WorkStateFold:
     def _result(self, calls: Mapping[str, CallState]) -> WorkState:
         known = self._calls
         comps = {cid: _classify_comp(c) for cid, c in self._comps.items()}
-        pending: list[tuple[int, str, str]] = []
+        pending: list[tuple[int, str, NextOperation]] = []
         for cid in self._keys.values():  # only the latest call of each key can be unresolved
             c = known[cid]
             nxt = _ladder(c, known)[1]
@@ -658,20 +678,67 @@ def _ignore(ev: Event, d: dict[str, Any]) -> None:
     return None
 
 
+def _canonical(value: Any) -> bytes | None:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):  # pragma: no cover - parsed from a line, so it encodes
+        return None
+
+
+def _underived(c: _Call, attempt: Any, result: Any) -> str | None:
+    """Why a completion's ``result`` is not what the events before it hold, or None when it is.
+
+    ``{"value": V}`` must be, as canonical JSON bytes, the result of the latest
+    ``attempt.interpreted`` of that attempt no completion consumed yet; ``{"value_ref":
+    ref}`` must name the digest of its ``result_ref``; ``{"raw": true, "response": ref}``
+    the digest of the response that attempt's ``attempt.observed`` stored. (The rule of
+    verify's graph check, applied where the protocol reads the value back.)
+    """
+    if attempt != c.n or c.n == 0:
+        return f"the completion names attempt {attempt!r}, but the latest started attempt is {c.n}"
+    if type(result) is not dict:
+        return "the completion carries no result object"
+    if result.keys() == {"raw", "response"} and result["raw"] is True:
+        ref, seen = result["response"], c.response
+        digest = ref.get("digest") if type(ref) is dict else None
+        if seen is None or digest != seen.get("digest"):
+            return "the raw completion names another response than the one its attempt.observed stored"
+        return None
+    interp, c.interpretation = c.interpretation, None
+    if result.keys() == {"value"}:
+        claimed: tuple[str, Any] = ("value", result["value"])
+    elif result.keys() == {"value_ref"} and type(result["value_ref"]) is dict:
+        claimed = ("ref", result["value_ref"].get("digest"))
+    else:
+        return f"the completion's result has the keys {sorted(result)}, not a value, a value_ref or a raw response"
+    if interp is None:
+        return "the completion carries a value no attempt.interpreted of its attempt recorded"
+    if interp[0] == "error":
+        return "the completion carries a value, but its interpretation recorded an error"
+    if interp[0] != claimed[0]:
+        return "the completion carries its value inline where the interpretation stored it by ref, or the reverse"
+    if interp[0] == "ref":
+        same = interp[1] == claimed[1]
+    else:
+        a, b = _canonical(interp[1]), _canonical(claimed[1])
+        same = a is not None and a == b
+    return None if same else "the completion's value differs from the result its attempt.interpreted recorded"
+
+
 def _list(value: Any) -> list[Any]:
     """A recorded list, or nothing: a projection never trusts a field's shape."""
     return value if isinstance(value, list) else []
 
 
-_RANK: Final = {"none": 0, "unknown": 1, "happened": 2}
+_RANK: Final[dict[ProviderEffect, int]] = {"none": 0, "unknown": 1, "happened": 2}
 
 
-def _worse(a: str, b: str) -> str:
+def _worse(a: ProviderEffect, b: ProviderEffect) -> ProviderEffect:
     """Across attempts, what the provider may have done: happened > unknown > none."""
     return a if _RANK[a] >= _RANK[b] else b
 
 
-def _attempt_effect(c: _Call) -> str:
+def _attempt_effect(c: _Call) -> ProviderEffect:
     """What the provider may have done for the call's latest attempt."""
     if c.flags & _OBSERVED or c.outcome == "served":
         return "happened"
@@ -683,7 +750,7 @@ def _attempt_effect(c: _Call) -> str:
 _NO_INPUTS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
-_Rung = tuple[str, str, str, bool, "str | None"]  # stage, next operation, provider effect, risk, reason
+_Rung = tuple[Stage, NextOperation, ProviderEffect, bool, "str | None"]  # stage, next op, effect, risk, reason
 
 
 def _ladder(c: _Call, known: Mapping[str, _Call]) -> _Rung:
@@ -767,6 +834,7 @@ def _classify(c: _Call, known: Mapping[str, _Call]) -> CallState:
         reinterpretations=c.reinterpretations,
         observation_pending=pending,
         provider_dedup=c.dedup,
+        forged=c.forged if c.completed else None,
     )
 
 
@@ -805,7 +873,7 @@ class _FinishedCalls(Mapping[str, CallState]):
 
 
 def _classify_comp(c: _Comp) -> CompilationState:
-    nxt = {"requested": RECOMPILE, "failed": FIX_INPUTS}.get(c.stage, NONE)
+    nxt: NextOperation = RECOMPILE if c.stage == "requested" else FIX_INPUTS if c.stage == "failed" else NONE
     return CompilationState(
         compilation_id=c.cid,
         stage=c.stage,

@@ -1,0 +1,237 @@
+"""The intent of a call: argument checks, the canonical redacted request, drift, and its two events."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .._diff import first_difference
+from .._digest import is_digest
+from ..errors import (
+    EffectUnknown,
+    IntentlogError,
+    ResumeRefused,
+    UsageError,
+)
+from ..eventlog.canonical import CANON_V1, Canonical, canonicalize, resolve_rules, secrets_in
+from ..eventlog.redaction import scrub_text
+from ..projections.workstate import (
+    RECONCILE_EFFECT,
+    CallState,
+)
+from .policy import RetryPolicy
+from .records import error_text, load_ref, store_bytes
+
+if TYPE_CHECKING:
+    from .._types import RedactRule
+    from ..stream import TaskStream
+
+def check_rules(drop: Iterable[str] | None, redact: RedactRule) -> None:
+    """Refuse a malformed drop/redact rule before anything is written."""
+    resolve_rules(drop, redact)
+
+
+def check_run_args(send: Any, interpret: Any, retry: Any, lookup: Any) -> None:
+    """Refuse misuse before anything is written: a half-run protocol is worse than none."""
+    if not callable(send) or (interpret is not None and not callable(interpret)):
+        raise UsageError("send (and interpret, when given) must be callables")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise UsageError(f"retry must be a RetryPolicy, not {type(retry).__name__}: e.g. RetryPolicy(max_attempts=3)")
+    if lookup is not None and not callable(lookup):
+        raise UsageError(
+            f"lookup must be a callable (key, call_id, attempt) -> Served | 'not_served' | None, not {lookup!r}"
+        )
+
+
+def check_key(key: object) -> str:
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise UsageError(f"an idempotency key must be a non-empty string of at most 512 characters, not {key!r}")
+    return key
+
+
+def check_name(name: object) -> None:
+    if name is not None and not isinstance(name, str):
+        raise UsageError(f"a call name must be a string, not {type(name).__name__}")
+
+
+def _check_inputs(inputs: Mapping[str, str] | None) -> dict[str, str]:
+    """Named input digests; a bad one is named by its input, never echoed (it could be anything)."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise UsageError(f"inputs must map names to digests, not {type(inputs).__name__}")
+    out: dict[str, str] = {}
+    for name, digest in inputs.items():
+        if not isinstance(name, str):
+            raise UsageError(f"input names must be strings, not {type(name).__name__}")
+        if not is_digest(digest):
+            raise UsageError(f"input {name!r} is not a digest: expected 'blake3:' and 64 lowercase hex digits")
+        out[name] = digest
+    return out
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` as it may be recorded: known secrets and credential-looking values replaced (docs/effects.md)."""
+    return scrub_text(text, secrets)
+
+
+class BuildFailed(Exception):
+    """Internal: the request was built but cannot be canonicalised; ``text`` is the scrubbed error."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    canonical: Canonical
+    inputs: dict[str, str]
+    request: Any
+    secrets: frozenset[str]
+    # fields the manifest carries besides the protocol's own (a session turn's message refs)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    # the request's hash under the first canonicalisation, computed only to compare with a record made by it
+    legacy_digest: Callable[[], str] | None = None
+
+    def matches(self, recorded: str) -> bool:
+        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules or
+        :data:`~intentlog.eventlog.canonical.CANON_V1`'s (a record made before the rules grew)."""
+        if recorded == self.canonical.digest:
+            return True
+        return self.legacy_digest is not None and recorded == self.legacy_digest()
+
+
+def build_intent(
+    request: Any, inputs: Mapping[str, str] | None, drop: Iterable[str] | None, redact: RedactRule
+) -> Intent:
+    """Build and canonicalise the request; any failure is a preparation failure."""
+    value = request() if callable(request) else request
+    try:
+        canonical = canonicalize(value, drop=drop, redact=redact)
+    except Exception as exc:  # the error may quote the request: scrub what the rule finds in it
+        raise BuildFailed(scrub(error_text(exc), secrets_of(value, drop=drop, redact=redact))) from exc
+    legacy = functools.partial(_legacy_digest, value, drop, redact)
+    return Intent(canonical, _check_inputs(inputs), value, canonical.secrets, legacy_digest=legacy)
+
+
+def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: RedactRule) -> str:
+    return canonicalize(value, drop=drop, redact=redact, version=CANON_V1).digest
+
+
+def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: RedactRule) -> frozenset[str]:
+    """The credential values the redaction rule finds in ``value``, to scrub them wherever the call records them.
+
+    Never raises for a value that cannot be recorded (what is not JSON is skipped; a value
+    nested too deep yields nothing, and is refused where it would be recorded).
+    """
+    try:
+        return secrets_in(value, drop=drop, redact=redact)
+    except IntentlogError:
+        return frozenset()
+
+
+def drift_of(task: TaskStream, state: CallState, intent: Intent) -> str | None:
+    """What differs between the recorded intent and the rebuilt request, or None.
+
+    The hash (and input digests) come from the call's first event, ``call.requested``, so a
+    run that died before its manifest is checked too. With the manifest's stored request
+    bytes at hand, the message names the first differing path; before it, only the hashes.
+    """
+    if state.request_hash is None:  # a record older than hashes in call.requested, killed before its manifest
+        return None
+    if not intent.matches(state.request_hash):
+        hashes = f"the rebuilt request hashes to {intent.canonical.digest}, the record has {state.request_hash}"
+        if state.request is None:
+            return f"{hashes} (only its hash is recorded: the run stopped before its manifest)"
+        where = _recorded_difference(task, state, intent)
+        if where is None:  # the stored bytes are unreadable, or differ only in how they were canonicalised
+            return hashes
+        return f"the rebuilt request differs from the recorded one at {where} ({hashes})"
+    if dict(state.inputs) != intent.inputs:
+        recorded, now = dict(state.inputs), intent.inputs
+        names = sorted(n for n in {*recorded, *now} if recorded.get(n) != now.get(n))
+        return f"the input digests differ from the recorded ones for {', '.join(names)}"
+    return None
+
+
+def _recorded_difference(task: TaskStream, state: CallState, intent: Intent) -> str | None:
+    """The first path where the manifest's stored request differs from the rebuilt one (None: not found)."""
+    try:
+        recorded = orjson.loads(load_ref(task, state.request))
+        return first_difference(recorded, orjson.loads(intent.canonical.data))
+    except (IntentlogError, orjson.JSONDecodeError, RecursionError):
+        return None
+
+
+def refuse(state: CallState, reason: str, detail: str = "", next_operation: str | None = None) -> ResumeRefused:
+    nxt = next_operation or state.next_operation
+    cls = EffectUnknown if state.next_operation == RECONCILE_EFFECT else ResumeRefused
+    return cls(call_id=state.call_id, key=state.key, reason=reason, next_operation=nxt, detail=detail)
+
+
+def encode_text(text: str) -> tuple[bytes, str | None]:
+    """The bytes of a ``send`` that returned text, and how to decode them back to the same ``str``.
+
+    Valid text is UTF-8 (``None``: plain). Text holding lone surrogates is not: one that
+    came from bytes decoded with ``surrogateescape`` gets those bytes back
+    (``utf-8/surrogateescape``); any other lone surrogate is kept as its three-byte form
+    (``utf-8/surrogatepass``). Either way the provider's answer is recorded, not lost.
+    """
+    try:
+        return text.encode("utf-8"), None
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape"), "utf-8/surrogateescape"
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass"), "utf-8/surrogatepass"
+
+
+def decode_text(data: bytes, encoding: str | None = None) -> str:
+    """The text of recorded response bytes; with the observation's ``encoding``, the very ``str`` send returned.
+
+    Without an ``encoding`` (bytes, or plain UTF-8 text) bytes that are not UTF-8 decode
+    with ``surrogateescape``, so ``text.encode("utf-8", "surrogateescape")`` is ``data`` again.
+    """
+    if encoding == "utf-8/surrogatepass":
+        return data.decode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "surrogateescape")
+
+
+
+
+def append_intent(
+    task: TaskStream, call_id: str, key: str, intent: Intent, *, name: str | None, resumes: str | None
+) -> None:
+    c = intent.canonical
+    # the hash and inputs ride in the first event: a run killed before the manifest is drift-checked too
+    requested: dict[str, Any] = {
+        "call": call_id,
+        "key": key,
+        "name": name,
+        "request_hash": c.digest,
+        "inputs": intent.inputs,
+    }
+    if resumes is not None:
+        requested["resumes"] = resumes
+    task.append("call.requested", requested)
+    task.append(
+        "call.manifest",
+        {
+            "call": call_id,
+            "key": key,
+            "request_hash": c.digest,
+            "request": store_bytes(task, c.data, "application/json"),
+            "inputs": intent.inputs,
+            "canon": c.version,
+            "dropped": list(c.dropped),
+            "redacted": list(c.redacted),
+            **({"redaction": c.rules} if c.rules is not None else {}),  # the caller's rule, when not the defaults
+            **intent.extra,
+        },
+    )

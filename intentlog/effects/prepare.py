@@ -1,0 +1,211 @@
+"""The protocol's entry points: :func:`prepare` records the intent, :func:`effect` prepares and runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
+
+from .._types import DEFAULT_PROGRESS_INTERVAL, Interpret, Lookup, Send
+from ..dedup import ProviderDedup
+from ..dedup import check as check_dedup
+from ..errors import (
+    PreparationFailed,
+    UsageError,
+)
+from ..projections.workstate import (
+    NONE,
+    START_CALL,
+)
+from .call import Call
+from .intent import (
+    BuildFailed,
+    Intent,
+    append_intent,
+    build_intent,
+    check_key,
+    check_name,
+    check_rules,
+    check_run_args,
+    drift_of,
+    refuse,
+    scrub,
+)
+from .options import EffectOptions
+from .policy import DRIFT, RetryPolicy
+from .records import error_text
+
+if TYPE_CHECKING:
+    from .._types import RedactRule
+    from ..stream import TaskStream
+
+
+def prepare(
+    task: TaskStream,
+    key: str,
+    request: Any,
+    *,
+    inputs: Mapping[str, str] | None = None,
+    name: str | None = None,
+    drop: Iterable[str] | None = None,
+    redact: RedactRule = None,
+    dedup: ProviderDedup | None = None,
+) -> Call:
+    """Record the intent of a call, or bind to the key's existing call after a drift check.
+
+    For a new key: ``call.requested`` then ``call.manifest``, durable on return (inside
+    :func:`effect` they share the sync of ``attempt.started``). ``request`` is the
+    request value or a callable building it. For a key already recorded, the rebuilt
+    request's hash and input digests must equal the manifest's, else
+    :class:`ResumeRefused` with reason ``DRIFT`` and nothing is appended. A request that
+    cannot be built or serialized, or a malformed input digest, appends
+    ``call.requested`` and ``call.preparation_failed`` (the error message, never the
+    value) and raises :class:`PreparationFailed`. ``dedup`` (a :class:`ProviderDedup`)
+    is recorded in the manifest and lets :meth:`Call.run` resolve an unknown effect inside
+    the provider's window.
+    """
+    check_dedup(dedup)
+    options = EffectOptions(inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
+    return prepare_call(task, key, request, options)
+
+
+_EXTRA_FIELDS: Final = frozenset({"messages", "dedup"})
+
+
+def prepare_call(
+    task: TaskStream,
+    key: str,
+    request: Any,
+    options: EffectOptions,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    secrets: frozenset[str] = frozenset(),
+    held: ExitStack | None = None,
+) -> Call:
+    """:func:`prepare`, with ``extra`` manifest fields (a session turn's ``messages``: refs, not part of the hash).
+
+    ``extra`` goes into this call's manifest and into the manifest of any call that resumes
+    it; the drift check compares the request hash and inputs only.
+    """
+    name, dedup = options.name, options.dedup
+    check_key(key)
+    check_name(name)
+    check_rules(options.drop, options.redact)
+    if extra and not set(extra) <= _EXTRA_FIELDS:  # pragma: no cover - internal callers only
+        raise UsageError(f"extra manifest fields must be among {sorted(_EXTRA_FIELDS)}, not {sorted(extra)}")
+    try:
+        intent: Intent | None = build_intent(request, options.inputs, options.drop, options.redact)
+        error = None
+    except BuildFailed as exc:
+        intent, error = None, exc.text
+    except Exception as exc:  # building the request is user code: any failure is recorded, scrubbed
+        intent, error = None, scrub(error_text(exc), ())
+    if dedup is not None:
+        extra = {**(extra or {}), "dedup": dedup.to_json()}
+    if intent is not None and (extra or secrets):
+        intent = replace(intent, secrets=intent.secrets | secrets, extra=dict(extra or {}))
+    with task.mutex:  # threads sharing the handle must not take the same call id
+        fold = task.live()
+        existing = fold.latest_call(key)
+        st = fold.call_state(existing) if existing is not None else None
+        if st is not None and st.stage != "preparation_failed":
+            if intent is None:
+                raise refuse(st, DRIFT, f"the request cannot be rebuilt ({error}), so it cannot be checked")
+            drift = drift_of(task, st, intent)
+            if drift is not None:
+                nxt = "use a new key" if st.next_operation in (START_CALL, NONE) else st.next_operation
+                raise refuse(st, DRIFT, f"{drift}; a changed request needs a new key", next_operation=nxt)
+            return Call(task, key, st.call_id, intent, fresh=False, dedup=dedup, held=held)
+        call_id = fold.next_call_id()
+        if intent is None:
+            with task.batch():
+                task.append("call.requested", {"call": call_id, "key": key, "name": name})
+                task.append("call.preparation_failed", {"call": call_id, "key": key, "error": error})
+            raise PreparationFailed(call_id, key, error or "unknown error")
+        with task.batch():
+            append_intent(task, call_id, key, intent, name=name, resumes=None)
+        return Call(task, key, call_id, intent, fresh=True, dedup=dedup, held=held)
+
+
+def effect(
+    task: TaskStream,
+    key: str,
+    request: Any,
+    send: Send,
+    *,
+    interpret: Interpret | None = None,
+    inputs: Mapping[str, str] | None = None,
+    retry: RetryPolicy | None = None,
+    name: str | None = None,
+    drop: Iterable[str] | None = None,
+    redact: RedactRule = None,
+    lookup: Lookup | None = None,
+    progress: Callable[[Any], None] | None = None,
+    inactivity_timeout: float | None = None,
+    max_duration: float | None = None,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    dedup: ProviderDedup | None = None,
+) -> Any:
+    """:func:`prepare` then :meth:`Call.run`; the intent and ``attempt.started`` share one sync.
+
+    The batch that defers the intent's sync ends as soon as ``attempt.started`` is synced
+    (or the run takes any other path), so it is never held across ``send``. ``progress``,
+    ``inactivity_timeout``, ``max_duration`` and ``progress_interval``: see :meth:`Call.run`.
+    """
+    options = EffectOptions(
+        inputs=inputs,
+        name=name,
+        drop=drop,
+        redact=redact,
+        dedup=dedup,
+        interpret=interpret,
+        retry=retry,
+        lookup=lookup,
+        progress=progress,
+        inactivity_timeout=inactivity_timeout,
+        max_duration=max_duration,
+        progress_interval=progress_interval,
+    )
+    options.long()  # limits refused before anything is checked or written, as before
+    return run_effect(task, key, request, send, options)
+
+
+def run_effect(
+    task: TaskStream,
+    key: str,
+    request: Any,
+    send: Send,
+    options: EffectOptions,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    secrets: frozenset[str] = frozenset(),
+) -> Any:
+    """:func:`effect` for the package's own callers (sessions), with ``extra`` manifest fields.
+
+    ``secrets`` are further strings to scrub from recorded error texts (a session's
+    messages are hashed apart from the envelope, so their credentials are found there).
+    """
+    check_key(key)  # refused before the stream is opened (or created)
+    check_name(options.name)
+    check_run_args(send, options.interpret, options.retry, options.lookup)
+    check_rules(options.drop, options.redact)
+    check_dedup(options.dedup)
+    held = ExitStack()
+    held.enter_context(task.batch())
+    try:
+        call = prepare_call(task, key, request, options, extra=extra, secrets=secrets, held=held)
+    except BaseException:
+        held.close()
+        raise
+    return call.run(
+        send,
+        interpret=options.interpret,
+        retry=options.retry,
+        lookup=options.lookup,
+        progress=options.progress,
+        inactivity_timeout=options.inactivity_timeout,
+        max_duration=options.max_duration,
+        progress_interval=options.progress_interval,
+        dedup=options.dedup,
+    )

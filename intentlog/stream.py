@@ -1,0 +1,270 @@
+"""The task stream core: the one object the protocol features are written against.
+
+A :class:`TaskStream` owns one task's stream in one process: the writer's lifecycle (its
+lock, taken at the first write and held until :meth:`TaskStream.close`), the live work
+state kept current by the handle's own appends, the privileged append (any kind, the
+protocol's own namespaces included), group commit, the in-flight guard against running
+one key twice at once, and reading. Effects, approvals, checkpoints, sessions and fork
+take a ``TaskStream`` (or the :class:`~intentlog._types.StreamLayout` and the store),
+never the :class:`~intentlog.task.Task` facade or the ledger; ``Task`` is a thin facade
+over it that adds the public checks (reserved kinds, argument types).
+
+The contract (public inside the package, not re-exported to users):
+
+- identity and places: :attr:`~TaskStream.id`, :attr:`~TaskStream.path`,
+  :attr:`~TaskStream.layout` (root, tasks/, tmp/, quarantine/, workspace),
+  :attr:`~TaskStream.store` (the artifact store), :attr:`~TaskStream.root`,
+  :attr:`~TaskStream.wait` (seconds a writer waits for the lock);
+- :attr:`~TaskStream.mutex`: the re-entrant lock threads sharing the handle take around
+  a check-then-append (the live fold and the append are then one step);
+- :meth:`~TaskStream.open_writer`, :meth:`~TaskStream.live`, :meth:`~TaskStream.append`,
+  :meth:`~TaskStream.batch`, :meth:`~TaskStream.sync`, :attr:`~TaskStream.next_seq`,
+  :meth:`~TaskStream.inflight`, :meth:`~TaskStream.close`, :attr:`~TaskStream.writing`;
+- reading, lock-free: :meth:`~TaskStream.events`, :meth:`~TaskStream.exists`,
+  :func:`read_events`, :func:`lock_holder`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+from ._nofollow import check_real_dir
+from .errors import CorruptStream, UsageError
+from .eventlog import Event, StreamScan, StreamWriter
+from .eventlog.format import encode_data
+from .eventlog.writer import SealedHead
+from .projections.workstate import WorkStateFold
+
+if TYPE_CHECKING:
+    from ._types import StreamLayout
+    from .artifacts import ArtifactStore
+
+__all__ = ["PROC_LOCKS", "StreamSource", "TaskStream", "lock_holder", "read_events"]
+
+#: Where Linux lists the file locks held (read to see a writer without touching its lock).
+PROC_LOCKS = "/proc/locks"
+
+
+def lock_holder(lock_path: Path) -> int | None:
+    """The pid holding an exclusive ``flock`` on ``lock_path``, or None; never takes or blocks on the lock.
+
+    Reads :data:`PROC_LOCKS` where it exists. Elsewhere a non-blocking *shared* lock is
+    tried and released at once (a writer starting in that instant with ``wait=0`` could
+    be refused; give writers a small ``wait`` on such systems).
+    """
+    try:
+        st = os.stat(lock_path)
+    except FileNotFoundError:
+        return None
+    try:
+        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        table = None
+    if table is not None:
+        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in table.splitlines():
+            parts = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
+                try:
+                    return int(parts[4])
+                except ValueError:
+                    return -1
+        return None
+    import fcntl
+
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return int(os.pread(fd, 32, 0).split(b"\n", 1)[0] or b"-1")
+            except ValueError:
+                return -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_events(path: Path, tasks_dir: Path, since: int = 0) -> Iterator[Event]:
+    """Every trusted event of the stream at ``path`` from ``since`` on, in constant memory; takes no lock.
+
+    Never reads through a linked ``tasks/``. A torn tail ends the iteration quietly; a
+    whole line that fails to chain, or a bad line followed by events, raises
+    :class:`~intentlog.errors.CorruptStream` naming it. No stream (yet): no events.
+    """
+    check_real_dir(tasks_dir, what="task streams")
+    scan = StreamScan(path)
+    try:
+        for ev in scan:
+            if ev.seq >= since:
+                yield ev
+    except FileNotFoundError:
+        return  # no stream (yet), or removed by gc before it could be opened: no events
+    p = scan.problem
+    if p is not None and (p.suspect or not p.torn):
+        raise CorruptStream(str(path), p.line, p.reason)
+
+
+class StreamSource(Protocol):
+    """What a feature taking "a task" accepts from its caller: a :class:`~intentlog.Task` or its stream."""
+
+    @property
+    def stream(self) -> TaskStream: ...
+
+
+@final
+class TaskStream:
+    """One task's stream in this process: writer, live fold, privileged append, batch, guard, reads."""
+
+    def __init__(self, layout: StreamLayout, store: ArtifactStore, task_id: str) -> None:
+        self.layout = layout
+        self.store = store
+        self.id = task_id
+        self.root: Path = layout.root
+        self.path: Path = layout.stream_path(task_id)
+        self.wait = 0.0
+        #: taken around every check-then-append by threads sharing the handle (re-entrant)
+        self.mutex = threading.RLock()
+        self._writer: StreamWriter | None = None
+        self._fold: WorkStateFold | None = None
+        self._running: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<TaskStream {self.id!r} in {str(self.root)!r}>"
+
+    @property
+    def stream(self) -> TaskStream:
+        """This core itself (a :class:`~intentlog.task.Task` has the same attribute): features take either."""
+        return self
+
+    # -- the writer ----------------------------------------------------------------
+
+    def open_writer(self, *, accept_damage: bool = False, accept_resend: bool = False) -> StreamWriter:
+        """The open writer, opening it (lock, tail check, seal check) on first use.
+
+        In a forked child a writer inherited from the parent is dropped without touching
+        the parent's lock, and a new one opened: it takes the lock properly, so the child
+        gets :class:`~intentlog.errors.TaskBusy` while the parent holds it.
+        """
+        with self.mutex:
+            w = self._writer
+            if w is not None and not w.owned:
+                w.abandon()
+                self._writer = self._fold = w = None
+            if w is not None and w.is_open:
+                return w
+            fold = WorkStateFold(self.id)
+            w = StreamWriter(
+                path=self.path,
+                task_id=self.id,
+                quarantine_dir=self.layout.quarantine_dir,
+                tmp_dir=self.layout.tmp_dir,
+                on_event=fold.apply,
+                seal=self.seal(),
+            )
+            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
+            self._writer, self._fold = w, fold
+            return w
+
+    def seal(self) -> SealedHead | None:
+        """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
+        from .gclog import retired_by_gc
+        from .heads.codec import read_heads_at
+
+        heads = read_heads_at(self.root)
+        h = heads.get(self.id) if heads else None
+        if h is None:
+            return None
+        return SealedHead(h.stream, h.seq, h.head, retired_by_gc(self.root, self.id, h))
+
+    @property
+    def writing(self) -> bool:
+        """Whether this process holds the task's writer (its lock) right now."""
+        with self.mutex:
+            return self._writer is not None and self._writer.is_open
+
+    def live(self) -> WorkStateFold:
+        """The work state kept current by this handle's own appends (opens the writer: the lock is held)."""
+        self.open_writer()
+        if self._fold is None:  # pragma: no cover - open_writer sets it
+            raise RuntimeError("no live state")
+        return self._fold
+
+    def append(
+        self, kind: str, data: Mapping[str, Any], *, expected_seq: int | None = None, sync: bool = False
+    ) -> Event:
+        """The privileged append: any kind, the protocol's own included; durable on return (outside a batch).
+
+        Data that is not exact JSON is refused before the lock or the disk is touched
+        (:class:`~intentlog.errors.NotSerializable`). ``sync=True`` syncs even inside a
+        batch. The live fold sees the event before this returns.
+        """
+        data_json = encode_data(data)
+        return self.open_writer().append(kind, dict(data), expected_seq=expected_seq, sync=sync, data_json=data_json)
+
+    @contextmanager
+    def batch(self) -> Iterator[TaskStream]:
+        """Group commit: events appended inside share one sync, done when the block exits."""
+        w = self.open_writer()
+        with w.batch():
+            yield self
+
+    def sync(self) -> None:
+        """Make every event appended so far durable (useful inside a batch)."""
+        if self._writer is not None:
+            self._writer.sync()
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next append will get (takes the writer lock)."""
+        return self.open_writer().next_seq
+
+    @contextmanager
+    def inflight(self, key: str) -> Iterator[None]:
+        """Refuse to run one key twice at once inside this process (threads share the handle)."""
+        with self.mutex:
+            if key in self._running:
+                raise UsageError(f"key {key!r} of task {self.id!r} is already running in this process")
+            self._running.add(key)
+        try:
+            yield
+        finally:
+            with self.mutex:
+                self._running.discard(key)
+
+    def close(self) -> None:
+        """Sync pending events, close the stream and release the writer lock.
+
+        In a forked child it only closes the descriptors inherited from the parent.
+        """
+        with self.mutex:
+            w, self._writer, self._fold = self._writer, None, None
+        if w is not None:
+            w.close()
+
+    # -- reading -------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def events(self, since: int = 0) -> Iterator[Event]:
+        """Every trusted event in order (see :func:`read_events`); takes no lock, checks no argument."""
+        return read_events(self.path, self.layout.tasks_dir, since)
+
+    def writer_pid(self) -> int | None:
+        """The pid of the live process holding the writer lock (this one included), or None; never takes it."""
+        if self.writing:
+            return os.getpid()
+        return lock_holder(self.path.with_name(self.path.name + ".lock"))
