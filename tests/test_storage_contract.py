@@ -27,6 +27,7 @@ from intentlog.artifacts.objects import FolderObjects, ObjectStore
 from intentlog.errors import (
     ArtifactMissing,
     Conflict,
+    CorruptStream,
     DigestMismatch,
     IntentlogError,
     LedgerError,
@@ -289,6 +290,20 @@ def test_folder_refuses_links_at_a_stream_name(tmp_path: Path) -> None:
     with pytest.raises((LinkRefused, LedgerError)):
         s.create("soft")
     assert outside.read_bytes() == b"{}\n", "nothing written through a link"
+
+
+def test_folder_refuses_to_lease_a_stream_with_a_torn_tail(tmp_path: Path) -> None:
+    """A torn last line (a crash's leftovers) is the writer's to repair: the lease refuses it, writing nothing."""
+    s = FolderStreams(tmp_path / "tasks")
+    s.create("t")
+    (tmp_path / "tasks" / "t.jsonl").write_bytes(b'{"seq":0}\n{"seq":1,"ki')
+    with pytest.raises(CorruptStream) as info:
+        s.lease("t")
+    assert info.value.line == 2
+    assert s.read("t") == b'{"seq":0}\n{"seq":1,"ki'
+    (tmp_path / "tasks" / "t.jsonl").write_bytes(b'{"seq":0}\n')
+    with s.lease("t") as lease:  # the refused lease let its lock go
+        assert lease.next_seq == 1
 
 
 def test_folder_objects_refuse_a_linked_shard_and_corrupt_bytes(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -33,12 +34,13 @@ from .._nofollow import check_own_file, check_real_dir, open_nofollow
 from ..errors import Conflict, CorruptStream, LedgerError, UsageError
 from .format import TASK_ID_RE, check_task_id
 from .lock import WriterLock
-from .reader import open_stream
+from .reader import MAX_LINE, open_stream
 from .writer import fdatasync
 
 __all__ = ["FolderStreams", "StreamLease", "StreamStorage"]
 
 SUFFIX = ".jsonl"
+_CHUNK = 1 << 20
 
 
 class StreamLease(Protocol):
@@ -154,28 +156,37 @@ class FolderLease:
             os.close(fd)
             raise
         self._fd: int | None = fd
+        self._mutex = threading.RLock()  # threads sharing a lease append (and release) one at a time
 
     def _count(self, fd: int) -> int:
         """Records in the stream; a torn tail (no final newline) is the writer's to repair, not ours."""
-        size = os.fstat(fd).st_size
-        data = os.pread(fd, size, 0) if size else b""
-        if data and not data.endswith(b"\n"):
-            n = data.count(b"\n") + 1
-            raise CorruptStream(str(self.path), n, "the stream ends in a torn line; repair it before appending")
-        return data.count(b"\n")
+        lines, pos, last = 0, 0, b"\n"
+        while chunk := os.pread(fd, _CHUNK, pos):  # bounded memory whatever the stream's size
+            lines += chunk.count(b"\n")
+            pos += len(chunk)
+            last = chunk[-1:]
+        if last != b"\n":
+            raise CorruptStream(str(self.path), lines + 1, "the stream ends in a torn line; repair it before appending")
+        return lines
 
     @property
     def next_seq(self) -> int:
         return self._next
 
     def append(self, records: Sequence[bytes], *, expected_seq: int) -> int:
-        if self._fd is None:
-            raise LedgerError(f"{self.path}: the lease was released; lease the stream again to append")
         if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
             raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
         for r in records:
             if not isinstance(r, bytes) or b"\n" in r:
-                raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}")
+                raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
+            if len(r) >= MAX_LINE:
+                raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
+        with self._mutex:
+            return self._append_locked(records, expected_seq)
+
+    def _append_locked(self, records: Sequence[bytes], expected_seq: int) -> int:
+        if self._fd is None:
+            raise LedgerError(f"{self.path}: the lease was released; lease the stream again to append")
         if expected_seq != self._next:
             raise Conflict(self.name, expected_seq, self._next)
         if records:
@@ -189,10 +200,11 @@ class FolderLease:
         return self._next
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._lock.release()
+        with self._mutex:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self._lock.release()
 
     def __enter__(self) -> FolderLease:
         return self
