@@ -60,8 +60,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .checkpoints import Checkpoint
+    from .compile import Package
     from .dedup import ProviderDedup
-    from .effects import NO_RETRY, Call, Package, RetryPolicy, Served, heartbeat
+    from .effects import NO_RETRY, Call, RetryPolicy, Served, heartbeat
     from .projections.operator import ApprovalState
     from .sessions import Session, Turn
 
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "NO_RETRY": "effects",
     "Call": "effects",
-    "Package": "effects",
+    "Package": "compile",
     "RetryPolicy": "effects",
     "Served": "effects",
     "heartbeat": "effects",

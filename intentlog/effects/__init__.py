@@ -39,24 +39,24 @@ reconciliation is recorded (``provider_dedup`` included, only inside the declare
 no resumed call whose rebuilt request differs from the manifest. Credentials named by the
 redaction rule never reach the record (error texts are scrubbed of their values too). Not
 exactly-once, unless the provider deduplicates within a declared window: an unknown
-effect is refused or reconciled, never guessed. No line grows past the inline threshold with recorded payloads:
-large requests, responses, evidence and interpreted values are refs into ``objects/``.
+effect is refused or reconciled, never guessed. No line grows past the inline threshold
+with recorded payloads: large requests, responses, evidence and interpreted values are refs into ``objects/``.
 
 The package, one concept a file: :mod:`.policy` (retry policy, a lookup's answer),
 :mod:`.records` (the record's bytes and refs), :mod:`.intent` (argument checks, the
 canonical request, drift, the intent events), :mod:`.long` (heartbeats and time limits),
 :mod:`.call` (the :class:`Call` state machine), :mod:`.gate` (the approval gate),
 :mod:`.window` (provider deduplication windows), :mod:`.results` (interpretations and
-what a completed call returns), :mod:`.prepare` (the entry points) and :mod:`.reconcile`
-(the operator's decisions). Context compilation, which has no external effect, is
-:mod:`intentlog.compile`. Every module takes the stream core
-(:class:`~intentlog.stream.TaskStream`), never the ``Task`` facade.
+what a completed call returns), :mod:`.options` (the effect options, defined once),
+:mod:`.prepare` (the entry points) and :mod:`.reconcile` (the operator's decisions).
+Context compilation, which has no external effect, is :mod:`intentlog.compile`. Every
+module takes the stream core (:class:`~intentlog.stream.TaskStream`), never the ``Task``
+facade.
 """
 
 from __future__ import annotations
 
 from .._types import DEFAULT_PROGRESS_INTERVAL
-from ..compile import Package, compile_context
 from .call import Call
 from .intent import decode_text, secrets_of
 from .long import current_heartbeat, heartbeat
@@ -70,10 +70,8 @@ __all__ = [
     "DRIFT",
     "NO_RETRY",
     "Call",
-    "Package",
     "RetryPolicy",
     "Served",
-    "compile_context",
     "current_heartbeat",
     "decode_text",
     "effect",
