@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import cast
+from typing import Any, cast
 
 from blake3 import blake3
 
 from .errors import InvalidDigest
 
-__all__ = ["DIGEST_PREFIX", "check_digest", "digest_bytes", "is_digest"]
+__all__ = ["DIGEST_PREFIX", "check_digest", "digest_bytes", "is_digest", "is_ref"]
 
 DIGEST_PREFIX = "blake3:"
 _DIGEST_RE = re.compile(r"blake3:[0-9a-f]{64}\Z")
@@ -22,6 +22,15 @@ def digest_bytes(data: bytes | bytearray | memoryview) -> str:
 
 def is_digest(value: object) -> bool:
     return isinstance(value, str) and _DIGEST_RE.match(value) is not None
+
+
+def is_ref(v: Any) -> bool:
+    """True for an artifact ref object: ``{"digest": "blake3:<64 hex>", "size": N >= 0, ...}``."""
+    if type(v) is not dict or not is_digest(v.get("digest")):
+        return False
+    size = v.get("size")
+    mt = v.get("media_type")
+    return type(size) is int and size >= 0 and (mt is None or type(mt) is str)
 
 
 def check_digest(value: object) -> str:

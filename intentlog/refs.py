@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ._digest import DIGEST_PREFIX, is_digest
+from ._digest import DIGEST_PREFIX, is_digest, is_ref
 
 __all__ = [
     "CHECK",
@@ -44,15 +44,6 @@ _DIGEST_TEXT: Final = re.compile(r"blake3:([0-9a-f]{64})")
 DIGEST_BYTES_RE: Final = re.compile(rb"blake3:([0-9a-f]{64})")
 
 Strings = Literal["none", "exact", "embedded"]
-
-
-def is_ref(v: Any) -> bool:
-    """True for an artifact ref object: ``{"digest": "blake3:<64 hex>", "size": N >= 0, ...}``."""
-    if type(v) is not dict or not is_digest(v.get("digest")):
-        return False
-    size = v.get("size")
-    mt = v.get("media_type")
-    return type(size) is int and size >= 0 and (mt is None or type(mt) is str)
 
 
 def carries_inline(v: dict[str, Any]) -> bool:

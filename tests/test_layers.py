@@ -189,6 +189,7 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog._nofollow": (0, "foundation"),
     "intentlog._fsutil": (0, "foundation"),
     "intentlog._regular": (0, "foundation"),
+    "intentlog._procs": (0, "foundation"),
     # 1 storage: streams and objects behind their seams; they know nothing of calls
     "intentlog.eventlog.*": (1, "storage"),
     "intentlog.artifacts.*": (1, "storage"),

@@ -45,6 +45,7 @@ from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX, check_digest
 from .._fsutil import check_real_dir, fsync_dir, makedirs_durable, publish_bytes, publish_chunks
+from .._procs import pid_alive
 from ..errors import ArtifactError, ArtifactMissing, DigestMismatch, WrongType
 
 if TYPE_CHECKING:
@@ -74,16 +75,6 @@ _INSTALL_TRIES = 5
 _STAGING_RE = re.compile(r"(?:put\.(\d+)\.[0-9a-f]+\.staged|\..*\.(\d+)\.[0-9a-f]{12}\.tmp)\Z")
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 class _Hasher(Protocol):
@@ -308,7 +299,7 @@ class ArtifactStore:
             m = _STAGING_RE.match(e.name)
             if m is None or not e.is_file(follow_symlinks=False):
                 continue
-            if _pid_alive(int(m.group(1) or m.group(2))):
+            if pid_alive(int(m.group(1) or m.group(2))):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(e.path)

@@ -13,6 +13,7 @@ from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX
 from .._fsutil import fsync_dir
+from .._procs import pid_alive
 from ..errors import (
     UsageError,
 )
@@ -58,17 +59,6 @@ def same_bytes(path: Path, chunks: Iterable[bytes]) -> bool:
     return theirs == DIGEST_PREFIX + mine.hexdigest()
 
 
-def _alive(pid: int) -> bool:
-    """Is ``pid`` a live process (on this host)? Unknown counts as alive: nothing of it is removed."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def remove_stale(targets: Sequence[Path]) -> list[str]:
@@ -89,13 +79,13 @@ def remove_stale(targets: Sequence[Path]) -> list[str]:
         for e in entries:
             staging = _STALE_STAGING.match(e.name)
             tmp = _STALE_TMP.match(e.name)
-            if staging is not None and e.is_dir(follow_symlinks=False) and not _alive(int(staging.group(2))):
+            if staging is not None and e.is_dir(follow_symlinks=False) and not pid_alive(int(staging.group(2))):
                 shutil.rmtree(e.path, ignore_errors=True)
             elif (
                 tmp is not None
                 and tmp.group(1) in tar_names
                 and e.is_file(follow_symlinks=False)
-                and not _alive(int(tmp.group(2)))
+                and not pid_alive(int(tmp.group(2)))
             ):
                 os.unlink(e.path)
             else:

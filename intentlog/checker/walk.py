@@ -17,6 +17,7 @@ from typing import Final
 from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX
+from .._procs import PROC_LOCKS, flock_writer
 from .._regular import NotRegular, open_regular
 from ..eventlog.reader import iter_lines
 
@@ -164,10 +165,6 @@ def hash_file(path: Path, buf: bytearray) -> tuple[str, int]:
         os.close(fd)
 
 
-#: Where Linux lists the file locks held: read to see a live writer without touching its lock.
-PROC_LOCKS: Final = "/proc/locks"
-
-
 def lock_holder(lock_path: Path) -> int | None:
     """The pid holding an exclusive ``flock`` on ``lock_path`` per :data:`PROC_LOCKS`; None if none (or unknown).
 
@@ -177,19 +174,8 @@ def lock_holder(lock_path: Path) -> int | None:
     """
     try:
         st = os.lstat(lock_path)
-        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
-            table = f.read()
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return flock_writer(st, PROC_LOCKS)
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in table.splitlines():
-        parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[5] == dev:
-            try:
-                return int(parts[4])
-            except ValueError:
-                return -1
-    return None

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, final
 
-from .._digest import is_digest
+from .._digest import is_digest, is_ref
 
 __all__ = [
     "ANY",
@@ -56,15 +56,6 @@ class FieldType:
 
 def _is_int(v: Any) -> bool:
     return type(v) is int
-
-
-def is_ref(v: Any) -> bool:
-    """True for an artifact ref object: ``{"digest": "blake3:<64 hex>", "size": N >= 0, ...}``."""
-    if type(v) is not dict or not is_digest(v.get("digest")):
-        return False
-    size = v.get("size")
-    mt = v.get("media_type")
-    return type(size) is int and size >= 0 and (mt is None or type(mt) is str)
 
 
 def _is_file(v: Any) -> bool:
