@@ -497,6 +497,31 @@ def test_gc_draws_progress_only_on_a_terminal(tmp_path: Path) -> None:
     assert "scanned" not in piped.stderr
 
 
+def test_export_draws_progress_only_on_a_terminal(tmp_path: Path) -> None:
+    """export draws a progress line on a terminal's stderr (streams copied, then the check) and none in a pipe."""
+    import pty
+
+    root = tmp_path / "L"
+    for i in range(3):
+        build(root, f"t{i}", ["ok"])
+    primary, secondary = pty.openpty()
+    p = subprocess.run(
+        [EXE, "--root", str(root), "export", "--out", str(tmp_path / "b1")],
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        timeout=120,
+    )
+    os.close(secondary)
+    drawn = os.read(primary, 65536).decode(errors="replace")
+    os.close(primary)
+    assert p.returncode == 0
+    assert "exporting streams: 3/3" in drawn
+    piped = subprocess.run(
+        [EXE, "--root", str(root), "export", "--out", str(tmp_path / "b2")], capture_output=True, text=True, timeout=120
+    )
+    assert piped.returncode == 0 and "exporting" not in piped.stderr
+
+
 @pytest.mark.parametrize(
     "history",
     [["unknown"], ["unknown", "fail_call"], ["ok"], ["approval"], ["ok", "fail_task"], ["bad_checkpoint"], []],

@@ -19,6 +19,7 @@ from .._digest import is_digest
 from .._fsutil import fsync_dir, makedirs_durable, publish_chunks
 from ..artifacts.inline import inline_bytes
 from ..checker.report import INFO, VerifyReport
+from ..checker.state import Progress
 from ..errors import (
     ArtifactError,
     ArtifactMissing,
@@ -281,6 +282,7 @@ def export_bundle(
     tar: str | os.PathLike[str] | None = None,
     receipts: Sequence[str | os.PathLike[str]] = (),
     check: bool = True,
+    progress: Progress | None = None,
 ) -> ExportResult:
     """Export ``tasks`` (default: every task) of the ledger at ``root`` as an evidence bundle.
 
@@ -289,7 +291,8 @@ def export_bundle(
     or both. ``receipts`` are provider receipt logs (JSON lines with a ``body_hash``),
     copied byte for byte into ``receipts/`` under their file names. With ``check`` the
     library's checker (:func:`check_bundle`) runs over the result, which is kept either way
-    (``ExportResult.ok`` says whether it passed).
+    (``ExportResult.ok`` says whether it passed). ``progress(phase, done, total)`` is called
+    as streams are copied and the bundle is checked (for a progress line on a terminal).
 
     Refused before anything is written: no target, an invalid task id or a task without a
     stream (:class:`UsageError`, :class:`~intentlog.errors.InvalidTaskId`), a target that
@@ -336,8 +339,10 @@ def export_bundle(
     os.mkdir(staging)
     try:
         ex = _Exporter(root_path, staging, sealed)
-        for t in names:
+        for i, t in enumerate(names, 1):
             ex.stream(t)
+            if progress is not None:
+                progress("streams", i, len(names))
         ex.objects([t for t in present if t not in set(names)])
         for name, path in logs.items():
             ex.publish(f"{RECEIPTS_DIR}/{name}", read_range(path, path.stat().st_size, follow=True))
@@ -364,7 +369,7 @@ def export_bundle(
                     ) from exc
                 fsync_dir(out_path.absolute().parent)
             bundle_dir = out_path
-        report = check_bundle(bundle_dir) if check else None
+        report = check_bundle(bundle_dir, progress=progress) if check else None
         if report is not None and out_path is None and tar_path is not None:
             report = replace(report, root=str(tar_path))
         if tar_path is not None:

@@ -126,12 +126,22 @@ def export(
     ledger = c.ledger()
     for t in tasks:
         require_task(c, ledger, t)
+    progress = None if as_json else progress_for("exporting")
     try:
         result = export_bundle(
-            c.root, list(tasks) or None, out=out, tar=tar_file, receipts=receipts, check=not no_check
+            c.root,
+            list(tasks) or None,
+            out=out,
+            tar=tar_file,
+            receipts=receipts,
+            check=not no_check,
+            progress=progress,
         )
     except (UsageError, InvalidTaskId) as exc:
         raise click.UsageError(str(exc)) from exc
+    finally:
+        if progress is not None:
+            click.echo("", err=True)  # end the progress line
     if as_json:
         emit_json(result.to_json())
     else:
