@@ -371,14 +371,14 @@ def test_every_command_takes_json() -> None:
     assert missing == []
 
 
-def test_task_ids_complete_from_the_ledger(tmp_path: Path) -> None:
-    """Shell completion of TASK lists the ledger's task ids (click's completion machinery)."""
+@pytest.mark.parametrize("command", ["status", "export", "verify"])
+def test_task_ids_complete_from_the_ledger(tmp_path: Path, command: str) -> None:
+    """Shell completion of TASK (and of export's and verify's TASK lists) gives the ledger's task ids."""
     root = tmp_path / "L"
     build(root, "alpha", ["ok"])
     build(root, "beta", ["ok"])
-    env = dict(
-        os.environ, _INTENTLOG_COMPLETE="bash_complete", COMP_WORDS=f"intentlog --root {root} status a", COMP_CWORD="4"
-    )
+    words = f"intentlog --root {root} {command} a"
+    env = dict(os.environ, _INTENTLOG_COMPLETE="bash_complete", COMP_WORDS=words, COMP_CWORD="4")
     p = subprocess.run([EXE], capture_output=True, text=True, env=env, timeout=60)
     assert "alpha" in p.stdout and "beta" not in p.stdout
 

@@ -21,13 +21,14 @@ from .app import (
     pass_ctx,
     progress_for,
     require_task,
+    task_arg,
 )
 
 # -- checks ---------------------------------------------------------------------------
 
 
 @main.command()
-@click.argument("tasks", nargs=-1)
+@task_arg("tasks", nargs=-1)
 @click.option(
     "--bundle",
     type=click.Path(path_type=Path),
@@ -79,7 +80,7 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
 
 
 @main.command()
-@click.argument("tasks", nargs=-1)
+@task_arg("tasks", nargs=-1)
 @click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), help="Write the bundle into this new (or empty) folder."
 )
