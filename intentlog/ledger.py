@@ -7,6 +7,7 @@ a process never locks itself out of its own task.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterable
@@ -24,11 +25,10 @@ from .errors import ArtifactError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
-from .eventlog.storage import FolderStreams
-from .refs import INLINE, walk
 from .task import Task
 
 if TYPE_CHECKING:
+    from .eventlog.storage import FolderStreams
     from .sessions import Session
 
 __all__ = ["DEFAULT_ROOT", "Ledger", "RepairReport", "open_ledger"]
@@ -129,13 +129,21 @@ class Ledger:
         self.quarantine_dir = root / "quarantine"
         self.marker = _read_marker(root)
         self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup)
-        #: The task streams behind the storage seam (eventlog/storage.py): today the tasks/ folder.
-        self.streams = FolderStreams(self.tasks_dir)
         self._key = str(root.resolve())
         self._opened: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Ledger {str(self.root)!r}>"
+
+    @functools.cached_property
+    def streams(self) -> FolderStreams:
+        """The task streams behind the storage seam (eventlog/storage.py): today the tasks/ folder.
+
+        Built on first use, so ``import intentlog`` does not load the seam module.
+        """
+        from .eventlog.storage import FolderStreams
+
+        return FolderStreams(self.tasks_dir)
 
     # -- tasks ---------------------------------------------------------------------
 
@@ -284,6 +292,8 @@ class Ledger:
 
 def _find_inline(value: Any, digest: str) -> bytes | None:
     """The checked bytes of ``digest`` riding inline somewhere in ``value``; None if no good copy."""
+    from .refs import INLINE, walk  # only `show` of an inline-only digest comes here
+
     for named, ref in walk(value, INLINE):
         if named == digest and ref is not None:
             try:
