@@ -36,9 +36,9 @@ class CallNode:
     requested_hash: str | None = None  # the request hash call.requested carried, if any
     timed_out: bool = False  # the latest attempt was recorded timed out
     responses: dict[int, tuple[str, int]] = field(default_factory=dict)  # attempt -> its latest observed (digest, size)
-    #: the most recent attempt.interpreted not yet completed: (attempt, digest of its canonical result, or
+    #: the most recent attempt.interpreted not yet completed: (attempt, its token from projections/derive.py, or
     #: None when it recorded an error); a completion consumes it
-    interpretation: tuple[int, str | None] | None = None
+    interpretation: tuple[int, bytes | None] | None = None
     dedup: Any = None  # the manifest's provider-dedup declaration (window_s, header, margin_s), if any
     first_started_ts: str | None = None  # ts of the call's first attempt.started (the provider's window opens there)
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import orjson
-
-from .._digest import digest_bytes
+from .derive import completion_token, interpretation_token
 from .fields import Finding, is_ref, show
 from .graph import CallNode, TaskGraph
 
@@ -196,15 +194,7 @@ def on_interpreted(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Fin
         return
     if d["attempt"] not in node.observed:
         yield Finding("graph", f"attempt {d['attempt']} of {node.call} is interpreted but was never observed")
-    node.interpretation = (d["attempt"], _interpreted_token(d))
-
-
-def _interpreted_token(d: Mapping[str, Any]) -> str | None:
-    """What a completion of this interpretation must carry: its value's canonical digest or its ref's digest."""
-    if "result" in d:
-        return f"value {canonical_digest(d['result'])}"
-    ref = d.get("result_ref")
-    return f"ref {ref['digest']}" if ref is not None and is_ref(ref) else None
+    node.interpretation = (d["attempt"], interpretation_token(d))
 
 
 def on_retry_decided(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
@@ -244,12 +234,6 @@ def on_reconciled(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
         )
 
 
-def canonical_digest(value: Any) -> str | None:
-    """The digest of ``value`` as canonical JSON (sorted keys, compact); None if it cannot be encoded."""
-    try:
-        return digest_bytes(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
-    except (orjson.JSONEncodeError, TypeError):
-        return None
 def _dedup_findings(g: TaskGraph, node: CallNode) -> Iterator[Finding]:
     """A ``provider_dedup`` reconciliation needs the manifest's declaration and a first attempt inside its window.
 
@@ -298,15 +282,6 @@ def on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
     node.completed = True
 
 
-def _completion_token(result: Any) -> str | None:
-    """The interpretation token a value-carrying completion claims (None: not a value completion)."""
-    if type(result) is dict and result.keys() == {"value"}:
-        return f"value {canonical_digest(result['value'])}"
-    if type(result) is dict and result.keys() == {"value_ref"} and is_ref(result["value_ref"]):
-        return f"ref {result['value_ref']['digest']}"
-    return None
-
-
 def _derivable(node: CallNode, n: int, result: Any) -> Iterator[Finding]:
     """A completion carries only what the events before it hold (issue 12 item 6).
 
@@ -314,7 +289,7 @@ def _derivable(node: CallNode, n: int, result: Any) -> Iterator[Finding]:
     ``attempt.interpreted`` of this attempt that no completion consumed yet.
     ``{"raw": true, "response": ref}``: ref names the bytes this attempt's observation stored.
     """
-    carried = _completion_token(result)
+    carried = completion_token(result)
     if carried is not None:
         interp, node.interpretation = node.interpretation, None
         if interp is None or interp[0] != n:

@@ -28,6 +28,7 @@ from typing import Any, Final, final
 
 from ..errors import UsageError
 from ..eventlog.format import TASK_CREATED
+from .derive import canonical_digest
 from .fields import (
     ANY,
     BOOL,
@@ -51,7 +52,6 @@ from .fields import (
 )
 from .graph import CallNode, GraphRule, TaskGraph
 from .graph_calls import (
-    canonical_digest,
     on_attempt_started,
     on_completed,
     on_errored,

@@ -45,10 +45,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
-import orjson
-
 from .._types import CompilationStage, NextOperation, ProviderEffect, Stage
 from ..eventlog.format import Event
+from .derive import completion_token, interpretation_token
 
 __all__ = [
     "CHECK_AND_ACCEPT",
@@ -290,9 +289,9 @@ class _Call:
         self.evidence: dict[str, Any] | None = None  # served evidence of the latest attempt's reconciliation
         self.reinterpretations = 0
         self.dedup = False  # some attempt was reconciled 'provider_dedup': later sends rely on the window
-        # the latest attempt's latest interpretation no completion consumed yet: ("value", V), ("ref", digest)
-        # or ("error", None); a completion must carry exactly it
-        self.interpretation: tuple[str, Any] | None = None
+        # the data of the latest attempt's latest attempt.interpreted no completion consumed yet (its
+        # token, projections/derive.py, is computed only when a completion needs it)
+        self.interpretation: Mapping[str, Any] | None = None
         self.forged: tuple[int, str] | None = None
 
 
@@ -528,12 +527,7 @@ class WorkStateFold:
         a.flags |= _INTERPRETED
         error = d.get("error")
         a.interpret_error = None if error is None else str(error)
-        if "result" in d:
-            a.interpretation = ("value", d["result"])
-        else:
-            ref = d.get("result_ref")
-            digest = ref.get("digest") if type(ref) is dict else None
-            a.interpretation = ("ref", digest) if type(digest) is str else ("error", None)
+        a.interpretation = d
         interp = d.get("interpreter")
         a.interpreter = interp if type(interp) is dict else None
 
@@ -678,11 +672,6 @@ def _ignore(ev: Event, d: dict[str, Any]) -> None:
     return None
 
 
-def _canonical(value: Any) -> bytes | None:
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, TypeError):  # pragma: no cover - parsed from a line, so it encodes
-        return None
 
 
 def _underived(c: _Call, attempt: Any, result: Any) -> str | None:
@@ -704,25 +693,20 @@ def _underived(c: _Call, attempt: Any, result: Any) -> str | None:
         if seen is None or digest != seen.get("digest"):
             return "the raw completion names another response than the one its attempt.observed stored"
         return None
-    interp, c.interpretation = c.interpretation, None
-    if result.keys() == {"value"}:
-        claimed: tuple[str, Any] = ("value", result["value"])
-    elif result.keys() == {"value_ref"} and type(result["value_ref"]) is dict:
-        claimed = ("ref", result["value_ref"].get("digest"))
-    else:
+    claimed = completion_token(result)
+    if claimed is None:
         return f"the completion's result has the keys {sorted(result)}, not a value, a value_ref or a raw response"
-    if interp is None:
+    interpreted, c.interpretation = c.interpretation, None
+    if interpreted is None:
         return "the completion carries a value no attempt.interpreted of its attempt recorded"
-    if interp[0] == "error":
+    interp = interpretation_token(interpreted)
+    if interp is None:
         return "the completion carries a value, but its interpretation recorded an error"
-    if interp[0] != claimed[0]:
+    if interp.split(b" ", 1)[0] != claimed.split(b" ", 1)[0]:
         return "the completion carries its value inline where the interpretation stored it by ref, or the reverse"
-    if interp[0] == "ref":
-        same = interp[1] == claimed[1]
-    else:
-        a, b = _canonical(interp[1]), _canonical(claimed[1])
-        same = a is not None and a == b
-    return None if same else "the completion's value differs from the result its attempt.interpreted recorded"
+    if interp != claimed:
+        return "the completion's value differs from the result its attempt.interpreted recorded"
+    return None
 
 
 def _list(value: Any) -> list[Any]:
