@@ -30,12 +30,13 @@ from ..projections.workstate import (
     CallState,
 )
 from .gate import check_gate
-from .intent import Intent, append_intent, check_run_args, encode_text, refuse, scrub
-from .long import Long, TimedOut, send_with_heartbeat
+from .intent import Intent, append_intent, check_not_async, check_run_args, encode_text, refuse, scrub
+from .long import Long, TimedOut
 from .policy import DEFAULT_RETRY, DRIFT, NOT_SERVED, RetryPolicy, Served
 from .reconcile import record_reconciliation
 from .records import bare_ref, cap_text, check_ref, error_text, interpreter_id, keep_aside, load_ref, store_bytes
 from .results import record_interpretation, reinterpret_hint, result_of, reversed_call_events
+from .steps import SYNC, Ask, Deliver, Interpreting, Pause, Steps, drive
 from .window import check_window, dedup_resend
 
 if TYPE_CHECKING:
@@ -146,12 +147,13 @@ class Call:
         Refusals (:class:`ResumeRefused`, :class:`EffectUnknown`) append nothing.
         """
         check_run_args(send, interpret, retry, lookup)
+        check_not_async(send, interpret, "Call.run", "call.arun")
         long = Long.of(progress, inactivity_timeout, max_duration, progress_interval)
         if check_dedup(dedup) is not None:
             self.dedup = dedup
-        return self._run(send, interpret=interpret, retry=retry, lookup=lookup, long=long)
+        return drive(self.task, self.steps(send, interpret=interpret, retry=retry, lookup=lookup, long=long))
 
-    def _run(
+    def steps(
         self,
         send: Send,
         *,
@@ -159,14 +161,19 @@ class Call:
         retry: RetryPolicy | None,
         lookup: Callable[[str, str, int], Served | str | None] | None,
         long: Long,
-    ) -> Any:
+    ) -> Steps[Any]:
+        """The run's decisions as instructions for a driver (:func:`.steps.drive` here, :mod:`.aio` awaited).
+
+        The arguments are checked by the caller. Closing the generator before its end
+        (a cancelled await) leaves the record as far as it got, and the key free again.
+        """
         run = _Run(send, interpret, retry or DEFAULT_RETRY, lookup, long)
         try:
             with self.task.inflight(self.key):
                 while True:
                     st = self.state()
                     self.call_id = st.call_id
-                    done = self._step(st, run)
+                    done = yield from self._step(st, run)
                     if done is not None:
                         return done.value
         finally:
@@ -174,39 +181,39 @@ class Call:
 
     # -- the dispatch: one flat step per stage ----------------------------------------
 
-    def _step(self, st: CallState, run: _Run) -> _Done | None:
+    def _step(self, st: CallState, run: _Run) -> Steps[_Done | None]:
         """Carry the call one step on from the stage the record proves; a :class:`_Done` ends the run."""
         stage, nxt = st.stage, st.next_operation
         if stage in ("requested", "manifest_recorded"):
-            self._start(st, run)
+            yield from self._start(st, run)
             return None
         if nxt == START_NEXT_ATTEMPT:
-            self._next_attempt(st, run)
+            yield from self._next_attempt(st, run)
             return None
         self._release()  # every other step comes after the intent's sync
         if stage == "completed":
             return _Done(self._result(st))
         if stage == "effect_unknown":
-            self._unknown(st, run)
+            yield from self._unknown(st, run)
         elif nxt == REINTERPRET and st.observation_pending:
-            self._observe_evidence(st)
+            yield from self._observe_evidence(st)
         elif nxt == REINTERPRET:
-            self._interpret(st, run.interpret, run.policy)
+            yield from self._interpret(st, run.interpret, run.policy)
         elif nxt in (FINALIZE, REDECIDE) or stage == "failed":
-            self._conclude(st, run)
+            yield from self._conclude(st, run)
         else:
             raise refuse(st, f"the call is {stage}", st.reason or "")
         return None
 
-    def _start(self, st: CallState, run: _Run) -> None:
+    def _start(self, st: CallState, run: _Run) -> Steps[None]:
         """Requested or manifest recorded: gated; an earlier process's intent is resumed as a new linked call."""
         check_gate(self.task, self.key, self.request_hash, st)
         if not self._fresh:
             self._resume(st)
         else:
-            self._attempt(st, run.send, run.interpret, run.policy, run.long)
+            yield from self._attempt(st, run.send, run.interpret, run.policy, run.long)
 
-    def _next_attempt(self, st: CallState, run: _Run) -> None:
+    def _next_attempt(self, st: CallState, run: _Run) -> Steps[None]:
         """Start the next attempt, unless the policy's attempts are used up (then the call fails)."""
         policy = run.policy
         if st.attempts >= policy.max_attempts and st.stage in ("retry_decided", "not_sent"):
@@ -216,13 +223,13 @@ class Call:
         check_gate(self.task, self.key, self.request_hash, st)
         if st.provider_dedup:
             check_window(self.task, st, self.dedup, self.key)
-        self._attempt(st, run.send, run.interpret, policy, run.long)
+        yield from self._attempt(st, run.send, run.interpret, policy, run.long)
 
-    def _unknown(self, st: CallState, run: _Run) -> None:
+    def _unknown(self, st: CallState, run: _Run) -> Steps[None]:
         """An unknown effect: resent inside a provider's window, resolved by ``lookup``, or refused."""
         if dedup_resend(self.task, st, self.dedup, self.key):
             return
-        if run.lookup is None or not self._ask(st, run.lookup):
+        if run.lookup is None or not (yield from self._ask(st, run.lookup)):
             raise refuse(
                 st,
                 "the effect of the last attempt is unknown",
@@ -232,21 +239,21 @@ class Call:
                 f"or 'intentlog reconcile {self.task.id} {st.call_id}'",
             )
 
-    def _conclude(self, st: CallState, run: _Run) -> None:
+    def _conclude(self, st: CallState, run: _Run) -> Steps[None]:
         """Interpreted (finalize or redecide) or failed: a newer interpreter reads the stored bytes again first."""
         if self._can_reinterpret(st, run.interpret):  # a newer interpreter, the same stored bytes
-            self._reinterpret(st, run.interpret)  # type: ignore[arg-type]
+            yield from self._reinterpret(st, run.interpret)  # type: ignore[arg-type]
         elif st.stage == "failed":
             raise CallFailed(st.call_id, st.key, (st.reason or "failed") + reinterpret_hint(st))
         else:
-            self._decide(st, run.policy)
+            yield from self._decide(st, run.policy)
 
     # -- the steps -------------------------------------------------------------------
 
     def _result(self, st: CallState) -> Any:
         return result_of(self.task, st)
 
-    def _observe_evidence(self, st: CallState) -> None:
+    def _observe_evidence(self, st: CallState) -> Steps[None]:
         """Finish a reconciliation torn after ``effect.reconciled``: its evidence is in objects/, observe it."""
         if st.response is None:  # pragma: no cover - observation_pending means evidence is recorded
             raise IntentlogError(f"{st.call_id}: reconciled served without evidence")
@@ -254,8 +261,8 @@ class Call:
         self.task.append(
             "attempt.observed",
             {"call": st.call_id, "attempt": st.attempts, "response": bare_ref(st.response), "source": "reconciliation"},
-            sync=True,
         )
+        yield SYNC
 
     def _resume(self, st: CallState) -> None:
         """Drift was checked at prepare; link the old call to a new one and continue there."""
@@ -312,22 +319,23 @@ class Call:
 
     def _attempt(
         self, st: CallState, send: Send, interpret: Interpret | None, policy: RetryPolicy, long: Long
-    ) -> None:
+    ) -> Steps[None]:
         task = self.task
         n = st.attempts + 1
         # durable before the send, together with the intent still pending in effect()'s batch
-        task.append("attempt.started", {"call": st.call_id, "attempt": n}, sync=True)
+        task.append("attempt.started", {"call": st.call_id, "attempt": n})
+        yield SYNC
         self._release()
         encoding: str | None = None
         try:
-            raw = send_with_heartbeat(task, self.key, send, self._intent, st.call_id, n, long)
+            raw = yield Deliver(self.key, send, self._intent, st.call_id, n, long)
         except TimedOut as exc:
             raise exc.error from None
         except NotSent as exc:
             reason = scrub(exc.reason, self._intent.secrets)
             task.append("attempt.not_sent", {"call": st.call_id, "attempt": n, "reason": reason})
             if policy.retry_not_sent and n < policy.max_attempts:
-                self._retry(st.call_id, n, f"not sent: {reason}", policy)
+                yield from self._retry(st.call_id, n, f"not sent: {reason}", policy)
             else:
                 self._give_up(st, f"not sent: {reason}", attempt=n)
             return
@@ -338,12 +346,12 @@ class Call:
             task.append(
                 "attempt.observed",
                 {"call": st.call_id, "attempt": n, "response": ref, "error": reason, "retryable": exc.retryable},
-                sync=True,
             )
+            yield SYNC
             if isinstance(exc, KeyReused):  # the provider holds another request under this key
                 self._give_up_id(st.call_id, f"{DRIFT}: the provider refused key {self.key!r}: {reason}", n)
                 return
-            self._failure_decision(st.call_id, n, reason, exc, policy)
+            yield from self._failure_decision(st.call_id, n, reason, exc, policy)
             return
         except Exception as exc:
             raise self._errored(st.call_id, n, f"send raised {error_text(exc)}", exc) from exc
@@ -365,20 +373,21 @@ class Call:
         if interpret is None:  # nothing interprets the bytes: observation and completion share one sync
             with task.batch():
                 task.append("attempt.observed", observed)
-                self._interpret(self.state(), None, policy)
+                yield from self._interpret(self.state(), None, policy)
             return
-        task.append("attempt.observed", observed, sync=True)  # durable before anything interprets it
-        self._interpret(self.state(), interpret, policy)
+        task.append("attempt.observed", observed)
+        yield SYNC  # durable before anything interprets it
+        yield from self._interpret(self.state(), interpret, policy)
 
     def _failure_decision(
         self, call_id: str, n: int, reason: str, failure: ProviderFailure, policy: RetryPolicy
-    ) -> None:
+    ) -> Steps[None]:
         if policy.should_retry(failure) and n < policy.max_attempts:
-            self._retry(call_id, n, f"provider failure: {reason}", policy)
+            yield from self._retry(call_id, n, f"provider failure: {reason}", policy)
         else:
             self._give_up_id(call_id, f"provider failure: {reason}", n)
 
-    def _interpret(self, st: CallState, interpret: Interpret | None, policy: RetryPolicy) -> None:
+    def _interpret(self, st: CallState, interpret: Interpret | None, policy: RetryPolicy) -> Steps[None]:
         task = self.task
         n = st.attempts
         if st.response is None:  # pragma: no cover - observed always carries a response
@@ -389,15 +398,22 @@ class Call:
             return
         raw = load_ref(task, st.response, f"the response of {st.call_id}")
         with task.batch():
-            error = self._record_interpretation(st, interpret, raw)
+            error = yield from self._record_interpretation(st, interpret, raw)
             if error is not None:
-                self._decide(self.state(), policy, error=error)
+                yield from self._decide(self.state(), policy, error=error)
 
     def _record_interpretation(
         self, st: CallState, interpret: Interpret, raw: bytes, *, reinterpretation: int | None = None
-    ) -> str | None:
+    ) -> Steps[str | None]:
+        outcome = yield Interpreting(interpret, raw)
         return record_interpretation(
-            self.task, st, interpret, raw, secrets=self._intent.secrets, reinterpretation=reinterpretation
+            self.task,
+            st,
+            interpret,
+            raw,
+            secrets=self._intent.secrets,
+            reinterpretation=reinterpretation,
+            outcome=outcome,
         )
 
     def _can_reinterpret(self, st: CallState, interpret: Interpret | None) -> bool:
@@ -406,13 +422,13 @@ class Call:
             return False
         return dict(st.interpreter or {}) != interpreter_id(interpret)
 
-    def _reinterpret(self, st: CallState, interpret: Interpret) -> str | None:
+    def _reinterpret(self, st: CallState, interpret: Interpret) -> Steps[str | None]:
         """Interpret the stored response again, beside the earlier interpretation; never sends."""
         raw = load_ref(self.task, st.response, f"the response of {st.call_id}")
         with self.task.batch():
-            return self._record_interpretation(st, interpret, raw, reinterpretation=st.reinterpretations + 1)
+            return (yield from self._record_interpretation(st, interpret, raw, reinterpretation=st.reinterpretations + 1))
 
-    def _decide(self, st: CallState, policy: RetryPolicy, *, error: str | None = None) -> None:
+    def _decide(self, st: CallState, policy: RetryPolicy, *, error: str | None = None) -> Steps[None]:
         task = self.task
         n = st.attempts
         if st.next_operation == FINALIZE:
@@ -420,12 +436,12 @@ class Call:
             return
         if st.stage == "observed":  # a provider failure was observed; its decision was never recorded
             failure = self._observed_failure(st)
-            self._failure_decision(st.call_id, n, failure.reason, failure, policy)
+            yield from self._failure_decision(st.call_id, n, failure.reason, failure, policy)
             return
         error = error or st.reason
         reason = f"interpretation failed: {error}" if error else "interpretation failed"
         if policy.retry_on_interpret_error and n < policy.max_attempts:
-            self._retry(st.call_id, n, reason, policy)
+            yield from self._retry(st.call_id, n, reason, policy)
         else:
             self._give_up(st, reason, attempt=n)
 
@@ -446,22 +462,17 @@ class Call:
                 return ProviderFailure(str(d.get("error")), retryable=d.get("retryable") is True)
         return ProviderFailure(st.reason or "provider failure")  # pragma: no cover
 
-    def _retry(self, call_id: str, n: int, reason: str, policy: RetryPolicy) -> None:
-        if policy.hand_back:
-            self.task.append(
-                "attempt.retry_decided",
-                {"call": call_id, "attempt": n, "decision": "retry", "reason": reason, "delay": None},
-                sync=True,
-            )
-            raise RetryHandedBack(call_id, self.key, n, reason)
-        delay = policy.delay(n)
+    def _retry(self, call_id: str, n: int, reason: str, policy: RetryPolicy) -> Steps[None]:
+        delay = None if policy.hand_back else policy.delay(n)
         self.task.append(
             "attempt.retry_decided",
             {"call": call_id, "attempt": n, "decision": "retry", "reason": reason, "delay": delay},
-            sync=True,
         )
+        yield SYNC
+        if delay is None:
+            raise RetryHandedBack(call_id, self.key, n, reason)
         if delay > 0:
-            policy.sleep(delay)
+            yield Pause(delay, policy.sleep)
 
     def _give_up(self, st: CallState, reason: str, *, attempt: int | None = None) -> None:
         self._give_up_id(st.call_id, reason, attempt if attempt is not None else st.attempts)
@@ -475,9 +486,9 @@ class Call:
             )
             task.append("call.failed", {"call": call_id, "reason": reason, "by": None})
 
-    def _ask(self, st: CallState, lookup: Callable[[str, str, int], Served | str | None]) -> bool:
+    def _ask(self, st: CallState, lookup: Callable[[str, str, int], Served | str | None]) -> Steps[bool]:
         """Ask the provider about the key; record the answer, never assume it."""
-        answer = lookup(self.key, st.call_id, st.attempts)
+        answer = yield Ask(lookup, self.key, st.call_id, st.attempts)
         if answer is None or answer == "unknown":
             return False
         if isinstance(answer, Served):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,21 @@ def check_run_args(send: Any, interpret: Any, retry: Any, lookup: Any) -> None:
         raise UsageError(
             f"lookup must be a callable (key, call_id, attempt) -> Served | 'not_served' | None, not {lookup!r}"
         )
+
+
+def check_not_async(send: Any, interpret: Any, here: str, instead: str) -> None:
+    """Refuse a coroutine function where the synchronous form would call it without awaiting it.
+
+    Such a ``send`` would hand back an un-awaited coroutine after ``attempt.started`` is
+    durable: the record would say unknown for a request never made. Refused before anything
+    is written, naming the awaitable form.
+    """
+    for label, fn in (("send", send), ("interpret", interpret)):
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            raise UsageError(
+                f"{here} was given an async {label} ({getattr(fn, '__qualname__', fn)!r}), which it cannot await; "
+                f"nothing was written: use {instead}(...) from a coroutine"
+            )
 
 
 def check_key(key: object) -> str:

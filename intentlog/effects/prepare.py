@@ -26,6 +26,7 @@ from .intent import (
     build_intent,
     check_key,
     check_name,
+    check_not_async,
     check_rules,
     check_run_args,
     drift_of,
@@ -171,6 +172,16 @@ def effect(
     return run_effect(task, key, request, send, options)
 
 
+def check_effect(key: str, send: Any, options: EffectOptions) -> None:
+    """Every argument check of an effect, done before the stream is opened (or created): nothing is written."""
+    check_key(key)
+    check_name(options.name)
+    check_run_args(send, options.interpret, options.retry, options.lookup)
+    check_rules(options.drop, options.redact)
+    check_dedup(options.dedup)
+    options.long()
+
+
 def run_effect(
     task: TaskStream,
     key: str,
@@ -186,11 +197,8 @@ def run_effect(
     ``secrets`` are further strings to scrub from recorded error texts (a session's
     messages are hashed apart from the envelope, so their credentials are found there).
     """
-    check_key(key)  # refused before the stream is opened (or created)
-    check_name(options.name)
-    check_run_args(send, options.interpret, options.retry, options.lookup)
-    check_rules(options.drop, options.redact)
-    check_dedup(options.dedup)
+    check_effect(key, send, options)
+    check_not_async(send, options.interpret, "task.effect", "task.aeffect")
     held = ExitStack()
     held.enter_context(task.batch())
     try:

@@ -19,6 +19,7 @@ from ..projections.workstate import (
 )
 from .intent import refuse, scrub
 from .records import cap_text, error_text, interpreter_id, load_ref, loads_json, value_record
+from .steps import Interpreting, Outcome, interpret_now
 
 if TYPE_CHECKING:
     from ..eventlog import Event
@@ -32,6 +33,7 @@ def record_interpretation(
     *,
     secrets: Iterable[str],
     reinterpretation: int | None = None,
+    outcome: Outcome | None = None,
 ) -> str | None:
     """Run ``interpret`` over ``raw``; append ``attempt.interpreted`` and, when it succeeded, ``call.completed``.
 
@@ -40,15 +42,17 @@ def record_interpretation(
     objects/ as canonical JSON and both events carry its ref (``result_ref`` /
     ``{"value_ref": ref}``), so no line grows past the inline threshold.
     ``reinterpretation`` (1, 2, ...) marks both events of a later interpretation of the
-    same stored bytes.
+    same stored bytes. ``outcome``: what ``interpret`` already did over ``raw`` (a driver ran
+    it, awaiting an async interpreter); None runs it here.
     """
     head: dict[str, Any] = {"call": st.call_id, "attempt": st.attempts, "interpreter": interpreter_id(interpret)}
     tail: dict[str, Any] = {} if reinterpretation is None else {"reinterpretation": reinterpretation}
     error: str | None = None
-    try:
-        value = interpret(raw)
-    except Exception as exc:  # the interpreter is user code: its failure is recorded
-        error = cap_text(scrub(error_text(exc), secrets))
+    if outcome is None:
+        outcome = interpret_now(Interpreting(interpret, raw))
+    value = outcome.value
+    if outcome.error is not None:  # the interpreter is user code: its failure is recorded
+        error = cap_text(scrub(error_text(outcome.error), secrets))
     else:
         try:  # a value that is not exact JSON is refused before anything is written
             result = value_record(task, value)
