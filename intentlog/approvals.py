@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ._digest import is_digest
@@ -34,9 +34,17 @@ from .projections.workstate import WorkStateFold
 
 if TYPE_CHECKING:
     from .eventlog import Event
-    from .stream import TaskStream
+    from .stream import StreamSource, TaskStream
 
-__all__ = ["DECISIONS", "approval", "approvals", "decide", "request_approval", "wait_for_approval"]
+__all__ = [
+    "DECISIONS",
+    "approval",
+    "approvals",
+    "await_for_approval",
+    "decide",
+    "request_approval",
+    "wait_for_approval",
+]
 
 DECISIONS: Final = ("approve", "reject")
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
@@ -232,6 +240,47 @@ def wait_for_approval(
     seconds (None: wait for ever), :class:`ApprovalConflict` when the approval is void,
     :class:`UnknownApproval` when it was never requested.
     """
+    waiting = _waiting(task, approval_id, timeout, poll)
+    try:
+        pause = next(waiting)
+        while True:
+            time.sleep(pause)
+            pause = waiting.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def await_for_approval(
+    task: StreamSource, approval_id: str, *, timeout: float | None = None, poll: float = 1.0
+) -> ApprovalState:
+    """:func:`wait_for_approval`, awaited: the same decisions, the stream read and the lock released off the loop.
+
+    ``task`` is a :class:`~intentlog.Task` or its stream. Each poll reads the stream in a
+    worker thread and the pauses are :func:`asyncio.sleep`, so the event loop runs other
+    coroutines (other calls of the task included) while the decision is awaited.
+    """
+    import asyncio
+
+    waiting = _waiting(task.stream, approval_id, timeout, poll)
+    while True:
+        done, value = await asyncio.to_thread(_step, waiting)  # reads the stream: off the loop
+        if done:
+            return value  # type: ignore[no-any-return]
+        await asyncio.sleep(value)
+
+
+def _step(waiting: Generator[float, None, ApprovalState]) -> tuple[bool, Any]:
+    """One step of the wait, as a value (a StopIteration cannot cross into a future)."""
+    try:
+        return False, next(waiting)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def _waiting(
+    task: TaskStream, approval_id: str, timeout: float | None, poll: float
+) -> Generator[float, None, ApprovalState]:
+    """The wait's decisions, once for both forms: reads the record, yields each pause, returns the decided state."""
     _check_id(approval_id)
     for label, value in (("timeout", timeout), ("poll", poll)):
         if value is not None and (
@@ -256,5 +305,5 @@ def wait_for_approval(
         if timeout is not None and waited >= timeout:
             raise ApprovalPending(task.id, approval_id, waited)
         pause = poll if timeout is None else min(poll, max(0.0, timeout - waited))
-        time.sleep(max(pause, 0.01))
+        yield max(pause, 0.01)
         st = approval(task, approval_id)

@@ -40,16 +40,19 @@ surrogates is recorded with the encoding that gives the very same ``str`` back
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ._types import DEFAULT_PROGRESS_INTERVAL
 from .artifacts import inline_bytes
-from .effects.intent import decode_text, secrets_of
+from .effects.disk import disk_of
+from .effects.intent import check_not_async, decode_text, secrets_of
 from .effects.options import EffectOptions
 from .effects.policy import DRIFT, RetryPolicy
-from .effects.prepare import run_effect
+from .effects.prepare import arun_effect, run_effect
 from .effects.records import bare_ref, store_bytes
 from .errors import IntentlogError, ResumeRefused, UsageError
 from .eventlog.canonical import canonicalize, resolve_rules
@@ -271,11 +274,99 @@ class Session:
         accepting checkpoint once the turn completes. Long turns: ``progress``,
         ``inactivity_timeout``, ``max_duration`` as for :meth:`Call.run`.
         """
+        asked = self._ask(
+            request, send, turn, interpret, retry, name, progress, inactivity_timeout, max_duration, progress_interval
+        )
+        check_not_async(send, interpret, "Session.turn", "session.aturn")
+        try:
+            run_effect(
+                self.stream,
+                asked.key,
+                asked.build,
+                asked.send_sync,
+                asked.options,
+                extra=asked.extra,
+                secrets=asked.secrets,
+            )
+        except ResumeRefused as exc:
+            raise self._drifted(asked.key, exc) from None
+        finally:
+            self._asked_done(asked)
+        return self._answered(asked, accept)
+
+    async def aturn(
+        self,
+        request: Any,
+        send: Send,
+        *,
+        turn: int | None = None,
+        interpret: Interpret | None = None,
+        retry: RetryPolicy | None = None,
+        accept: bool | None = None,
+        name: str | None = None,
+        progress: Callable[[Any], None] | None = None,
+        inactivity_timeout: float | None = None,
+        max_duration: float | None = None,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    ) -> Turn:
+        """:meth:`turn`, awaited, with an async ``send`` (and a sync or async ``interpret``).
+
+        The same turn identity, hashing, replay, drift refusal and acceptance as
+        :meth:`turn`, through :func:`intentlog.effects.aeffect`: storing the messages,
+        the protocol's record work and the accepting checkpoint run in the task's disk
+        thread, never on the event loop; turns of different sessions gathered together
+        share their syncs when they share a task's stream.
+        """
+        disk = disk_of(self.stream)
+        with disk.using():
+            asked = await disk.call(
+                lambda: self._ask(
+                    request,
+                    send,
+                    turn,
+                    interpret,
+                    retry,
+                    name,
+                    progress,
+                    inactivity_timeout,
+                    max_duration,
+                    progress_interval,
+                )
+            )
+            try:
+                await arun_effect(
+                    self.stream,
+                    asked.key,
+                    asked.build,
+                    asked.send_async,
+                    asked.options,
+                    extra=asked.extra,
+                    secrets=asked.secrets,
+                )
+            except ResumeRefused as exc:
+                raise self._drifted(asked.key, exc) from None
+            finally:
+                await asyncio.shield(disk.call(lambda: self._asked_done(asked)))
+            return await disk.call(lambda: self._answered(asked, accept))  # type: ignore[no-any-return]
+
+    def _ask(
+        self,
+        request: Any,
+        send: Send,
+        turn: int | None,
+        interpret: Interpret | None,
+        retry: RetryPolicy | None,
+        name: str | None,
+        progress: Callable[[Any], None] | None,
+        inactivity_timeout: float | None,
+        max_duration: float | None,
+        progress_interval: float,
+    ) -> _Asked:
+        """Number the turn, check its options, build and split the request (before anything is sent)."""
         n = self._asked + 1 if turn is None else turn
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise UsageError(f"turn must be a positive integer, not {turn!r}")
         self._asked = n
-        key = f"{TURN_PREFIX}{n}"
         options = EffectOptions(
             name=name or "turn",
             drop=self._drop,
@@ -288,54 +379,40 @@ class Session:
             progress_interval=progress_interval,
         )
         options.long()  # bad limits are refused before the request is built
-        value: Any = None
-        refs: list[dict[str, Any]] | None = None
-        payloads: dict[str, bytes] = {}
-        build: Any
-        secrets: frozenset[str] = frozenset()
+        asked = _Asked(n, options, send)
         try:
-            value = request() if callable(request) else request
-            secrets = secrets_of(value, drop=self._drop, redact=self._redact)
-            build, refs, payloads = self._split(value, secrets)
+            asked.value = request() if callable(request) else request
+            asked.secrets = secrets_of(asked.value, drop=self._drop, redact=self._redact)
+            asked.build, asked.refs, asked.payloads = self._split(asked.value, asked.secrets)
         except Exception as exc:  # recorded as the turn's preparation failure, like any request that cannot be built
-            build = _raiser(exc)
-        sent = [False]
+            asked.build = _raiser(exc)
+        return asked
 
-        def send_turn(_envelope: Any) -> bytes | str:
-            sent[0] = True
-            return send(value)
+    def _drifted(self, key: str, exc: ResumeRefused) -> ResumeRefused:
+        if exc.reason != DRIFT:
+            return exc
+        return ResumeRefused(
+            call_id=exc.call_id,
+            key=key,
+            reason=DRIFT,
+            next_operation=exc.next_operation,
+            detail=f"{key} of session {self.id!r} is recorded with another request ({exc.detail}); the same "
+            "turn identity with a different request is refused: ask it as a new turn, or fork the session "
+            f"from it: intentlog fork {self.id} --from {key}",
+        )
 
-        try:
-            run_effect(
-                self.stream,
-                key,
-                build,
-                send_turn,
-                options,
-                extra={"messages": refs} if refs is not None else None,
-                secrets=secrets,
-            )
-        except ResumeRefused as exc:
-            if exc.reason != DRIFT:
-                raise
-            raise ResumeRefused(
-                call_id=exc.call_id,
-                key=key,
-                reason=DRIFT,
-                next_operation=exc.next_operation,
-                detail=f"{key} of session {self.id!r} is recorded with another request ({exc.detail}); the same "
-                "turn identity with a different request is refused: ask it as a new turn, or fork the session "
-                f"from it: intentlog fork {self.id} --from {key}",
-            ) from None
-        finally:
-            if refs is not None:
-                self._remember(key, build, refs)
-        st = self._state(key)
+    def _asked_done(self, asked: _Asked) -> None:
+        if asked.refs is not None:
+            self._remember(asked.key, asked.build, asked.refs)
+
+    def _answered(self, asked: _Asked, accept: bool | None) -> Turn:
+        """The turn as recorded; accepted by a checkpoint when it completed and nobody judged it yet."""
+        st = self._state(asked.key)
         self._scan()
         # a verdict already recorded (a reviewer's rejection included) is never overridden by a re-run
         if (self._accept if accept is None else accept) and st.stage == "completed" and st.call_id not in self._judged:
             self._record_acceptance(st, "accepted", note="accepted on completion", by=None)
-        return self._turn(n, st, refs or [], payloads, replayed=not sent[0])
+        return self._turn(asked.number, st, asked.refs or [], asked.payloads, replayed=not asked.sent)
 
     def _remember(self, key: str, envelope: Any, refs: list[dict[str, Any]]) -> None:
         """Note the message digests the record now holds: only when the key's call records this very request."""
@@ -517,3 +594,36 @@ def _raiser(exc: Exception) -> Callable[[], Any]:
         raise exc
 
     return build
+
+
+@final
+class _Asked:
+    """One turn being asked: its number, options, the request as built and split, whether it was sent."""
+
+    def __init__(self, number: int, options: EffectOptions, send: Send) -> None:
+        self.number = number
+        self.key = f"{TURN_PREFIX}{number}"
+        self.options = options
+        self.send = send
+        self.value: Any = None
+        self.build: Any = None
+        self.refs: list[dict[str, Any]] | None = None
+        self.payloads: dict[str, bytes] = {}
+        self.secrets: frozenset[str] = frozenset()
+        self.sent = False
+
+    @property
+    def extra(self) -> dict[str, Any] | None:
+        return {"messages": self.refs} if self.refs is not None else None
+
+    def send_sync(self, _envelope: Any) -> bytes | str:
+        """What the protocol sends: the request as given (the envelope is only what is hashed)."""
+        self.sent = True
+        return self.send(self.value)
+
+    async def send_async(self, _envelope: Any) -> bytes | str:
+        self.sent = True
+        if inspect.iscoroutinefunction(self.send):
+            return await self.send(self.value)  # type: ignore[no-any-return]
+        answer = await asyncio.to_thread(self.send, self.value)  # a plain send may block: off the loop
+        return await answer if inspect.isawaitable(answer) else answer

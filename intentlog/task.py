@@ -231,6 +231,47 @@ class Task:
             dedup=dedup,
         )
 
+    async def aeffect(
+        self,
+        key: str,
+        request: Any,
+        send: Send,
+        *,
+        interpret: Interpret | None = None,
+        inputs: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        name: str | None = None,
+        drop: Iterable[str] | None = None,
+        redact: RedactRule = None,
+        lookup: Lookup | None = None,
+        progress: Callable[[Any], None] | None = None,
+        inactivity_timeout: float | None = None,
+        max_duration: float | None = None,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+        dedup: ProviderDedup | None = None,
+    ) -> Any:
+        """:meth:`effect`, awaited, with an async ``send``: see :func:`intentlog.effects.aeffect`."""
+        from .effects import aeffect
+
+        return await aeffect(
+            self.stream,
+            key,
+            request,
+            send,
+            interpret=interpret,
+            inputs=inputs,
+            retry=retry,
+            name=name,
+            drop=drop,
+            redact=redact,
+            lookup=lookup,
+            progress=progress,
+            inactivity_timeout=inactivity_timeout,
+            max_duration=max_duration,
+            progress_interval=progress_interval,
+            dedup=dedup,
+        )
+
     def reconcile(
         self,
         call_id: str,

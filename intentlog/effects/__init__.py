@@ -61,7 +61,7 @@ from .call import Call
 from .intent import decode_text, secrets_of
 from .long import current_heartbeat, heartbeat
 from .policy import DRIFT, NO_RETRY, RetryPolicy, Served
-from .prepare import effect, prepare
+from .prepare import aeffect, effect, prepare
 from .reconcile import fail_call, reconcile
 from .results import reinterpret
 
@@ -72,6 +72,7 @@ __all__ = [
     "Call",
     "RetryPolicy",
     "Served",
+    "aeffect",
     "current_heartbeat",
     "decode_text",
     "effect",

@@ -29,6 +29,7 @@ from ..projections.workstate import (
     START_NEXT_ATTEMPT,
     CallState,
 )
+from .adrive import drive_async
 from .gate import check_gate
 from .intent import Intent, append_intent, check_not_async, check_run_args, encode_text, refuse, scrub
 from .long import Long, TimedOut
@@ -36,11 +37,12 @@ from .policy import DEFAULT_RETRY, DRIFT, NOT_SERVED, RetryPolicy, Served
 from .reconcile import record_reconciliation
 from .records import bare_ref, cap_text, check_ref, error_text, interpreter_id, keep_aside, load_ref, store_bytes
 from .results import record_interpretation, reinterpret_hint, result_of, reversed_call_events
-from .steps import SYNC, Ask, Deliver, Interpreting, Pause, Steps, drive
+from .steps import PROCEED, SYNC, Ask, Deliver, Interpreting, Pause, Steps, drive
 from .window import check_window, dedup_resend
 
 if TYPE_CHECKING:
     from ..stream import TaskStream
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,33 @@ class Call:
         if check_dedup(dedup) is not None:
             self.dedup = dedup
         return drive(self.task, self.steps(send, interpret=interpret, retry=retry, lookup=lookup, long=long))
+
+    async def arun(
+        self,
+        send: Send,
+        *,
+        interpret: Interpret | None = None,
+        retry: RetryPolicy | None = None,
+        lookup: Lookup | None = None,
+        progress: Callable[[Any], None] | None = None,
+        inactivity_timeout: float | None = None,
+        max_duration: float | None = None,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+        dedup: ProviderDedup | None = None,
+    ) -> Any:
+        """:meth:`run`, awaited: the same decisions, events and guarantees, with an async ``send``.
+
+        ``send`` (and ``interpret``, ``lookup``) may be coroutine functions; a plain ``send``
+        runs in a worker thread. The record's work runs off the event loop, in the task's
+        disk thread, and concurrent calls of one task share their syncs (see
+        :mod:`intentlog.effects.adrive` for cancellation).
+        """
+        check_run_args(send, interpret, retry, lookup)
+        long = Long.of(progress, inactivity_timeout, max_duration, progress_interval)
+        if check_dedup(dedup) is not None:
+            self.dedup = dedup
+        steps = self.steps(send, interpret=interpret, retry=retry, lookup=lookup, long=long)
+        return await drive_async(self.task, steps)
 
     def steps(
         self,
@@ -322,6 +351,7 @@ class Call:
     ) -> Steps[None]:
         task = self.task
         n = st.attempts + 1
+        yield PROCEED  # a caller that gave up (a cancelled await) leaves the intent only
         # durable before the send, together with the intent still pending in effect()'s batch
         task.append("attempt.started", {"call": st.call_id, "attempt": n})
         yield SYNC
@@ -426,7 +456,8 @@ class Call:
         """Interpret the stored response again, beside the earlier interpretation; never sends."""
         raw = load_ref(self.task, st.response, f"the response of {st.call_id}")
         with self.task.batch():
-            return (yield from self._record_interpretation(st, interpret, raw, reinterpretation=st.reinterpretations + 1))
+            n = st.reinterpretations + 1
+            return (yield from self._record_interpretation(st, interpret, raw, reinterpretation=n))
 
     def _decide(self, st: CallState, policy: RetryPolicy, *, error: str | None = None) -> Steps[None]:
         task = self.task

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .._types import RedactRule
     from ..stream import TaskStream
 
+
 def check_rules(drop: Iterable[str] | None, redact: RedactRule) -> None:
     """Refuse a malformed drop/redact rule before anything is written."""
     resolve_rules(drop, redact)
@@ -217,8 +218,6 @@ def decode_text(data: bytes, encoding: str | None = None) -> str:
     if encoding == "utf-8/surrogatepass":
         return data.decode("utf-8", "surrogatepass")
     return data.decode("utf-8", "surrogateescape")
-
-
 
 
 def append_intent(

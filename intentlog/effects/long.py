@@ -81,9 +81,18 @@ class Beat:
     """
 
     def __init__(
-        self, task: TaskStream, call_id: str, attempt: int, long: Long, secrets: frozenset[str] = frozenset()
+        self,
+        task: TaskStream,
+        call_id: str,
+        attempt: int,
+        long: Long,
+        secrets: frozenset[str] = frozenset(),
+        *,
+        record: Callable[[str, dict[str, Any]], Any] | None = None,
     ) -> None:
         self.task = task
+        # how attempt.progress is appended: here, or queued to the disk thread (an awaited send)
+        self.record = record if record is not None else task.append
         self.secrets = secrets  # scrubbed from the info recorded, with the default redaction rules
         self.call_id = call_id
         self.attempt = attempt
@@ -104,7 +113,7 @@ class Beat:
             self.last_beat = now
             self.pending += 1
             if now - self.last_record >= self.long.interval:
-                self.task.append(
+                self.record(
                     "attempt.progress",
                     {
                         "call": self.call_id,
@@ -199,6 +208,7 @@ def send_with_heartbeat(
     finally:
         beat.close()  # heartbeats from threads that outlive the send are not recorded
 
+
 def _watch(task: TaskStream, key: str, send: Send, request: Any, beat: Beat) -> bytes | str:
     outcome: list[Any] = []  # [("ok", value)] or [("error", exc)], written once by the worker
     done = threading.Event()
@@ -226,13 +236,14 @@ def _watch(task: TaskStream, key: str, send: Send, request: Any, beat: Beat) -> 
             break
         expired = beat.expire()  # records attempt.timed_out, unless a heartbeat moved the deadline
         if expired is not None:
-            raise TimedOut(_timed_out_error(task, key, beat, *expired))
+            raise TimedOut(timed_out_error(task, key, beat, *expired))
     kind, value = outcome[0]
     if kind == "error":
         raise value
     return value  # type: ignore[no-any-return]
 
-def _timed_out_error(task: TaskStream, key: str, beat: Beat, limit: str, timeout: float, after: float) -> EffectUnknown:
+
+def timed_out_error(task: TaskStream, key: str, beat: Beat, limit: str, timeout: float, after: float) -> EffectUnknown:
     what = "without a heartbeat" if limit == "inactivity" else "in all"
     return EffectUnknown(
         call_id=beat.call_id,

@@ -18,6 +18,7 @@ from ..projections.workstate import (
     NONE,
     START_CALL,
 )
+from .adrive import drive_async
 from .call import Call
 from .intent import (
     BuildFailed,
@@ -36,6 +37,7 @@ from .intent import (
 from .options import EffectOptions
 from .policy import DRIFT, RetryPolicy
 from .records import error_text
+from .steps import Steps
 
 if TYPE_CHECKING:
     from .._types import RedactRule
@@ -217,3 +219,75 @@ def run_effect(
         progress_interval=options.progress_interval,
         dedup=options.dedup,
     )
+
+
+async def aeffect(
+    task: TaskStream,
+    key: str,
+    request: Any,
+    send: Send,
+    *,
+    interpret: Interpret | None = None,
+    inputs: Mapping[str, str] | None = None,
+    retry: RetryPolicy | None = None,
+    name: str | None = None,
+    drop: Iterable[str] | None = None,
+    redact: RedactRule = None,
+    lookup: Lookup | None = None,
+    progress: Callable[[Any], None] | None = None,
+    inactivity_timeout: float | None = None,
+    max_duration: float | None = None,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    dedup: ProviderDedup | None = None,
+) -> Any:
+    """:func:`effect`, awaited: the same options, events and guarantees, one implementation of the decisions.
+
+    ``send`` is awaited when it is a coroutine function (a plain one runs in a worker
+    thread); ``interpret`` and ``lookup`` may be either. Everything the record needs runs
+    in the task's disk thread, never on the event loop; calls gathered in one task share
+    their syncs (the intents and ``attempt.started`` lines of calls started together are
+    made durable by one sync, before any of their sends). One key in flight twice at once
+    is refused (:class:`~intentlog.errors.UsageError`), as with threads. A cancelled
+    ``aeffect`` leaves the record as far as it got: the intent only when it was cancelled
+    before ``attempt.started`` was written, else an unknown effect (never "not sent").
+    """
+    options = EffectOptions(
+        inputs=inputs,
+        name=name,
+        drop=drop,
+        redact=redact,
+        dedup=dedup,
+        interpret=interpret,
+        retry=retry,
+        lookup=lookup,
+        progress=progress,
+        inactivity_timeout=inactivity_timeout,
+        max_duration=max_duration,
+        progress_interval=progress_interval,
+    )
+    return await arun_effect(task, key, request, send, options)
+
+
+async def arun_effect(
+    task: TaskStream,
+    key: str,
+    request: Any,
+    send: Send,
+    options: EffectOptions,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    secrets: frozenset[str] = frozenset(),
+) -> Any:
+    """:func:`aeffect` for the package's own callers (sessions), as :func:`run_effect` is :func:`effect`'s."""
+    check_effect(key, send, options)
+    long = options.long()
+
+    def steps() -> Steps[Any]:  # preparing is record work too: it runs in the disk thread, with the rest
+        call = prepare_call(task, key, request, options, extra=extra, secrets=secrets)
+        return (
+            yield from call.steps(
+                send, interpret=options.interpret, retry=options.retry, lookup=options.lookup, long=long
+            )
+        )
+
+    return await drive_async(task, steps())

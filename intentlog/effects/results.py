@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..eventlog import Event
     from ..stream import TaskStream
 
+
 def record_interpretation(
     task: TaskStream,
     st: CallState,

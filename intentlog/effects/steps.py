@@ -2,7 +2,8 @@
 
 The protocol's decisions are written once, in :mod:`.call`, as generators (:data:`Steps`):
 they append to the record themselves and *yield* an instruction whenever they need
-something only a driver can do -- make what was appended durable (:data:`SYNC`), send the
+something only a driver can do -- make what was appended durable (:data:`SYNC`), go past
+the point of no return (:data:`PROCEED`, just before ``attempt.started``), send the
 request (:class:`Deliver`), run the interpreter (:class:`Interpreting`), wait out a retry
 delay (:class:`Pause`) or ask the provider about an unknown effect (:class:`Ask`). What
 the instruction produced is sent back into the generator; what it raised is thrown into
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 from .long import send_with_heartbeat
 
@@ -41,6 +42,16 @@ class Sync:
 
 #: The one :class:`Sync` instruction.
 SYNC: Final = Sync()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Proceed:
+    """The point of no return (``attempt.started`` comes next): a driver whose caller gave up stops here."""
+
+
+#: The one :class:`Proceed` instruction.
+PROCEED: Final = Proceed()
 
 
 @final
@@ -94,7 +105,7 @@ class Ask:
     attempt: int
 
 
-Instruction = Union[Sync, Deliver, Interpreting, Pause, Ask]
+Instruction = Sync | Proceed | Deliver | Interpreting | Pause | Ask
 
 #: A piece of the protocol's decisions: yields instructions, receives their answers, returns a T.
 Steps = Generator[Instruction, Any, T]
@@ -112,6 +123,8 @@ def execute(task: TaskStream, ins: Instruction) -> Any:
     """Carry out one instruction in this thread (the synchronous driver's half of the protocol)."""
     if isinstance(ins, Sync):
         task.sync()
+        return None
+    if isinstance(ins, Proceed):  # a synchronous caller cannot give up in between
         return None
     if isinstance(ins, Deliver):
         return send_with_heartbeat(task, ins.key, ins.send, ins.intent, ins.call_id, ins.attempt, ins.long)

@@ -1,0 +1,414 @@
+"""The awaitable protocol: many calls in flight in one task, shared syncs, honest cancellation, a free event loop.
+
+Every test asserts on the record on disk and on the provider's own fsync'd receipt log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intentlog
+import intentlog.eventlog.writer as writer
+from intentlog.errors import EffectUnknown, UsageError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from async_provider import AsyncProvider
+
+HERE = Path(__file__).parent
+N = 50
+
+
+def kinds(task: intentlog.Task, key: str | None = None) -> list[str]:
+    """The kinds recorded (for ``key``'s calls only, when given), read back from the file."""
+    calls: set[str] = set()
+    out: list[str] = []
+    for ev in intentlog.open(task.stream.root).task(task.id).events():
+        if key is not None:
+            if ev.kind == "call.requested" and ev.data.get("key") == key:
+                calls.add(ev.data["call"])
+            if ev.data.get("call") not in calls:
+                continue
+        out.append(ev.kind)
+    return out
+
+
+def stage(task: intentlog.Task, key: str) -> str:
+    ws = task.work_state()
+    return ws.calls[ws.keys[key]].stage
+
+
+class Syncs:
+    """Counts the stream's fdatasyncs (optionally slowed, optionally held at the n-th) and their durations."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, slow: float = 0.0) -> None:
+        self.real = writer._fdatasync
+        self.slow = slow
+        self.durations: list[float] = []
+        self.sizes: list[int] = []
+        self.hold_at: int | None = None
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        monkeypatch.setattr(writer, "_fdatasync", self)
+
+    def __call__(self, fd: int) -> None:
+        if self.hold_at is not None and len(self.sizes) + 1 == self.hold_at:
+            self.reached.set()
+            self.release.wait(10)
+        t = time.perf_counter()
+        self.real(fd)
+        if self.slow:
+            time.sleep(self.slow)
+        self.durations.append(time.perf_counter() - t)
+        self.sizes.append(os.fstat(fd).st_size)
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes)
+
+
+# -- many calls in flight, shared syncs ----------------------------------------------
+
+
+def test_gather_of_50_aeffects_completes_each_once_with_fewer_syncs_than_effects(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = ledger.task("fanout")
+    task.append("note.opened")  # the stream exists and its writer is open: count the effects' syncs alone
+    syncs = Syncs(monkeypatch)
+    provider = AsyncProvider(tmp_path / "receipts.jsonl", latency=0.02)
+    durable_at_send: list[bool] = []
+    send_inner = provider.send
+
+    async def send(request: Any) -> bytes:
+        # the stream as it stands when the request leaves: every byte of it made durable by a sync
+        durable_at_send.append(bool(syncs.sizes) and syncs.sizes[-1] == os.stat(task.stream.path).st_size)
+        return await send_inner(request)
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(
+            *(task.aeffect(f"k{i}", {"key": f"k{i}"}, send, interpret=json.loads) for i in range(N))
+        )
+
+    results = asyncio.run(main())
+    assert results == [{"echo": f"k{i}"} for i in range(N)]
+    assert provider.counts() == {f"k{i}": 1 for i in range(N)}
+    task.close()
+    for i in range(N):
+        assert kinds(task, f"k{i}") == [
+            "call.requested",
+            "call.manifest",
+            "attempt.started",
+            "attempt.observed",
+            "attempt.interpreted",
+            "call.completed",
+        ]
+    assert durable_at_send == [True] * N  # each attempt.started durable before its send
+    # the synchronous form pays three syncs an effect; gathered, they are shared
+    assert syncs.count < N, f"{syncs.count} syncs for {N} gathered effects"
+
+    # a re-run replays every one from the record: no receipt, no sync
+    before = syncs.count
+    again = asyncio.run(main())
+    assert again == results
+    assert provider.counts() == {f"k{i}": 1 for i in range(N)}
+    assert syncs.count == before
+
+
+def test_one_key_in_flight_twice_is_refused_and_the_refused_one_writes_nothing(
+    ledger: intentlog.Ledger, tmp_path: Path
+) -> None:
+    task = ledger.task("twice")
+    provider = AsyncProvider(tmp_path / "receipts.jsonl", latency=0.05)
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(
+            task.aeffect("same", {"key": "same"}, provider.send),
+            task.aeffect("same", {"key": "same"}, provider.send),
+            return_exceptions=True,
+        )
+
+    outcomes = asyncio.run(main())
+    refused = [o for o in outcomes if isinstance(o, UsageError)]
+    assert len(refused) == 1 and "already running" in str(refused[0])
+    assert provider.counts() == {"same": 1}
+    task.close()
+    assert kinds(task, "same").count("attempt.started") == 1
+    assert kinds(task, "same").count("call.requested") == 1
+
+
+def test_the_synchronous_form_refuses_an_async_send_before_writing(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    task = ledger.task("wrong-form")
+    task.append("note.opened")
+    size = task.stream.path.stat().st_size
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+    with pytest.raises(UsageError, match="aeffect"):
+        task.effect("k", {"key": "k"}, provider.send)
+    assert task.stream.path.stat().st_size == size
+    assert provider.counts() == {}
+
+
+# -- crash: SIGKILL in the middle of a gather ---------------------------------------
+
+
+def test_sigkill_in_the_middle_then_a_rerun_never_pays_twice(ledger_root: Path, tmp_path: Path) -> None:
+    receipts = tmp_path / "receipts.jsonl"
+    intentlog.open(ledger_root)  # the ledger exists before the child opens it
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "async_effect_child.py"), str(ledger_root), str(receipts)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    provider = AsyncProvider(receipts)
+    deadline = time.monotonic() + 30
+    while sum(provider.counts().values()) < 20:  # well into the gather, far from its end
+        assert time.monotonic() < deadline and child.poll() is None, "the child ended before the kill"
+        time.sleep(0.002)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+    task = intentlog.open(ledger_root).task("fanout")
+    stages = {f"k{i}": stage(task, f"k{i}") for i in range(N)}
+    paid = provider.counts()
+    done = {k for k, s in stages.items() if s == "completed"}
+    unknown = {k for k, s in stages.items() if s == "effect_unknown"}
+    intent_only = {k for k, s in stages.items() if s in ("requested", "manifest_recorded")}
+    assert done and unknown and intent_only, stages  # the kill landed in the middle
+    assert done | unknown | intent_only == set(stages)
+    assert set(paid) <= done | unknown  # nothing was sent without a durable attempt.started
+    assert all(paid[k] == 1 for k in done)
+
+    async def rerun(key: str) -> Any:
+        return await task.aeffect(key, {"key": key}, provider.send, interpret=json.loads)
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*(rerun(f"k{i}") for i in range(N)), return_exceptions=True)
+
+    outcomes = dict(zip([f"k{i}" for i in range(N)], asyncio.run(main())))
+    after = provider.counts()
+    for k in done:
+        assert outcomes[k] == {"echo": k} and after[k] == 1  # replayed: no new receipt
+    for k in unknown:
+        assert isinstance(outcomes[k], EffectUnknown), outcomes[k]  # refused, never resent
+        assert after[k] == paid[k]
+    for k in intent_only:
+        assert outcomes[k] == {"echo": k} and after[k] == 1  # resumed: sent once
+    assert max(after.values()) == 1  # never a key with two receipts
+
+
+# -- cancellation at every await point ----------------------------------------------
+
+POINTS = ["preparing", "started_sync", "sending", "observed_sync", "interpreting", "completed_sync"]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_cancellation_at_every_await_point_leaves_an_honest_record(
+    point: str, ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = ledger.task("cancelled")
+    task.append("note.opened")
+    syncs = Syncs(monkeypatch)
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+    building = threading.Event()
+    go_on = threading.Event()
+
+    def request() -> dict[str, str]:  # user code building the request: runs while the intent is prepared
+        if point == "preparing":
+            building.set()
+            go_on.wait(10)
+        return {"key": "k"}
+
+    async def send(req: Any) -> bytes:
+        answer = await provider.send(req)  # the receipt is written: the effect happened
+        if point == "sending":
+            reached.set()
+            await asyncio.sleep(10)
+        return answer
+
+    async def interpret(raw: bytes) -> Any:
+        if point == "interpreting":
+            reached.set()
+            await asyncio.sleep(10)
+        return json.loads(raw)
+
+    syncs.hold_at = {"started_sync": 1, "observed_sync": 2, "completed_sync": 3}.get(point)
+
+    async def main() -> None:
+        nonlocal reached
+        reached = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        run = asyncio.ensure_future(task.aeffect("k", request, send, interpret=interpret))
+        if point == "preparing":
+            await loop.run_in_executor(None, building.wait, 10)
+        elif syncs.hold_at is not None:
+            await loop.run_in_executor(None, syncs.reached.wait, 10)
+        else:
+            await asyncio.wait_for(reached.wait(), 10)
+        run.cancel()
+        go_on.set()
+        syncs.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    reached: asyncio.Event
+    asyncio.run(main())
+    syncs.hold_at = None
+    task.close()
+    recorded = kinds(task, "k")
+    receipts = provider.counts()["k"]
+    expected = {
+        "preparing": (["call.requested", "call.manifest"], 0),  # the intent only: never sent
+        "started_sync": (["call.requested", "call.manifest", "attempt.started"], 0),
+        "sending": (["call.requested", "call.manifest", "attempt.started"], 1),
+        "observed_sync": (["call.requested", "call.manifest", "attempt.started", "attempt.observed"], 1),
+        "interpreting": (["call.requested", "call.manifest", "attempt.started", "attempt.observed"], 1),
+        "completed_sync": (
+            ["call.requested", "call.manifest", "attempt.started", "attempt.observed", "attempt.interpreted",
+             "call.completed"],
+            1,
+        ),
+    }[point]
+    assert (recorded, receipts) == expected
+    assert "attempt.not_sent" not in recorded
+
+    # the re-run: the key is free again; resumes, refuses or replays as the record says
+    async def rerun() -> Any:
+        return await task.aeffect("k", {"key": "k"}, provider.send, interpret=json.loads)
+
+    if point in ("started_sync", "sending"):
+        with pytest.raises(EffectUnknown):
+            asyncio.run(rerun())
+        assert provider.counts()["k"] == receipts  # an unknown effect is never resent blind
+    else:
+        assert asyncio.run(rerun()) == {"echo": "k"}
+        assert provider.counts()["k"] == 1  # sent once in all
+
+
+# -- the event loop never waits on the disk ------------------------------------------
+
+
+def test_the_loop_stays_responsive_while_50_effects_sync(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = ledger.task("ticker")
+    task.append("note.opened")
+    syncs = Syncs(monkeypatch, slow=0.06)  # a slow disk: each sync takes 60 ms
+    provider = AsyncProvider(tmp_path / "receipts.jsonl", latency=0.005)
+
+    async def ticker(delays: list[float], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            delays.append(time.perf_counter() - t - 0.001)
+
+    async def measured(work: Any) -> float:
+        delays: list[float] = []
+        stop = asyncio.Event()
+        tick = asyncio.ensure_future(ticker(delays, stop))
+        await asyncio.sleep(0.01)
+        await work()
+        stop.set()
+        await tick
+        return max(delays)
+
+    async def gathered() -> None:
+        await asyncio.gather(*(task.aeffect(f"a{i}", {"key": f"a{i}"}, provider.send) for i in range(N)))
+
+    async def blocking() -> None:  # the control: the synchronous form called on the loop waits on every sync
+        for i in range(3):
+            task.effect(f"s{i}", {"key": f"s{i}"}, lambda r: b"{}")
+
+    worst = asyncio.run(measured(gathered))
+    median = statistics.median(syncs.durations)
+    total = sum(syncs.durations)
+    assert provider.counts() == {f"a{i}": 1 for i in range(N)}
+    assert worst < 10 * median, (worst, median)
+    assert worst < median, f"the loop waited {worst * 1000:.1f} ms, a sync takes {median * 1000:.1f} ms"
+    assert worst < total
+    control = asyncio.run(measured(blocking))
+    assert control >= median * 0.9  # the measurement sees a loop blocked by a sync
+
+
+# -- long effects, sessions, approvals -------------------------------------------------
+
+
+def test_heartbeats_and_max_duration_awaited(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    task = ledger.task("long")
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+
+    async def slow(req: Any) -> bytes:
+        await provider.send(req)
+        for _ in range(3):
+            intentlog.heartbeat({"phase": "working"})
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(10)
+        return b"late"
+
+    with pytest.raises(EffectUnknown, match="timed out"):
+        asyncio.run(task.aeffect("slow", {"key": "slow"}, slow, max_duration=0.4, progress_interval=0))
+    task.close()
+    recorded = kinds(task, "slow")
+    assert recorded[:3] == ["call.requested", "call.manifest", "attempt.started"]
+    assert recorded.count("attempt.progress") == 3
+    assert recorded[-1] == "attempt.timed_out"
+    assert provider.counts()["slow"] == 1
+
+
+def test_aturn_asks_then_replays_and_accepts(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    session = ledger.session("chat")
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+    request = {"key": "turn-1", "messages": [{"role": "user", "content": "hi"}]}
+
+    first = asyncio.run(session.aturn(request, provider.send))
+    assert first.completed and not first.replayed and first.accepted
+    again = asyncio.run(ledger.session("chat").aturn(request, provider.send))
+    assert again.replayed and again.response == first.response
+    assert provider.counts() == {"turn-1": 1}
+    task = ledger.task("chat")
+    task.close()
+    assert kinds(task).count("task.checkpoint") == 1
+
+
+def test_await_for_approval_keeps_the_loop_free_and_returns_the_decision(
+    ledger: intentlog.Ledger, ledger_root: Path
+) -> None:
+    from intentlog.approvals import await_for_approval
+
+    task = ledger.task("gated")
+    task.request_approval("ship", "ship it?")
+    ticks = [0]
+
+    async def ticking(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            await asyncio.sleep(0.01)
+
+    async def main() -> Any:
+        stop = asyncio.Event()
+        tick = asyncio.ensure_future(ticking(stop))
+        decider = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "intentlog.cli", "--root", str(ledger_root), "approve", "gated", "ship",
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        st = await await_for_approval(task, "ship", timeout=20, poll=0.05)
+        await decider.wait()
+        stop.set()
+        await tick
+        return st
+
+    st = asyncio.run(main())
+    assert st.status == "approved"
+    assert ticks[0] > 3  # the loop ran while the decision was awaited
+    assert ledger.task("gated").approval("ship").status == "approved"
