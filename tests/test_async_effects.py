@@ -49,6 +49,20 @@ def stage(task: intentlog.Task, key: str) -> str:
     return ws.calls[ws.keys[key]].stage
 
 
+def started_end(path: Path, key: str) -> int | None:
+    """The byte offset just past the ``attempt.started`` line of ``key``'s call, or None."""
+    offset, call = 0, None
+    for line in path.read_bytes().splitlines(keepends=True):
+        offset += len(line)
+        ev = json.loads(line)
+        data = ev.get("data") or {}
+        if ev.get("kind") == "call.requested" and data.get("key") == key:
+            call = data.get("call")
+        elif ev.get("kind") == "attempt.started" and call is not None and data.get("call") == call:
+            return offset
+    return None
+
+
 class Syncs:
     """Counts the stream's fdatasyncs (optionally slowed, optionally held at the n-th) and their durations."""
 
@@ -92,8 +106,9 @@ def test_gather_of_50_aeffects_completes_each_once_with_fewer_syncs_than_effects
     send_inner = provider.send
 
     async def send(request: Any) -> bytes:
-        # the stream as it stands when the request leaves: every byte of it made durable by a sync
-        durable_at_send.append(bool(syncs.sizes) and syncs.sizes[-1] == os.stat(task.stream.path).st_size)
+        # when the request leaves, its attempt.started line is inside what a sync made durable
+        end = started_end(task.stream.path, request["key"])
+        durable_at_send.append(bool(syncs.sizes) and end is not None and end <= syncs.sizes[-1])
         return await send_inner(request)
 
     async def main() -> list[Any]:
@@ -196,7 +211,7 @@ def test_sigkill_in_the_middle_then_a_rerun_never_pays_twice(ledger_root: Path, 
     async def main() -> list[Any]:
         return await asyncio.gather(*(rerun(f"k{i}") for i in range(N)), return_exceptions=True)
 
-    outcomes = dict(zip([f"k{i}" for i in range(N)], asyncio.run(main())))
+    outcomes = dict(zip([f"k{i}" for i in range(N)], asyncio.run(main()), strict=True))
     after = provider.counts()
     for k in done:
         assert outcomes[k] == {"echo": k} and after[k] == 1  # replayed: no new receipt
