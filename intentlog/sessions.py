@@ -41,7 +41,6 @@ surrogates is recorded with the encoding that gives the very same ``str`` back
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
@@ -49,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 from ._types import DEFAULT_PROGRESS_INTERVAL
 from .artifacts import inline_bytes
 from .effects.disk import disk_of
-from .effects.intent import check_not_async, decode_text, secrets_of
+from .effects.intent import check_not_async, secrets_of
 from .effects.options import EffectOptions
 from .effects.policy import DRIFT, RetryPolicy
 from .effects.prepare import arun_effect, run_effect
@@ -57,6 +56,7 @@ from .effects.records import bare_ref, store_bytes
 from .errors import IntentlogError, ResumeRefused, UsageError
 from .eventlog.canonical import canonicalize, resolve_rules
 from .projections.workstate import CallState, WorkStateFold, work_state
+from .turns import TURN_PREFIX, Asked, Turn
 
 if TYPE_CHECKING:
     from ._types import Interpret, RedactRule, Send
@@ -65,99 +65,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TURN_PREFIX", "Session", "Turn"]
 
-TURN_PREFIX: Final = "turn-"
 _TURN_RE: Final = re.compile(r"turn-([1-9][0-9]{0,8})\Z")
 _JSON: Final = "application/json"
-
-
-@final
-class Turn:
-    """One turn of a session as the record has it: request messages, response, acceptance.
-
-    ``turn_id`` (``turn-<n>``) is the call's key; ``call_id`` its latest call. ``messages``
-    are the refs of the request's messages, in order. ``response`` is the exact bytes answered
-    (None until observed); ``result`` the interpreted value, if an interpreter ran.
-    ``accepted``: a checkpoint accepted it (``checkpoint``: that checkpoint's seq).
-    ``replayed``: returned from the record, nothing was sent by this call.
-    """
-
-    __slots__ = (
-        "_load",
-        "accepted",
-        "call_id",
-        "checkpoint",
-        "encoding",
-        "messages",
-        "number",
-        "replayed",
-        "request_hash",
-        "response",
-        "result",
-        "session",
-        "stage",
-        "turn_id",
-    )
-
-    def __init__(
-        self,
-        *,
-        session: str,
-        number: int,
-        state: CallState,
-        messages: tuple[Mapping[str, Any], ...],
-        response: bytes | None,
-        accepted: bool,
-        checkpoint: int | None,
-        replayed: bool,
-        load: Callable[[Mapping[str, Any]], bytes],
-    ) -> None:
-        self.session = session
-        self.number = number
-        self.turn_id = f"{TURN_PREFIX}{number}"
-        self.call_id = state.call_id
-        self.stage = state.stage
-        self.request_hash = state.request_hash
-        self.messages = messages
-        self.response = response
-        self.encoding = state.encoding
-        result = state.result
-        self.result: Any = result.get("value") if isinstance(result, dict) and "value" in result else None
-        if isinstance(result, dict) and isinstance(result.get("value_ref"), Mapping):  # a large value, in objects/
-            import orjson
-
-            self.result = orjson.loads(load(result["value_ref"]))
-        self.accepted = accepted
-        self.checkpoint = checkpoint
-        self.replayed = replayed
-        self._load = load
-
-    def __repr__(self) -> str:
-        flag = "accepted" if self.accepted else self.stage
-        return f"<Turn {self.turn_id} of {self.session!r} ({self.call_id}, {flag})>"
-
-    @property
-    def key(self) -> str:
-        return self.turn_id
-
-    @property
-    def completed(self) -> bool:
-        return self.stage == "completed"
-
-    @property
-    def text(self) -> str | None:
-        """The response as text: the very ``str`` a text-returning ``send`` gave; bytes not UTF-8 decode with
-        ``surrogateescape`` (so ``text.encode("utf-8", "surrogateescape") == response``)."""
-        return decode_text(self.response, self.encoding) if self.response is not None else None
-
-    def message_bytes(self) -> list[bytes]:
-        """Each request message's canonical bytes, as recorded (timestamps dropped, credentials redacted)."""
-        return [self._load(ref) for ref in self.messages]
-
-    def message_values(self) -> list[Any]:
-        """Each request message, as the JSON value recorded (the canonical form of what was sent)."""
-        import orjson
-
-        return [orjson.loads(b) for b in self.message_bytes()]
 
 
 @final
@@ -361,7 +270,7 @@ class Session:
         inactivity_timeout: float | None,
         max_duration: float | None,
         progress_interval: float,
-    ) -> _Asked:
+    ) -> Asked:
         """Number the turn, check its options, build and split the request (before anything is sent)."""
         n = self._asked + 1 if turn is None else turn
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -379,7 +288,7 @@ class Session:
             progress_interval=progress_interval,
         )
         options.long()  # bad limits are refused before the request is built
-        asked = _Asked(n, options, send)
+        asked = Asked(n, options, send)
         try:
             asked.value = request() if callable(request) else request
             asked.secrets = secrets_of(asked.value, drop=self._drop, redact=self._redact)
@@ -401,11 +310,11 @@ class Session:
             f"from it: intentlog fork {self.id} --from {key}",
         )
 
-    def _asked_done(self, asked: _Asked) -> None:
+    def _asked_done(self, asked: Asked) -> None:
         if asked.refs is not None:
             self._remember(asked.key, asked.build, asked.refs)
 
-    def _answered(self, asked: _Asked, accept: bool | None) -> Turn:
+    def _answered(self, asked: Asked, accept: bool | None) -> Turn:
         """The turn as recorded; accepted by a checkpoint when it completed and nobody judged it yet."""
         st = self._state(asked.key)
         self._scan()
@@ -594,36 +503,3 @@ def _raiser(exc: Exception) -> Callable[[], Any]:
         raise exc
 
     return build
-
-
-@final
-class _Asked:
-    """One turn being asked: its number, options, the request as built and split, whether it was sent."""
-
-    def __init__(self, number: int, options: EffectOptions, send: Send) -> None:
-        self.number = number
-        self.key = f"{TURN_PREFIX}{number}"
-        self.options = options
-        self.send = send
-        self.value: Any = None
-        self.build: Any = None
-        self.refs: list[dict[str, Any]] | None = None
-        self.payloads: dict[str, bytes] = {}
-        self.secrets: frozenset[str] = frozenset()
-        self.sent = False
-
-    @property
-    def extra(self) -> dict[str, Any] | None:
-        return {"messages": self.refs} if self.refs is not None else None
-
-    def send_sync(self, _envelope: Any) -> bytes | str:
-        """What the protocol sends: the request as given (the envelope is only what is hashed)."""
-        self.sent = True
-        return self.send(self.value)
-
-    async def send_async(self, _envelope: Any) -> bytes | str:
-        self.sent = True
-        if inspect.iscoroutinefunction(self.send):
-            return await self.send(self.value)  # type: ignore[no-any-return]
-        answer = await asyncio.to_thread(self.send, self.value)  # a plain send may block: off the loop
-        return await answer if inspect.isawaitable(answer) else answer

@@ -427,3 +427,38 @@ def test_await_for_approval_keeps_the_loop_free_and_returns_the_decision(
     assert st.status == "approved"
     assert ticks[0] > 3  # the loop ran while the decision was awaited
     assert ledger.task("gated").approval("ship").status == "approved"
+
+
+# -- the documented examples run ---------------------------------------------------------
+
+
+def _block(doc: str, marker: str) -> str:
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", (HERE.parent / "docs" / doc).read_text(), re.S)
+    return next(b for b in blocks if marker in b)
+
+
+@pytest.mark.parametrize(
+    ("doc", "marker", "task_id", "calls", "out"),
+    [
+        ("effects.md", "task.aeffect", "fan-out", 10, "10 short version of 0"),
+        ("sessions.md", "session.aturn", "chat-async", 1, None),
+    ],
+)
+def test_the_async_examples_run_twice_and_the_second_run_sends_nothing(
+    tmp_path: Path, doc: str, marker: str, task_id: str, calls: int, out: str | None
+) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(_block(doc, marker))
+    outputs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=True)
+        outputs.append(p.stdout.strip())
+    if out is not None:
+        assert outputs == [out, out]
+    else:
+        assert outputs[0].replace("sent", "replayed") == outputs[1] and "sent" in outputs[0]
+    ws = intentlog.open(tmp_path / "evidence", create=False).task(task_id).work_state()
+    assert len(ws.calls) == calls
+    assert all(c.attempts == 1 and c.stage == "completed" for c in ws.calls.values())

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog.effects import Call, effect, prepare
+from intentlog.effects import Call, aeffect, effect, prepare
 from intentlog.effects.options import PREPARE_OPTIONS, RUN_OPTIONS, EffectOptions
 from intentlog.sessions import Session
 
@@ -31,6 +31,14 @@ SPELLINGS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "Call.run": (Call.run, RUN_OPTIONS),
     "Session.turn": (
         Session.turn,
+        ("name", "interpret", "retry", "progress", "inactivity_timeout", "max_duration", "progress_interval"),
+    ),
+    # the awaitable forms take the very same options
+    "Task.aeffect": (intentlog.Task.aeffect, ALL),
+    "effects.aeffect": (aeffect, ALL),
+    "Call.arun": (Call.arun, RUN_OPTIONS),
+    "Session.aturn": (
+        Session.aturn,
         ("name", "interpret", "retry", "progress", "inactivity_timeout", "max_duration", "progress_interval"),
     ),
 }

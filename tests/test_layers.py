@@ -210,6 +210,7 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog.approvals": (3, "features"),
     "intentlog.checkpoints": (3, "features"),
     "intentlog.sessions": (3, "features"),
+    "intentlog.turns": (3, "features"),  # a session's turns: Turn, and a turn being asked
     "intentlog.fork": (3, "features"),
     "intentlog.heads": (3, "features"),
     "intentlog.checker": (3, "features"),
