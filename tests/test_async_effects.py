@@ -462,3 +462,60 @@ def test_the_async_examples_run_twice_and_the_second_run_sends_nothing(
     ws = intentlog.open(tmp_path / "evidence", create=False).task(task_id).work_state()
     assert len(ws.calls) == calls
     assert all(c.attempts == 1 and c.stage == "completed" for c in ws.calls.values())
+
+
+# -- bad input and a busy task ---------------------------------------------------------
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("args", "options", "match"),
+    [
+        (("", {"key": "x"}), {}, "key"),
+        (("k", {"key": "k"}), {"retry": 3}, "RetryPolicy"),
+        (("k", {"key": "k"}), {"max_duration": -1}, "max_duration"),
+        (("k", {"key": "k"}), {"interpret": "json"}, "callables"),
+        (("k", {"key": "k"}), {"lookup": "x"}, "lookup must be a callable"),
+    ],
+)
+def test_aeffect_refuses_bad_arguments_before_anything_is_written(
+    ledger: intentlog.Ledger, ledger_root: Path, tmp_path: Path, args: tuple[Any, ...], options: dict[str, Any],
+    match: str,
+) -> None:
+    task = ledger.task("bad-input")
+    task.append("note.opened")
+    task.close()
+    before = _snapshot(ledger_root)
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+    with pytest.raises((UsageError, TypeError, ValueError), match=match):
+        asyncio.run(task.aeffect(*args, provider.send, **options))
+    assert _snapshot(ledger_root) == before
+    assert provider.counts() == {}
+
+
+def test_aeffect_on_a_task_another_process_writes_is_refused_unsent(
+    ledger_root: Path, tmp_path: Path, run_child: Any
+) -> None:
+    intentlog.open(ledger_root).task("busy").append("note.opened")
+    intentlog.open(ledger_root).task("busy").close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, intentlog, time\n"
+         "t = intentlog.open(sys.argv[1]).task('busy'); t.append('note.held'); print('held', flush=True); time.sleep(30)",
+         str(ledger_root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        provider = AsyncProvider(tmp_path / "receipts.jsonl")
+        task = intentlog.open(ledger_root).task("busy")
+        with pytest.raises(intentlog.TaskBusy):
+            asyncio.run(task.aeffect("k", {"key": "k"}, provider.send))
+        assert provider.counts() == {}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "call.requested" not in kinds(intentlog.open(ledger_root).task("busy"))

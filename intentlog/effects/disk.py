@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, final
 
+from ..errors import IntentlogError
 from .steps import Instruction, Proceed, Steps, Sync
 
 if TYPE_CHECKING:
@@ -189,6 +190,12 @@ class Disk:
     # -- the thread ------------------------------------------------------------------
 
     def _serve(self, task: TaskStream, jobs: queue.SimpleQueue[Job | None]) -> None:
+        try:
+            self._work(task, jobs)
+        except (OSError, IntentlogError):  # the held batch's last sync on a poisoned stream: every job has its answer
+            pass
+
+    def _work(self, task: TaskStream, jobs: queue.SimpleQueue[Job | None]) -> None:
         ready: deque[Job] = deque()  # parked steps whose sync is done: carried on before new jobs
         parked: list[Job] = []  # ran since the last sync: delivered (or carried on) after the next
         with ExitStack() as held:
