@@ -496,15 +496,19 @@ def test_aeffect_refuses_bad_arguments_before_anything_is_written(
     assert provider.counts() == {}
 
 
+HOLDER = (
+    "import sys, intentlog, time\n"
+    "t = intentlog.open(sys.argv[1]).task('busy'); t.append('note.held'); print('held', flush=True); time.sleep(30)"
+)
+
+
 def test_aeffect_on_a_task_another_process_writes_is_refused_unsent(
     ledger_root: Path, tmp_path: Path, run_child: Any
 ) -> None:
     intentlog.open(ledger_root).task("busy").append("note.opened")
     intentlog.open(ledger_root).task("busy").close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, intentlog, time\n"
-         "t = intentlog.open(sys.argv[1]).task('busy'); t.append('note.held'); print('held', flush=True); time.sleep(30)",
-         str(ledger_root)],
+        [sys.executable, "-c", HOLDER, str(ledger_root)],
         stdout=subprocess.PIPE,
         text=True,
     )
