@@ -183,10 +183,10 @@ class Session:
         accepting checkpoint once the turn completes. Long turns: ``progress``,
         ``inactivity_timeout``, ``max_duration`` as for :meth:`Call.run`.
         """
+        check_not_async(send, interpret, "Session.turn", "session.aturn")  # before the messages are stored
         asked = self._ask(
             request, send, turn, interpret, retry, name, progress, inactivity_timeout, max_duration, progress_interval
         )
-        check_not_async(send, interpret, "Session.turn", "session.aturn")
         try:
             run_effect(
                 self.stream,

@@ -319,7 +319,7 @@ def test_the_loop_stays_responsive_while_50_effects_sync(
 ) -> None:
     task = ledger.task("ticker")
     task.append("note.opened")
-    syncs = Syncs(monkeypatch, slow=0.06)  # a slow disk: each sync takes 60 ms
+    syncs = Syncs(monkeypatch, slow=0.1)  # a slow disk: each sync takes 100 ms
     provider = AsyncProvider(tmp_path / "receipts.jsonl", latency=0.005)
 
     async def ticker(delays: list[float], stop: asyncio.Event) -> None:
@@ -523,3 +523,17 @@ def test_aeffect_on_a_task_another_process_writes_is_refused_unsent(
         holder.kill()
         holder.wait()
     assert "call.requested" not in kinds(intentlog.open(ledger_root).task("busy"))
+
+
+def test_session_turn_refuses_an_async_send_before_storing_its_messages(
+    ledger: intentlog.Ledger, ledger_root: Path, tmp_path: Path
+) -> None:
+    session = ledger.session("chat-wrong-form")
+    ledger.task("chat-wrong-form").append("note.opened")
+    ledger.task("chat-wrong-form").close()
+    before = _snapshot(ledger_root)
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+    big = {"key": "turn-1", "messages": [{"role": "user", "content": "x" * 10_000}]}  # a message blob's worth
+    with pytest.raises(UsageError, match="aturn"):
+        session.turn(big, provider.send)
+    assert _snapshot(ledger_root) == before

@@ -42,13 +42,23 @@ exactly-once, unless the provider deduplicates within a declared window: an unkn
 effect is refused or reconciled, never guessed. No line grows past the inline threshold
 with recorded payloads: large requests, responses, evidence and interpreted values are refs into ``objects/``.
 
+Awaitable forms (:func:`aeffect`, :meth:`Call.arun`): the same decisions, events and
+guarantees. :mod:`.call` writes the decisions once, as generators yielding instructions
+(:mod:`.steps`: sync now, the point of no return, send, interpret, pause, ask);
+:func:`.steps.drive` carries them out in the calling thread, :func:`.adrive.drive_async`
+with an event loop, the record's work in the task's disk thread (:mod:`.disk`), where
+concurrent calls share their syncs. A cancelled ``aeffect`` leaves the intent only before
+``attempt.started`` is written, an unknown effect after.
+
 The package, one concept a file: :mod:`.policy` (retry policy, a lookup's answer),
 :mod:`.records` (the record's bytes and refs), :mod:`.intent` (argument checks, the
 canonical request, drift, the intent events), :mod:`.long` (heartbeats and time limits),
 :mod:`.call` (the :class:`Call` state machine), :mod:`.gate` (the approval gate),
 :mod:`.window` (provider deduplication windows), :mod:`.results` (interpretations and
 what a completed call returns), :mod:`.options` (the effect options, defined once),
-:mod:`.prepare` (the entry points) and :mod:`.reconcile` (the operator's decisions).
+:mod:`.prepare` (the entry points), :mod:`.reconcile` (the operator's decisions), :mod:`.steps`
+(the instructions and the synchronous driver), :mod:`.adrive` (the awaitable driver) and
+:mod:`.disk` (the disk thread and its group commit).
 Context compilation, which has no external effect, is :mod:`intentlog.compile`. Every
 module takes the stream core (:class:`~intentlog.stream.TaskStream`), never the ``Task``
 facade.
