@@ -537,3 +537,70 @@ def test_session_turn_refuses_an_async_send_before_storing_its_messages(
     with pytest.raises(UsageError, match="aturn"):
         session.turn(big, provider.send)
     assert _snapshot(ledger_root) == before
+
+
+# -- the other instructions, awaited: retries, pauses, lookups --------------------------
+
+
+def test_awaited_retries_pause_on_the_loop_and_record_each_attempt(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    task = ledger.task("retries")
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+    tries = [0]
+
+    async def flaky(req: Any) -> bytes:
+        tries[0] += 1
+        if tries[0] == 1:
+            raise intentlog.NotSent("connection refused before the request left")
+        if tries[0] == 2:
+            await provider.send(req)
+            raise intentlog.ProviderFailure("overloaded", retryable=True)
+        return await provider.send(req)
+
+    ticks = [0]
+
+    async def main() -> Any:
+        async def tick() -> None:
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0.005)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            return await task.aeffect(
+                "k", {"key": "k"}, flaky, interpret=json.loads, retry=intentlog.RetryPolicy(backoff=0.1, factor=1)
+            )
+        finally:
+            ticker.cancel()
+
+    assert asyncio.run(main()) == {"echo": "k"}
+    assert ticks[0] >= 20  # two 0.1 s pauses, awaited: the loop ran meanwhile
+    task.close()
+    recorded = kinds(task, "k")
+    assert recorded.count("attempt.started") == 3
+    assert recorded.count("attempt.not_sent") == 1
+    assert recorded.count("attempt.retry_decided") == 2
+    assert recorded[-1] == "call.completed"
+    assert provider.counts() == {"k": 2}  # the failure was served too; the not-sent one never left
+
+
+def test_an_async_lookup_resolves_an_unknown_effect_without_a_resend(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    task = ledger.task("lookup")
+    provider = AsyncProvider(tmp_path / "receipts.jsonl")
+
+    async def lost(req: Any) -> bytes:
+        await provider.send(req)
+        raise ConnectionResetError("the answer was lost")
+
+    with pytest.raises(EffectUnknown):
+        asyncio.run(task.aeffect("k", {"key": "k"}, lost))
+
+    async def lookup(key: str, call_id: str, attempt: int) -> Any:
+        await asyncio.sleep(0)
+        return intentlog.Served(json.dumps({"echo": key}).encode())
+
+    answer = asyncio.run(task.aeffect("k", {"key": "k"}, provider.send, interpret=json.loads, lookup=lookup))
+    assert answer == {"echo": "k"}
+    assert provider.counts() == {"k": 1}
+    task.close()
+    recorded = kinds(task, "k")
+    assert "effect.reconciled" in recorded and recorded[-1] == "call.completed"

@@ -26,6 +26,7 @@ job waiting on it: an answer whose record is not durable is never delivered.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 import weakref
@@ -264,3 +265,14 @@ def disk_of(task: TaskStream) -> Disk:
         if disk is None:
             disk = _DISKS[task] = Disk(task)
         return disk
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's disk threads: forget them (a new one starts on first use)."""
+    global _DISKS_LOCK
+    _DISKS.clear()
+    _DISKS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
