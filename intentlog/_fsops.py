@@ -72,14 +72,21 @@ def link(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     *,
+    src_dir_fd: int | None = None,
     dst_dir_fd: int | None = None,
     follow_symlinks: bool = False,
 ) -> None:
-    os.link(src, dst, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+    os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
 
 
-def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    os.rename(src, dst)
+def rename(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    src_dir_fd: int | None = None,
+    dst_dir_fd: int | None = None,
+) -> None:
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, dst_dir_fd: int | None = None) -> None:

@@ -10,17 +10,21 @@ name, and the directory entry was fsynced after.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from . import _fsops as fsops
 from ._nofollow import O_NOFOLLOW, check_own_file, check_real_dir, open_dir_nofollow, open_nofollow, real_dirs
+from ._procs import pid_alive
 
 __all__ = [
     "fsops",
     "O_NOFOLLOW",
     "check_own_file",
     "check_real_dir",
+    "drop_dead_temp_names",
     "open_dir_nofollow",
     "fsync_dir",
     "makedirs_durable",
@@ -72,6 +76,46 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 def _temp_path(tmp_dir: Path, stem: str) -> Path:
     return tmp_dir / f".{stem}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+
+
+#: A temp file of :func:`publish_chunks`: ``.<name>.<pid>.<12 hex>.tmp``.
+_TEMP_RE = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{12}\.tmp\Z")
+
+
+def drop_dead_temp_names(fd: int, name: str, tmp_dir: str | os.PathLike[str]) -> int:
+    """Remove the temp names a dead publisher left on the file ``fd`` (published as ``name``); how many.
+
+    :func:`publish_chunks` links its fsynced temp file to the real name, then unlinks the
+    temp: a kill between the two, or a power cut before ``tmp/`` was synced after the
+    unlink, leaves the published file with a second name in ``tmp_dir``. Only names of
+    this shape (``.<name>.<pid>.<hex>.tmp``), of a dead pid, on the very same inode, are
+    removed (then ``tmp_dir`` is fsynced); anything else is left for the caller to refuse.
+    """
+    st = os.fstat(fd)
+    if st.st_nlink < 2:
+        return 0
+    removed = 0
+    try:
+        entries = list(os.scandir(tmp_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for e in entries:
+        m = _TEMP_RE.match(e.name)
+        if m is None or m.group(1) != name or pid_alive(int(m.group(2))):
+            continue
+        try:
+            other = e.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(other.st_mode) and (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            try:
+                fsops.unlink(e.path)
+            except FileNotFoundError:
+                continue
+            removed += 1
+    if removed:
+        fsync_dir(tmp_dir)
+    return removed
 
 
 def publish_chunks(

@@ -25,6 +25,7 @@ import intentlog._fsutil
 import intentlog.eventlog.storage
 import intentlog.eventlog.writer
 from intentlog.artifacts.objects import FolderObjects, ObjectStore
+from intentlog.artifacts.store import ArtifactStore
 from intentlog.errors import (
     ArtifactMissing,
     Conflict,
@@ -308,6 +309,40 @@ def test_list_and_delete(objects: ObjectBackend) -> None:
     with pytest.raises(ArtifactMissing):
         o.get(digests[1])
     assert o.put(blobs[1]) == digests[1] and o.get(digests[1]) == b"bb", "a deleted object can be put again"
+
+
+def test_an_artifact_store_writes_and_reads_through_any_object_store(objects: ObjectBackend, tmp_path: Path) -> None:
+    """``ArtifactStore(root, objects=backend)``: every put and read goes through the backend, checked."""
+    backend = objects.open()
+    store = ArtifactStore(tmp_path / "ledger", objects=backend)
+    data = b"through the seam " * 400
+    ref = store.put(data, media_type="text/plain")
+    assert ref.digest == _digest(data) and ref.size == len(data) and ref.media_type == "text/plain"
+    assert backend.get(ref.digest) == data, "the bytes are in the backend"
+    assert not (tmp_path / "ledger" / "objects").exists(), "and not in the ledger's own folder"
+    src = tmp_path / "file.bin"
+    src.write_bytes(os.urandom(5000))
+    fref = store.put_file(src)
+    assert store.get(fref.digest) == src.read_bytes()
+    with store.open(ref.digest) as f:
+        assert f.read() == data
+    assert store.exists(ref.digest) and store.size_of(ref.digest) == len(data) and store.verify(ref.digest)
+    assert sorted(store.iter_digests()) == sorted([ref.digest, fref.digest])
+    missing = _digest(b"never")
+    assert not store.exists(missing)
+    with pytest.raises(ArtifactMissing):
+        store.get(missing)
+
+
+def test_an_artifact_store_refuses_a_backend_that_misnames_bytes(tmp_path: Path) -> None:
+    class Lying(FolderObjects):
+        def put(self, data: bytes) -> str:
+            super().put(data)
+            return _digest(b"other bytes")
+
+    store = ArtifactStore(tmp_path / "ledger", objects=Lying(tmp_path / "elsewhere"))
+    with pytest.raises(IntentlogError, match="hash to"):
+        store.put(b"these bytes")
 
 
 # -- what the folder promises on top -------------------------------------------------------

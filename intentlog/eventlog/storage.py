@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Protocol
 
 from .. import _fsops as fsops
-from .._fsutil import fsync_dir, makedirs_durable, publish_bytes, write_all
+from .._fsutil import drop_dead_temp_names, fsync_dir, makedirs_durable, publish_bytes, write_all
 from .._nofollow import check_own_file, check_real_dir, open_dir_nofollow, open_nofollow
 from ..errors import Conflict, CorruptStream, LedgerError, LinkRefused, UsageError
 from .format import TASK_ID_RE, check_task_id
@@ -250,6 +250,8 @@ class FolderStreams:
             except LinkRefused:
                 raise LinkRefused(str(path), "a task stream") from None
             try:
+                if self.tmp_dir != self.directory:  # a crash's leftover second name is removed, not refused
+                    drop_dead_temp_names(fd, path.name, self.tmp_dir)
                 check_own_file(fd, path, what="a task stream")
                 next_seq = -1 if repair else _count(fd, path)
             except BaseException:
