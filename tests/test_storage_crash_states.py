@@ -18,7 +18,8 @@ calls for, read -- and checked:
 The planted mistakes at the end (a sync dropped before the send, a directory sync dropped
 after a link) must be caught: they are the explorer's own tests. The number of crash states
 per path is printed in the terminal summary, with the seed (``INTENTLOG_CRASH_SEED``;
-``INTENTLOG_CRASH_SAMPLE`` / ``INTENTLOG_CRASH_CAP`` for a larger sample).
+``INTENTLOG_CRASH_SAMPLE`` / ``INTENTLOG_CRASH_CAP`` for a larger sample,
+``INTENTLOG_CRASH_ALL=1`` for every point of the sampled paths too).
 """
 
 from __future__ import annotations
@@ -319,6 +320,9 @@ def test_an_effect(tmp_path: Path) -> None:
 
 
 def _sampled(rec: Recorder, every: int = 3) -> Iterator[int]:
+    """Every ``every``-th crash point (and the last); all of them with ``INTENTLOG_CRASH_ALL=1``."""
+    if os.environ.get("INTENTLOG_CRASH_ALL") == "1":
+        every = 1
     n = len(rec.ops)
     return iter(sorted(set(range(0, n + 1, every)) | {n}))
 
@@ -569,3 +573,36 @@ def test_a_torn_tail_of_the_gc_log_is_a_crash_not_an_untrusted_log(tmp_path: Pat
     with open(root / "gc.jsonl", "ab") as f:
         f.write(b'\n{"seq":9}\n' + (root / "tasks" / "kept.jsonl").read_bytes().splitlines()[0] + b"\n")
     assert any(p.code == "gc_log" for p in verify_path(root).problems), "an event after the bad line: damage"
+
+
+def test_export_to_a_tar(tmp_path: Path) -> None:
+    """The tar appears whole (and checks) or not at all; the ledger it was read from is untouched."""
+    import tarfile
+
+    from intentlog.bundle import check_bundle, export_bundle
+
+    top = tmp_path / "top"
+    _ledger(top / "l").close()
+    _effect_run(top / "l")(Recorder(top))  # a record worth exporting (not recorded)
+
+    def run(rec: Recorder) -> None:
+        export_bundle(top / "l", tar=top / "out.tar", check=False)
+        rec.mark("exported")
+
+    rec = _record(top, run)
+    assert any(op[0] == "link" and op[2] == "out.tar" for op in rec.ops)
+
+    def check(where: Path, marks: list[Mark]) -> list[str]:
+        broken = _recover(where / "l")
+        tar = where / "out.tar"
+        if any(m.kind == "exported" for m in marks) and not tar.exists():
+            broken.append("export returned but its tar is gone")
+        if tar.exists():
+            with tarfile.open(tar) as tf:
+                safe: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tf.extractall(where / "x", **safe)
+            report = check_bundle(where / "x" / "intentlog-bundle")
+            broken += [f"the tar's bundle: {p.render()}" for p in report.problems if p.severity in ("error", "changed")]
+        return broken
+
+    _clean(_explore(rec, "export (tar)", check, points=_sampled(rec, 3)))
