@@ -20,6 +20,7 @@ import os
 import stat
 from pathlib import Path
 
+from . import _fsops as fsops
 from .errors import LedgerError, LinkRefused
 
 __all__ = ["O_NOFOLLOW", "check_own_file", "check_real_dir", "open_dir_nofollow", "open_nofollow", "real_dirs"]
@@ -41,7 +42,7 @@ def open_nofollow(
     renamed in meanwhile. Other ``OSError`` s pass through.
     """
     try:
-        return os.open(path, flags | O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=dir_fd)
+        return fsops.open(path, flags | O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and _is_link(path, dir_fd)):
             raise LinkRefused(os.fspath(path), what) from exc
@@ -69,7 +70,7 @@ def open_dir_nofollow(
     ``FileNotFoundError``; anything else not a folder ``NotADirectoryError``.
     """
     try:
-        return os.open(path, os.O_RDONLY | _O_DIRECTORY | O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
+        return fsops.open(path, os.O_RDONLY | _O_DIRECTORY | O_NOFOLLOW | _O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from ._digest import is_digest
 from .artifacts import Ref, inline_bytes
+from .artifacts.inline import ref_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
 from .eventlog.redaction import scrub_note
 from .projections.operator import CheckpointRecord, checkpoint_record
@@ -209,11 +210,7 @@ def _check(task: TaskStream, ref: Mapping[str, Any], index: Mapping[str, Mapping
     if not is_digest(digest) or type(size) is not int:
         return f"evidence {ref!r} is not an artifact ref"
     try:
-        data = inline_bytes(ref)
-        if data is None and digest in index:
-            data = inline_bytes(index[str(digest)])
-        if data is None:
-            data = task.store.get(str(digest))
+        data = ref_bytes(ref, task.store, inline_index=index)
     except IntentlogError as exc:
         return str(exc)
     if len(data) != size:

@@ -81,8 +81,8 @@ class GcDeletion:
 def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
     """The deletions recorded in ``root/gc.jsonl`` (latest per task), and what is wrong with the log, if anything.
 
-    The log is a hash-chained stream: a line that fails its checks (other than an
-    incomplete last line) makes the whole log untrusted, and then no deletion is excused.
+    The log is a hash-chained stream: a line that fails its checks (other than a torn
+    tail, as a task stream's) makes the whole log untrusted, and then no deletion is excused.
     """
     path = root / GC_LOG
     try:
@@ -123,7 +123,9 @@ def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
     except OSError as exc:
         return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
     p = scan.problem
-    if p is not None and not p.incomplete:
+    if p is not None and (p.suspect or not (p.torn or p.incomplete)):
+        # a torn tail (garbage with nothing event-like after it: what a power cut leaves while
+        # a line is written) is a crash's, repaired by the next gc; anything else is damage
         return {}, f"{GC_LOG} line {p.line}: {p.reason}"
     return out, None
 

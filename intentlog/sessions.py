@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ._types import DEFAULT_PROGRESS_INTERVAL
-from .artifacts import inline_bytes
+from .artifacts.inline import ref_bytes
 from .effects.disk import disk_of
 from .effects.intent import check_not_async, secrets_of
 from .effects.options import EffectOptions
@@ -347,8 +347,7 @@ class Session:
         ref = st.response
         if ref is None:
             return None
-        data = inline_bytes(ref)
-        return data if data is not None else self.stream.store.get(str(ref["digest"]))
+        return ref_bytes(ref, self.stream.store)
 
     def _turn(
         self, n: int, st: CallState, refs: list[dict[str, Any]], payloads: dict[str, bytes], *, replayed: bool
@@ -372,10 +371,7 @@ class Session:
         )
 
     def _load_ref(self, ref: Mapping[str, Any], inline: Mapping[str, Mapping[str, Any]]) -> bytes:
-        data = inline_bytes(ref)
-        if data is None and str(ref.get("digest")) in inline:
-            data = inline_bytes(inline[str(ref.get("digest"))])
-        return data if data is not None else self.stream.store.get(str(ref["digest"]))
+        return ref_bytes(ref, self.stream.store, inline_index=inline)
 
     # -- verifying ---------------------------------------------------------------------
 

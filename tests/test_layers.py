@@ -187,6 +187,7 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog._text": (0, "foundation"),
     "intentlog._types": (0, "foundation"),
     "intentlog._nofollow": (0, "foundation"),
+    "intentlog._fsops": (0, "foundation"),
     "intentlog._fsutil": (0, "foundation"),
     "intentlog._regular": (0, "foundation"),
     "intentlog._procs": (0, "foundation"),

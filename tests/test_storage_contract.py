@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
+import intentlog._fsops
 import intentlog._fsutil
 import intentlog.eventlog.storage
 import intentlog.eventlog.writer
 from intentlog.artifacts.objects import FolderObjects, ObjectStore
+from intentlog.artifacts.store import ArtifactStore
 from intentlog.errors import (
     ArtifactMissing,
     Conflict,
@@ -195,6 +197,65 @@ def test_a_missing_stream_cannot_be_read_or_leased(streams: StreamBackend) -> No
         s.lease("nope")
 
 
+def test_group_commit_writes_now_and_one_sync_makes_the_group_durable(streams: StreamBackend) -> None:
+    """``sync=False`` appends are readable and counted at once; the conditional rule holds for them too."""
+    s = _filled(streams)
+    with s.lease("t") as lease:
+        assert lease.append([b'{"g":1}'], expected_seq=3, sync=False) == 4
+        assert lease.append([b'{"g":2}', b'{"g":3}'], expected_seq=4, sync=False) == 6
+        with pytest.raises(Conflict):
+            lease.append([b'{"late":true}'], expected_seq=4, sync=False)
+        assert streams.open().read("t") == STORED + b'{"g":1}\n{"g":2}\n{"g":3}\n', "written at once"
+        lease.sync()
+        lease.sync()  # nothing pending: a no-op
+    assert streams.open().read("t") == STORED + b'{"g":1}\n{"g":2}\n{"g":3}\n'
+    with streams.open().lease("t") as again:
+        assert again.next_seq == 6
+
+
+def test_a_failed_deferred_append_or_sync_refuses_the_lease(streams: StreamBackend) -> None:
+    s = _filled(streams)
+    with s.lease("t") as lease:
+        with streams.failing_writes(), pytest.raises(LedgerError):
+            lease.append([b'{"big":"' + b"x" * 100 + b'"}'], expected_seq=3, sync=False)
+        with pytest.raises(IntentlogError):
+            lease.append([b"{}"], expected_seq=3, sync=False)
+    assert s.read("t").startswith(STORED)
+
+
+def test_lease_with_create_makes_the_stream_holding_its_first_record(streams: StreamBackend) -> None:
+    s = streams.open()
+    s.create("other")  # the folder exists
+    with s.lease("n", create=lambda: b'{"first":true}') as lease:
+        assert lease.next_seq == 1
+        assert s.read("n") == b'{"first":true}\n', "never seen empty"
+        lease.append([b"{}"], expected_seq=1)
+    with s.lease("n", create=lambda: b'{"again":true}') as lease:  # exists: create is not called
+        assert lease.next_seq == 2
+    assert s.read("n") == b'{"first":true}\n{}\n'
+
+    def refuse() -> bytes:
+        raise LedgerError("not this one")
+
+    with pytest.raises(LedgerError, match="not this one"):
+        s.lease("m", create=refuse)
+    assert "m" not in s.names(), "a refused creation creates nothing"
+    with s.lease("m", create=lambda: b"{}") as lease:  # and the lease was released
+        assert lease.next_seq == 1
+
+
+def test_create_with_records_is_atomic(streams: StreamBackend) -> None:
+    s = streams.open()
+    s.create("r", RECORDS)
+    assert s.read("r") == STORED
+    with pytest.raises(LedgerError):
+        s.create("r", RECORDS[:1])
+    assert s.read("r") == STORED
+    with pytest.raises(UsageError):
+        s.create("bad", [b"two\nlines"])
+    assert "bad" not in s.names()
+
+
 # -- objects ------------------------------------------------------------------------------
 
 
@@ -250,6 +311,40 @@ def test_list_and_delete(objects: ObjectBackend) -> None:
     assert o.put(blobs[1]) == digests[1] and o.get(digests[1]) == b"bb", "a deleted object can be put again"
 
 
+def test_an_artifact_store_writes_and_reads_through_any_object_store(objects: ObjectBackend, tmp_path: Path) -> None:
+    """``ArtifactStore(root, objects=backend)``: every put and read goes through the backend, checked."""
+    backend = objects.open()
+    store = ArtifactStore(tmp_path / "ledger", objects=backend)
+    data = b"through the seam " * 400
+    ref = store.put(data, media_type="text/plain")
+    assert ref.digest == _digest(data) and ref.size == len(data) and ref.media_type == "text/plain"
+    assert backend.get(ref.digest) == data, "the bytes are in the backend"
+    assert not (tmp_path / "ledger" / "objects").exists(), "and not in the ledger's own folder"
+    src = tmp_path / "file.bin"
+    src.write_bytes(os.urandom(5000))
+    fref = store.put_file(src)
+    assert store.get(fref.digest) == src.read_bytes()
+    with store.open(ref.digest) as f:
+        assert f.read() == data
+    assert store.exists(ref.digest) and store.size_of(ref.digest) == len(data) and store.verify(ref.digest)
+    assert sorted(store.iter_digests()) == sorted([ref.digest, fref.digest])
+    missing = _digest(b"never")
+    assert not store.exists(missing)
+    with pytest.raises(ArtifactMissing):
+        store.get(missing)
+
+
+def test_an_artifact_store_refuses_a_backend_that_misnames_bytes(tmp_path: Path) -> None:
+    class Lying(FolderObjects):
+        def put(self, data: bytes) -> str:
+            super().put(data)
+            return _digest(b"other bytes")
+
+    store = ArtifactStore(tmp_path / "ledger", objects=Lying(tmp_path / "elsewhere"))
+    with pytest.raises(IntentlogError, match="hash to"):
+        store.put(b"these bytes")
+
+
 # -- what the folder promises on top -------------------------------------------------------
 
 
@@ -257,13 +352,32 @@ def test_folder_appends_fdatasync_before_returning(tmp_path: Path, monkeypatch: 
     s = FolderStreams(tmp_path / "tasks")
     s.create("t")
     synced: list[int] = []
-    real = intentlog.eventlog.writer._fdatasync
-    monkeypatch.setattr(intentlog.eventlog.writer, "_fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    real = intentlog._fsops.fdatasync  # every sync of the folder goes through the fs-operations module
+    monkeypatch.setattr(intentlog._fsops, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
     with s.lease("t") as lease:
         lease.append([b"{}", b"{}"], expected_seq=0)
         assert len(synced) == 1, "one fdatasync per append, before it returns"
         lease.append([], expected_seq=2)
         assert len(synced) == 1, "an empty append writes and syncs nothing"
+
+
+def test_folder_group_commit_syncs_once_for_the_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = FolderStreams(tmp_path / "tasks")
+    s.create("t")
+    synced: list[int] = []
+    real = intentlog._fsops.fdatasync
+    monkeypatch.setattr(intentlog._fsops, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_size), real(fd))[1])
+    with s.lease("t") as lease:
+        for i in range(5):
+            lease.append([b"{}"], expected_seq=i, sync=False)
+        assert synced == [], "deferred appends do not sync"
+        lease.sync()
+        assert synced == [15], "one sync, covering the whole group"
+        lease.sync()
+        assert synced == [15], "nothing pending, nothing synced"
+        lease.append([b"{}"], expected_seq=5, sync=False)
+        lease.append([b"{}"], expected_seq=6)
+        assert synced == [15, 21], "a synced append covers the deferred ones before it"
 
 
 def test_folder_create_fsyncs_the_stream_and_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Mapping
+from typing import Protocol
 
 from .._digest import check_digest, digest_bytes
 from ..errors import ArtifactError, DigestMismatch
 
-__all__ = ["INLINE_MAX", "inline_bytes", "inline_ref"]
+__all__ = ["INLINE_MAX", "ObjectSource", "inline_bytes", "inline_ref", "ref_bytes"]
 
 #: The largest payload stored inline (bytes); larger ones always go to ``objects/``.
 INLINE_MAX = 4096
@@ -85,3 +86,33 @@ def inline_bytes(ref: Mapping[str, object]) -> bytes | None:
     if isinstance(size, bool) or not isinstance(size, int) or size != len(data):
         raise DigestMismatch(digest, actual, f"inline payload ({len(data)} bytes, but its ref says size {size!r})")
     return data
+
+
+class ObjectSource(Protocol):
+    """Anything that gives an object's checked bytes by digest (the artifact store, an object store)."""
+
+    def get(self, digest: str, /) -> bytes: ...
+
+
+def ref_bytes(
+    ref: Mapping[str, object],
+    store: ObjectSource,
+    *,
+    inline_index: Mapping[str, Mapping[str, object]] | None = None,
+) -> bytes:
+    """The bytes ``ref`` names: carried inline (checked), else the store's object (checked).
+
+    The one rule "inline bytes, else the store". ``inline_index`` maps digests to refs that
+    carry the bytes inline elsewhere (an event that recorded the same payload earlier); it
+    is consulted when ``ref`` itself carries none. Raises what :func:`inline_bytes` and
+    ``store.get`` raise (:class:`DigestMismatch`, :class:`~intentlog.errors.ArtifactMissing`).
+    """
+    data = inline_bytes(ref)
+    if data is not None:
+        return data
+    digest = str(ref.get("digest"))
+    if inline_index is not None and digest in inline_index:
+        data = inline_bytes(inline_index[digest])
+        if data is not None:
+            return data
+    return store.get(digest)

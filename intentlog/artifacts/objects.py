@@ -3,7 +3,8 @@
 Objects are named by their BLAKE3 digest, so a put is idempotent by construction: the same
 bytes give the same name. :class:`ObjectStore` is the contract; :class:`FolderObjects` is
 today's one, the ``objects/`` folder of an :class:`~intentlog.artifacts.store.ArtifactStore`
-(temp + fsync + link + dir fsync, never through a link). The contract is one test suite
+(temp + fsync + link + dir fsync, never through a link). An ``ArtifactStore`` built with
+``objects=`` another implementation writes and reads through that one instead. The contract is one test suite
 (tests/test_storage_contract.py) every implementation must pass; an S3-compatible store
 (a conditional put of the digest's key) only has to pass it too.
 
@@ -22,41 +23,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Protocol
 
-from .._fsutil import open_dir_nofollow
+from .._fsutil import fsops, open_dir_nofollow
 from ..errors import ArtifactError
+from .protocol import ObjectStat, ObjectStore
 from .store import ArtifactStore
 
 __all__ = ["FolderObjects", "ObjectStat", "ObjectStore"]
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectStat:
-    """What :meth:`ObjectStore.stat` says about a stored object."""
-
-    digest: str
-    size: int
-
-
-class ObjectStore(Protocol):
-    """Content-addressed bytes: atomic put, checked get, stat, list, delete."""
-
-    def put(self, data: bytes) -> str:
-        """Store ``data`` atomically and durably; its digest (the same for the same bytes)."""
-
-    def get(self, digest: str) -> bytes:
-        """The object's bytes, checked (``ArtifactMissing``, ``DigestMismatch``)."""
-
-    def stat(self, digest: str) -> ObjectStat:
-        """The object's size (``ArtifactMissing`` if absent)."""
-
-    def list(self) -> Iterator[str]:
-        """Every stored digest."""
-
-    def delete(self, digest: str) -> bool:
-        """Remove the object durably; False if there was none."""
 
 
 class FolderObjects:
@@ -88,12 +61,12 @@ class FolderObjects:
             return False
         try:
             try:
-                os.unlink(path.name, dir_fd=fd)
+                fsops.unlink(path.name, dir_fd=fd)
             except FileNotFoundError:
                 return False
             except OSError as exc:
                 raise ArtifactError(f"deleting {path} ({digest}) failed: {exc.strerror or exc}") from exc
-            os.fsync(fd)
+            fsops.fsync(fd)
         finally:
             os.close(fd)
         return True

@@ -31,161 +31,46 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import mmap
 import os
-import re
 import stat
 import typing
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
-
-from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX, check_digest
-from .._fsutil import check_real_dir, fsync_dir, makedirs_durable, publish_bytes, publish_chunks
-from .._procs import pid_alive
+from .._fsutil import check_real_dir, fsops, fsync_dir, makedirs_durable, publish_bytes, publish_chunks
 from ..errors import ArtifactError, ArtifactMissing, DigestMismatch, WrongType
+from .checked import CheckedObjectIO
+from .hashing import CHUNK_SIZE, MMAP_WINDOW, THREADED_MIN, digest_of, hasher
+from .hashing import hash_fd as _hash_fd  # called through this module's name (a test interposes on it)
+from .listing import list_objects
+from .protocol import ObjectStore
+from .ref import Ref
+from .staging import sweep_dead_staging
+from .through import (
+    exists_via,
+    get_via,
+    list_via,
+    open_via,
+    put_fd_via,
+    put_via,
+    size_via,
+    verify_via,
+)
 
-if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+# CHUNK_SIZE, MMAP_WINDOW and THREADED_MIN are hashing.py's, named here for their former readers
+__all__ = ["CHUNK_SIZE", "MMAP_WINDOW", "THREADED_MIN", "ArtifactStore", "Ref", "put_fd"]
 
-__all__ = ["ArtifactStore", "Ref"]
-
-#: Size of each read when copying or hashing a file: memory stays bounded by a few of these.
-CHUNK_SIZE = 1 << 20
-#: From this size on, hashing uses BLAKE3's multithreaded mode. Measured on a 2-core
-#: machine: at 256 KiB threads gain ~20 %, at 1 MiB ~70 %; below 128 KiB they cost.
-THREADED_MIN = 512 << 10
-#: Objects at least this large are hashed through read-only memory maps of this many
-#: bytes at a time: no copy into Python, so the multithreaded hasher runs at ~2x a read
-#: loop, while resident memory stays bounded by one window (a whole-file ``update_mmap``
-#: would map -- and count in RSS -- the whole object).
-MMAP_WINDOW = 16 << 20
-
-_SHARD_RE = re.compile(r"[0-9a-f]{2}\Z")
-_NAME_RE = re.compile(r"[0-9a-f]{62}\Z")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _INSTALL_TRIES = 5
-#: What a put stages in tmp/: ``put.<pid>.<hex>.staged`` and the temp files of the atomic
-#: write helper, ``.<name>.<pid>.<hex>.tmp``. The pid tells whether its maker is alive.
-_STAGING_RE = re.compile(r"(?:put\.(\d+)\.[0-9a-f]+\.staged|\..*\.(\d+)\.[0-9a-f]{12}\.tmp)\Z")
-
-
-
-
-class _Hasher(Protocol):
-    def update(self, data: bytes | bytearray | memoryview, /) -> object: ...
-    def hexdigest(self) -> str: ...
-
-
-def _hasher(size: int) -> _Hasher:
-    """A BLAKE3 hasher, multithreaded only where that measurably helps (large inputs)."""
-    if size >= THREADED_MIN:
-        return cast(_Hasher, blake3(max_threads=blake3.AUTO))
-    return cast(_Hasher, blake3())
-
-
-def _digest_of(data: bytes | bytearray | memoryview) -> str:
-    h = _hasher(len(data))
-    h.update(data)
-    return DIGEST_PREFIX + h.hexdigest()
-
-
-def _hash_fd(fd: int, size: int) -> str:
-    """Digest of the first ``size`` bytes of ``fd``, without moving its file position.
-
-    Large objects are hashed through bounded memory-map windows. Store objects are
-    immutable (0o444, never rewritten), which is what makes mapping them safe: a file
-    truncated under a live map would fault.
-    """
-    h = _hasher(size)
-    if size < MMAP_WINDOW:
-        offset = 0
-        while offset < size:
-            chunk = os.pread(fd, min(CHUNK_SIZE, size - offset), offset)
-            if not chunk:
-                break
-            h.update(chunk)
-            offset += len(chunk)
-        return DIGEST_PREFIX + h.hexdigest()
-    offset = 0
-    while offset < size:
-        length = min(MMAP_WINDOW, size - offset)
-        with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=offset) as window:
-            view = memoryview(window)
-            try:
-                h.update(view)
-            finally:
-                view.release()
-        offset += length
-    return DIGEST_PREFIX + h.hexdigest()
+T = typing.TypeVar("T")
 
 
 def _strerror(exc: OSError) -> str:
     return exc.strerror or exc.__class__.__name__
 
-
-@typing.final
-@dataclass(frozen=True, slots=True)
-class Ref:
-    """A reference to an artifact as events carry it: ``{"digest", "size"}`` (+ ``media_type``).
-
-    The media type travels with the reference, not with the bytes: one object may be
-    referred to under several media types.
-    """
-
-    digest: str
-    size: int
-    media_type: str | None = None
-
-    def __post_init__(self) -> None:
-        check_digest(self.digest)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
-            raise ArtifactError(
-                f"artifact ref for {self.digest}: size must be a non-negative integer, got {self.size!r}"
-            )
-        if self.media_type is not None and not isinstance(self.media_type, str):
-            raise ArtifactError(
-                f"artifact ref for {self.digest}: media_type must be a string or None, "
-                f"got {type(self.media_type).__name__}"
-            )
-
-    def to_json(self) -> dict[str, object]:
-        """The JSON object stored in events (DESIGN §3)."""
-        out: dict[str, object] = {"digest": self.digest, "size": self.size}
-        if self.media_type is not None:
-            out["media_type"] = self.media_type
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, object]) -> Ref:
-        """Read a ref object back, refusing a bad shape.
-
-        Keys other than ``digest``, ``size`` and ``media_type`` (such as the inline
-        payload keys) are ignored. Raises :class:`InvalidDigest` for a malformed digest
-        and :class:`ArtifactError` for any other bad shape.
-        """
-        if not isinstance(obj, Mapping):
-            raise ArtifactError(f"an artifact ref must be a JSON object, got {type(obj).__name__}")
-        if "digest" not in obj or "size" not in obj:
-            raise ArtifactError(
-                f"artifact ref with keys {sorted(map(str, obj))} lacks 'digest' or 'size'; "
-                "a ref is {'digest': 'blake3:<64 hex>', 'size': N}"
-            )
-        digest = check_digest(obj["digest"])
-        size = obj["size"]
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ArtifactError(f"artifact ref for {digest}: size must be a non-negative integer, got {size!r}")
-        media_type = obj.get("media_type")
-        if media_type is not None and not isinstance(media_type, str):
-            raise ArtifactError(
-                f"artifact ref for {digest}: media_type must be a string, got {type(media_type).__name__}"
-            )
-        return cls(digest, size, media_type)
 
 
 @typing.final
@@ -199,14 +84,17 @@ class ArtifactStore:
     Readers never write: folders are created only when something is put.
     """
 
-    __slots__ = ("_inline_lookup", "_objects", "_quarantine", "_root", "_swept", "_tmp", "swept")
+    __slots__ = ("_backend", "_inline_lookup", "_objects", "_quarantine", "_root", "_swept", "_tmp", "swept")
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         *,
         inline_lookup: Callable[[str], bytes | None] | None = None,
+        objects: ObjectStore | None = None,
     ) -> None:
+        #: another object storage to write and read through (artifacts/through.py); None: ``objects/``
+        self._backend = objects
         self._root = Path(os.fspath(root)).absolute()
         self._objects = self._root / "objects"
         self._tmp = self._root / "tmp"
@@ -237,32 +125,10 @@ class ArtifactStore:
         Streams: memory is bounded by one shard's listing. Names that are not object
         names (stray files) are skipped. Inline payloads are not included.
         """
-        try:
-            shards = sorted(
-                e.name
-                for e in os.scandir(self._objects)
-                if _SHARD_RE.match(e.name) and e.is_dir(follow_symlinks=False)  # a linked shard is verify's to report
-            )
-        except FileNotFoundError:
+        if self._backend is not None:
+            yield from list_via(self._backend)
             return
-        except OSError as exc:
-            raise ArtifactError(
-                f"cannot list {self._objects}: {_strerror(exc)}; check the ledger folder's permissions"
-            ) from exc
-        for shard in shards:
-            shard_dir = self._objects / shard
-            try:
-                names = sorted(
-                    e.name for e in os.scandir(shard_dir) if _NAME_RE.match(e.name) and e.is_file(follow_symlinks=False)
-                )
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise ArtifactError(
-                    f"cannot list {shard_dir}: {_strerror(exc)}; check the ledger folder's permissions"
-                ) from exc
-            for name in names:
-                yield DIGEST_PREFIX + shard + name
+        yield from list_objects(self._objects)
 
     # -- folders -------------------------------------------------------------------------
 
@@ -287,27 +153,8 @@ class ArtifactStore:
         included) are left alone. Runs once per store at its first put; call it yourself
         (``intentlog gc`` may) to sweep without putting. The count is kept in :attr:`swept`.
         """
-        removed = 0
-        if not check_real_dir(self._tmp, what="staging files (tmp/)"):
-            self.swept = 0
-            return 0
-        try:
-            entries = list(os.scandir(self._tmp))
-        except OSError as exc:
-            raise ArtifactError(f"cannot list {self._tmp}: {_strerror(exc)}; check the ledger folder") from exc
-        for e in entries:
-            m = _STAGING_RE.match(e.name)
-            if m is None or not e.is_file(follow_symlinks=False):
-                continue
-            if pid_alive(int(m.group(1) or m.group(2))):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(e.path)
-                removed += 1
-        if removed:
-            fsync_dir(self._tmp)
-        self.swept = removed
-        return removed
+        self.swept = sweep_dead_staging(self._tmp)
+        return self.swept
 
     def _sweep_once(self) -> None:
         if self._swept:
@@ -325,7 +172,9 @@ class ArtifactStore:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise WrongType(f"put() takes bytes, not {type(data).__name__}; encode text first (nothing was stored)")
         payload = bytes(data)
-        digest = _digest_of(payload)
+        if self._backend is not None:
+            return put_via(self._backend, payload, media_type)
+        digest = digest_of(payload)
         ref = Ref(digest, len(payload), media_type)
         path = self.path_for(digest)
         try:
@@ -368,10 +217,12 @@ class ArtifactStore:
             raise ArtifactError(f"cannot stat {source}: {_strerror(exc)}") from exc
         if not stat.S_ISREG(st.st_mode):
             raise ArtifactError(f"cannot store {source}: not a regular file")
+        if self._backend is not None:
+            return put_fd_via(self._backend, fd, source=source, media_type=media_type)
         # Single-threaded on purpose: copying is bound by the write and the fsync. Measured
         # on 256 MiB (2 cores): read 16 ms, hash 42 ms, write 47 ms, fsync 70-100 ms; the
         # multithreaded hasher on 1 MiB chunks changed the total by less than the noise.
-        hasher = _hasher(0)
+        h = hasher(0)
         total = 0
 
         def chunks() -> Iterator[bytes]:
@@ -385,7 +236,7 @@ class ArtifactStore:
                     ) from exc
                 if not chunk:
                     return
-                hasher.update(chunk)
+                h.update(chunk)
                 total += len(chunk)
                 yield chunk
 
@@ -399,12 +250,12 @@ class ArtifactStore:
                 # The name depends on the bytes, so they are staged under a unique temp
                 # name first (fsynced, read-only) and linked to their real name after.
                 publish_chunks(chunks(), staged, tmp_dir=self._tmp)
-                digest = DIGEST_PREFIX + hasher.hexdigest()
+                digest = DIGEST_PREFIX + h.hexdigest()
                 dest = self.path_for(digest)
                 self._install(digest, total, dest, lambda: self._link(staged, dest))
             finally:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staged)
+                    fsops.unlink(staged)
         except OSError as exc:
             raise self._write_error(digest, dest, exc, source=source) from exc
         return Ref(digest, total, media_type)
@@ -412,7 +263,7 @@ class ArtifactStore:
     def _link(self, staged: Path, dest: Path) -> bool:
         """Give a staged, fsynced file its object name; False if the name was taken."""
         try:
-            os.link(staged, dest)
+            fsops.link(staged, dest)
         except FileExistsError:
             return False
         fsync_dir(dest.parent)
@@ -496,7 +347,7 @@ class ArtifactStore:
         check_real_dir(self._quarantine, what="quarantined bytes (quarantine/)")
         dest = self._quarantine / f"blake3-{path.parent.name}{path.name}.{os.urandom(6).hex()}.corrupt"
         try:
-            os.rename(path, dest)
+            fsops.rename(path, dest)
         except FileNotFoundError:
             return None
         fsync_dir(self._quarantine)
@@ -541,6 +392,18 @@ class ArtifactStore:
             raise ArtifactError(f"{path}: is not a regular file, so not an object ({digest}); move it aside")
         return fd
 
+    def _backend_read(self, digest: str, read: Callable[[ObjectStore, str], T], inline: Callable[[bytes], T]) -> T:
+        """``read`` through the backend; a missing object the ledger knows inline is answered from there."""
+        if self._backend is None:  # pragma: no cover - callers check
+            raise ArtifactError("no object storage behind this store")
+        try:
+            return read(self._backend, check_digest(digest))
+        except ArtifactMissing:
+            data = self._inline(digest)
+            if data is None:
+                raise
+            return inline(data)
+
     def _inline(self, digest: str) -> bytes | None:
         """The inline payload the ledger knows for ``digest``, checked, or None."""
         if self._inline_lookup is None:
@@ -548,13 +411,15 @@ class ArtifactStore:
         data = self._inline_lookup(digest)
         if data is None:
             return None
-        actual = _digest_of(data)
+        actual = digest_of(data)
         if actual != digest:
             raise DigestMismatch(digest, actual, "inline payload in an event")
         return bytes(data)
 
     def get(self, digest: str) -> bytes:
         """The object's bytes, checked against its digest (DigestMismatch; ArtifactMissing)."""
+        if self._backend is not None:
+            return self._backend_read(digest, get_via, lambda b: b)
         path = self.path_for(digest)
         fd = self._open_object(digest, path)
         if fd is None:
@@ -567,7 +432,7 @@ class ArtifactStore:
                 data = f.readall()
         except OSError as exc:
             raise ArtifactError(f"reading {path} ({digest}) failed: {_strerror(exc)}") from exc
-        actual = _digest_of(data)
+        actual = digest_of(data)
         if actual != digest:
             raise DigestMismatch(digest, actual, str(path))
         return data
@@ -580,6 +445,8 @@ class ArtifactStore:
         returning the last bytes. Reading out of order (after ``seek``) is allowed: the
         check then re-hashes the object. Use it as a context manager.
         """
+        if self._backend is not None:
+            return self._backend_read(digest, open_via, io.BytesIO)
         path = self.path_for(digest)
         fd = self._open_object(digest, path)
         if fd is None:
@@ -592,11 +459,15 @@ class ArtifactStore:
         except OSError as exc:
             os.close(fd)
             raise ArtifactError(f"cannot stat {path} ({digest}): {_strerror(exc)}") from exc
-        raw = _CheckedObjectIO(fd, digest=digest, path=path, size=size)
+        raw = CheckedObjectIO(fd, digest=digest, path=path, size=size)
         return io.BufferedReader(raw, buffer_size=64 << 10)
 
     def exists(self, digest: str) -> bool:
         """True if the object is in ``objects/`` or the ledger knows it inline (unchecked)."""
+        if self._backend is not None and exists_via(self._backend, check_digest(digest)):
+            return True
+        if self._backend is not None:
+            return self._inline_lookup is not None and self._inline_lookup(digest) is not None
         path = self.path_for(digest)
         self._check_read(path)
         try:
@@ -609,6 +480,8 @@ class ArtifactStore:
 
     def size_of(self, digest: str) -> int:
         """The stored object's size in bytes (ArtifactMissing if absent)."""
+        if self._backend is not None:
+            return self._backend_read(digest, size_via, len)
         path = self.path_for(digest)
         self._check_read(path)
         try:
@@ -629,6 +502,8 @@ class ArtifactStore:
         :class:`DigestMismatch` is raised; :class:`ArtifactMissing` if it is absent. An
         inline payload is checked the same way but cannot be quarantined.
         """
+        if self._backend is not None:
+            return self._backend_read(digest, verify_via, lambda b: True)
         path = self.path_for(digest)
         fd = self._open_object(digest, path)
         if fd is None:
@@ -655,93 +530,9 @@ class ArtifactStore:
         raise DigestMismatch(digest, actual, where)
 
 
+
 def put_fd(store: ArtifactStore, fd: int, *, source: str, media_type: str | None) -> Ref:
     """Store the bytes of the open file ``fd`` (read from its start), durably; for the package's
     own readers of files (``records.capture_locator``), who have already opened and checked it."""
     return store._put_fd(fd, source=source, media_type=media_type)
 
-
-class _CheckedObjectIO(io.RawIOBase):
-    """Raw reader over a store object that checks its digest when reading reaches the end."""
-
-    def __init__(self, fd: int, *, digest: str, path: Path, size: int) -> None:
-        super().__init__()
-        self._fd = fd
-        self._digest = digest
-        self._path = path
-        self._size = size
-        self._pos = 0
-        self._hashed = 0  # bytes [0, _hashed) went through the streaming hasher, in order
-        self._hasher = _hasher(size)
-        self._checked = False
-        self._error: DigestMismatch | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET, /) -> int:
-        self._pos = os.lseek(self._fd, offset, whence)
-        return self._pos
-
-    def readinto(self, buffer: WriteableBuffer, /) -> int:
-        if self._error is not None:
-            raise self._error
-        view = memoryview(buffer).cast("B")
-        start = self._pos
-        try:
-            n = os.readv(self._fd, [view])
-        except OSError as exc:
-            raise ArtifactError(
-                f"reading {self._path} ({self._digest}) failed at byte {start}: {_strerror(exc)}"
-            ) from exc
-        end = start + n
-        if start <= self._hashed < end:
-            self._hasher.update(view[self._hashed - start : n])
-            self._hashed = end
-        self._pos = end
-        if not self._checked and (n == 0 or end >= self._size):
-            self._check(eof=end)
-        return n
-
-    def readall(self) -> bytes:
-        remaining = max(self._size - self._pos, 0)
-        buf = bytearray(remaining)
-        view = memoryview(buf)
-        filled = 0
-        while filled < remaining:
-            n = self.readinto(view[filled:])
-            if not n:
-                break
-            filled += n
-        view.release()
-        del buf[filled:]
-        tail = bytearray(CHUNK_SIZE)
-        while n := self.readinto(tail):  # a file that grew: read it all, as readall promises
-            buf += tail[:n]
-        return bytes(buf)
-
-    def _check(self, *, eof: int) -> None:
-        self._checked = True
-        if self._hashed == eof:
-            actual = DIGEST_PREFIX + self._hasher.hexdigest()
-        else:  # read out of order: hash the object again, from the start
-            actual = _hash_fd(self._fd, os.fstat(self._fd).st_size)
-        if actual != self._digest:
-            self._error = DigestMismatch(self._digest, actual, str(self._path))
-            raise self._error
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                os.close(self._fd)
-            finally:
-                super().close()

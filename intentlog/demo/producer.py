@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 import intentlog
-from intentlog.artifacts.inline import inline_bytes
+from intentlog.artifacts.inline import ref_bytes
 from intentlog.demo.provider import SyntheticProvider
 
 TASK = "chapter-16"
@@ -116,7 +116,7 @@ def run(mode: str, ledger_path: str, receipts: str, *, kill: str, model: str, ho
         # what restart loops do: take the recorded request and send it again, never asking the work state
         for ev in task.events():
             if ev.kind == "call.manifest":
-                recorded = inline_bytes(ev.data["request"]) or ledger.artifacts.get(ev.data["request"]["digest"])
+                recorded = ref_bytes(ev.data["request"], ledger.artifacts)
                 provider.send(orjson.loads(recorded))
                 _print({"outcome": "resent"})
                 return 0

@@ -10,7 +10,7 @@ import orjson
 
 from .._digest import digest_bytes, is_digest
 from .._fsutil import makedirs_durable, publish_bytes
-from ..artifacts.inline import INLINE_MAX, inline_bytes, inline_ref
+from ..artifacts.inline import INLINE_MAX, inline_ref, ref_bytes
 from ..errors import (
     IntentlogError,
 )
@@ -68,11 +68,7 @@ def check_ref(task: TaskStream, ref: Any, what: str) -> Mapping[str, Any]:
 
 def load_ref(task: TaskStream, ref: Any, what: str = "a recorded ref") -> bytes:
     """The bytes of a recorded ref (inline, or from objects/); a damaged ref is an :class:`IntentlogError`."""
-    ref = check_ref(task, ref, what)
-    data = inline_bytes(ref)
-    if data is not None:
-        return data
-    return task.store.get(str(ref["digest"]))
+    return ref_bytes(check_ref(task, ref, what), task.store)
 
 
 #: The longest error text recorded (characters); the rest is cut, with a note, so lines stay small.

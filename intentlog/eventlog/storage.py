@@ -15,7 +15,12 @@ Guarantees every implementation gives:
   refused with :class:`~intentlog.errors.TaskBusy` while the first is held.
 - :meth:`StreamLease.append` is conditional: it carries the seq the caller expects the
   next record to get and is refused with :class:`~intentlog.errors.Conflict` (nothing
-  written) when the stream has moved on. It is durable when it returns.
+  written) when the stream has moved on. It is durable when it returns -- unless it is
+  given ``sync=False`` (group commit): the records are then written at once (readers may
+  see them) and made durable by the lease's next :meth:`~StreamLease.sync` or synced
+  append, all of them with one sync.
+- ``lease(name, create=record)`` leases a stream, creating it first (atomically: it
+  appears holding ``record`` or not at all, durably) when it does not exist.
 - :meth:`~StreamStorage.read` from an offset returns exactly the stored bytes from there.
 """
 
@@ -23,24 +28,27 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from .._fsutil import fsync_dir, makedirs_durable, write_all
-from .._nofollow import check_own_file, check_real_dir, open_nofollow
-from ..errors import Conflict, CorruptStream, LedgerError, UsageError
+from .. import _fsops as fsops
+from .._fsutil import drop_dead_temp_names, fsync_dir, makedirs_durable, publish_bytes, write_all
+from .._nofollow import check_own_file, check_real_dir, open_dir_nofollow, open_nofollow
+from ..errors import Conflict, CorruptStream, LedgerError, LinkRefused, UsageError
 from .format import TASK_ID_RE, check_task_id
 from .lock import WriterLock
 from .reader import MAX_LINE, open_stream
-from .writer import fdatasync
 
-__all__ = ["FolderStreams", "StreamLease", "StreamStorage"]
+__all__ = ["FolderLease", "FolderStreams", "StreamIO", "StreamLease", "StreamStorage", "ledger_os_error"]
 
 SUFFIX = ".jsonl"
 _CHUNK = 1 << 20
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class StreamLease(Protocol):
@@ -50,15 +58,22 @@ class StreamLease(Protocol):
     def next_seq(self) -> int:
         """The seq the next appended record gets (the number of records in the stream)."""
 
-    def append(self, records: Sequence[bytes], *, expected_seq: int) -> int:
+    def append(self, records: Sequence[bytes], *, expected_seq: int, sync: bool = True) -> int:
         """Append ``records`` if the stream's next seq is ``expected_seq``; durable on return.
 
         Returns the new next seq. :class:`~intentlog.errors.Conflict` and nothing written
         when the stream has moved on; a record holding a newline is a ``UsageError``.
+        With ``sync=False`` the records are written now and made durable by the next
+        :meth:`sync` (or synced append): one sync for a whole group. A failed write or
+        sync is a :class:`~intentlog.errors.LedgerError`, and the lease appends nothing
+        more (what reached the storage is unknown: lease the stream again).
         """
 
+    def sync(self) -> None:
+        """Make every record appended through this lease durable (nothing to do: no cost)."""
+
     def release(self) -> None:
-        """Give the lease up (idempotent)."""
+        """Give the lease up (idempotent); records appended with ``sync=False`` are not synced by it."""
 
     def __enter__(self) -> StreamLease: ...
 
@@ -68,11 +83,16 @@ class StreamLease(Protocol):
 class StreamStorage(Protocol):
     """Named append-only streams: create, lease (the writer lock), conditional append, read, list."""
 
-    def create(self, name: str) -> None:
-        """Make the empty stream ``name`` durably; ``LedgerError`` if it exists."""
+    def create(self, name: str, records: Sequence[bytes] = ()) -> None:
+        """Make the stream ``name`` holding ``records`` atomically and durably; ``LedgerError`` if it exists."""
 
-    def lease(self, name: str, *, wait: float = 0.0) -> StreamLease:
-        """The stream's writer lease, waiting up to ``wait`` s; ``TaskBusy`` if another holds it."""
+    def lease(self, name: str, *, wait: float = 0.0, create: Callable[[], bytes] | None = None) -> StreamLease:
+        """The stream's writer lease, waiting up to ``wait`` s; ``TaskBusy`` if another holds it.
+
+        A missing stream is ``FileNotFoundError`` -- unless ``create`` is given: it is then
+        called under the lease and the stream created holding the one record it returns
+        (atomically: no reader sees it empty; whatever it raises propagates).
+        """
 
     def read(self, name: str, offset: int = 0) -> bytes:
         """The stream's bytes from ``offset`` to its end (``FileNotFoundError`` if absent)."""
@@ -81,16 +101,62 @@ class StreamStorage(Protocol):
         """Every stream's name, sorted (names that are not task ids are not streams)."""
 
 
+class StreamIO(Protocol):
+    """How a folder lease writes and syncs its descriptor (the stream writer passes its own)."""
+
+    def write(self, fd: int, data: bytes) -> None: ...
+
+    def sync(self, fd: int) -> None: ...
+
+
+class _FolderIO:
+    """The default: every byte written (:func:`write_all`), then ``fdatasync``; looked up per call."""
+
+    def write(self, fd: int, data: bytes) -> None:
+        write_all(fd, data)
+
+    def sync(self, fd: int) -> None:
+        fsops.fdatasync(fd)
+
+
+def ledger_os_error(path: Path, doing: str, exc: OSError) -> LedgerError:
+    """A failed system call on a stream as a library error: what, where, and what to do next."""
+    why = exc.strerror or type(exc).__name__
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        nxt = "free some space and open the task again (the stream keeps only whole lines)"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        nxt = "the ledger is not writable here; reading works, write from a writable copy"
+    else:
+        nxt = "check the ledger folder and open the task again"
+    return LedgerError(f"{path}: {doing} failed: {why}; {nxt}")
+
+
 class FolderStreams:
     """Streams as ``DIR/NAME.jsonl`` files: O_APPEND + fdatasync appends, flock writer locks.
 
     Nothing here follows a link: a stream or lock file that is a link raises
     :class:`~intentlog.errors.LinkRefused`, a stream with a second name (a hard link) or
-    that is not a regular file is refused before a byte is written.
+    that is not a regular file is refused before a byte is written. The lock, the stream
+    and a created stream's name are all reached through one descriptor on ``DIR``, so a
+    folder swapped for a link after a check is never the one written.
+
+    ``tmp_dir`` is where a stream created with a first record is staged (``DIR`` itself
+    when not given); ``in_root`` says ``DIR`` is the ledger folder itself, which may be a
+    link (``gc.jsonl``); ``io`` replaces the write and sync calls (see :class:`StreamIO`).
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        tmp_dir: str | os.PathLike[str] | None = None,
+        in_root: bool = False,
+        io: StreamIO | None = None,
+    ) -> None:
         self.directory = Path(os.fspath(directory)).absolute()
+        self.tmp_dir = Path(os.fspath(tmp_dir)).absolute() if tmp_dir is not None else self.directory
+        self.in_root = in_root
+        self.io: StreamIO = io if io is not None else _FolderIO()
 
     def __repr__(self) -> str:
         return f"FolderStreams({str(self.directory)!r})"
@@ -99,31 +165,111 @@ class FolderStreams:
         """Where the stream ``name`` lives (a task id's rules apply to the name)."""
         return self.directory / f"{check_task_id(name)}{SUFFIX}"
 
-    def create(self, name: str) -> None:
+    def create(self, name: str, records: Sequence[bytes] = ()) -> None:
         path = self.path(name)
+        data = _joined(records)
         if not check_real_dir(self.directory, what="task streams"):
             makedirs_durable(self.directory)
+        if data:
+            if not publish_bytes(data, path, tmp_dir=self.tmp_dir, mode=0o644):
+                raise LedgerError(f"{path}: the stream exists already; lease it to append")
+            return
         try:
             fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, what="a task stream")
         except FileExistsError:
             raise LedgerError(f"{path}: the stream exists already; lease it to append") from None
         try:
-            os.fsync(fd)
+            fsops.fsync(fd)
         finally:
-            os.close(fd)
+            fsops.close(fd)
         fsync_dir(self.directory)
 
-    def lease(self, name: str, *, wait: float = 0.0) -> FolderLease:
+    def _open_dir(self) -> int:
+        """A descriptor on ``DIR``: every name below is given inside it."""
+        if self.in_root:
+            return os.open(self.directory, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        return open_dir_nofollow(self.directory, what="task streams")
+
+    def lease(
+        self,
+        name: str,
+        *,
+        wait: float = 0.0,
+        create: Callable[[], bytes] | None = None,
+        repair: bool = False,
+    ) -> FolderLease:
+        """See :meth:`StreamStorage.lease`. Folder only: ``repair=True`` grants the lease on a
+        torn tail too, leaving the counting to the caller (the stream writer, which scans
+        every record, repairs the tail and then calls :meth:`FolderLease.adopt`)."""
         path = self.path(name)
-        if not check_real_dir(self.directory, what="task streams") or not os.path.lexists(path):
-            raise FileNotFoundError(errno.ENOENT, "no such stream (create it first)", str(path))  # no lock file made
-        lock = WriterLock(path.with_name(path.name + ".lock"), name)
-        lock.acquire(wait)
         try:
-            return FolderLease(name, path, lock)
-        except BaseException:
-            lock.release()
+            if not self.in_root:
+                check_real_dir(self.directory, what="task streams")
+            dir_fd = self._open_dir()
+        except FileNotFoundError:
+            if create is None:
+                raise FileNotFoundError(errno.ENOENT, "no such stream (create it first)", str(path)) from None
+            missing = OSError(errno.ENOENT, "no such folder")
+            raise ledger_os_error(path, "checking the ledger's folders", missing) from None
+        except LinkRefused:
             raise
+        except OSError as exc:
+            raise ledger_os_error(path, "checking the ledger's folders", exc) from exc
+        try:
+            if create is None and not self._exists(path, dir_fd):
+                # refused before the lock: no lock file made
+                raise FileNotFoundError(errno.ENOENT, "no such stream (create it first)", str(path))
+            lock = WriterLock(path.with_name(path.name + ".lock"), name)
+            lock.acquire(wait, dir_fd=dir_fd)
+            try:
+                return self._leased(path, name, lock, dir_fd, create, repair)
+            except BaseException:
+                lock.release()
+                raise
+        except BaseException:
+            os.close(dir_fd)
+            raise
+
+    def _leased(
+        self, path: Path, name: str, lock: WriterLock, dir_fd: int, create: Callable[[], bytes] | None, repair: bool
+    ) -> FolderLease:
+        if not self._exists(path, dir_fd):
+            if create is None:
+                raise FileNotFoundError(errno.ENOENT, "no such stream (it was removed)", str(path))
+            record = create()
+            try:
+                publish_bytes(_joined([record]), path, tmp_dir=self.tmp_dir, mode=0o644, dir_fd=dir_fd)
+            except OSError as exc:
+                raise ledger_os_error(path, "creating the stream", exc) from exc
+            self._exists(path, dir_fd)  # a link that appeared meanwhile is refused, never scanned
+        # one descriptor for everything after: the file checked is the file scanned,
+        # repaired and appended to, whatever is renamed in meanwhile
+        try:
+            try:
+                fd = open_nofollow(path.name, os.O_RDWR | os.O_APPEND, what="a task stream", dir_fd=dir_fd)
+            except LinkRefused:
+                raise LinkRefused(str(path), "a task stream") from None
+            try:
+                if self.tmp_dir != self.directory:  # a crash's leftover second name is removed, not refused
+                    drop_dead_temp_names(fd, path.name, self.tmp_dir)
+                check_own_file(fd, path, what="a task stream")
+                next_seq = -1 if repair else _count(fd, path)
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            raise ledger_os_error(path, "opening the stream for appending", exc) from exc
+        return FolderLease(name, path, lock, fd, dir_fd, self.io, next_seq)
+
+    @staticmethod
+    def _exists(path: Path, dir_fd: int) -> bool:
+        try:
+            st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkRefused(str(path), "a task stream")
+        return True
 
     def read(self, name: str, offset: int = 0) -> bytes:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
@@ -141,70 +287,168 @@ class FolderStreams:
         return sorted(i for i in ids if TASK_ID_RE.match(i))  # a stray file is verify's to report
 
 
-class FolderLease:
-    """A held :class:`FolderStreams` writer lock and the stream's append descriptor."""
+def _joined(records: Sequence[bytes]) -> bytes:
+    """The records as stored lines; a record that is not one line of bytes is refused (nothing written)."""
+    for r in records:
+        if not isinstance(r, bytes) or b"\n" in r:
+            raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
+        if len(r) >= MAX_LINE:
+            raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
+    if len(records) == 1:
+        return records[0] + b"\n"
+    return b"".join(r + b"\n" for r in records)
 
-    def __init__(self, name: str, path: Path, lock: WriterLock) -> None:
+
+def _count(fd: int, path: Path) -> int:
+    """Records in the stream; a torn tail (no final newline) is the writer's to repair, not a lease's."""
+    lines, pos, last = 0, 0, b"\n"
+    while chunk := os.pread(fd, _CHUNK, pos):  # bounded memory whatever the stream's size
+        lines += chunk.count(b"\n")
+        pos += len(chunk)
+        last = chunk[-1:]
+    if last != b"\n":
+        raise CorruptStream(str(path), lines + 1, "the stream ends in a torn line; repair it before appending")
+    return lines
+
+
+class FolderLease:
+    """A held :class:`FolderStreams` writer lock and the stream's append descriptor.
+
+    Threads sharing a lease append (and release) one at a time. Records appended with
+    ``sync=False`` are on the descriptor at once and durable at the next sync.
+    """
+
+    def __init__(
+        self, name: str, path: Path, lock: WriterLock, fd: int, dir_fd: int, io: StreamIO, next_seq: int
+    ) -> None:
         self.name = name
         self.path = path
         self._lock = lock
-        fd = open_nofollow(path, os.O_RDWR | os.O_APPEND, what="a task stream")
-        try:
-            check_own_file(fd, path, what="a task stream")
-            self._next = self._count(fd)
-        except BaseException:
-            os.close(fd)
-            raise
+        self._io = io
         self._fd: int | None = fd
-        self._mutex = threading.RLock()  # threads sharing a lease append (and release) one at a time
+        self._dir_fd: int | None = dir_fd
+        self._dirty = False
+        self._broken: str | None = None
+        self._mutex = threading.RLock()
+        self._next = next_seq
 
-    def _count(self, fd: int) -> int:
-        """Records in the stream; a torn tail (no final newline) is the writer's to repair, not ours."""
-        lines, pos, last = 0, 0, b"\n"
-        while chunk := os.pread(fd, _CHUNK, pos):  # bounded memory whatever the stream's size
-            lines += chunk.count(b"\n")
-            pos += len(chunk)
-            last = chunk[-1:]
-        if last != b"\n":
-            raise CorruptStream(str(self.path), lines + 1, "the stream ends in a torn line; repair it before appending")
-        return lines
+    # -- what the folder's stream writer needs besides the contract ---------------------
+
+    @property
+    def fd(self) -> int:
+        """The stream's descriptor (read-write, O_APPEND), for the writer's scan and repair."""
+        if self._fd is None:
+            raise LedgerError(f"{self.path}: the lease was released; lease the stream again")
+        return self._fd
+
+    @property
+    def dir_fd(self) -> int | None:
+        """The descriptor on the stream's folder the lease reached it through."""
+        return self._dir_fd
+
+    def adopt(self, next_seq: int) -> None:
+        """Set the record count found by a caller that scanned the stream (``lease(repair=True)``)."""
+        with self._mutex:
+            self._next = next_seq
+
+    def truncate(self, offset: int) -> None:
+        """Cut the stream back to ``offset`` bytes, durably (a repair, after the cut bytes were kept aside)."""
+        with self._mutex:
+            fsops.ftruncate(self.fd, offset)
+            fsops.fsync(self.fd)
+            self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        """Whether records were appended that no sync covers yet."""
+        return self._dirty
+
+    # -- the contract -------------------------------------------------------------------
 
     @property
     def next_seq(self) -> int:
         return self._next
 
-    def append(self, records: Sequence[bytes], *, expected_seq: int) -> int:
+    def append(self, records: Sequence[bytes], *, expected_seq: int, sync: bool = True) -> int:
         if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
             raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
-        for r in records:
-            if not isinstance(r, bytes) or b"\n" in r:
-                raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
-            if len(r) >= MAX_LINE:
-                raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
+        data = _joined(records)
         with self._mutex:
-            return self._append_locked(records, expected_seq)
-
-    def _append_locked(self, records: Sequence[bytes], expected_seq: int) -> int:
-        if self._fd is None:
-            raise LedgerError(f"{self.path}: the lease was released; lease the stream again to append")
-        if expected_seq != self._next:
-            raise Conflict(self.name, expected_seq, self._next)
-        if records:
+            if self._fd is None:
+                raise LedgerError(f"{self.path}: the lease was released; lease the stream again to append")
+            if self._broken is not None:
+                raise LedgerError(f"{self.path}: an earlier append failed ({self._broken}); lease the stream again")
+            if expected_seq != self._next:
+                raise Conflict(self.name, expected_seq, self._next)
+            if not data:
+                return self._next
             try:
-                write_all(self._fd, b"".join(r + b"\n" for r in records))
-                fdatasync(self._fd)
+                self._io.write(self._fd, data)
+                self._dirty = True
+                if sync:
+                    self._io.sync(self._fd)
+                    self._dirty = False
             except OSError as exc:
-                self.release()  # a part-written tail is the next writer's to repair: append no further here
-                raise LedgerError(f"{self.path}: append failed: {exc.strerror or exc}; lease the stream again") from exc
+                raise self._fail(exc) from exc
             self._next += len(records)
-        return self._next
+            return self._next
+
+    def append_line(self, line: bytes, *, expected_seq: int, sync: bool = True) -> int:
+        """:meth:`append` of one record already ending in its newline (the writer's encoded line; no copy)."""
+        if line.find(b"\n") != len(line) - 1 or len(line) > MAX_LINE:
+            return self.append([line[:-1]] if line.endswith(b"\n") else [line], expected_seq=expected_seq, sync=sync)
+        with self._mutex:
+            if self._fd is None or self._broken is not None or expected_seq != self._next:
+                return self.append([line[:-1]], expected_seq=expected_seq, sync=sync)  # refused there, as it says
+            try:
+                self._io.write(self._fd, line)
+                self._dirty = True
+                if sync:
+                    self._io.sync(self._fd)
+                    self._dirty = False
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            self._next += 1
+            return self._next
+
+    def sync(self) -> None:
+        with self._mutex:
+            if self._fd is None or not self._dirty:
+                return
+            if self._broken is not None:
+                raise LedgerError(f"{self.path}: an earlier append failed ({self._broken}); lease the stream again")
+            try:
+                self._io.sync(self._fd)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            self._dirty = False
+
+    def _fail(self, exc: OSError) -> LedgerError:
+        """A part-written tail is the next writer's to repair: this lease appends no further."""
+        self._broken = f"{type(exc).__name__}: {exc}"
+        return LedgerError(f"{self.path}: append failed: {exc.strerror or exc}; lease the stream again")
+
+    def abandon(self) -> None:
+        """In a forked child: close the inherited descriptors, leaving the parent's lock alone."""
+        with self._mutex:
+            self._close_fds()
+            self._lock.abandon()
+
+    def _close_fds(self) -> None:
+        fd, self._fd = self._fd, None
+        dir_fd, self._dir_fd = self._dir_fd, None
+        for f in (fd, dir_fd):
+            if f is not None:
+                os.close(f)
 
     def release(self) -> None:
         with self._mutex:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            self._close_fds()
             self._lock.release()
+
+    def renew_mutex(self) -> None:
+        """After a fork, in the child: a thread lock held at fork time stays held forever there."""
+        self._mutex = threading.RLock()
 
     def __enter__(self) -> FolderLease:
         return self

@@ -1,7 +1,10 @@
 """The durable append path (DESIGN §4 rules 1, 2, 4, 5).
 
 An append is one ``write`` of the whole line on an ``O_APPEND`` descriptor followed by
-``fdatasync``; it returns only after both. Inside :meth:`StreamWriter.batch` the sync is
+``fdatasync``; it returns only after both. Every append, the stream's creation and the
+lock go through the stream seam (:class:`~intentlog.eventlog.storage.FolderStreams` and
+its lease: a conditional append, ``sync=False`` for group commit); the scan and the
+torn-tail repair use the folder lease's descriptor. Inside :meth:`StreamWriter.batch` the sync is
 shared by every event of the batch and done once when the batch ends (or earlier, when
 an append asks for ``sync=True``). A failed write or sync poisons the writer: its
 durability is unknown, so every later append raises :class:`StreamPoisoned` until the
@@ -26,9 +29,7 @@ A writer belongs to the process that opened it: in a forked child it refuses to 
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -36,22 +37,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .. import _fsops as fsops
 from .._digest import digest_bytes
-from .._fsutil import (
-    check_own_file,
-    check_real_dir,
-    makedirs_durable,
-    open_dir_nofollow,
-    open_nofollow,
-    publish_bytes,
-    publish_chunks,
-    write_all,
-)
+from .._fsutil import check_real_dir, makedirs_durable, publish_chunks, write_all
 from ..errors import (
     Conflict,
     IntentlogError,
     LedgerError,
-    LinkRefused,
     NotSerializable,
     StreamPoisoned,
 )
@@ -69,8 +61,8 @@ from .damage import (
     started_in,
 )
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
-from .lock import WriterLock
 from .reader import MAX_LINE, StreamScan
+from .storage import FolderLease, FolderStreams, ledger_os_error
 
 # SealedHead and quarantine_plan are damage.py's; named here too for task.py and the tests that import them from here
 __all__ = ["SealedHead", "StreamWriter", "fdatasync", "quarantine_plan"]
@@ -79,23 +71,26 @@ __all__ = ["SealedHead", "StreamWriter", "fdatasync", "quarantine_plan"]
 _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
 
 
-def _ledger_os_error(path: Path, doing: str, exc: OSError) -> LedgerError:
-    why = exc.strerror or type(exc).__name__
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        nxt = "free some space and open the task again (the stream keeps only whole lines)"
-    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        nxt = "the ledger is not writable here; reading works, write from a writable copy"
-    else:
-        nxt = "check the ledger folder and open the task again"
-    return LedgerError(f"{path}: {doing} failed: {why}; {nxt}")
-
-
 def fdatasync(fd: int) -> None:
     """``fdatasync`` where the platform has it, else ``fsync`` (looked up per call so tests can count it)."""
     _fdatasync(fd)
 
 
-_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+def _fdatasync(fd: int) -> None:
+    fsops.fdatasync(fd)
+
+
+class _WriterIO:
+    """The writer's own write and sync, looked up in this module per call (tests count or fail them)."""
+
+    def write(self, fd: int, data: bytes) -> None:
+        write_all(fd, data)
+
+    def sync(self, fd: int) -> None:
+        fdatasync(fd)
+
+
+_IO = _WriterIO()
 
 
 class StreamWriter:
@@ -118,14 +113,14 @@ class StreamWriter:
         self.task_id = task_id
         self.quarantine_dir = quarantine_dir
         self.tmp_dir = tmp_dir
-        self._lock = WriterLock(path.with_name(path.name + ".lock"), task_id)
-        self._fd: int | None = None
-        self._dir_fd: int | None = None  # tasks/ (the stream's folder), opened without following a link
+        self.storage = FolderStreams(path.parent, tmp_dir=tmp_dir, in_root=in_root, io=_IO)
+        self._name = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else task_id
+        self._lease: FolderLease | None = None
+        self._fd: int | None = None  # the lease's descriptor on the stream, while open
         self._seq = 0
         self._head: str | None = None
         self._poisoned: str | None = None
         self._batch_depth: dict[int, int] = {}  # per thread: a batch defers only its own thread's syncs
-        self._dirty = False
         self._mutex = threading.RLock()
         self._on_event = on_event
         self.repaired: Event | None = None
@@ -169,26 +164,16 @@ class StreamWriter:
             self._pid = os.getpid()
             try:
                 self._check_folders()
-                # every name below is given inside this descriptor: a folder swapped for a
-                # link after the check is never reached
-                self._dir_fd = (
-                    os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-                    if self.in_root
-                    else open_dir_nofollow(self.path.parent, what="task streams")
-                )
             except OSError as exc:
-                raise _ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
-            try:
-                self._lock.acquire(wait, dir_fd=self._dir_fd)
-            except BaseException:
-                self._close_dir()
-                raise
+                raise ledger_os_error(self.path, "checking the ledger's folders", exc) from exc
+            # the lock, the stream and a new stream's name are reached inside one descriptor
+            # on the folder: a folder swapped for a link after the check is never reached
+            lease = self.storage.lease(self._name, wait=wait, create=self._first_line, repair=True)
+            self._lease, self._fd = lease, lease.fd
             try:
                 self._open_locked(replay, accept_damage, accept_resend)
             except BaseException:
-                self._close_fd()
-                self._lock.release()
-                self._close_dir()
+                self._close_lease()
                 raise
 
     def _check_folders(self) -> None:
@@ -198,41 +183,35 @@ class StreamWriter:
         check_real_dir(self.tmp_dir, what="staging files (tmp/)")
         check_real_dir(self.quarantine_dir, what="quarantined bytes (quarantine/)")
 
-    def _stream_exists(self) -> bool:
+    def _first_line(self) -> bytes:
+        """Line 0 of a stream about to be created (under the lock); a sealed stream that vanished is refused."""
+        if self.seal is not None and not self.seal.retired:
+            raise lost(self.path, self.seal)
         try:
-            if self._dir_fd is not None:
-                st = os.stat(self.path.name, dir_fd=self._dir_fd, follow_symlinks=False)
-            else:
-                st = os.lstat(self.path)
-        except FileNotFoundError:
-            return False
-        if stat.S_ISLNK(st.st_mode):
-            raise LinkRefused(str(self.path), "a task stream")
-        return True
+            makedirs_durable(self.tmp_dir)
+        except OSError as exc:
+            raise ledger_os_error(self.path, "creating the stream", exc) from exc
+        self._check_folders()
+        return self._created_line()[:-1]
+
+    def _created_line(self) -> bytes:
+        return encode_line(
+            TASK_CREATED,
+            dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
+            None,
+            0,
+            utc_now(),
+        )
 
     def _open_locked(
         self, replay: Callable[[Event], None] | None, accept_damage: bool, accept_resend: bool = False
     ) -> None:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
-        if not self._stream_exists():
-            if self.seal is not None and not self.seal.retired:
-                raise lost(self.path, self.seal)
-            try:
-                self._create()
-            except OSError as exc:
-                raise _ledger_os_error(self.path, "creating the stream", exc) from exc
-        # one descriptor for everything below: the file checked is the file scanned,
-        # quarantined, truncated and appended to, whatever is renamed in meanwhile
-        try:
-            self._fd = self._open_stream()
-            check_own_file(self._fd, self.path, what="a task stream")
-        except OSError as exc:
-            raise _ledger_os_error(self.path, "opening the stream for appending", exc) from exc
         try:
             s, damage = assess(self.path, self.seal, replay, fd=self._fd)
         except OSError as exc:
-            raise _ledger_os_error(self.path, "reading the stream", exc) from exc
+            raise ledger_os_error(self.path, "reading the stream", exc) from exc
         if damage is not None and damage.kind == "damage" and not accept_damage:
             raise refusal(self.path, damage)
         started: list[dict[str, Any]] = []
@@ -243,45 +222,23 @@ class StreamWriter:
         self._started = started
         self._seq = s.count
         self._head = s.head
+        if self._lease is not None:
+            self._lease.adopt(s.count)
         try:
             if s.count == 0 and s.problem is None and damage is None:
                 # an empty file: a crash between a repair's truncate and its new first line
-                self._write_created()
-                fdatasync(self._fd)
+                self._write_created(sync=True)
             if damage is not None:
                 self._repair(s, damage)
         except OSError as exc:
-            raise _ledger_os_error(self.path, "repairing the stream's tail", exc) from exc
+            raise ledger_os_error(self.path, "repairing the stream's tail", exc) from exc
         if replay and self.repaired is not None:
             replay(self.repaired)
 
-    def _open_stream(self) -> int:
-        """The stream for reading and appending, inside the checked folder, never through a link."""
-        if self._dir_fd is None:
-            return open_nofollow(self.path, os.O_RDWR | os.O_APPEND, what="a task stream")
-        try:
-            return open_nofollow(self.path.name, os.O_RDWR | os.O_APPEND, what="a task stream", dir_fd=self._dir_fd)
-        except LinkRefused:
-            raise LinkRefused(str(self.path), "a task stream") from None
-
-    def _close_dir(self) -> None:
-        fd, self._dir_fd = self._dir_fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def _create(self) -> None:
-        makedirs_durable(self.path.parent)
-        makedirs_durable(self.tmp_dir)
-        self._check_folders()
-        line = encode_line(
-            TASK_CREATED,
-            dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
-            None,
-            0,
-            utc_now(),
-        )
-        publish_bytes(line, self.path, tmp_dir=self.tmp_dir, mode=0o644, dir_fd=self._dir_fd)
-        self._stream_exists()  # a link that appeared meanwhile is refused, never scanned
+    def _close_lease(self) -> None:
+        lease, self._lease, self._fd = self._lease, None, None
+        if lease is not None:
+            lease.release()
 
     def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
         """The quarantine name, digest and size of the bytes from ``offset`` to the end."""
@@ -289,18 +246,20 @@ class StreamWriter:
 
     def _repair(self, s: StreamScan, d: Damage) -> None:
         """Move the bad tail to quarantine/, truncate, fsync, and record it (DESIGN §4 rule 4)."""
-        if self._fd is None:
+        lease = self._lease
+        if lease is None:
             return
         qname, digest, size = self.quarantine_plan(d.offset)
         makedirs_durable(self.quarantine_dir)
         makedirs_durable(self.tmp_dir)
         self._check_folders()
         qname = self._keep_aside(qname, digest, size, d.offset)
-        os.ftruncate(self._fd, d.offset)
-        os.fsync(self._fd)
+        lease.truncate(d.offset)
+        lease.adopt(self._seq)
         if d.offset == 0:
             self._seq, self._head = 0, None
-            self._write_created()
+            lease.adopt(0)
+            self._write_created(sync=False)
         self.quarantined = {"file": f"quarantine/{qname}", "digest": digest, "size": size}
         data: dict[str, Any] = {
             "line": d.line,
@@ -337,19 +296,26 @@ class StreamWriter:
             f"{self.quarantine_dir}: cannot find a free name for the bytes to move aside; nothing was cut"
         )
 
-    def _write_created(self) -> None:
-        """Line 0 of a stream left empty (it is synced by the caller's next sync)."""
-        if self._fd is None:
+    def _write_created(self, *, sync: bool) -> None:
+        """Line 0 of a stream left empty (without ``sync``, synced by the caller's next sync)."""
+        if self._lease is None:
             return
-        line = encode_line(
-            TASK_CREATED,
-            dumps({"format": FORMAT, "stream": new_stream_id(), "task": self.task_id}),
-            None,
-            0,
-            utc_now(),
-        )
-        write_all(self._fd, line)
+        line = self._created_line()
+        self._lease_append(line, 0, sync=sync)
         self._seq, self._head = 1, digest_bytes(line)
+
+    def _lease_append(self, line: bytes, seq: int, *, sync: bool) -> None:
+        """One line through the lease; its failure raised as the ``OSError`` it was (the caller poisons)."""
+        lease = self._lease
+        if lease is None:  # pragma: no cover - callers check the writer is open
+            raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
+        try:
+            lease.append_line(line, expected_seq=seq, sync=sync)
+        except LedgerError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError):
+                raise cause from None
+            raise
 
     # -- appending ---------------------------------------------------------------
 
@@ -394,20 +360,14 @@ class StreamWriter:
                     f"process {os.getpid()}; nothing was written: open the ledger again in the child "
                     "(intentlog.open(...).task(...)) once the parent has closed the task"
                 )
-            fd = self._fd
-            if fd is None:
+            if self._lease is None:
                 raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
             if expected_seq is not None and expected_seq != self._seq:
                 raise Conflict(self.task_id, expected_seq, self._seq)
             stamp = utc_now()
             line = encode_line(kind, data_json, self._head, self._seq, stamp)
             try:
-                write_all(fd, line)
-                if sync or not self._batch_depth.get(threading.get_ident()):
-                    fdatasync(fd)
-                    self._dirty = False
-                else:
-                    self._dirty = True
+                self._lease_append(line, self._seq, sync=sync or not self._batch_depth.get(threading.get_ident()))
             except OSError as exc:
                 self._poison(exc)
                 raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc
@@ -426,14 +386,15 @@ class StreamWriter:
         with self._mutex:
             if self._poisoned is not None:
                 raise StreamPoisoned(str(self.path), self._poisoned)
-            if self._fd is None or not self._dirty:
+            lease = self._lease
+            if lease is None or not lease.dirty:
                 return
             try:
-                fdatasync(self._fd)
-            except OSError as exc:
-                self._poison(exc)
-                raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc
-            self._dirty = False
+                lease.sync()
+            except LedgerError as exc:
+                cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else OSError(str(exc))
+                self._poison(cause)
+                raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from cause
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -454,18 +415,11 @@ class StreamWriter:
 
     # -- closing -----------------------------------------------------------------
 
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
     def abandon(self) -> None:
         """In a forked child: close the inherited descriptors, leaving the parent's lock and stream alone."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-        self._close_dir()
-        self._lock.abandon()
+        lease, self._lease, self._fd = self._lease, None, None
+        if lease is not None:
+            lease.abandon()
 
     def close(self) -> None:
         """Sync what is pending, close the descriptor and release the lock."""
@@ -474,12 +428,10 @@ class StreamWriter:
             return
         with self._mutex:
             try:
-                if self._poisoned is None and self._fd is not None and self._dirty:
+                if self._poisoned is None and self._lease is not None and self._lease.dirty:
                     self.sync()
             finally:
-                self._close_fd()
-                self._lock.release()
-                self._close_dir()
+                self._close_lease()
 
 
 def _after_fork_in_child() -> None:
@@ -487,6 +439,8 @@ def _after_fork_in_child() -> None:
     for w in list(_WRITERS):
         w._mutex = threading.RLock()
         w._batch_depth = {}
+        if w._lease is not None:
+            w._lease.renew_mutex()
 
 
 if hasattr(os, "register_at_fork"):

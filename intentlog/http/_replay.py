@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, final
 import orjson
 
 from .._diff import first_difference
-from ..artifacts.inline import inline_bytes
+from ..artifacts.inline import ref_bytes
 from ..errors import IntentlogError
 from ._flavor import Flavor
 from ._keys import Occurrences, hash_key, named_key
@@ -167,8 +167,7 @@ class Replay:
         self.occurrences.reset()
 
     def _load(self, ref: Mapping[str, Any]) -> bytes:
-        data = inline_bytes(ref)
-        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+        return ref_bytes(ref, self.task.ledger.artifacts)
 
     def _recorded_request(self, rec: _Recorded) -> Any:
         if rec.request_ref is None:

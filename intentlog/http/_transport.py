@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
-from ..artifacts.inline import inline_bytes
+from ..artifacts.inline import ref_bytes
 from ..dedup import ProviderDedup
 from ..dedup import check as check_dedup
 from ..effects import RetryPolicy
@@ -331,8 +331,7 @@ class _Core:
         ref = state.response if state is not None else None
         if ref is None:
             raise IntentlogError(f"key {key!r}: a retry was decided but no response is recorded")
-        data = inline_bytes(ref)
-        return data if data is not None else self.task.ledger.artifacts.get(str(ref["digest"]))
+        return ref_bytes(ref, self.task.ledger.artifacts)
 
     def _response(self, data: bytes, request: Any, plan: RequestPlan, key: str, trace: _Trace) -> Any:
         parts = decode_response(data)

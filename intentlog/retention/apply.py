@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .._args import check_count, check_seconds
 from .._digest import DIGEST_PREFIX
-from .._fsutil import check_real_dir, fsync_dir, makedirs_durable, open_dir_nofollow
+from .._fsutil import check_real_dir, fsops, fsync_dir, makedirs_durable, open_dir_nofollow
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, GcRefused, IntentlogError, TaskBusy, UsageError, WrongType
 from ..eventlog.lock import WriterLock
@@ -195,10 +195,10 @@ def _delete_stream(ledger: Ledger, t: ExpiredTask, evac: set[str], evacuated: li
                     return why
         finally:
             os.close(sfd)
-        os.unlink(path.name, dir_fd=tasks_fd)
+        fsops.unlink(path.name, dir_fd=tasks_fd)
         # the lock file stays: unlinking it while a writer waits on it would let a third
         # process lock a fresh file of the same name, and two writers would hold "the" lock
-        os.fsync(tasks_fd)
+        fsops.fsync(tasks_fd)
         return None
     finally:
         os.close(tasks_fd)
@@ -278,23 +278,23 @@ def _delete_blobs(ledger: Ledger, blobs: list[ExpiredBlob]) -> tuple[list[str], 
                     continue
                 name, aside = hexd[2:], _moved_name(b.digest)
                 try:
-                    os.rename(name, aside, src_dir_fd=shard_fd, dst_dir_fd=tmp_fd)
+                    fsops.rename(name, aside, src_dir_fd=shard_fd, dst_dir_fd=tmp_fd)
                 except FileNotFoundError:
                     continue  # gone already (moved to quarantine by a check): nothing to do
                 st = os.stat(aside, dir_fd=tmp_fd, follow_symlinks=False)
                 if st.st_mtime_ns != b.mtime_ns or st.st_size != b.size:
                     # a writer stored it again since the plan: it is wanted
                     with contextlib.suppress(FileExistsError):  # stored again meanwhile: same bytes
-                        os.link(aside, name, src_dir_fd=tmp_fd, dst_dir_fd=shard_fd, follow_symlinks=False)
-                    os.unlink(aside, dir_fd=tmp_fd)
+                        fsops.link(aside, name, src_dir_fd=tmp_fd, dst_dir_fd=shard_fd, follow_symlinks=False)
+                    fsops.unlink(aside, dir_fd=tmp_fd)
                     restored.append(b.digest)
                     continue
-                os.unlink(aside, dir_fd=tmp_fd)
+                fsops.unlink(aside, dir_fd=tmp_fd)
                 deleted.append(b.digest)
             for fd in shards.values():
                 if fd is not None:
-                    os.fsync(fd)
-            os.fsync(tmp_fd)
+                    fsops.fsync(fd)
+            fsops.fsync(tmp_fd)
         finally:
             os.close(tmp_fd)
     finally:
@@ -307,12 +307,12 @@ def _delete_blobs(ledger: Ledger, blobs: list[ExpiredBlob]) -> tuple[list[str], 
 
 def _put_back(aside: Path, dest: Path) -> None:
     try:
-        os.link(aside, dest)
+        fsops.link(aside, dest)
     except FileExistsError:
         pass  # stored again meanwhile: the new copy has the same bytes
     else:
         fsync_dir(dest.parent)
-    os.unlink(aside)
+    fsops.unlink(aside)
 
 
 def _restore_moved(ledger: Ledger) -> None:
