@@ -98,9 +98,12 @@ def render(
     hint: Hint | None = None,
     verify: VerifyReport | None = None,
     title: str | None = None,
+    note: str | None = None,
 ) -> bytes:
     """The report's HTML bytes; see :func:`render_report` (this returns only the bytes)."""
-    return render_report(source, tasks, backlog=backlog, detail=detail, hint=hint, verify=verify, title=title).html
+    return render_report(
+        source, tasks, backlog=backlog, detail=detail, hint=hint, verify=verify, title=title, note=note
+    ).html
 
 
 def render_report(
@@ -112,6 +115,7 @@ def render_report(
     hint: Hint | None = None,
     verify: VerifyReport | None = None,
     title: str | None = None,
+    note: str | None = None,
 ) -> ReportResult:
     """Render the report of ``source`` (a :class:`~intentlog.Ledger` or a ledger / bundle folder).
 
@@ -121,6 +125,7 @@ def render_report(
     ``next_step``). ``detail`` bounds the detail sections (None: every task). ``hint``
     rewrites each command shown (the CLI adds ``--root PATH``). ``verify`` is a check
     already run (an export passes its check of the bundle); else :func:`verify_path` runs.
+    ``title`` and ``note`` head the page.
 
     Raises :class:`NotALedger` when the folder is not a ledger, :class:`UsageError` for a
     named task with no stream or a malformed backlog view, ``InvalidTaskId``; writes nothing.
@@ -154,7 +159,7 @@ def render_report(
     counts: dict[str, int] = {}
     for r in rows.values():
         counts[r.state] = counts.get(r.state, 0) + 1
-    page = _page(rows, detailed, folder, report, backlog, hint or (lambda s: s), title, dict(sorted(counts.items())))
+    page = _page(rows, detailed, folder, report, backlog, hint or (lambda s: s), (title, note), dict(sorted(counts.items())))
     return ReportResult(page.encode("utf-8"), tuple(selected), tuple(detailed), dict(sorted(counts.items())), report.ok)
 
 
@@ -190,10 +195,10 @@ def _page(
     report: VerifyReport,
     backlog: Mapping[str, Any] | None,
     hint: Hint,
-    title: str | None,
+    titles: tuple[str | None, str | None],
     counts: Mapping[str, int],
 ) -> str:
-    heading = title or "intentlog report"
+    heading = titles[0] or "intentlog report"
     shown = set(detailed)
     summary = " ".join(
         f'<a href="#index" data-state="{esc(s)}">{state_badge(s)} {esc(n)}</a>' for s, n in counts.items()
@@ -209,6 +214,7 @@ def _page(
     parts = [
         head,
         f"<h1>{esc(heading)}</h1>",
+        f"<p>{esc(titles[1])}</p>" if titles[1] else "",
         f'<p class="mut">{esc(len(rows))} task(s); {esc(len(detailed))} shown in detail below the index. '
         "Generated from the record alone (no clock, no lock probe): the same folder gives the same page.</p>",
         "<h2 id=\"folder\">The folder</h2>",
