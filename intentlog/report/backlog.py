@@ -42,7 +42,8 @@ def backlog_section(view: Mapping[str, Any], hint: Callable[[str], str]) -> str:
     counts = view["counts"]
     badges = " ".join(f"<b>{esc(s)}</b> {esc(n)}" for s, n in sorted(counts.items()))
     stuck = sorted(
-        (it for it in view["items"] if it["state"] in NEEDS_A_PERSON), key=lambda it: (str(it["state"]), str(it["item"]))
+        (it for it in view["items"] if it["state"] in NEEDS_A_PERSON),
+        key=lambda it: (str(it["state"]), str(it["item"])),
     )
     rows = [
         [esc(it["item"]), f'<a href="#task-{esc(it["task"])}">{esc(it["task"])}</a>', esc(it["state"]),

@@ -102,41 +102,54 @@ STYLE: Final = """
 --amber:#8a5a00;--amberbg:#fff4d6;--green:#1e6b34;--greenbg:#e6f4ea;--blue:#1a4f8b;--bluebg:#e7f0fb;
 --violet:#5b3a99;--violetbg:#efe9fa;--grey:#4a4f55;--greybg:#eceff1}
 *{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg);margin:0}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg);
+margin:0}
 main{max-width:1180px;margin:0 auto;padding:16px 20px 60px}
-h1{font-size:22px;margin:8px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
+h1{font-size:22px;margin:8px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid var(--line);
+padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}h4{font-size:14px;margin:12px 0 4px}
-.mut{color:var(--mut)}code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
-pre{background:var(--soft);border:1px solid var(--line);padding:8px;overflow:auto;max-height:320px;white-space:pre-wrap;word-break:break-all}
-table{border-collapse:collapse;width:100%;margin:6px 0 10px}th,td{border:1px solid var(--line);padding:3px 6px;text-align:left;vertical-align:top}
+.mut{color:var(--mut)}code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
+font-size:12.5px}
+pre{background:var(--soft);border:1px solid var(--line);padding:8px;overflow:auto;max-height:320px;
+white-space:pre-wrap;word-break:break-all}
+table{border-collapse:collapse;width:100%;margin:6px 0 10px}th,td{border:1px solid var(--line);
+padding:3px 6px;text-align:left;vertical-align:top}
 th{background:var(--soft);font-weight:600}td{word-break:break-word}
 .index td:first-child{white-space:nowrap}
-.badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;white-space:nowrap;border:1px solid transparent}
+.badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;
+white-space:nowrap;border:1px solid transparent}
 .ok{color:var(--green);background:var(--greenbg)}.bad{color:var(--red);background:var(--redbg)}
-.cmd{display:inline-block;background:#10161c;color:#e8eef3;padding:1px 6px;border-radius:4px;margin:1px 0;user-select:all}
+.cmd{display:inline-block;background:#10161c;color:#e8eef3;padding:1px 6px;border-radius:4px;margin:1px 0;
+user-select:all}
 .resolve{border:2px solid var(--red);background:var(--redbg);border-radius:6px;padding:8px 10px;margin:8px 0}
 .resolve.pending{border-color:var(--amber);background:var(--amberbg)}
 .resolve strong{color:var(--red)}.resolve.pending strong{color:var(--amber)}
 .call{border:1px solid var(--line);border-radius:6px;margin:10px 0;padding:6px 10px}
 .call.unknown{border:2px solid var(--red)}.call.unresolved{border-left:6px solid var(--amber)}
-.tl{list-style:none;margin:4px 0;padding:0}.tl li{display:flex;gap:8px;align-items:baseline;padding:2px 0;border-bottom:1px dotted var(--line)}
+.tl{list-style:none;margin:4px 0;padding:0}.tl li{display:flex;gap:8px;align-items:baseline;padding:2px 0;
+border-bottom:1px dotted var(--line)}
 .tl .seq{min-width:52px;color:var(--mut)}.tl .ts{min-width:210px;color:var(--mut)}
+.tl li>.mono:last-child{min-width:0;word-break:break-all;flex:1}
 .group{margin:4px 0 4px 8px;padding-left:8px;border-left:3px solid var(--line)}
 .st-requested,.st-manifest,.st-manifest-recorded{color:var(--grey);background:var(--greybg)}
 .st-started,.st-progress{color:var(--blue);background:var(--bluebg)}
-.st-effect-unknown,.st-timed-out,.st-errored,.st-failed,.st-preparation-failed,.st-reconciled-served{color:var(--red);background:var(--redbg);border-color:var(--red)}
+.st-effect-unknown,.st-timed-out,.st-errored,.st-failed,.st-preparation-failed,
+.st-reconciled-served{color:var(--red);background:var(--redbg);border-color:var(--red)}
 .st-observed,.st-interpreted{color:var(--violet);background:var(--violetbg)}
-.st-decided,.st-retry-decided,.st-not-sent,.st-reconciled,.st-reconciled-not-served,.st-risk-accepted,.st-provider-dedup{color:var(--amber);background:var(--amberbg)}
+.st-decided,.st-retry-decided,.st-not-sent,.st-reconciled,.st-reconciled-not-served,.st-risk-accepted,
+.st-provider-dedup{color:var(--amber);background:var(--amberbg)}
 .st-completed,.st-superseded,.st-resumed,.st-compiled{color:var(--green);background:var(--greenbg)}
 .state-complete,.state-awaiting-acceptance{color:var(--green);background:var(--greenbg)}
-.state-paused-for-review,.state-failed,.state-unreadable,.state-blocked{color:var(--red);background:var(--redbg)}
-.state-interrupted,.state-awaiting-approval,.state-running,.state-scheduled{color:var(--amber);background:var(--amberbg)}
+.state-paused-for-review,.state-failed,.state-unreadable,.state-blocked{color:var(--red);
+background:var(--redbg)}
+.state-interrupted,.state-awaiting-approval,.state-running,.state-scheduled{color:var(--amber);
+background:var(--amberbg)}
 .state-queued{color:var(--grey);background:var(--greybg)}
 .turn{border:1px solid var(--line);border-radius:6px;padding:6px 10px;margin:8px 0}.msg{margin:4px 0}
 .msg .role{font-weight:600;margin-right:6px}
 .counts{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}.counts a{text-decoration:none}
 .task{border-top:3px solid var(--line);margin-top:26px}
-#filters{margin:8px 0;display:flex;gap:8px;align-items:center}
+#filters{margin:8px 0;display:flex;gap:8px;align-items:center}#filters[hidden]{display:none}
 details>summary{cursor:pointer}
 @media print{#filters{display:none}}
 """

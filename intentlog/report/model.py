@@ -154,15 +154,19 @@ def _artifact(
     if data is not None:
         return Artifact(digest, size if size is not None else len(data), media, where, data, None)
     if size is not None and size > PAYLOAD_MAX:
-        return Artifact(digest, size, media, where, None, f"larger than {PAYLOAD_MAX} bytes: intentlog show {digest}")
+        return Artifact(digest, size, media, where, None, _too_large(digest))
     raw = _read_object(root, digest)
     if raw is None:
         return Artifact(digest, size, media, where, None, "not in objects/ (see the verify result)")
     if len(raw) > PAYLOAD_MAX:
-        return Artifact(digest, len(raw), media, where, None, f"larger than {PAYLOAD_MAX} bytes: intentlog show {digest}")
+        return Artifact(digest, len(raw), media, where, None, _too_large(digest))
     if digest_bytes(raw) != digest:
         return Artifact(digest, size, media, where, None, "its bytes do not hash to its digest: not shown")
     return Artifact(digest, len(raw), media, where, raw, None)
+
+
+def _too_large(digest: str) -> str:
+    return f"larger than {PAYLOAD_MAX} bytes: intentlog show {digest}"
 
 
 def _read_object(root: Path, digest: str) -> bytes | None:

@@ -159,8 +159,9 @@ def render_report(
     counts: dict[str, int] = {}
     for r in rows.values():
         counts[r.state] = counts.get(r.state, 0) + 1
-    page = _page(rows, detailed, folder, report, backlog, hint or (lambda s: s), (title, note), dict(sorted(counts.items())))
-    return ReportResult(page.encode("utf-8"), tuple(selected), tuple(detailed), dict(sorted(counts.items())), report.ok)
+    ordered = dict(sorted(counts.items()))
+    page = _page(rows, detailed, folder, report, backlog, hint or (lambda s: s), (title, note), ordered)
+    return ReportResult(page.encode("utf-8"), tuple(selected), tuple(detailed), ordered, report.ok)
 
 
 def _task_ids(root: Path) -> list[str]:

@@ -26,6 +26,10 @@ __all__ = ["task_detail", "verify_block"]
 Hint = Callable[[str], str]
 _TURN: Final = re.compile(r"turn-[0-9]+\Z")
 _SETTLED: Final = frozenset({"complete", "awaiting acceptance"})
+_UNKNOWN: Final = (
+    " An attempt started and nothing after it was recorded: the provider may or may not have served it;"
+    " resending blind may pay twice."
+)
 
 
 def badge(text: str, cls: str) -> str:
@@ -82,7 +86,7 @@ def task_detail(t: TaskData, hint: Hint) -> str:
         parts.append(_approvals(t))
         parts.append(_checkpoints(t))
         parts.append(_turns(t, calls))
-    parts.append(_artifacts(t.artifacts))
+    parts.append(_artifacts(t.artifacts, hint))
     parts.append(_all_events(t))
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
@@ -90,8 +94,8 @@ def task_detail(t: TaskData, hint: Hint) -> str:
 
 def _overview(t: TaskData, hint: Hint) -> str:
     st = t.status
-    rows: list[list[str]] = [["state", state_badge(t.state)], ["stream", esc(t.stream + (f": {t.problem}" if t.problem else ""))],
-                             ["events", esc(t.events)]]
+    stream = t.stream + (f": {t.problem}" if t.problem else "")
+    rows: list[list[str]] = [["state", state_badge(t.state)], ["stream", esc(stream)], ["events", esc(t.events)]]
     if st is not None:
         cp = st.checkpoint
         rows += [
@@ -128,18 +132,21 @@ def _call_block(task: str, c: CallState, events: Sequence[Event], unresolved: Se
     head = (
         f'<h4>{esc(c.call_id)} <span class="mut">key</span> <span class="mono">{esc(c.key)}</span>'
         f"{f' <span class=mut>({esc(c.name)})</span>' if c.name else ''} "
-        f'<span class="badge call-stage {stage_class(c.stage)}" data-stage="{esc(c.stage)}">{esc(c.stage.replace("_", " "))}</span></h4>'
+        f'<span class="badge call-stage {stage_class(c.stage)}" data-stage="{esc(c.stage)}">'
+        f'{esc(c.stage.replace("_", " "))}</span></h4>'
         f'<p class="mut">provider effect {esc(c.provider_effect)}; attempts {esc(c.attempts)}; next operation '
         f"{esc(c.next_operation)}; request {short(c.request_hash)}"
-        f"{f'; resumes {esc(c.resumes)}' if c.resumes else ''}{f'; superseded by {esc(c.superseded_by)}' if c.superseded_by else ''}</p>"
+        f"{f'; resumes {esc(c.resumes)}' if c.resumes else ''}"
+        f"{f'; superseded by {esc(c.superseded_by)}' if c.superseded_by else ''}</p>"
     )
     alert = ""
     if unknown or c.call_id in unresolved:
         step = commands(hint(call_next_step(task, c)))
         what = "Unknown effect" if unknown else f"Unresolved: {esc(c.next_operation)}"
-        risk = " An attempt started and nothing after it was recorded: the provider may or may not have served it; resending blind may pay twice." if unknown else ""
+        risk = _UNKNOWN if unknown else ""
         reason = f" ({esc(c.reason)})" if c.reason else ""
-        alert = (f'<div class="resolve{"" if unknown else " pending"}" data-call="{esc(c.call_id)}"><strong>{what}</strong>'
+        pending = "" if unknown else " pending"
+        alert = (f'<div class="resolve{pending}" data-call="{esc(c.call_id)}"><strong>{what}</strong>'
                  f"{reason}.{esc(risk)}<br>Resolve: {step}</div>")
     groups: list[tuple[str, list[Event]]] = []
     index: dict[str, list[Event]] = {}
@@ -174,13 +181,17 @@ def _approvals(t: TaskData) -> str:
     rows = [
         [esc(a.approval_id), esc(a.question), esc(_json(dict(a.binds))), short(a.binding), state_badge(a.status),
          esc(a.decision or "-"), esc(a.by or "-"), esc(a.note or ""),
-         esc(f"seq {a.requested_seq}") + (esc(f" → seq {a.decided_seq} at {a.decided_ts}") if a.decided_seq is not None else ""),
+         esc(_recorded(a.requested_seq, a.decided_seq, a.decided_ts)),
          esc(a.void_reason or "")]
         for a in ops.approvals.values()
     ]
     return "<h3>Approvals</h3>" + table(
         ["approval", "question", "binds", "on hash", "status", "decision", "by", "note", "recorded", "void"], rows
     )
+
+
+def _recorded(requested: int, decided: int | None, ts: str | None) -> str:
+    return f"seq {requested}" + (f" → seq {decided} at {ts}" if decided is not None else "")
 
 
 def _checkpoints(t: TaskData) -> str:
@@ -233,10 +244,16 @@ def _turns(t: TaskData, calls: Sequence[CallState]) -> str:
             f"{short(c.request_hash)} {badge(c.stage.replace('_', ' '), stage_class(c.stage))}"
             f"{(' ' + state_badge(verdict)) if verdict else ''}</div>{''.join(msgs)}"
             f'<div class="msg"><span class="role">response</span>'
-            f"{f'<pre>{esc(answer)}</pre>' if answer is not None else ('(not recorded)' if resp is None else short(resp))}"
+            f"{_answer(answer, resp)}"
             f"</div></div>"
         )
     return "".join(out)
+
+
+def _answer(answer: str | None, resp: object) -> str:
+    if answer is not None:
+        return f"<pre>{esc(answer)}</pre>"
+    return "(not recorded)" if resp is None else short(resp)
 
 
 def _message(data: bytes | None, digest: object) -> str:
@@ -254,18 +271,19 @@ def _message(data: bytes | None, digest: object) -> str:
     return f'<div class="msg"><pre>{esc(text)}</pre></div>'
 
 
-def _artifacts(artifacts: Sequence[Artifact]) -> str:
+def _artifacts(artifacts: Sequence[Artifact], hint: Hint) -> str:
     if not artifacts:
         return ""
     rows = []
     for a in artifacts:
         text = _text(a.payload)
         if text is not None:
-            shown = f'<details><summary>view ({esc(human_size(len(a.payload or b"")))})</summary><pre class="payload">{esc(text)}</pre></details>'
+            size = esc(human_size(len(a.payload or b"")))
+            shown = f'<details><summary>view ({size})</summary><pre class="payload">{esc(text)}</pre></details>'
         elif a.payload is not None:
-            shown = esc(f"binary: intentlog show {a.digest} > FILE")
+            shown = "binary: " + commands(hint(f"intentlog show {a.digest} > FILE"))
         else:
-            shown = esc(a.note or "")
+            shown = commands(hint(a.note or ""))
         rows.append([f'<span class="mono">{esc(a.digest)}</span>', esc(human_size(a.size)), esc(a.media_type or ""),
                      esc(a.where), shown])
     return "<h3>Artifacts</h3>" + table(["digest", "size", "media type", "first named", "payload"], rows)
