@@ -258,3 +258,18 @@ def test_cli_json_says_what_it_wrote(every_stage: Path, tmp_path: Path) -> None:
     assert doc["bytes"] == out.stat().st_size and doc["tasks"] == 4 and doc["counts"]["paused for review"] == 1
     bad = CliRunner().invoke(main, ["--root", str(every_stage), "report", "--all", "--detail", "3", "--out", str(out)])
     assert bad.exit_code == 2
+
+
+def test_a_long_task_shows_its_first_events_and_the_command_for_the_rest(tmp_path: Path) -> None:
+    """A task with more than MAX_EVENTS events is drawn with the first MAX_EVENTS and 'log --since' for the rest."""
+    from intentlog.report import MAX_EVENTS
+
+    with intentlog.open(tmp_path / "l") as ledger:
+        t = ledger.task("long")
+        with t.batch():
+            for i in range(MAX_EVENTS + 50):
+                t.append("note", {"i": i})
+    page = render(tmp_path / "l").decode()
+    assert f"{MAX_EVENTS + 51 - MAX_EVENTS} more event(s) not shown" in page
+    assert f"intentlog log long --since {MAX_EVENTS}" in _text_of(page)
+    assert page.count('<li data-kind="note">') == MAX_EVENTS - 1

@@ -353,7 +353,7 @@ def export_bundle(
         ex.publish(STATES_FILE, (encode_states(ex.states),))
         ex.publish(README_FILE, (readme_text(ex.heads, ex.states, sorted(logs)),))
         ex.publish(VERIFIER_FILE, (verifier_source(),))
-        ex.publish(REPORT_FILE, (_report(staging, names),))
+        ex.publish(REPORT_FILE, (_report(staging),))
         files = file_hashes(staging)
         ex.publish(HASHES_FILE, (encode_hashes(files),))
         size = sum(n for _, n in files.values()) + (staging / HASHES_FILE).stat().st_size
@@ -387,7 +387,7 @@ def export_bundle(
     return ExportResult(out_path, tar_path, tuple(names), len(files) + 1, size, report, tuple(removed), tuple(kept))
 
 
-def _report(staging: Path, names: Sequence[str]) -> bytes:
+def _report(staging: Path) -> bytes:
     """``report.html``: the page :func:`intentlog.report.render` draws of the bundle, with the library's check of it.
 
     The check is :func:`check_bundle` without the inventory (``hashes.json`` does not exist
@@ -399,7 +399,8 @@ def _report(staging: Path, names: Sequence[str]) -> bytes:
         "An evidence bundle's report, derived from the bundle's own files (hashes.json lists it; no verifier reads "
         "it). Commands name the ledger the bundle was exported from."
     )
-    return render(staging, names, verify=check, detail=None, title="intentlog evidence bundle", note=note)
+    # the bundle holds exactly the exported tasks: every one is in the index, the detail bounded as everywhere
+    return render(staging, verify=check, title="intentlog evidence bundle", note=note)
 
 
 # -- the deterministic tar ----------------------------------------------------------------------

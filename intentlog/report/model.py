@@ -41,7 +41,7 @@ UNREADABLE: Final = "unreadable"
 #: Payloads up to this many bytes are shown in place (larger ones: digest and size only).
 PAYLOAD_MAX: Final = 4096
 #: The events a task's detail shows; the rest are counted, with the command that lists them.
-MAX_EVENTS: Final = 2000
+MAX_EVENTS: Final = 1000
 
 Hint = Callable[[str], str]
 

@@ -87,7 +87,7 @@ def task_detail(t: TaskData, hint: Hint) -> str:
         parts.append(_checkpoints(t))
         parts.append(_turns(t, calls))
     parts.append(_artifacts(t.artifacts, hint))
-    parts.append(_all_events(t))
+    parts.append(_all_events(t, hint))
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
 
@@ -289,16 +289,19 @@ def _artifacts(artifacts: Sequence[Artifact], hint: Hint) -> str:
     return "<h3>Artifacts</h3>" + table(["digest", "size", "media type", "first named", "payload"], rows)
 
 
-def _all_events(t: TaskData) -> str:
+def _all_events(t: TaskData, hint: Hint) -> str:
+    """The task's own events (those of no call: creation, approvals, checkpoints, notes...); the calls' are above."""
     events = t.detail or []
     if not events:
         return ""
-    items = "".join(_event_item(ev) for ev in events)
+    own = [ev for ev in events if not (ev.kind in STAGE_OF_KIND and type(ev.data.get("call")) is str)]
+    items = "".join(_event_item(ev) for ev in own)
     more = ""
     if t.events > len(events):
         more = (f'<p class="mut">{esc(t.events - len(events))} more event(s) not shown (the first {MAX_EVENTS} are): '
-                f'{commands(f"intentlog log {t.task} --since {len(events)}")}</p>')
-    return f"<details><summary>All {esc(len(events))} event(s)</summary><ol class=\"tl\">{items}</ol></details>{more}"
+                f'{commands(hint(f"intentlog log {t.task} --since {len(events)}"))}</p>')
+    summary = f"The task's own events ({esc(len(own))})"
+    return f'<details><summary>{summary}</summary><ol class="tl">{items}</ol></details>{more}'
 
 
 def stage_counts(states: Mapping[str, int]) -> str:
