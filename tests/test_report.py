@@ -185,6 +185,28 @@ def test_backlog_without_the_backlog_package_is_a_clear_error(every_stage: Path,
     assert not out.exists()
 
 
+def test_backlog_from_the_backlog_runner(tmp_path: Path) -> None:
+    """With the backlog runner installed, --backlog draws its view: a blocked item with its reason and command."""
+    pytest.importorskip("intentlog.backlog", reason="the backlog runner is not in this intentlog")
+    root = tmp_path / "l"
+    with intentlog.open(root) as ledger:
+        b: Any = ledger.backlog("nightly")  # type: ignore[attr-defined]
+        b.add("a", {"x": 1})
+        b.add("b", {"x": 2})
+        try:
+            ledger.task(b.task_id("b")).effect("k", {"q": 1}, lambda r: (_ for _ in ()).throw(ConnectionResetError()))
+        except intentlog.EffectUnknown:
+            pass
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["--root", str(root), "report", "--backlog", "nightly", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    sec = _text_of(out.read_text()[out.read_text().index('id="backlog"') :].split("</table>")[0])
+    assert "blocked 1" in sec and "queued 1" in sec
+    assert "unknown effect: call-1" in sec and "unblock nightly b" in sec
+    assert f"intentlog --root {root} reconcile nightly.item.b call-1 --not-served" in sec
+    assert "\na\n" not in sec and "nightly.item.a" not in sec, "a queued item needs no person"
+
+
 def test_bundles_carry_a_report_that_hashes_json_lists(every_stage: Path, tmp_path: Path) -> None:
     """export puts report.html beside README.md; both verifiers fail a bundle whose report was edited."""
     out = tmp_path / "bundle"

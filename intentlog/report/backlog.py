@@ -9,7 +9,7 @@ command line builds the view with the backlog package and passes it here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from ..errors import UsageError
@@ -21,6 +21,10 @@ __all__ = ["ITEM_FIELDS", "NEEDS_A_PERSON", "backlog_section", "check_backlog"]
 ITEM_FIELDS: Final = ("item", "task", "state", "reason", "next_step")
 #: Item states listed with their reason and command: a person must act before the item moves.
 NEEDS_A_PERSON: Final = frozenset({"blocked", "awaiting approval", "paused for review", "failed"})
+
+
+def _task_link(task: str, detailed: Collection[str]) -> str:
+    return f'<a href="#task-{esc(task)}">{esc(task)}</a>' if task in detailed else esc(task)
 
 
 def check_backlog(view: Mapping[str, Any]) -> None:
@@ -37,16 +41,17 @@ def check_backlog(view: Mapping[str, Any]) -> None:
             raise UsageError(f"backlog item {i} lacks one of {', '.join(ITEM_FIELDS)}")
 
 
-def backlog_section(view: Mapping[str, Any], hint: Callable[[str], str]) -> str:
+def backlog_section(view: Mapping[str, Any], hint: Callable[[str], str], detailed: Collection[str]) -> str:
+    """Counts in the view's own order of states; the items a person must act on, by state then item id."""
     name = view.get("backlog")
     counts = view["counts"]
-    badges = " ".join(f"<b>{esc(s)}</b> {esc(n)}" for s, n in sorted(counts.items()))
+    badges = " ".join(f"<b>{esc(s)}</b> {esc(n)}" for s, n in counts.items())
     stuck = sorted(
         (it for it in view["items"] if it["state"] in NEEDS_A_PERSON),
         key=lambda it: (str(it["state"]), str(it["item"])),
     )
     rows = [
-        [esc(it["item"]), f'<a href="#task-{esc(it["task"])}">{esc(it["task"])}</a>', esc(it["state"]),
+        [esc(it["item"]), _task_link(str(it["task"]), detailed), esc(it["state"]),
          esc(it["reason"] or ""), commands(hint(str(it["next_step"] or "")))]
         for it in stuck
     ]

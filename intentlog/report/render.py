@@ -226,7 +226,7 @@ def _page(
         verify_block(list(folder) if folder else problems, what="the folder"),
     ]
     if backlog is not None:
-        parts.append(backlog_section(backlog, hint))
+        parts.append(backlog_section(backlog, hint, shown))
     parts.append(_index(rows, shown, hint, counts))
     omitted = len(rows) - len(detailed)
     if omitted:
