@@ -74,7 +74,10 @@ def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _open(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:
-    """A page on the report with every request routed: the file itself is served, anything else aborted."""
+    """A page on the report with every request routed: the file itself is served, anything else aborted.
+
+    Console errors (a Content-Security-Policy violation: something tried to load or run) are
+    collected with the dialogs."""
     page = browser.new_page()
     url = page_file.resolve().as_uri()
     requested: list[str] = []
@@ -89,6 +92,8 @@ def _open(browser: Any, page_file: Path) -> tuple[Any, list[str], list[str]]:
 
     page.route("**/*", route)
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.on("console", lambda m: dialogs.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: dialogs.append(f"page error: {e}"))
     page.on("request", lambda req: requested.append(req.url) if req.url not in requested else None)
     page.goto(url)
     page.wait_for_load_state("load")
