@@ -218,6 +218,9 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog.checker.*": (3, "features"),
     "intentlog.retention.*": (3, "features"),
     "intentlog.bundle.*": (3, "features"),
+    # the HTML report: reads streams, objects and the checker; the bundle export writes one
+    "intentlog.report": (3, "features"),
+    "intentlog.report.*": (3, "features"),
     "intentlog.verify_bundle": (3, "features"),
     "intentlog.http.*": (3, "features"),
     # 4 the facade over one task's stream; 5 the ledger that hands tasks out

@@ -33,6 +33,7 @@ from ..gclog import retired_by_gc
 from ..heads.codec import HEADS_FILE, StreamHead, encode_heads, read_heads_at
 from ..projections.workstate import WorkState, work_state
 from ..refs import EXPORT, walk
+from ..report import REPORT_FILE, render
 from .check import check_bundle
 from .files import (
     HASHES_FILE,
@@ -352,6 +353,7 @@ def export_bundle(
         ex.publish(STATES_FILE, (encode_states(ex.states),))
         ex.publish(README_FILE, (readme_text(ex.heads, ex.states, sorted(logs)),))
         ex.publish(VERIFIER_FILE, (verifier_source(),))
+        ex.publish(REPORT_FILE, (_report(staging),))
         files = file_hashes(staging)
         ex.publish(HASHES_FILE, (encode_hashes(files),))
         size = sum(n for _, n in files.values()) + (staging / HASHES_FILE).stat().st_size
@@ -383,6 +385,22 @@ def export_bundle(
         if staging.exists():
             shutil.rmtree(staging)
     return ExportResult(out_path, tar_path, tuple(names), len(files) + 1, size, report, tuple(removed), tuple(kept))
+
+
+def _report(staging: Path) -> bytes:
+    """``report.html``: the page :func:`intentlog.report.render` draws of the bundle, with the library's check of it.
+
+    The check is :func:`check_bundle` without the inventory (``hashes.json`` does not exist
+    yet, and it lists this file). The report is derived, never evidence: both verifiers
+    check its bytes against ``hashes.json`` like every other file, and neither reads it.
+    """
+    check = check_bundle(staging, inventory=False)
+    note = (
+        "An evidence bundle's report, derived from the bundle's own files (hashes.json lists it; no verifier reads "
+        "it). Commands name the ledger the bundle was exported from."
+    )
+    # the bundle holds exactly the exported tasks: every one is in the index, the detail bounded as everywhere
+    return render(staging, verify=check, title="intentlog evidence bundle", note=note)
 
 
 # -- the deterministic tar ----------------------------------------------------------------------

@@ -59,6 +59,7 @@ __all__ = [
     "QUEUED",
     "RUNNING",
     "TaskStatus",
+    "call_next_step",
     "next_step",
     "operator_state",
     "status_of",
@@ -345,6 +346,15 @@ def _call_step(task_id: str, c: CallState) -> str:
     if op == NONE:
         return "nothing"
     return f"re-run the script: task.effect({c.key!r}, ...) will {op} (the record proves it safe)"
+
+
+def call_next_step(task_id: str, c: CallState) -> str:
+    """The safe next step for one call, spelled as the command that performs it.
+
+    The very text ``status`` prints as the next step when ``c`` is the task's first
+    unresolved call (the report shows it beside every unresolved call).
+    """
+    return _call_step(task_id, c)
 
 
 def _outcome(c: CallState) -> str:

@@ -1,0 +1,89 @@
+"""``intentlog report``: one self-contained HTML page of the ledger (see docs/report.md)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .._fsutil import makedirs_durable, publish_bytes
+from ..errors import IntentlogError, UsageError
+from ..ledger import Ledger
+from .app import Ctx, emit_json, handle_errors, json_option, main, pass_ctx, task_arg
+
+
+def backlog_view(ledger: Ledger, name: str) -> dict[str, Any]:
+    """The operator view of backlog ``name`` as ``intentlog backlog NAME --json`` prints it.
+
+    Needs the backlog package (``intentlog.backlog``); without it this is an error that
+    says so, never an empty section.
+    """
+    try:
+        importlib.import_module("intentlog.backlog")
+    except ModuleNotFoundError as exc:
+        raise IntentlogError(
+            "--backlog needs the backlog runner (the intentlog.backlog package), which this intentlog does not have; "
+            "report the backlog's tasks by name instead: intentlog report TASK... --out FILE"
+        ) from exc
+    opener = getattr(ledger, "backlog", None)
+    if opener is None:
+        raise IntentlogError("--backlog: this intentlog's Ledger has no backlog(); upgrade intentlog")
+    backlog = opener(name)
+    for attr in ("view", "status"):
+        fn = getattr(backlog, attr, None)
+        if callable(fn):
+            view = fn()
+            out = view.to_json() if hasattr(view, "to_json") else view
+            if isinstance(out, dict):
+                return {"backlog": name, **out}
+    raise IntentlogError(f"--backlog {name}: the backlog offers no operator view (view().to_json()) to report")
+
+
+@main.command()
+@task_arg("tasks", nargs=-1)
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="The HTML file to write.")
+@click.option("--backlog", "backlog", default=None, help="Also show this backlog's counts and blocked items.")
+@click.option("--detail", type=click.IntRange(min=0), default=None,
+              help="Draw at most this many tasks in detail (default 100; the unsettled first).")
+@click.option("--all", "all_tasks", is_flag=True, help="Draw every task in detail, however many.")
+@json_option
+@pass_ctx
+@handle_errors
+def report(
+    c: Ctx, tasks: tuple[str, ...], out: Path, backlog: str | None, detail: int | None, all_tasks: bool, as_json: bool
+) -> None:
+    """Write one self-contained HTML report: no network, no external files; the same folder gives the same bytes.
+
+    An index of every task (counts, filters), the verify result, and for the tasks in
+    detail: calls and attempts by stage, unknown effects with the command that resolves
+    each, approvals, checkpoints, conversations and artifacts.
+
+    \b
+    Example:
+      intentlog report --out report.html
+      intentlog report chapter-16 --out chapter-16.html
+    """
+    from ..report import DEFAULT_DETAIL, render_report
+
+    if all_tasks and detail is not None:
+        raise UsageError("give --all or --detail N, not both")
+    ledger = c.ledger()
+    view = backlog_view(ledger, backlog) if backlog is not None else None
+    result = render_report(
+        ledger,
+        list(tasks) or None,
+        backlog=view,
+        detail=None if all_tasks else (detail if detail is not None else DEFAULT_DETAIL),
+        hint=c.hint,
+    )
+    makedirs_durable(out.absolute().parent)
+    publish_bytes(result.html, out, tmp_dir=out.absolute().parent, replace=True, mode=0o644)
+    if as_json:
+        emit_json({"out": str(out)} | result.to_json())
+        return
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts.items()) or "no tasks"
+    verdict = "verify ok" if result.verify_ok else "verify found problems"
+    click.echo(f"wrote {out} ({len(result.html)} bytes): {len(result.tasks)} task(s) ({counts}); "
+               f"{len(result.detailed)} in detail; {verdict}")

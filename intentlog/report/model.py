@@ -1,0 +1,232 @@
+"""What a report shows, read from a ledger folder: each task's state, events, artifacts and checks.
+
+Reads only: streams through :class:`~intentlog.eventlog.reader.StreamScan` (no lock is
+taken, no lock is probed: the report is of the record alone, so the same folder always
+gives the same report), small payloads inline in events or from ``objects/`` (never
+through a link, and shown only when their bytes hash to their digest). The operator state
+is the one :func:`~intentlog.projections.status.status_of` names everywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from .._digest import DIGEST_PREFIX, digest_bytes, is_digest
+from ..artifacts.inline import inline_bytes
+from ..checker.report import ERROR, Problem, VerifyReport
+from ..errors import ArtifactError, IntentlogError
+from ..eventlog.format import Event
+from ..eventlog.reader import StreamScan
+from ..projections.operator import OperatorFold
+from ..projections.status import TaskStatus, status_of
+from ..projections.workstate import WorkStateFold
+from ..refs import EXPORT, walk
+
+__all__ = [
+    "MAX_EVENTS",
+    "PAYLOAD_MAX",
+    "UNREADABLE",
+    "Artifact",
+    "TaskData",
+    "read_task",
+]
+
+#: The state of a task whose stream cannot be read past a damaged line (as ``intentlog tasks`` names it).
+UNREADABLE: Final = "unreadable"
+#: Payloads up to this many bytes are shown in place (larger ones: digest and size only).
+PAYLOAD_MAX: Final = 4096
+#: The events a task's detail shows; the rest are counted, with the command that lists them.
+MAX_EVENTS: Final = 1000
+
+Hint = Callable[[str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """One artifact a task's events refer to: where first, and its bytes when small and checked."""
+
+    digest: str
+    size: int | None
+    media_type: str | None
+    where: str  # "seq N (kind)" of the first event naming it
+    payload: bytes | None  # the bytes, when at most PAYLOAD_MAX and they hash to the digest
+    note: str | None  # why no payload is shown, when it is not
+
+
+@dataclass(slots=True)
+class TaskData:
+    """One task as the report shows it. ``status`` is None when the stream is unreadable."""
+
+    task: str
+    state: str
+    stream: str  # "ok" | "torn tail" | "unreadable"
+    problem: str | None
+    events: int
+    status: TaskStatus | None
+    detail: list[Event] | None = None  # the first MAX_EVENTS events, for a task shown in detail
+    artifacts: list[Artifact] = field(default_factory=list)
+    verify: list[Problem] = field(default_factory=list)
+
+    @property
+    def next_step(self) -> str:
+        if self.status is not None:
+            return self.status.next_step
+        return "see what is damaged: intentlog verify " + self.task
+
+    @property
+    def next_operation(self) -> str:
+        return self.status.next_operation if self.status is not None else "verify"
+
+    @property
+    def unknown(self) -> int:
+        """How many calls have an unknown effect (an attempt started, nothing recorded after it)."""
+        if self.status is None:
+            return 0
+        return sum(1 for c in self.status.work.calls.values() if c.stage == "effect_unknown")
+
+    @property
+    def verify_errors(self) -> int:
+        return sum(1 for p in self.verify if p.severity == ERROR)
+
+
+def read_task(root: Path, task: str, *, keep_events: bool) -> TaskData:
+    """Fold one task's stream (keeping its first :data:`MAX_EVENTS` events when ``keep_events``)."""
+    path = root / "tasks" / f"{task}.jsonl"
+    work = WorkStateFold(task)
+    ops = OperatorFold()
+    kept: list[Event] | None = [] if keep_events else None
+    try:
+        scan = StreamScan(path)
+        for ev in scan:
+            work.apply(ev)
+            ops.apply(ev)
+            if kept is not None and len(kept) < MAX_EVENTS:
+                kept.append(ev)
+    except (OSError, IntentlogError) as exc:
+        return TaskData(task, UNREADABLE, UNREADABLE, f"tasks/{task}.jsonl: {exc}", 0, None, kept)
+    p = scan.problem
+    if p is not None and (p.suspect or not p.torn):
+        problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}"
+        return TaskData(task, UNREADABLE, UNREADABLE, problem, scan.count, None, kept)
+    ws = work.result()
+    st = status_of(task, ws, ops.result(ws), running=False)
+    if p is not None:
+        problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
+        return TaskData(task, st.state, "torn tail", problem, scan.count, st, kept)
+    return TaskData(task, st.state, "ok", None, scan.count, st, kept)
+
+
+def collect_artifacts(root: Path, events: Iterable[Event]) -> list[Artifact]:
+    """Every artifact the events name, in the order first named, with small payloads checked."""
+    inline: dict[str, bytes] = {}
+    found: dict[str, tuple[int | None, str | None, str]] = {}
+    for ev in events:
+        where = f"seq {ev.seq} ({ev.kind})"
+        for digest, ref in walk(ev.data, EXPORT):
+            if ref is not None:
+                try:
+                    data = inline_bytes(ref)
+                except ArtifactError:
+                    data = None
+                if data is not None and digest_bytes(data) == digest:
+                    inline.setdefault(digest, data)
+                size, media = ref.get("size"), ref.get("media_type")
+                if digest not in found:
+                    found[digest] = (
+                        size if type(size) is int else None,
+                        media if type(media) is str else None,
+                        where,
+                    )
+            elif digest not in found:
+                found[digest] = (None, None, where)
+    return [_artifact(root, d, size, media, where, inline) for d, (size, media, where) in found.items()]
+
+
+def _artifact(
+    root: Path, digest: str, size: int | None, media: str | None, where: str, inline: Mapping[str, bytes]
+) -> Artifact:
+    data = inline.get(digest)
+    if data is not None:
+        return Artifact(digest, size if size is not None else len(data), media, where, data, None)
+    if size is not None and size > PAYLOAD_MAX:
+        return Artifact(digest, size, media, where, None, _too_large(digest))
+    raw = _read_object(root, digest)
+    if raw is None:
+        return Artifact(digest, size, media, where, None, "not in objects/ (see the verify result)")
+    if len(raw) > PAYLOAD_MAX:
+        return Artifact(digest, len(raw), media, where, None, _too_large(digest))
+    if digest_bytes(raw) != digest:
+        return Artifact(digest, size, media, where, None, "its bytes do not hash to its digest: not shown")
+    return Artifact(digest, len(raw), media, where, raw, None)
+
+
+def _too_large(digest: str) -> str:
+    return f"larger than {PAYLOAD_MAX} bytes: intentlog show {digest}"
+
+
+def _read_object(root: Path, digest: str) -> bytes | None:
+    """At most PAYLOAD_MAX + 1 bytes of an object in ``objects/``, never through a link (None: absent)."""
+    if not is_digest(digest):
+        return None
+    hexd = digest[len(DIGEST_PREFIX) :]
+    path = root / "objects" / hexd[:2] / hexd[2:]
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device is never read
+            return None
+        chunks: list[bytes] = []
+        n = 0
+        while n <= PAYLOAD_MAX:
+            chunk = os.read(fd, PAYLOAD_MAX + 1 - n)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            n += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def attach_verify(tasks: Mapping[str, TaskData], report: VerifyReport) -> list[Problem]:
+    """Give each task the problems found in it; return the rest (the folder's own)."""
+    folder: list[Problem] = []
+    for p in report.problems:
+        t = tasks.get(p.task) if p.task is not None else None
+        if t is not None:
+            t.verify.append(p)
+        else:
+            folder.append(p)
+    return folder
+
+
+def event_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """An event's data with refs shortened and inline payloads left out (they are shown as artifacts)."""
+    out: dict[str, Any] = {}
+    for k in sorted(data):
+        out[k] = _brief(data[k], 0)
+    return out
+
+
+def _brief(v: Any, depth: int) -> Any:
+    if depth > 8:
+        return "…"
+    if type(v) is dict:
+        d = v.get("digest")
+        if isinstance(d, str) and d.startswith(DIGEST_PREFIX) and type(v.get("size")) is int:
+            return f"{d[:19]}… ({v['size']} B)"
+        return {str(k): _brief(x, depth + 1) for k, x in sorted(v.items())}
+    if type(v) is list:
+        return [_brief(x, depth + 1) for x in v[:20]] + (["…"] if len(v) > 20 else [])
+    if type(v) is str and len(v) > 300:
+        return v[:299] + "…"
+    return v

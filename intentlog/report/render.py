@@ -1,0 +1,269 @@
+"""render(): one self-contained HTML page from a ledger folder (or an exported bundle).
+
+Guarantees:
+
+* **Self-contained.** One file: inline style, one optional inline script (filters for
+  the index), no request of any kind -- no external script, style, font or image, and a
+  Content-Security-Policy of ``default-src 'none'`` that forbids them. It opens from a
+  ``file://`` URL with the network off, and reads the same without JavaScript.
+* **Escaped.** A payload, a note, a key, an id is data: every value from the record is
+  HTML-escaped, in text and attributes; no record data is placed inside the script.
+* **Deterministic.** No clock is read and nothing about the run (time, host, user, the
+  folder's path) is written; tasks are in id order, events in seq order. The same folder
+  (and the same arguments) gives the same bytes, so reports diff in git.
+* **Bounded.** The index holds one row per task; detail (timeline, approvals,
+  checkpoints, conversation, artifacts, events) is drawn for the tasks named, else for
+  every task that is not settled (not *complete* and not *awaiting acceptance*) or has a
+  verify problem, then the others, up to ``detail`` tasks in all (``detail=None``: every
+  task). Each detail shows at most :data:`~intentlog.report.model.MAX_EVENTS` events and
+  payloads of at most :data:`~intentlog.report.model.PAYLOAD_MAX` bytes.
+* **Read-only.** It reads streams and objects without a lock and without probing writer
+  locks (the report is of the record), and runs :func:`~intentlog.checker.verify_path`,
+  which changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, final
+
+from .._args import check_names
+from ..checker.report import VerifyReport
+from ..checker.verify import verify_path
+from ..errors import NotALedger, UsageError
+from ..eventlog.format import check_task_id
+from .backlog import backlog_section, check_backlog
+from .html import CSP, SCRIPT, STYLE, commands, esc, table
+from .model import TaskData, attach_verify, collect_artifacts, read_task
+from .sections import state_badge, task_detail, verify_block
+
+__all__ = ["DEFAULT_DETAIL", "REPORT_FORMAT", "ReportResult", "render", "render_report"]
+
+REPORT_FORMAT: Final = "intentlog-report/1"
+#: How many tasks get a detail section by default (the rest are rows of the index).
+DEFAULT_DETAIL: Final = 100
+_SETTLED: Final = frozenset({"complete", "awaiting acceptance"})
+
+
+class _HasRoot(Protocol):
+    @property
+    def root(self) -> Path: ...
+
+
+Source = str | os.PathLike[str] | _HasRoot
+Hint = Callable[[str], str]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReportResult:
+    """A rendered report: its bytes and what it holds."""
+
+    html: bytes
+    tasks: tuple[str, ...]
+    detailed: tuple[str, ...]
+    counts: Mapping[str, int]
+    verify_ok: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "bytes": len(self.html),
+            "tasks": len(self.tasks),
+            "detailed": list(self.detailed),
+            "counts": dict(self.counts),
+            "verify_ok": self.verify_ok,
+        }
+
+
+def _root_of(source: Source) -> tuple[Path, Path | None]:
+    if isinstance(source, (str, os.PathLike)):
+        return Path(os.fspath(source)), None
+    root = getattr(source, "root", None)
+    if not isinstance(root, Path):
+        raise TypeError(f"render() takes a ledger or a folder path, not {type(source).__name__}")
+    ws = getattr(source, "workspace", None)
+    return root, ws if isinstance(ws, Path) else None
+
+
+def render(
+    source: Source,
+    tasks: Sequence[str] | None = None,
+    *,
+    backlog: Mapping[str, Any] | None = None,
+    detail: int | None = DEFAULT_DETAIL,
+    hint: Hint | None = None,
+    verify: VerifyReport | None = None,
+    title: str | None = None,
+    note: str | None = None,
+) -> bytes:
+    """The report's HTML bytes; see :func:`render_report` (this returns only the bytes)."""
+    return render_report(
+        source, tasks, backlog=backlog, detail=detail, hint=hint, verify=verify, title=title, note=note
+    ).html
+
+
+def render_report(
+    source: Source,
+    tasks: Sequence[str] | None = None,
+    *,
+    backlog: Mapping[str, Any] | None = None,
+    detail: int | None = DEFAULT_DETAIL,
+    hint: Hint | None = None,
+    verify: VerifyReport | None = None,
+    title: str | None = None,
+    note: str | None = None,
+) -> ReportResult:
+    """Render the report of ``source`` (a :class:`~intentlog.Ledger` or a ledger / bundle folder).
+
+    ``tasks`` limits it to those tasks (each shown in detail); default every task.
+    ``backlog`` is a backlog's operator view as ``intentlog backlog --json`` prints it
+    (``counts`` per state, ``items`` with ``item``, ``task``, ``state``, ``reason``,
+    ``next_step``). ``detail`` bounds the detail sections (None: every task). ``hint``
+    rewrites each command shown (the CLI adds ``--root PATH``). ``verify`` is a check
+    already run (an export passes its check of the bundle); else :func:`verify_path` runs.
+    ``title`` and ``note`` head the page.
+
+    Raises :class:`NotALedger` when the folder is not a ledger, :class:`UsageError` for a
+    named task with no stream or a malformed backlog view, ``InvalidTaskId``; writes nothing.
+    """
+    root, workspace = _root_of(source)
+    names = check_names(tasks, "tasks")
+    if detail is not None and (type(detail) is not int or detail < 0):
+        raise ValueError(f"detail must be a count of tasks (0 or more) or None, not {detail!r}")
+    if backlog is not None:
+        check_backlog(backlog)
+    if not (root / "intentlog.json").is_file():
+        raise NotALedger(str(root), "holds no intentlog.json; pass the ledger root (or a bundle folder)")
+    present = _task_ids(root)
+    if names:
+        for t in names:
+            check_task_id(t)
+            if t not in present:
+                raise UsageError(f"no task {t!r} in {root / 'tasks'}; 'intentlog tasks' lists the tasks there")
+        selected = sorted(set(names))
+    else:
+        selected = present
+    report = verify if verify is not None else verify_path(root, selected if names else None, workspace=workspace)
+    rows = {t: read_task(root, t, keep_events=False) for t in selected}
+    folder = attach_verify(rows, report)
+    detailed = _pick(rows, detail, named=bool(names))
+    for t in detailed:
+        full = read_task(root, t, keep_events=True)
+        full.verify = rows[t].verify
+        full.artifacts = collect_artifacts(root, full.detail or [])
+        rows[t] = full
+    counts: dict[str, int] = {}
+    for r in rows.values():
+        counts[r.state] = counts.get(r.state, 0) + 1
+    ordered = dict(sorted(counts.items()))
+    page = _page(rows, detailed, folder, report, backlog, hint or (lambda s: s), (title, note), ordered)
+    return ReportResult(page.encode("utf-8"), tuple(selected), tuple(detailed), ordered, report.ok)
+
+
+def _task_ids(root: Path) -> list[str]:
+    try:
+        names = os.listdir(root / "tasks")
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        if n.endswith(".jsonl"):
+            try:
+                out.append(check_task_id(n[: -len(".jsonl")]))
+            except ValueError:
+                continue
+    return sorted(out)
+
+
+def _pick(rows: Mapping[str, TaskData], detail: int | None, *, named: bool) -> list[str]:
+    """Which tasks get detail: all named ones; else the unsettled or failing first, then the rest, up to ``detail``."""
+    if named or detail is None:
+        return list(rows)
+    first = [t for t, r in rows.items() if r.state not in _SETTLED or r.verify_errors]
+    rest = [t for t in rows if t not in set(first)]
+    chosen = set((first + rest)[:detail])
+    return [t for t in rows if t in chosen]
+
+
+def _page(
+    rows: Mapping[str, TaskData],
+    detailed: Sequence[str],
+    folder: Sequence[Any],
+    report: VerifyReport,
+    backlog: Mapping[str, Any] | None,
+    hint: Hint,
+    titles: tuple[str | None, str | None],
+    counts: Mapping[str, int],
+) -> str:
+    heading = titles[0] or "intentlog report"
+    shown = set(detailed)
+    summary = " ".join(
+        f'<a href="#index" data-state="{esc(s)}">{state_badge(s)} {esc(n)}</a>' for s, n in counts.items()
+    )
+    problems = [p for p in report.problems if p.task is None or p.task not in rows]
+    head = (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="{REPORT_FORMAT}">'
+        f"<title>{esc(heading)}</title><style>{STYLE}</style></head><body><main>"
+    )
+    parts = [
+        head,
+        f"<h1>{esc(heading)}</h1>",
+        f"<p>{esc(titles[1])}</p>" if titles[1] else "",
+        f'<p class="mut">{esc(len(rows))} task(s); {esc(len(detailed))} shown in detail below the index. '
+        "Generated from the record alone (no clock, no lock probe): the same folder gives the same page.</p>",
+        "<h2 id=\"folder\">The folder</h2>",
+        f'<div class="counts">{summary}</div>',
+        f"<p>{esc(report.summary().split(':', 1)[0])}: {esc(report.tasks)} task(s), {esc(report.events)} event(s), "
+        f"{esc(report.artifacts)} artifact(s) checked; {esc(report.count('error'))} error, "
+        f"{esc(report.count('changed'))} changed, {esc(report.count('info'))} info</p>",
+        verify_block(list(folder) if folder else problems, what="the folder"),
+    ]
+    if backlog is not None:
+        parts.append(backlog_section(backlog, hint, shown))
+    parts.append(_index(rows, shown, hint, counts))
+    omitted = len(rows) - len(detailed)
+    if omitted:
+        parts.append(
+            f'<p class="mut">{esc(omitted)} settled task(s) are summarised in the index only; '
+            f"{commands(hint('intentlog report TASK --out FILE'))} draws one in detail, "
+            f"{commands(hint('intentlog report --all --out FILE'))} every one.</p>"
+        )
+    parts.extend(task_detail(rows[t], hint) for t in detailed)
+    parts.append(f"</main><script>{SCRIPT}</script></body></html>\n")
+    return "\n".join(parts)
+
+
+def _index(rows: Mapping[str, TaskData], shown: set[str], hint: Hint, counts: Mapping[str, int]) -> str:
+    options = "".join(f'<option value="{esc(s)}">{esc(s)} ({esc(n)})</option>' for s, n in counts.items())
+    filters = (
+        '<div id="filters" hidden><label>task <input id="q" type="search" placeholder="filter by id"></label>'
+        f'<label>state <select id="state"><option value="">every state</option>{options}</select></label>'
+        '<span id="shown" class="mut"></span></div>'
+    )
+    body = []
+    keys = list(rows)
+    for t in keys:
+        r = rows[t]
+        link = f'<a href="#task-{esc(t)}">{esc(t)}</a>' if t in shown else esc(t)
+        v = "ok" if not r.verify_errors else f"{r.verify_errors} error(s)"
+        calls = len(r.status.work.calls) if r.status is not None else 0
+        phase = r.status.phase if r.status is not None else None
+        body.append([
+            link, state_badge(r.state), esc(r.events), esc(calls),
+            f'<b class="bad badge">{esc(r.unknown)}</b>' if r.unknown else "0",
+            esc(v), esc(phase or "-"), esc(r.next_operation),
+            commands(hint(r.next_step)) if r.state not in _SETTLED else esc(r.next_step),
+        ])
+
+    def attrs(i: int) -> str:
+        return f' data-task="{esc(keys[i])}" data-state="{esc(rows[keys[i]].state)}"'
+
+    header = ["task", "state", "events", "calls", "unknown", "verify", "phase", "next operation", "next step"]
+    return f'<h2 id="index">Tasks</h2>{filters}' + table(header, body, cls="index", attrs=attrs, ident="index-table")
