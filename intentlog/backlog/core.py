@@ -1,0 +1,271 @@
+"""A backlog: items added once, each done by its own task, run by a durable supervisor.
+
+``ledger.backlog("nightly")`` names the backlog; its stream is the task ``nightly.backlog``
+and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
+
+- ``add`` is idempotent per item id: the same payload again is a no-op, another payload
+  under the same id raises :class:`PayloadChanged` and writes nothing;
+- the view (:meth:`Backlog.view`) is a projection of the folder: the backlog's stream and
+  each item task's operator state (:func:`intentlog.projections.status.status_of`);
+- ``unblock`` re-queues a blocked item only once its task no longer needs a person
+  (:class:`StillBlocked` otherwise, nothing written);
+- ``run`` (:mod:`intentlog.backlog.supervisor`) never runs an item again: a taken-over item
+  resumes through the effect protocol, and an unknown effect blocks it for a person.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._args import check_seconds
+from .._digest import digest_bytes
+from ..errors import IntentlogError, UsageError
+from ..eventlog.canonical import dumps
+from ..eventlog.format import TASK_ID_RE, Event
+from ..projections.operator import OperatorFold
+from ..projections.status import status_of
+from ..projections.workstate import WorkStateFold
+from ..task import Task
+from .model import (
+    BACKLOG_NAME_RE,
+    ITEM_STATES,
+    BacklogFold,
+    ItemRecord,
+    ItemView,
+    LedgerLike,
+    TaskExtras,
+    backlog_stream_id,
+    blocking_reason,
+    item_task_id,
+    item_view,
+    task_extras,
+)
+from .quota import Quota, parse_quota
+
+__all__ = ["Backlog", "BacklogView", "PayloadChanged", "StillBlocked"]
+
+
+class PayloadChanged(IntentlogError, ValueError):
+    """An item id was added again with another payload: an item id names one payload forever."""
+
+
+class StillBlocked(IntentlogError):
+    """``unblock`` was asked while the item's task still needs a person (the reason holds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogView:
+    """``intentlog backlog NAME``: counts per state and one row per item, in run order."""
+
+    name: str
+    counts: dict[str, int]
+    items: list[ItemView]
+    quota_waiting: dict[str, Any] | None
+    stopped: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backlog": self.name,
+            "counts": dict(self.counts),
+            "items": [i.to_json() for i in self.items],
+            "quota_waiting": self.quota_waiting,
+            "stopped": self.stopped,
+        }
+
+
+def _item_events(task: Task) -> tuple[Any, TaskExtras]:
+    evs = list(task.events())
+    ws_fold = WorkStateFold(task.id)
+    ops = OperatorFold()
+    for ev in evs:
+        ws_fold.apply(ev)
+        ops.apply(ev)
+    ws = ws_fold.result()
+    return status_of(task.id, ws, ops.result(ws)), task_extras(evs)
+
+
+class Backlog:
+    """One named backlog in a ledger; get it with :meth:`intentlog.Ledger.backlog`."""
+
+    def __init__(self, ledger: LedgerLike, name: str) -> None:
+        if not isinstance(name, str) or BACKLOG_NAME_RE.match(name) is None:
+            raise UsageError(
+                f"backlog name {name!r} must be letters, digits, '_' or '-' (no dot), starting with a letter "
+                "or digit, at most 64 characters"
+            )
+        self.ledger = ledger
+        self.name = name
+        self.stream_id = backlog_stream_id(name)
+
+    def __repr__(self) -> str:
+        return f"<Backlog {self.name!r} in {str(self.ledger.root)!r}>"
+
+    @property
+    def task(self) -> Task:
+        """The backlog's own stream (a task stream of ``backlog.*`` records)."""
+        return self.ledger.task(self.stream_id, wait=30.0)
+
+    def task_id(self, item_id: str) -> str:
+        return item_task_id(self.name, _check_item(item_id))
+
+    # -- reading -------------------------------------------------------------------
+
+    def fold(self) -> BacklogFold:
+        f = BacklogFold()
+        for ev in self.task.events():
+            f.apply(ev)
+        return f
+
+    def view(self, *, now: float | None = None) -> BacklogView:
+        """Counts per state and a row per item (priority, then order of addition); reads only."""
+        now = time.time() if now is None else now
+        f = self.fold()
+        rows: list[ItemView] = []
+        for rec in f.ordered():
+            t = self.ledger.task(rec.task)
+            st, extras = _item_events(t)
+            rows.append(item_view(self.name, rec, st, extras, running=t.writer_pid() is not None, now=now))
+        counts = {s: 0 for s in ITEM_STATES}
+        for r in rows:
+            counts[r.state] += 1
+        return BacklogView(self.name, counts, rows, f.quota_waiting, f.stopped)
+
+    def item(self, item_id: str) -> ItemView:
+        for row in self.view().items:
+            if row.item == item_id:
+                return row
+        raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
+
+    # -- writing -------------------------------------------------------------------
+
+    def add(
+        self,
+        item_id: str,
+        payload: Any,
+        *,
+        priority: int = 0,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+    ) -> ItemRecord:
+        """Add an item once; the same payload again returns the recorded item and writes nothing.
+
+        ``payload`` is JSON (stored inline in ``backlog.item_added``); ``not_before`` a Unix
+        time; ``max_attempts`` how many step failures before the item is failed (None: no
+        limit). Another payload under an existing id raises :class:`PayloadChanged`.
+        """
+        item_id = _check_item(item_id)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise UsageError(f"priority must be an int, not {priority!r}")
+        if not_before is not None:
+            not_before = float(check_seconds(not_before, "not_before"))
+        if max_attempts is not None and (
+            not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+        ):
+            raise UsageError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+        body = dumps(payload)
+        h = digest_bytes(body)
+        task_id = item_task_id(self.name, item_id)
+        if TASK_ID_RE.match(task_id) is None:
+            raise UsageError(f"item id {item_id!r} makes task id {task_id!r}, which is too long (128 at most)")
+        t = self.task
+        with t.stream.mutex:
+            t.stream.open_writer()  # the lock first: the fold below is then the whole stream
+            f = self.fold()
+            old = f.items.get(item_id)
+            if old is not None:
+                if old.payload_hash != h:
+                    raise PayloadChanged(
+                        f"backlog {self.name!r} item {item_id!r} was added with payload {old.payload_hash}, not {h}; "
+                        "an item id names one payload: add the new payload under a new id; nothing was written"
+                    )
+                t.close()
+                return old
+            if f.seq < 1:
+                self._created(t)
+            ev = t.append(
+                "backlog.item_added",
+                {
+                    "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
+                    "priority": priority, "not_before": not_before, "max_attempts": max_attempts,
+                },
+            )  # fmt: skip
+            f.apply(ev)
+            t.close()  # a running supervisor waits for this lock
+            return f.items[item_id]
+
+    def _created(self, t: Task) -> None:
+        """The backlog stream's first records: what it is, as a checkpoint the task views show."""
+        t.checkpoint(
+            "backlog",
+            note=f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; see: intentlog backlog {self.name}",
+            by="intentlog backlog",
+        )
+
+    def unblock(self, item_id: str, *, by: str | None = None) -> Event:
+        """Put a blocked item back in the queue once its task no longer needs a person.
+
+        Raises :class:`StillBlocked` (nothing written) while the task is still awaiting
+        approval or paused for review; :class:`UsageError` for an item done or failed. An
+        item its task blocked before the backlog recorded it (a run killed in between) is
+        unblocked the same way: the person's decision is recorded either way.
+        """
+        item_id = _check_item(item_id)
+        f = self.fold()
+        rec = f.items.get(item_id)
+        if rec is None:
+            raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
+        st, _ = _item_events(self.ledger.task(rec.task))
+        held = blocking_reason(st)
+        if held is not None:
+            raise StillBlocked(
+                f"item {item_id!r} of backlog {self.name!r} is still {held[0]}: {held[1]}; first: {held[2]}; "
+                "nothing was written"
+            )
+        if rec.done or rec.failed is not None:
+            raise UsageError(f"item {item_id!r} of backlog {self.name!r} is {'done' if rec.done else 'failed'}; nothing to unblock")
+        t = self.task
+        ev = t.append("backlog.item_unblocked", {"item": item_id, "by": by})
+        t.close()
+        return ev
+
+    def run(
+        self,
+        step: Callable[[Task, Any], Any] | str,
+        *,
+        workers: int = 1,
+        quota: Iterable[str | Quota] | str | Quota | None = None,
+        until_idle: bool = False,
+        inactivity: float = 300.0,
+        max_duration: float | None = None,
+        grace: float = 10.0,
+        backoff: float = 1.0,
+        max_backoff: float = 300.0,
+        poll: float = 0.05,
+    ) -> BacklogView:
+        """Run the items with ``workers`` processes; see :mod:`intentlog.backlog.supervisor`."""
+        from .supervisor import Supervisor
+
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise UsageError(f"workers must be a positive int, not {workers!r}")
+        quotas: tuple[Quota, ...]
+        if quota is None:
+            quotas = ()
+        elif isinstance(quota, (str, Quota)):
+            quotas = (parse_quota(quota),)
+        else:
+            quotas = tuple(parse_quota(q) for q in quota)
+        sup = Supervisor(
+            self, step, workers=workers, quotas=quotas, until_idle=until_idle, inactivity=inactivity,
+            max_duration=max_duration, grace=grace, backoff=backoff, max_backoff=max_backoff, poll=poll,
+        )  # fmt: skip
+        sup.run()
+        return self.view()
+
+
+def _check_item(item_id: object) -> str:
+    if not isinstance(item_id, str) or TASK_ID_RE.match(item_id) is None:
+        raise UsageError(f"item id {item_id!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit")
+    return item_id
