@@ -61,14 +61,7 @@ def end_holder(pid: int, started: int | None, *, wait: float = 5.0) -> bool:
         return True
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        try:
-            # our own child: reap it, else it lingers as a zombie with the same start time
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                return True
-        except ChildProcessError:
-            pass
-        st = start_time(pid)
+        st = start_time(pid)  # a zombie (dead, not reaped by its parent yet) has ended too
         if st is None or st != started or _zombie(pid):
             return True
         time.sleep(0.01)

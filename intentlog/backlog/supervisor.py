@@ -156,14 +156,16 @@ class Supervisor:
         """Each item's task, read once: done and blocked items settled, quota reservations counted."""
         reservations: list[tuple[float, dict[str, float]]] = []
         for rec in self.fold.ordered():
+            if self.quotas or not (rec.done or rec.failed is not None):
+                evs = list(self.backlog.ledger.task(rec.task).events())
+            else:
+                evs = []  # settled, and no quota to count its reservations for
+            for ev in evs:  # a settled item's units were spent too
+                if ev.kind == "quota.reserved":
+                    reservations.append((_unix(ev.ts), {k: float(v) for k, v in ev.data.get("units", {}).items()}))
             if rec.done or rec.failed is not None:
                 self.settled[rec.item] = "done" if rec.done else "failed"
                 continue
-            t = self.backlog.ledger.task(rec.task)
-            evs = list(t.events())
-            for ev in evs:
-                if ev.kind == "quota.reserved":
-                    reservations.append((_unix(ev.ts), {k: float(v) for k, v in ev.data.get("units", {}).items()}))
             if task_extras(evs).returned:
                 self.record("backlog.item_done", {"item": rec.item, "task": rec.task, "found": "in the task's record"})
                 self.settled[rec.item] = "done"
