@@ -198,3 +198,35 @@ def test_a_window_quota_makes_workers_wait(ledger: intentlog.Ledger, env: dict[s
     ts = sorted(json.loads(x)["ts"] for x in (tmp_path / "receipts.jsonl").read_text().splitlines())
     assert ts[2] - ts[0] >= 0.5
     assert any(e.kind == "backlog.quota_waiting" for e in ledger.task("win.backlog").events())
+
+
+def test_the_docs_example_runs_twice_and_the_second_run_sends_nothing(tmp_path: Path) -> None:
+    import re
+
+    text = (TESTS.parent / "docs" / "backlog.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    (tmp_path / "jobs.py").write_text(code)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "jobs.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "3 done", r.stderr
+    with intentlog.open(tmp_path / ".intentlog") as led:
+        for n in range(3):
+            kinds = [e.kind for e in led.task(f"nightly.item.mail-{n}").events()]
+            assert kinds.count("attempt.started") == 1 and kinds.count("lease.acquired") == 1
+    r = subprocess.run([sys.executable, "-m", "intentlog.cli", "--root", str(tmp_path / ".intentlog"), "verify"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout
+
+
+def test_tasks_and_verify_handle_the_backlog_stream(ledger: intentlog.Ledger, env: dict[str, str]) -> None:
+    b = ledger.backlog("vw")
+    b.add("a", {"item": "a"})
+    b.run(step, until_idle=True)
+    ledger.close()
+    cli = [sys.executable, "-m", "intentlog.cli", "--root", str(ledger.root)]
+    rows = json.loads(subprocess.run([*cli, "tasks", "--json"], env=env, capture_output=True, text=True).stdout)
+    by = {r["task"]: r for r in rows}
+    assert by["vw.backlog"]["state"] == "complete" and by["vw.backlog"]["phase"] == "backlog"
+    assert by["vw.item.a"]["state"] == "complete"
+    r = subprocess.run([*cli, "verify"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "0 error" in r.stdout and "2 task(s)" in r.stdout
