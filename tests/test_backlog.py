@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -58,7 +56,7 @@ def test_add_is_idempotent_and_a_changed_payload_is_refused(ledger: intentlog.Le
     before = _snapshot(ledger.root)
     assert b.add("a", {"m": [1, 2], "n": 1}).payload_hash == rec.payload_hash  # key order does not matter
     assert _snapshot(ledger.root) == before
-    with pytest.raises(PayloadChanged, match="another payload|new id"):
+    with pytest.raises(PayloadChanged, match=r"another payload|new id"):
         b.add("a", {"n": 2})
     ledger.close()
     assert _snapshot(ledger.root) == before
@@ -77,7 +75,9 @@ def test_a_bad_backlog_name_is_refused(ledger: intentlog.Ledger, bad: Any) -> No
 # -- running, ordering, retries -------------------------------------------------------------
 
 
-def test_priority_and_not_before_order_respected(ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path) -> None:
+def test_priority_and_not_before_order_respected(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path
+) -> None:
     b = ledger.backlog("ord")
     later = time.time() + 1.5
     b.add("late", {"item": "late"}, priority=9, not_before=later)
@@ -111,7 +111,9 @@ def test_retries_back_off_then_fail_after_max_attempts(ledger: intentlog.Ledger,
     assert res == [{"calls": 3}]
 
 
-def test_two_workers_run_items_in_parallel_processes(ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path) -> None:
+def test_two_workers_run_items_in_parallel_processes(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path
+) -> None:
     b = ledger.backlog("par")
     for i in range(6):
         b.add(f"i{i}", {"item": f"i{i}", "effects": 2})
@@ -165,7 +167,9 @@ def test_awaiting_approval_blocks_then_approve_and_unblock(
 # -- quotas ----------------------------------------------------------------------------------
 
 
-def test_a_spent_budget_stops_the_run_and_says_why(ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path) -> None:
+def test_a_spent_budget_stops_the_run_and_says_why(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path
+) -> None:
     b = ledger.backlog("budget")
     for i in range(5):
         b.add(f"i{i}", {"item": f"i{i}", "tokens": 4})
@@ -187,7 +191,9 @@ def test_a_spent_budget_stops_the_run_and_says_why(ledger: intentlog.Ledger, env
     assert view.counts["done"] == 5 and len(_receipts(tmp_path)) == 5
 
 
-def test_a_window_quota_makes_workers_wait(ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path) -> None:
+def test_a_window_quota_makes_workers_wait(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path
+) -> None:
     b = ledger.backlog("win")
     for i in range(4):
         b.add(f"i{i}", {"item": f"i{i}"})

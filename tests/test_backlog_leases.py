@@ -68,7 +68,9 @@ def _backlog_events(ledger: intentlog.Ledger, name: str, kind: str) -> list[dict
     return [e.data for e in ledger.task(f"{name}.backlog").events() if e.kind == kind]
 
 
-def test_a_live_progressing_holder_is_never_taken(ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path) -> None:
+def test_a_live_progressing_holder_is_never_taken(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path
+) -> None:
     b = ledger.backlog("lease")
     b.add("x", {"item": "x", "effects": 2})
     holder = _holder(ledger.root, env, "live")
@@ -149,7 +151,7 @@ def test_a_sigstopped_worker_is_ended_and_never_sends_again(
         _wait_for(lambda: _receipts(tmp_path) == ["x:0"])  # the provider served; the answer is on its way
         (worker,) = _children(sup.pid)
         os.kill(worker, signal.SIGSTOP)
-        out, err = sup.communicate(timeout=30)
+        _, err = sup.communicate(timeout=30)
         assert sup.returncode == 0, err
     finally:
         sup.kill()

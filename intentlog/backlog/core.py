@@ -16,7 +16,7 @@ and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,7 +200,10 @@ class Backlog:
         """The backlog stream's first records: what it is, as a checkpoint the task views show."""
         t.checkpoint(
             "backlog",
-            note=f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; see: intentlog backlog {self.name}",
+            note=(
+                f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; "
+                f"see: intentlog backlog {self.name}"
+            ),
             by="intentlog backlog",
         )
 
@@ -225,7 +228,8 @@ class Backlog:
                 "nothing was written"
             )
         if rec.done or rec.failed is not None:
-            raise UsageError(f"item {item_id!r} of backlog {self.name!r} is {'done' if rec.done else 'failed'}; nothing to unblock")
+            what = "done" if rec.done else "failed"
+            raise UsageError(f"item {item_id!r} of backlog {self.name!r} is {what}; nothing to unblock")
         t = self.task
         ev = t.append("backlog.item_unblocked", {"item": item_id, "by": by})
         t.close()
@@ -267,5 +271,7 @@ class Backlog:
 
 def _check_item(item_id: object) -> str:
     if not isinstance(item_id, str) or TASK_ID_RE.match(item_id) is None:
-        raise UsageError(f"item id {item_id!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise UsageError(
+            f"item id {item_id!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     return item_id

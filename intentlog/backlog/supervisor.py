@@ -40,7 +40,6 @@ from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TaskBusy
 from ..eventlog.format import Event
 from .model import BacklogFold, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
@@ -178,13 +177,17 @@ class Supervisor:
             if self.stopping is not None:
                 return
             self.spawn()
-            self.dispatch()
             ready = wait([w.conn for w in self.pool], timeout=self.poll)
-            for w in list(self.pool):
-                if w.conn in ready:
-                    self.receive(w)
-            self.grant_waiting()
-            self.watch()
+            # one sync for what this turn records: each record is also derivable from the
+            # item tasks (a lost one is found again at the next start), except quota
+            # grants, which are recorded by the worker in its task before its attempt
+            with self.backlog.task.batch():
+                for w in list(self.pool):
+                    if w.conn in ready:
+                        self.receive(w)
+                self.grant_waiting()
+                self.watch()
+            self.dispatch()
             self.release_backlog_lock()
             if self.exhausted is not None and not any(w.item for w in self.pool):
                 return

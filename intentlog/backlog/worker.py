@@ -101,6 +101,13 @@ def _json_result(value: Any) -> Any:
     return value
 
 
+def _released(stream: Any, epoch: int) -> bool:
+    last = None
+    for ev in stream.events():
+        last = ev
+    return last is not None and last.kind == "lease.released" and last.data.get("epoch") == epoch
+
+
 def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step) -> tuple[Any, ...]:
     """Lease, resume or block, run the step, record its result; the message for the supervisor."""
     stream = task.stream
@@ -129,9 +136,11 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
             result = _json_result(step(task, payload))
         finally:
             stream.before_append = None
-        task.append("item.returned", {"result": result, "epoch": epoch})
-        if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
-            task.accept(by=f"backlog {backlog}", note="the step returned")
+        with task.batch():  # the result, its acceptance and the release share one sync
+            task.append("item.returned", {"result": result, "epoch": epoch})
+            if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
+                task.accept(by=f"backlog {backlog}", note="the step returned")
+            stream.append("lease.released", {"epoch": epoch})
         return ("done", item, result)
     except (Stopping, QuotaExhausted) as exc:
         return ("stopped" if isinstance(exc, Stopping) else "exhausted", item, str(exc))
@@ -150,7 +159,7 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
     finally:
         _PENDING_UNITS.pop(task.id, None)
         try:
-            if stream.writing:
+            if stream.writing and not _released(stream, epoch):
                 stream.append("lease.released", {"epoch": epoch})
         finally:
             task.close()
