@@ -205,3 +205,28 @@ def test_sigterm_stops_taking_work_lets_the_effect_finish_and_records_it(
     view = b.run(step, workers=2, until_idle=True)
     assert view.counts["done"] == 2
     assert sorted(_receipts(tmp_path)) == sorted(f"i{i}:{j}" for i in range(2) for j in range(3))
+
+
+def test_a_hard_timeout_is_recorded_and_the_attempt_is_never_resent(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = ledger.backlog("slow")
+    b.add("x", {"item": "x"}, max_duration=1.0, max_attempts=3)
+    monkeypatch.setenv("BACKLOG_SLEEP", "4")  # 2 s before the provider serves: ended first
+    t0 = time.monotonic()
+    view = b.run(step, inactivity=30, until_idle=True, backoff=0.05)
+    assert time.monotonic() - t0 < 10
+    timed = _backlog_events(ledger, "slow", "backlog.item_timed_out")
+    assert len(timed) == 1 and "timed out" in str(timed[0]["reason"])
+    row = view.items[0]
+    assert row.state == "blocked" and "unknown effect" in str(row.reason)
+    kinds = [e.kind for e in ledger.task("slow.item.x").events()]
+    assert kinds.count("attempt.started") == 1  # the retry after the timeout resumed: it sent nothing
+    assert _receipts(tmp_path) == []
+    cli = [sys.executable, "-m", "intentlog.cli", "--root", str(ledger.root)]
+    ledger.close()
+    assert subprocess.run([*cli, "reconcile", "slow.item.x", "call-1", "--not-served"], env=env).returncode == 0
+    assert subprocess.run([*cli, "unblock", "slow", "x"], env=env).returncode == 0
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    assert b.run(step, until_idle=True).items[0].state == "done"
+    assert _receipts(tmp_path) == ["x:0"]

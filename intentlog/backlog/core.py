@@ -149,12 +149,15 @@ class Backlog:
         priority: int = 0,
         not_before: float | None = None,
         max_attempts: int | None = None,
+        inactivity: float | None = None,
+        max_duration: float | None = None,
     ) -> ItemRecord:
         """Add an item once; the same payload again returns the recorded item and writes nothing.
 
         ``payload`` is JSON (stored inline in ``backlog.item_added``); ``not_before`` a Unix
         time; ``max_attempts`` how many step failures before the item is failed (None: no
-        limit). Another payload under an existing id raises :class:`PayloadChanged`.
+        limit). ``inactivity`` and ``max_duration`` (seconds) override the run's limits for
+        this item. Another payload under an existing id raises :class:`PayloadChanged`.
         """
         item_id = _check_item(item_id)
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -165,6 +168,11 @@ class Backlog:
             not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
         ):
             raise UsageError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+        limits = {
+            name: float(check_seconds(v, name))
+            for name, v in (("inactivity", inactivity), ("max_duration", max_duration))
+            if v is not None
+        }
         body = dumps(payload)
         h = digest_bytes(body)
         task_id = item_task_id(self.name, item_id)
@@ -189,7 +197,7 @@ class Backlog:
                 "backlog.item_added",
                 {
                     "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
-                    "priority": priority, "not_before": not_before, "max_attempts": max_attempts,
+                    "priority": priority, "not_before": not_before, "max_attempts": max_attempts, **limits,
                 },
             )  # fmt: skip
             f.apply(ev)

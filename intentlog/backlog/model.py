@@ -88,6 +88,8 @@ class ItemRecord:
     not_before: float | None
     max_attempts: int | None
     added_seq: int
+    inactivity: float | None = None
+    max_duration: float | None = None
     failures: int = 0
     retry_at: float | None = None
     blocked: tuple[str, str] | None = None  # (reason, command) until unblocked
@@ -117,7 +119,7 @@ class BacklogFold:
         if kind == "backlog.item_added":
             self.items[d["item"]] = ItemRecord(
                 d["item"], d["task"], d["payload_hash"], d["payload"], int(d["priority"]),
-                d.get("not_before"), d.get("max_attempts"), ev.seq,
+                d.get("not_before"), d.get("max_attempts"), ev.seq, d.get("inactivity"), d.get("max_duration"),
             )  # fmt: skip
             return
         if kind == "backlog.quota_waiting":

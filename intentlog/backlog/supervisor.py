@@ -382,10 +382,12 @@ class Supervisor:
                 w.size, w.progress = size, now
             reason = None
             kind = "backlog.holder_ended"
-            if self.max_duration is not None and now - w.since > self.max_duration:
-                reason, kind = f"timed out: running longer than {self.max_duration:g} s", "backlog.item_timed_out"
-            elif now - w.progress > self.inactivity:
-                reason = f"stalled: its stream did not grow for {self.inactivity:g} s"
+            hard = rec.max_duration if rec.max_duration is not None else self.max_duration
+            limit = rec.inactivity if rec.inactivity is not None else self.inactivity
+            if hard is not None and now - w.since > hard:
+                reason, kind = f"timed out: running longer than {hard:g} s", "backlog.item_timed_out"
+            elif now - w.progress > limit:
+                reason = f"stalled: its stream did not grow for {limit:g} s"
             if reason is None:
                 continue
             assert w.proc.pid is not None
