@@ -91,3 +91,13 @@ def approval_step(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, An
     task.wait_for_approval("go", timeout=0)
     raw = task.effect("e0", {"pkey": payload["item"] + ":0"}, serve)
     return {"served": json.loads(raw)["served"]}
+
+
+def refused_step(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """The provider refuses the request for good: the call fails and the task pauses for review."""
+
+    def send(request: Any) -> bytes:
+        raise intentlog.ProviderFailure("400 bad request", body=b"{}", retryable=False)
+
+    task.effect("e0", {"pkey": payload["item"] + ":0"}, send)
+    return {"never": True}

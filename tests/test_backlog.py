@@ -236,3 +236,36 @@ def test_tasks_and_verify_handle_the_backlog_stream(ledger: intentlog.Ledger, en
     assert by["vw.item.a"]["state"] == "complete"
     r = subprocess.run([*cli, "verify"], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and "0 error" in r.stdout and "2 task(s)" in r.stdout
+
+
+def test_a_call_that_failed_pauses_the_item_for_review(ledger: intentlog.Ledger, env: dict[str, str]) -> None:
+    from backlog_steps import refused_step
+
+    b = ledger.backlog("rev")
+    b.add("x", {"item": "x"}, max_attempts=5)
+    row = b.run(refused_step, until_idle=True).items[0]
+    assert row.state == "paused for review" and "call failed" in str(row.reason)
+    assert "intentlog fail rev.item.x" in row.next_step and "intentlog unblock rev x" in row.next_step
+    kinds = [e.kind for e in ledger.task("rev.backlog").events()]
+    assert "backlog.item_scheduled" not in kinds  # a person decides: never retried on its own
+    assert kinds.count("backlog.item_blocked") == 1
+    with pytest.raises(StillBlocked, match="still paused for review"):
+        b.unblock("x")
+
+
+def test_add_many_is_all_or_nothing_and_a_refusal_releases_the_lock(ledger: intentlog.Ledger) -> None:
+    b = ledger.backlog("bulk")
+    recs = b.add_many([{"item": f"i{i}", "payload": {"n": i}, "priority": i % 2} for i in range(50)])
+    assert [r.item for r in recs] == [f"i{i}" for i in range(50)]
+    ledger.close()
+    before = _snapshot(ledger.root)
+    with pytest.raises(PayloadChanged):
+        b.add_many([{"item": "new", "payload": 1}, {"item": "i3", "payload": {"n": 4}}])
+    with pytest.raises(intentlog.IntentlogError, match="unknown option"):
+        b.add_many([{"item": "new", "payload": 1, "prio": 3}])
+    assert _snapshot(ledger.root) == before
+    assert not b.task.stream.writing  # the refusal let go of the backlog's lock
+    assert b.add_many([{"item": "i3", "payload": {"n": 3}}])[0].priority == 1  # the same payload: a no-op
+    assert _snapshot(ledger.root) == before
+    view = b.view()
+    assert view.counts["queued"] == 50 and [r.item for r in view.items][:2] == ["i1", "i3"]

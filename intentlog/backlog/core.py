@@ -16,7 +16,7 @@ and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,9 @@ from .model import (
     task_extras,
 )
 from .quota import Quota, parse_quota
+
+#: add's options, in its order (add_many's mappings take the same names)
+_OPTIONS = ("priority", "not_before", "max_attempts", "inactivity", "max_duration")
 
 __all__ = ["Backlog", "BacklogView", "PayloadChanged", "StillBlocked"]
 
@@ -159,11 +162,41 @@ class Backlog:
         limit). ``inactivity`` and ``max_duration`` (seconds) override the run's limits for
         this item. Another payload under an existing id raises :class:`PayloadChanged`.
         """
+        entry = self._entry(item_id, payload, priority, not_before, max_attempts, inactivity, max_duration)
+        return self._add_entries([entry])[0]
+
+    def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[ItemRecord]:
+        """Add many items under one lock and one sync: each a mapping of :meth:`add`'s arguments.
+
+        ``{"item": ID, "payload": ..., "priority": ..., ...}``. All or nothing: a bad
+        argument or a changed payload anywhere raises before anything is written.
+        """
+        entries = []
+        for spec in items:
+            if not isinstance(spec, Mapping) or "item" not in spec or "payload" not in spec:
+                raise UsageError(f"add_many takes mappings with 'item' and 'payload' (and add's options), not {spec!r}")
+            extra = set(spec) - {"item", "payload", *_OPTIONS}
+            if extra:
+                raise UsageError(f"add_many: unknown option(s) {sorted(extra)} for item {spec['item']!r}")
+            entries.append(self._entry(spec["item"], spec["payload"], *(spec.get(o) for o in _OPTIONS)))
+        return self._add_entries(entries)
+
+    def _entry(
+        self,
+        item_id: object,
+        payload: Any,
+        priority: object,
+        not_before: object,
+        max_attempts: object,
+        inactivity: object,
+        max_duration: object,
+    ) -> dict[str, Any]:
+        """The ``backlog.item_added`` data for one item, every argument checked; writes nothing."""
         item_id = _check_item(item_id)
+        priority = 0 if priority is None else priority
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise UsageError(f"priority must be an int, not {priority!r}")
-        if not_before is not None:
-            not_before = float(check_seconds(not_before, "not_before"))
+        nb = None if not_before is None else float(check_seconds(not_before, "not_before"))
         if max_attempts is not None and (
             not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
         ):
@@ -173,36 +206,43 @@ class Backlog:
             for name, v in (("inactivity", inactivity), ("max_duration", max_duration))
             if v is not None
         }
-        body = dumps(payload)
-        h = digest_bytes(body)
+        h = digest_bytes(dumps(payload))
         task_id = item_task_id(self.name, item_id)
         if TASK_ID_RE.match(task_id) is None:
             raise UsageError(f"item id {item_id!r} makes task id {task_id!r}, which is too long (128 at most)")
+        return {
+            "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
+            "priority": priority, "not_before": nb, "max_attempts": max_attempts, **limits,
+        }  # fmt: skip
+
+    def _add_entries(self, entries: list[dict[str, Any]]) -> list[ItemRecord]:
         t = self.task
         with t.stream.mutex:
-            t.stream.open_writer()  # the lock first: the fold below is then the whole stream
-            f = self.fold()
-            old = f.items.get(item_id)
-            if old is not None:
-                if old.payload_hash != h:
-                    raise PayloadChanged(
-                        f"backlog {self.name!r} item {item_id!r} was added with payload {old.payload_hash}, not {h}; "
-                        "an item id names one payload: add the new payload under a new id; nothing was written"
-                    )
-                t.close()
-                return old
-            if f.seq < 1:
-                self._created(t)
-            ev = t.append(
-                "backlog.item_added",
-                {
-                    "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
-                    "priority": priority, "not_before": not_before, "max_attempts": max_attempts, **limits,
-                },
-            )  # fmt: skip
-            f.apply(ev)
-            t.close()  # a running supervisor waits for this lock
-            return f.items[item_id]
+            try:
+                t.stream.open_writer()  # the lock first: the fold below is then the whole stream
+                f = self.fold()
+                new: dict[str, dict[str, Any]] = {}
+                for e in entries:
+                    old = f.items.get(e["item"])
+                    seen = new.get(e["item"])
+                    h = old.payload_hash if old is not None else seen["payload_hash"] if seen is not None else None
+                    if h is not None and h != e["payload_hash"]:
+                        raise PayloadChanged(
+                            f"backlog {self.name!r} item {e['item']!r} was added with payload {h}, not "
+                            f"{e['payload_hash']}; an item id names one payload: add the new payload under a new id; "
+                            "nothing was written"
+                        )
+                    if h is None:
+                        new[e["item"]] = e
+                if new:
+                    with t.batch():
+                        if f.seq < 1:
+                            self._created(t)
+                        for e in new.values():
+                            f.apply(t.append("backlog.item_added", e))
+                return [f.items[e["item"]] for e in entries]
+            finally:
+                t.close()  # a running supervisor waits for this lock
 
     def _created(self, t: Task) -> None:
         """The backlog stream's first records: what it is, as a checkpoint the task views show."""

@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,7 +127,9 @@ class Supervisor:
     # -- start -----------------------------------------------------------------------
 
     def run(self) -> None:
-        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        # signal handlers can only be set from the main thread; elsewhere the caller stops the run
+        main = threading.current_thread() is threading.main_thread()
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             self.stopping = signal.Signals(signum).name
