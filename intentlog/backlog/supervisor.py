@@ -36,6 +36,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from types import FrameType
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
     from .core import Backlog
 
 __all__ = ["Supervisor"]
+
+#: Records that may wait for the next sync (about a second): each is derivable from the item tasks.
+_LAZY = frozenset({"backlog.item_done", "backlog.item_blocked", "backlog.holder_died", "backlog.quota_waiting"})
 
 
 def _unix(ts: str) -> float:
@@ -101,13 +105,33 @@ class Supervisor:
     exhausted: str | None = None
     waiting_logged: str | None = None
     last_close: float = 0.0
+    batch: ExitStack | None = None
 
     # -- the record ----------------------------------------------------------------
 
     def record(self, kind: str, data: dict[str, Any]) -> Event:
-        ev = self.backlog.task.append(kind, data)
+        """Append to the backlog stream; decisions and ends of holders are durable on return.
+
+        The rest (an item done or blocked, a worker that died, a quota wait) may ride in
+        the open batch, synced within about a second: each of them is found again in the
+        item tasks at the next start if a crash loses it.
+        """
+        durable = kind not in _LAZY
+        ev = self.backlog.task.stream.append(kind, data, sync=durable)
         self.fold.apply(ev)
         return ev
+
+    def begin(self) -> None:
+        if self.batch is None:
+            es = ExitStack()
+            es.enter_context(self.backlog.task.batch())
+            self.batch = es
+
+    def end(self) -> None:
+        """Sync what the open batch holds (the backlog's lock stays held)."""
+        es, self.batch = self.batch, None
+        if es is not None:
+            es.close()
 
     def refresh(self) -> None:
         """Read the backlog stream again when another process (add, unblock) appended to it."""
@@ -120,6 +144,7 @@ class Supervisor:
     def release_backlog_lock(self) -> None:
         """Let ``add`` and ``unblock`` in: the backlog's lock is held at most about a second at a time."""
         if time.monotonic() - self.last_close > 1.0:
+            self.end()
             self.backlog.task.close()
             self.last_close = time.monotonic()
             self.refresh()
@@ -184,12 +209,12 @@ class Supervisor:
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
-            with self.backlog.task.batch():
-                for w in list(self.pool):
-                    if w.conn in ready:
-                        self.receive(w)
-                self.grant_waiting()
-                self.watch()
+            self.begin()
+            for w in list(self.pool):
+                if w.conn in ready:
+                    self.receive(w)
+            self.grant_waiting()
+            self.watch()
             self.dispatch()
             self.release_backlog_lock()
             if self.exhausted is not None and not any(w.item for w in self.pool):
@@ -202,6 +227,7 @@ class Supervisor:
         while len(self.pool) < self.workers:
             parent, child = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(self.backlog.ledger, child, self.step), daemon=True)
+            self.end()
             self.backlog.task.close()  # a forked child must not inherit the backlog's lock
             p.start()
             child.close()
@@ -421,6 +447,7 @@ class Supervisor:
 
     def shutdown(self) -> None:
         """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
+        self.end()
         why = self.stopping or ("quota" if self.exhausted else "idle")
         if self.stopping is not None:
             self.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
@@ -448,6 +475,7 @@ class Supervisor:
                 if w.item is not None:
                     ended.append({"item": w.item, "pid": w.proc.pid})
         self.pool.clear()
+        self.end()
         self.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.exhausted})
         self.backlog.task.close()
 
