@@ -269,3 +269,36 @@ def test_add_many_is_all_or_nothing_and_a_refusal_releases_the_lock(ledger: inte
     assert _snapshot(ledger.root) == before
     view = b.view()
     assert view.counts["queued"] == 50 and [r.item for r in view.items][:2] == ["i1", "i3"]
+
+
+@pytest.mark.parametrize("bad", ["calls", "calls=0/1s", "calls=5/0s", "Calls=5", "calls=5/1y", 7])
+def test_a_malformed_quota_is_refused_before_anything_runs(ledger: intentlog.Ledger, bad: Any) -> None:
+    b = ledger.backlog("q")
+    b.add("a", {"item": "a"})
+    ledger.close()
+    before = _snapshot(ledger.root)
+    with pytest.raises(intentlog.IntentlogError, match="quota"):
+        b.run(step, quota=bad, until_idle=True)
+    assert _snapshot(ledger.root) == before
+
+
+def test_the_cli_refuses_a_bad_step_or_quota_with_exit_2(ledger: intentlog.Ledger, env: dict[str, str]) -> None:
+    ledger.backlog("q").add("a", {"item": "a"})
+    ledger.close()
+    before = _snapshot(ledger.root)
+    cli = [sys.executable, "-m", "intentlog.cli", "--root", str(ledger.root), "run", "q"]
+    for args in (["--step", "nosuch.module:fn"], ["--step", "backlog_steps"], ["--step", "backlog_steps:step", "--quota", "x"]):
+        r = subprocess.run([*cli, *args], env=env, capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    r = subprocess.run([*cli[:-2], "backlog", "nosuch"], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "no backlog 'nosuch'" in r.stderr
+    assert _snapshot(ledger.root) == before
+
+
+def test_units_refuses_what_is_not_a_count(ledger: intentlog.Ledger) -> None:
+    from intentlog.backlog import units
+
+    with pytest.raises(TypeError, match="units"):
+        units(ledger.task("t"), tokens=-1)
+    with pytest.raises(TypeError, match="units"):
+        units(ledger.task("t"), tokens="many")  # type: ignore[arg-type]

@@ -74,6 +74,9 @@ def test_a_live_progressing_holder_is_never_taken(
     b = ledger.backlog("lease")
     b.add("x", {"item": "x", "effects": 2})
     holder = _holder(ledger.root, env, "live")
+    row = b.view().items[0]
+    assert row.state == "running" and row.holder is not None and row.holder["pid"] == holder.pid
+    assert row.holder["epoch"] == 1 and row.last_progress is not None
     view = b.run(step, inactivity=1.0, until_idle=True, poll=0.02)  # the holder runs 3 s: three limits
     assert holder.wait(timeout=10) == 0  # it finished on its own: never ended
     assert _backlog_events(ledger, "lease", "backlog.holder_ended") == []

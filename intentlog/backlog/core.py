@@ -305,7 +305,7 @@ class Backlog:
         quotas: tuple[Quota, ...]
         if quota is None:
             quotas = ()
-        elif isinstance(quota, (str, Quota)):
+        elif isinstance(quota, (str, Quota)) or not isinstance(quota, (list, tuple)):
             quotas = (parse_quota(quota),)
         else:
             quotas = tuple(parse_quota(q) for q in quota)
