@@ -287,7 +287,11 @@ def test_the_cli_refuses_a_bad_step_or_quota_with_exit_2(ledger: intentlog.Ledge
     ledger.close()
     before = _snapshot(ledger.root)
     cli = [sys.executable, "-m", "intentlog.cli", "--root", str(ledger.root), "run", "q"]
-    bad = (["--step", "nosuch.module:fn"], ["--step", "backlog_steps"], ["--step", "backlog_steps:step", "--quota", "x"])
+    bad = (
+        ["--step", "nosuch.module:fn"],
+        ["--step", "backlog_steps"],
+        ["--step", "backlog_steps:step", "--quota", "x"],
+    )
     for args in bad:
         r = subprocess.run([*cli, *args], env=env, capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
