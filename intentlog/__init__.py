@@ -59,6 +59,7 @@ from .task import Task
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from .backlog import Backlog, PayloadChanged, StillBlocked
     from .checkpoints import Checkpoint
     from .compile import Package
     from .dedup import ProviderDedup
@@ -79,6 +80,9 @@ _LAZY = {
     "Checkpoint": "checkpoints",
     "ProviderDedup": "dedup",
     "ApprovalState": "projections.operator",
+    "Backlog": "backlog",
+    "PayloadChanged": "backlog",
+    "StillBlocked": "backlog",
 }
 
 
@@ -106,6 +110,7 @@ __all__ = [
     "ArtifactError",
     "ArtifactMissing",
     "ArtifactStore",
+    "Backlog",
     "Call",
     "CallFailed",
     "CallState",
@@ -128,6 +133,7 @@ __all__ = [
     "NotSerializable",
     "OutsideWorkspace",
     "Package",
+    "PayloadChanged",
     "PreparationFailed",
     "ProviderDedup",
     "ProviderFailure",
@@ -142,6 +148,7 @@ __all__ = [
     "RetryPolicy",
     "Served",
     "Session",
+    "StillBlocked",
     "StreamPoisoned",
     "Task",
     "TaskBusy",

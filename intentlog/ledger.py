@@ -28,6 +28,7 @@ from .eventlog.reader import StreamScan
 from .task import Task
 
 if TYPE_CHECKING:
+    from .backlog import Backlog
     from .eventlog.storage import FolderStreams
     from .sessions import Session
 
@@ -184,6 +185,12 @@ class Ledger:
         return Session(
             self.task(session_id, wait=wait), messages_field=messages_field, drop=drop, redact=redact, accept=accept
         )
+
+    def backlog(self, name: str) -> Backlog:
+        """The backlog ``name`` (its stream is the task ``NAME.backlog``); see :mod:`intentlog.backlog`."""
+        from .backlog import Backlog
+
+        return Backlog(self, name)
 
     def fork(
         self,

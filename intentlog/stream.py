@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, final
@@ -125,6 +125,9 @@ class TaskStream:
         self._writer: StreamWriter | None = None
         self._fold: WorkStateFold | None = None
         self._running: set[str] = set()
+        #: called with (kind, data) before every append, and may raise to refuse it (nothing is
+        #: written): a runner fences its lease and reserves quota before ``attempt.started``
+        self.before_append: Callable[[str, Mapping[str, Any]], None] | None = None
 
     def __repr__(self) -> str:
         return f"<TaskStream {self.id!r} in {str(self.root)!r}>"
@@ -197,6 +200,8 @@ class TaskStream:
         batch. The live fold sees the event before this returns.
         """
         data_json = encode_data(data)
+        if self.before_append is not None:
+            self.before_append(kind, data)
         return self.open_writer().append(kind, dict(data), expected_seq=expected_seq, sync=sync, data_json=data_json)
 
     @contextmanager

@@ -103,6 +103,7 @@ def test_public_names_are_pinned() -> None:
         "ArtifactError",
         "ArtifactMissing",
         "ArtifactStore",
+        "Backlog",
         "Call",
         "CallFailed",
         "CallState",
@@ -125,6 +126,7 @@ def test_public_names_are_pinned() -> None:
         "NotSerializable",
         "OutsideWorkspace",
         "Package",
+        "PayloadChanged",
         "PreparationFailed",
         "ProviderDedup",
         "ProviderFailure",
@@ -139,6 +141,7 @@ def test_public_names_are_pinned() -> None:
         "RetryPolicy",
         "Served",
         "Session",
+        "StillBlocked",
         "StreamPoisoned",
         "Task",
         "TaskBusy",
@@ -226,6 +229,9 @@ RANKS: dict[str, tuple[int, str]] = {
     # 4 the facade over one task's stream; 5 the ledger that hands tasks out
     "intentlog.task": (4, "facade"),
     "intentlog.ledger": (5, "ledger"),
+    # backlogs: items as tasks, run by a supervisor; beside the facade they use (the ledger hands one out)
+    "intentlog.backlog": (4, "backlog"),
+    "intentlog.backlog.*": (4, "backlog"),
     # 6 the public face and the read-side views over a whole ledger
     "intentlog": (6, "public"),
     "intentlog.views": (6, "public"),

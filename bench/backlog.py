@@ -1,0 +1,192 @@
+"""Backlog throughput: items/s for a one-effect no-op step, beside the queues one would pick instead.
+
+    python bench/backlog.py [--items 200] [--repeats 3] [--peers /tmp/bench-peers/bin/python] [--dir PATH] [--json]
+
+1. intentlog: ``backlog.run(step, workers=W, until_idle=True)`` over ``--items`` fresh items
+   whose step makes one ``task.effect`` with a no-op provider, W = 1 and 2 (worker
+   processes; the time includes the supervisor's start and the workers' fork).
+2. The baseline, measured in the same run on the same filesystem: a bare ``task.effect``
+   per task in one process, no runner. The per-item overhead of the runner is
+   ``1/rate(backlog, 1 worker) - 1/rate(bare)``.
+3. Peers, at equal durability (every state change synced to disk), in their own
+   environment, never dependencies of intentlog:
+
+       python3 -m venv /tmp/bench-peers && /tmp/bench-peers/bin/pip install huey dbos
+
+   - Huey with ``SqliteHuey(fsync=True)`` (``PRAGMA synchronous=FULL``), a consumer of W
+     worker processes; a no-op task with its result stored;
+   - DBOS queues on SQLite (``system_database_url: sqlite:///...``), one workflow with one
+     no-op step per item, queue concurrency W (DBOS runs its queue in one process).
+
+   A peer that is not installed (or whose interpreter is missing) is skipped loudly.
+
+Medians over the repeats: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import intentlog
+
+
+def noop_step(task: intentlog.Task, payload: Any) -> dict[str, Any]:
+    task.effect("noop", {"n": payload}, lambda req: b"ok")
+    return {"ok": True}
+
+
+def bench_backlog(base: Path, items: int, workers: int) -> float:
+    root = Path(tempfile.mkdtemp(dir=base))
+    with intentlog.open(root / "ledger") as ledger:
+        b = ledger.backlog("bench")
+        for i in range(items):
+            b.add(f"i{i}", i)
+        t0 = time.perf_counter()
+        view = b.run(noop_step, workers=workers, until_idle=True, poll=0.005)
+        dt = time.perf_counter() - t0
+    assert view.counts["done"] == items, view.counts
+    return items / dt
+
+
+def bench_bare(base: Path, items: int) -> float:
+    root = Path(tempfile.mkdtemp(dir=base))
+    with intentlog.open(root / "ledger") as ledger:
+        t0 = time.perf_counter()
+        for i in range(items):
+            t = ledger.task(f"bare.{i}")
+            t.effect("noop", {"n": i}, lambda req: b"ok")
+            t.close()
+        dt = time.perf_counter() - t0
+    return items / dt
+
+
+HUEY = textwrap.dedent(
+    """
+    import json, sys, time
+    from huey import SqliteHuey
+    path, items, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    huey = SqliteHuey("bench", filename=path, fsync=True)
+
+    @huey.task()
+    def noop(n):
+        return n
+
+    results = [noop(i) for i in range(items)]
+    consumer = huey.create_consumer(workers=workers, worker_type="process", periodic=False,
+                                    check_worker_health=False)
+    t0 = time.perf_counter()
+    consumer.start()
+    for r in results:
+        r.get(blocking=True, timeout=120)
+    dt = time.perf_counter() - t0
+    consumer.stop(graceful=True)
+    print(json.dumps({"rate": items / dt}))
+    """
+)
+
+DBOS = textwrap.dedent(
+    """
+    import json, sys, time
+    from dbos import DBOS, DBOSConfig
+    path, items, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    config: DBOSConfig = {"name": "bench", "system_database_url": "sqlite:///" + path}
+    DBOS(config=config)
+
+    @DBOS.step()
+    def noop(n):
+        return n
+
+    @DBOS.workflow()
+    def item(n):
+        return noop(n)
+
+    DBOS.launch()
+    # the default polling interval is 1 s; poll as often as the others do
+    queue = DBOS.register_queue("bench", worker_concurrency=workers, polling_interval_sec=0.01)
+    t0 = time.perf_counter()
+    handles = [queue.enqueue(item, i) for i in range(items)]
+    for h in handles:
+        h.get_result()
+    dt = time.perf_counter() - t0
+    DBOS.destroy()
+    print(json.dumps({"rate": items / dt}))
+    """
+)
+
+
+def bench_peer(python: str, script: str, base: Path, items: int, workers: int) -> float | None:
+    d = Path(tempfile.mkdtemp(dir=base))
+    r = subprocess.run(
+        [python, "-c", script, str(d / "queue.db"), str(items), str(workers)],
+        capture_output=True, text=True, timeout=600, cwd=d,
+    )  # fmt: skip
+    if r.returncode != 0:
+        print(f"  peer failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return float(json.loads(r.stdout.strip().splitlines()[-1])["rate"])
+
+
+def _has(python: str, module: str) -> bool:
+    if not Path(python).exists():
+        return False
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--peers", default="/tmp/bench-peers/bin/python", help="the peers' interpreter")
+    ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-backlog.", dir=args.dir))
+    out: dict[str, Any] = {"items": args.items, "repeats": args.repeats}
+
+    def med(fn: Any) -> float:
+        return statistics.median(fn() for _ in range(args.repeats))
+
+    out["bare_effect_items_per_s"] = med(lambda: bench_bare(base, args.items))
+    for w in (1, 2):
+        out[f"intentlog_w{w}_items_per_s"] = med(lambda: bench_backlog(base, args.items, w))  # noqa: B023
+    peers = {"huey": ("huey", HUEY), "dbos": ("dbos", DBOS)}
+    for name, (module, script) in peers.items():
+        if not _has(args.peers, module):
+            print(
+                f"SKIPPED peer {name}: {module!r} is not importable by {args.peers}; install it with: "
+                f"python3 -m venv /tmp/bench-peers && /tmp/bench-peers/bin/pip install huey dbos",
+                file=sys.stderr,
+            )
+            continue
+        for w in (1, 2):
+            runs = [bench_peer(args.peers, script, base, args.items, w) for _ in range(args.repeats)]
+            ok = [r for r in runs if r is not None]
+            out[f"{name}_w{w}_items_per_s"] = statistics.median(ok) if ok else None
+    bare, w1 = out["bare_effect_items_per_s"], out["intentlog_w1_items_per_s"]
+    out["runner_overhead_ms_per_item"] = round(1000 * (1 / w1 - 1 / bare), 3)
+    for w in (1, 2):
+        mine = out[f"intentlog_w{w}_items_per_s"]
+        for name in peers:
+            theirs = out.get(f"{name}_w{w}_items_per_s")
+            if theirs:
+                out[f"ratio_w{w}_vs_{name}"] = round(mine / theirs, 2)
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return
+    for k, v in out.items():
+        print(f"{k:34} {v:.1f}" if isinstance(v, float) else f"{k:34} {v}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

@@ -1,0 +1,325 @@
+"""A backlog: items added once, each done by its own task, run by a durable supervisor.
+
+``ledger.backlog("nightly")`` names the backlog; its stream is the task ``nightly.backlog``
+and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
+
+- ``add`` is idempotent per item id: the same payload again is a no-op, another payload
+  under the same id raises :class:`PayloadChanged` and writes nothing;
+- the view (:meth:`Backlog.view`) is a projection of the folder: the backlog's stream and
+  each item task's operator state (:func:`intentlog.projections.status.status_of`);
+- ``unblock`` re-queues a blocked item only once its task no longer needs a person
+  (:class:`StillBlocked` otherwise, nothing written);
+- ``run`` (:mod:`intentlog.backlog.supervisor`) never runs an item again: a taken-over item
+  resumes through the effect protocol, and an unknown effect blocks it for a person.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._args import check_seconds
+from .._digest import digest_bytes
+from ..errors import IntentlogError, UsageError
+from ..eventlog.canonical import dumps
+from ..eventlog.format import TASK_ID_RE, Event
+from ..projections.operator import OperatorFold
+from ..projections.status import status_of
+from ..projections.workstate import WorkStateFold
+from ..task import Task
+from .model import (
+    BACKLOG_NAME_RE,
+    ITEM_STATES,
+    BacklogFold,
+    ItemRecord,
+    ItemView,
+    LedgerLike,
+    TaskExtras,
+    backlog_stream_id,
+    blocking_reason,
+    item_task_id,
+    item_view,
+    task_extras,
+)
+from .quota import Quota, parse_quota
+
+#: add's options, in its order (add_many's mappings take the same names)
+_OPTIONS = ("priority", "not_before", "max_attempts", "inactivity", "max_duration")
+
+__all__ = ["Backlog", "BacklogView", "PayloadChanged", "StillBlocked"]
+
+
+class PayloadChanged(IntentlogError, ValueError):
+    """An item id was added again with another payload: an item id names one payload forever."""
+
+
+class StillBlocked(IntentlogError):
+    """``unblock`` was asked while the item's task still needs a person (the reason holds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogView:
+    """``intentlog backlog NAME``: counts per state and one row per item, in run order."""
+
+    name: str
+    counts: dict[str, int]
+    items: list[ItemView]
+    quota_waiting: dict[str, Any] | None
+    stopped: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backlog": self.name,
+            "counts": dict(self.counts),
+            "items": [i.to_json() for i in self.items],
+            "quota_waiting": self.quota_waiting,
+            "stopped": self.stopped,
+        }
+
+
+def _item_events(task: Task) -> tuple[Any, TaskExtras]:
+    evs = list(task.events())
+    ws_fold = WorkStateFold(task.id)
+    ops = OperatorFold()
+    for ev in evs:
+        ws_fold.apply(ev)
+        ops.apply(ev)
+    ws = ws_fold.result()
+    return status_of(task.id, ws, ops.result(ws)), task_extras(evs)
+
+
+class Backlog:
+    """One named backlog in a ledger; get it with :meth:`intentlog.Ledger.backlog`."""
+
+    def __init__(self, ledger: LedgerLike, name: str) -> None:
+        if not isinstance(name, str) or BACKLOG_NAME_RE.match(name) is None:
+            raise UsageError(
+                f"backlog name {name!r} must be letters, digits, '_' or '-' (no dot), starting with a letter "
+                "or digit, at most 64 characters"
+            )
+        self.ledger = ledger
+        self.name = name
+        self.stream_id = backlog_stream_id(name)
+
+    def __repr__(self) -> str:
+        return f"<Backlog {self.name!r} in {str(self.ledger.root)!r}>"
+
+    @property
+    def task(self) -> Task:
+        """The backlog's own stream (a task stream of ``backlog.*`` records)."""
+        return self.ledger.task(self.stream_id, wait=30.0)
+
+    def task_id(self, item_id: str) -> str:
+        return item_task_id(self.name, _check_item(item_id))
+
+    # -- reading -------------------------------------------------------------------
+
+    def fold(self) -> BacklogFold:
+        f = BacklogFold()
+        for ev in self.task.events():
+            f.apply(ev)
+        return f
+
+    def view(self, *, now: float | None = None) -> BacklogView:
+        """Counts per state and a row per item (priority, then order of addition); reads only."""
+        now = time.time() if now is None else now
+        f = self.fold()
+        rows: list[ItemView] = []
+        for rec in f.ordered():
+            t = self.ledger.task(rec.task)
+            st, extras = _item_events(t)
+            rows.append(item_view(self.name, rec, st, extras, running=t.writer_pid() is not None, now=now))
+        counts = {s: 0 for s in ITEM_STATES}
+        for r in rows:
+            counts[r.state] += 1
+        return BacklogView(self.name, counts, rows, f.quota_waiting, f.stopped)
+
+    def item(self, item_id: str) -> ItemView:
+        for row in self.view().items:
+            if row.item == item_id:
+                return row
+        raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
+
+    # -- writing -------------------------------------------------------------------
+
+    def add(
+        self,
+        item_id: str,
+        payload: Any,
+        *,
+        priority: int = 0,
+        not_before: float | None = None,
+        max_attempts: int | None = None,
+        inactivity: float | None = None,
+        max_duration: float | None = None,
+    ) -> ItemRecord:
+        """Add an item once; the same payload again returns the recorded item and writes nothing.
+
+        ``payload`` is JSON (stored inline in ``backlog.item_added``); ``not_before`` a Unix
+        time; ``max_attempts`` how many step failures before the item is failed (None: no
+        limit). ``inactivity`` and ``max_duration`` (seconds) override the run's limits for
+        this item. Another payload under an existing id raises :class:`PayloadChanged`.
+        """
+        entry = self._entry(item_id, payload, priority, not_before, max_attempts, inactivity, max_duration)
+        return self._add_entries([entry])[0]
+
+    def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[ItemRecord]:
+        """Add many items under one lock and one sync: each a mapping of :meth:`add`'s arguments.
+
+        ``{"item": ID, "payload": ..., "priority": ..., ...}``. All or nothing: a bad
+        argument or a changed payload anywhere raises before anything is written.
+        """
+        entries = []
+        for spec in items:
+            if not isinstance(spec, Mapping) or "item" not in spec or "payload" not in spec:
+                raise UsageError(f"add_many takes mappings with 'item' and 'payload' (and add's options), not {spec!r}")
+            extra = set(spec) - {"item", "payload", *_OPTIONS}
+            if extra:
+                raise UsageError(f"add_many: unknown option(s) {sorted(extra)} for item {spec['item']!r}")
+            entries.append(self._entry(spec["item"], spec["payload"], *(spec.get(o) for o in _OPTIONS)))
+        return self._add_entries(entries)
+
+    def _entry(
+        self,
+        item_id: object,
+        payload: Any,
+        priority: object,
+        not_before: object,
+        max_attempts: object,
+        inactivity: object,
+        max_duration: object,
+    ) -> dict[str, Any]:
+        """The ``backlog.item_added`` data for one item, every argument checked; writes nothing."""
+        item_id = _check_item(item_id)
+        priority = 0 if priority is None else priority
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise UsageError(f"priority must be an int, not {priority!r}")
+        nb = None if not_before is None else float(check_seconds(not_before, "not_before"))
+        if max_attempts is not None and (
+            not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+        ):
+            raise UsageError(f"max_attempts must be a positive int or None, not {max_attempts!r}")
+        limits = {
+            name: float(check_seconds(v, name))
+            for name, v in (("inactivity", inactivity), ("max_duration", max_duration))
+            if v is not None
+        }
+        h = digest_bytes(dumps(payload))
+        task_id = item_task_id(self.name, item_id)
+        if TASK_ID_RE.match(task_id) is None:
+            raise UsageError(f"item id {item_id!r} makes task id {task_id!r}, which is too long (128 at most)")
+        return {
+            "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
+            "priority": priority, "not_before": nb, "max_attempts": max_attempts, **limits,
+        }  # fmt: skip
+
+    def _add_entries(self, entries: list[dict[str, Any]]) -> list[ItemRecord]:
+        t = self.task
+        with t.stream.mutex:
+            try:
+                t.stream.open_writer()  # the lock first: the fold below is then the whole stream
+                f = self.fold()
+                new: dict[str, dict[str, Any]] = {}
+                for e in entries:
+                    old = f.items.get(e["item"])
+                    seen = new.get(e["item"])
+                    h = old.payload_hash if old is not None else seen["payload_hash"] if seen is not None else None
+                    if h is not None and h != e["payload_hash"]:
+                        raise PayloadChanged(
+                            f"backlog {self.name!r} item {e['item']!r} was added with payload {h}, not "
+                            f"{e['payload_hash']}; an item id names one payload: add the new payload under a new id; "
+                            "nothing was written"
+                        )
+                    if h is None:
+                        new[e["item"]] = e
+                if new:
+                    with t.batch():
+                        if f.seq < 1:
+                            self._created(t)
+                        for e in new.values():
+                            f.apply(t.append("backlog.item_added", e))
+                return [f.items[e["item"]] for e in entries]
+            finally:
+                t.close()  # a running supervisor waits for this lock
+
+    def _created(self, t: Task) -> None:
+        """The backlog stream's first records: what it is, as a checkpoint the task views show."""
+        t.checkpoint(
+            "backlog",
+            note=(
+                f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; "
+                f"see: intentlog backlog {self.name}"
+            ),
+            by="intentlog backlog",
+        )
+
+    def unblock(self, item_id: str, *, by: str | None = None) -> Event:
+        """Put a blocked item back in the queue once its task no longer needs a person.
+
+        Raises :class:`StillBlocked` (nothing written) while the task is still awaiting
+        approval or paused for review; :class:`UsageError` for an item done or failed. An
+        item its task blocked before the backlog recorded it (a run killed in between) is
+        unblocked the same way: the person's decision is recorded either way.
+        """
+        item_id = _check_item(item_id)
+        f = self.fold()
+        rec = f.items.get(item_id)
+        if rec is None:
+            raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
+        st, _ = _item_events(self.ledger.task(rec.task))
+        held = blocking_reason(st)
+        if held is not None:
+            raise StillBlocked(
+                f"item {item_id!r} of backlog {self.name!r} is still {held[0]}: {held[1]}; first: {held[2]}; "
+                "nothing was written"
+            )
+        if rec.done or rec.failed is not None:
+            what = "done" if rec.done else "failed"
+            raise UsageError(f"item {item_id!r} of backlog {self.name!r} is {what}; nothing to unblock")
+        t = self.task
+        ev = t.append("backlog.item_unblocked", {"item": item_id, "by": by})
+        t.close()
+        return ev
+
+    def run(
+        self,
+        step: Callable[[Task, Any], Any] | str,
+        *,
+        workers: int = 1,
+        quota: Iterable[str | Quota] | str | Quota | None = None,
+        until_idle: bool = False,
+        inactivity: float = 300.0,
+        max_duration: float | None = None,
+        grace: float = 10.0,
+        backoff: float = 1.0,
+        max_backoff: float = 300.0,
+        poll: float = 0.05,
+    ) -> BacklogView:
+        """Run the items with ``workers`` processes; see :mod:`intentlog.backlog.supervisor`."""
+        from .supervisor import Supervisor
+
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise UsageError(f"workers must be a positive int, not {workers!r}")
+        quotas: tuple[Quota, ...]
+        if quota is None:
+            quotas = ()
+        elif isinstance(quota, (str, Quota)) or not isinstance(quota, (list, tuple)):
+            quotas = (parse_quota(quota),)
+        else:
+            quotas = tuple(parse_quota(q) for q in quota)
+        sup = Supervisor(
+            self, step, workers=workers, quotas=quotas, until_idle=until_idle, inactivity=inactivity,
+            max_duration=max_duration, grace=grace, backoff=backoff, max_backoff=max_backoff, poll=poll,
+        )  # fmt: skip
+        sup.run()
+        return self.view()
+
+
+def _check_item(item_id: object) -> str:
+    if not isinstance(item_id, str) or TASK_ID_RE.match(item_id) is None:
+        raise UsageError(
+            f"item id {item_id!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return item_id

@@ -1,0 +1,276 @@
+"""The backlog's record, folded: items, their decisions, and each item's operator state. Pure.
+
+A backlog ``NAME`` is the stream ``NAME.backlog`` (a task stream: ``verify`` checks its
+chain and refs like any other); item ``ITEM`` is done by the task ``NAME.item.ITEM``.
+The backlog stream records what was decided about items (``backlog.item_added``,
+``backlog.item_scheduled``, ``backlog.item_blocked``, ``backlog.item_unblocked``,
+``backlog.item_failed``, ``backlog.item_done``, ``backlog.holder_ended``,
+``backlog.item_timed_out``, ``backlog.quota_waiting``, ``backlog.run_started``,
+``backlog.run_stopped``); an item's task records its work (calls, approvals) and the
+runner's own records in it (``lease.acquired``, ``lease.released``, ``quota.reserved``,
+``item.returned``). Nothing here reads a clock or the disk: the caller passes ``now``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from ..eventlog.format import Event
+from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, TaskStatus
+from ..projections.workstate import RECONCILE_EFFECT
+
+if TYPE_CHECKING:
+    from ..artifacts import ArtifactStore
+    from ..task import Task
+
+__all__ = [
+    "BACKLOG_NAME_RE",
+    "ITEM_STATES",
+    "BacklogFold",
+    "ItemRecord",
+    "ItemView",
+    "LedgerLike",
+    "LeaseRecord",
+    "TaskExtras",
+    "backlog_stream_id",
+    "item_task_id",
+    "item_view",
+    "task_extras",
+]
+
+#: A backlog's name: no dot, so ``NAME.backlog`` and ``NAME.item.ITEM`` never collide across backlogs.
+BACKLOG_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+
+QUEUED: Final = "queued"
+SCHEDULED: Final = "scheduled"
+RUNNING: Final = "running"
+AWAITING: Final = "awaiting approval"
+BLOCKED: Final = "blocked"
+PAUSED: Final = "paused for review"
+DONE: Final = "done"
+ITEM_FAILED: Final = "failed"
+#: Every state an item takes in the view, in display order.
+ITEM_STATES: Final = (QUEUED, SCHEDULED, RUNNING, AWAITING, BLOCKED, PAUSED, DONE, ITEM_FAILED)
+#: States from which nothing moves without a person (or that are final).
+SETTLED: Final = frozenset({AWAITING, BLOCKED, PAUSED, DONE, ITEM_FAILED})
+
+
+class LedgerLike(Protocol):
+    """What the backlog needs of a ledger (:class:`intentlog.Ledger` is one)."""
+
+    root: Path
+    artifacts: ArtifactStore
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
+
+
+def backlog_stream_id(name: str) -> str:
+    return f"{name}.backlog"
+
+
+def item_task_id(name: str, item: str) -> str:
+    return f"{name}.item.{item}"
+
+
+@dataclass
+class ItemRecord:
+    """What the backlog stream says about one item."""
+
+    item: str
+    task: str
+    payload_hash: str
+    payload: Mapping[str, Any]
+    priority: int
+    not_before: float | None
+    max_attempts: int | None
+    added_seq: int
+    inactivity: float | None = None
+    max_duration: float | None = None
+    failures: int = 0
+    retry_at: float | None = None
+    blocked: tuple[str, str] | None = None  # (reason, command) until unblocked
+    failed: str | None = None
+    done: bool = False
+    ended: int = 0  # holders ended by a supervisor (stalled or timed out)
+
+    def due(self) -> float | None:
+        """The earliest time the item may start (None: now)."""
+        times = [t for t in (self.not_before, self.retry_at) if t is not None]
+        return max(times) if times else None
+
+
+@dataclass
+class BacklogFold:
+    """Fold of a backlog stream's events into its items (in order of addition)."""
+
+    items: dict[str, ItemRecord] = field(default_factory=dict)
+    quota_waiting: dict[str, Any] | None = None
+    stopped: dict[str, Any] | None = None
+    seq: int = -1
+
+    def apply(self, ev: Event) -> None:
+        self.seq = ev.seq
+        d = ev.data
+        kind = ev.kind
+        if kind == "backlog.item_added":
+            self.items[d["item"]] = ItemRecord(
+                d["item"], d["task"], d["payload_hash"], d["payload"], int(d["priority"]),
+                d.get("not_before"), d.get("max_attempts"), ev.seq, d.get("inactivity"), d.get("max_duration"),
+            )  # fmt: skip
+            return
+        if kind == "backlog.quota_waiting":
+            self.quota_waiting = dict(d)
+            return
+        if kind == "backlog.run_started":
+            self.quota_waiting, self.stopped = None, None
+            return
+        if kind == "backlog.run_stopped":
+            self.stopped = dict(d)
+            return
+        it = self.items.get(d.get("item", "")) if isinstance(d.get("item"), str) else None
+        if it is None:
+            return
+        if kind == "backlog.item_scheduled":
+            it.failures = int(d.get("failures", it.failures))
+            it.retry_at = d.get("not_before")
+        elif kind == "backlog.item_blocked":
+            it.blocked = (str(d.get("reason")), str(d.get("command")))
+        elif kind == "backlog.item_unblocked":
+            it.blocked = None
+        elif kind == "backlog.item_failed":
+            it.failed = str(d.get("reason"))
+        elif kind == "backlog.item_done":
+            it.done = True
+        elif kind in ("backlog.holder_ended", "backlog.item_timed_out"):
+            it.ended += 1
+
+    def ordered(self) -> list[ItemRecord]:
+        """Items by priority (highest first), then order of addition."""
+        return sorted(self.items.values(), key=lambda r: (-r.priority, r.added_seq))
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    epoch: int
+    pid: int
+    host: str
+    start_time: int | None
+    since: str
+    released: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExtras:
+    """The runner's own records in an item's task: its leases, its reservations, its result."""
+
+    lease: LeaseRecord | None
+    returned: bool
+    result: Any
+    reserved: Mapping[str, float]
+    last_ts: str | None
+    events: int
+
+
+def task_extras(events: Iterable[Event]) -> TaskExtras:
+    lease: LeaseRecord | None = None
+    returned, result, last_ts, n = False, None, None, 0
+    reserved: dict[str, float] = {}
+    for ev in events:
+        n += 1
+        last_ts = ev.ts
+        d = ev.data
+        if ev.kind == "lease.acquired":
+            lease = LeaseRecord(int(d["epoch"]), int(d["pid"]), str(d["host"]), d.get("start_time"), ev.ts, False)
+        elif ev.kind == "lease.released" and lease is not None and d.get("epoch") == lease.epoch:
+            lease = LeaseRecord(lease.epoch, lease.pid, lease.host, lease.start_time, lease.since, True)
+        elif ev.kind == "item.returned":
+            returned, result = True, d.get("result")
+        elif ev.kind == "quota.reserved":
+            for q, units in dict(d.get("units", {})).items():
+                reserved[q] = reserved.get(q, 0.0) + float(units)
+    return TaskExtras(lease, returned, result, reserved, last_ts, n)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemView:
+    """One row of ``intentlog backlog``: the item's state, why, and the safe next step."""
+
+    item: str
+    task: str
+    state: str
+    reason: str | None
+    next_step: str
+    priority: int
+    not_before: float | None
+    failures: int
+    holder: Mapping[str, Any] | None
+    last_progress: str | None
+    task_state: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "item": self.item,
+            "task": self.task,
+            "state": self.state,
+            "reason": self.reason,
+            "next_step": self.next_step,
+            "priority": self.priority,
+            "not_before": self.not_before,
+            "failures": self.failures,
+            "holder": dict(self.holder) if self.holder is not None else None,
+            "last_progress": self.last_progress,
+            "task_state": self.task_state,
+        }
+
+
+def blocking_reason(st: TaskStatus | None) -> tuple[str, str, str] | None:
+    """(state, reason, command) when the item's task needs a person before it can continue."""
+    if st is None:
+        return None
+    if st.state == AWAITING_APPROVAL:
+        return AWAITING, st.reason or "awaiting approval", st.next_step
+    if st.state == PAUSED_FOR_REVIEW:
+        state = BLOCKED if st.next_operation == RECONCILE_EFFECT else PAUSED
+        return state, st.reason or "paused for review", st.next_step
+    return None
+
+
+def item_view(
+    backlog: str, rec: ItemRecord, st: TaskStatus | None, extras: TaskExtras | None, *, running: bool, now: float
+) -> ItemView:
+    """The item's state from the backlog's record and its task's operator state (``status_of``)."""
+    unblock = f"intentlog unblock {backlog} {rec.item}"
+
+    def view(state: str, reason: str | None, step: str, holder: Mapping[str, Any] | None = None) -> ItemView:
+        return ItemView(
+            rec.item, rec.task, state, reason, step, rec.priority, rec.due(), rec.failures, holder,
+            extras.last_ts if extras is not None else None, st.state if st is not None else None,
+        )  # fmt: skip
+
+    if extras is not None and extras.returned:
+        return view(DONE, None, "nothing: the item is done")
+    if rec.failed is not None or (st is not None and st.state == FAILED):
+        why = rec.failed if rec.failed is not None else (st.reason if st is not None else None)
+        return view(ITEM_FAILED, why, f"nothing: the item failed; see intentlog log {rec.task}")
+    if running:
+        lease = extras.lease if extras is not None else None
+        holder = None
+        if lease is not None:
+            holder = {"pid": lease.pid, "host": lease.host, "epoch": lease.epoch, "since": lease.since}
+        return view(RUNNING, "a worker holds the item's task", "wait: a worker is running it", holder)
+    blocking = blocking_reason(st)
+    if blocking is not None:
+        state, reason, step = blocking
+        return view(state, reason, f"{step}; then: {unblock}")
+    if rec.blocked is not None:
+        reason, _ = rec.blocked
+        return view(BLOCKED, f"{reason} (resolved in the task's record)", unblock)
+    due = rec.due()
+    if due is not None and due > now:
+        why = f"retry {rec.failures + 1} after backoff" if rec.retry_at is not None and rec.retry_at >= due else None
+        return view(SCHEDULED, why or "not before its start time", "wait: it starts when due")
+    return view(QUEUED, None, "wait: a worker takes it (intentlog run ...)")

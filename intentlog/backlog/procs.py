@@ -1,0 +1,86 @@
+"""Processes on this host as a lease names them: pid, host and start time, and ending one safely.
+
+A pid alone names nothing durable (pids are reused); a pid together with the process's
+start time (``/proc/PID/stat`` field 22, clock ticks since boot) and the boot id names one
+process for the life of the machine. A holder is ended only when all three still match.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import time
+from typing import Final
+
+__all__ = ["boot_id", "end_holder", "host_name", "start_time", "die_with_parent"]
+
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot, or None (no such process, no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    rest = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return int(rest[19])  # field 22 overall; rest starts at field 3
+    except (IndexError, ValueError):
+        return None
+
+
+def end_holder(pid: int, started: int | None, *, wait: float = 5.0) -> bool:
+    """SIGKILL process ``pid`` only if it still has start time ``started``; True once it is gone.
+
+    A stopped (SIGSTOPped) process is ended too: SIGKILL needs no cooperation. Returns
+    False (and kills nothing) when the pid now names another process or its start time
+    cannot be read to compare.
+    """
+    if started is None or start_time(pid) != started:
+        return start_time(pid) is None and started is not None
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        st = start_time(pid)  # a zombie (dead, not reaped by its parent yet) has ended too
+        if st is None or st != started or _zombie(pid):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return True
+    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] == b"Z"
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (a worker never outlives its supervisor)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass

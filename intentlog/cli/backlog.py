@@ -1,0 +1,135 @@
+"""Backlogs: ``backlog`` (the operator view), ``run`` (the supervisor) and ``unblock``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+
+import click
+
+from ..backlog import StillBlocked
+from .app import Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _exists(c: Ctx, name: str) -> None:
+    ledger = c.ledger()
+    if not ledger.backlog(name).task.exists():
+        raise NotFound(f"no backlog {name!r} in {ledger.root} (no stream {name}.backlog); add items first")
+
+
+@main.command("backlog")
+@click.argument("name")
+@json_option
+@pass_ctx
+@handle_errors
+def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
+    """Counts per state and one row per item: state, why, and the safe next step.
+
+    States: queued, scheduled (not before ...), running (holder, since, last progress),
+    awaiting approval, blocked (why, and the command), paused for review, done, failed.
+
+    \b
+    Example:
+      intentlog backlog nightly --json
+    """
+    _exists(c, name)
+    view = c.ledger().backlog(name).view()
+    if as_json:
+        emit_json(view.to_json())
+        return
+    click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
+    if view.quota_waiting is not None:
+        q = view.quota_waiting
+        click.echo(f"quota {q.get('quota')}: {q.get('reason')}; reopens {_when(q.get('until'))}")
+    rows = []
+    for r in view.items:
+        detail = r.reason or ""
+        if r.state == "scheduled":
+            detail = f"not before {_when(r.not_before)}" + (f" ({r.reason})" if r.reason else "")
+        if r.state == "running" and r.holder is not None:
+            detail = f"pid {r.holder['pid']} on {r.holder['host']} since {r.holder['since']}, last {r.last_progress}"
+        rows.append([r.item, r.task, r.state, detail or "-", c.hint(r.next_step)])
+    if rows:
+        print_table(["item", "task", "state", "why", "next step"], rows)
+
+
+@main.command("run")
+@click.argument("name")
+@click.option("--step", "step", required=True, help="The step function, as package.module:function.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@click.option("--quota", "quotas", multiple=True, help="NAME=LIMIT/WINDOW (calls=60/60s) or a budget NAME=LIMIT.")
+@click.option("--until-idle", is_flag=True, help="Return once no item can progress without a person.")
+@click.option("--inactivity", type=float, default=300.0, show_default=True, help="Seconds without progress: stalled.")
+@click.option("--max-duration", type=float, default=None, help="Seconds an item may run before it is timed out.")
+@click.option("--grace", type=float, default=10.0, show_default=True, help="Seconds running effects get on shutdown.")
+@json_option
+@pass_ctx
+@handle_errors
+def run_cmd(
+    c: Ctx,
+    name: str,
+    step: str,
+    workers: int,
+    quotas: tuple[str, ...],
+    until_idle: bool,
+    inactivity: float,
+    max_duration: float | None,
+    grace: float,
+    as_json: bool,
+) -> None:
+    """Run a backlog's items with worker processes; SIGTERM or Ctrl-C stops it cleanly.
+
+    An item taken over after a crash or a stall resumes from its task's record; an unknown
+    effect, a pending approval or a call paused for review blocks it for a person.
+
+    \b
+    Example:
+      intentlog run nightly --step mypkg.jobs:step --workers 2 --quota calls=60/60s --until-idle
+    """
+    from ..backlog.worker import resolve_step
+
+    _exists(c, name)
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # a step in the current folder, as python -m finds it
+    resolve_step(step)
+    view = c.ledger().backlog(name).run(
+        step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
+        max_duration=max_duration, grace=grace,
+    )  # fmt: skip
+    if as_json:
+        emit_json(view.to_json())
+        return
+    click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
+
+
+@main.command("unblock")
+@click.argument("name")
+@click.argument("item")
+@click.option("--by", default=None, help="Who unblocks it (recorded).")
+@json_option
+@pass_ctx
+@handle_errors
+def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, as_json: bool) -> None:
+    """Put a blocked item back in the queue, once its reconcile or approval is recorded.
+
+    Refused (exit 1) while the reason still holds.
+
+    \b
+    Example:
+      intentlog unblock nightly item-7 --by ana
+    """
+    _exists(c, name)
+    try:
+        ev = c.ledger().backlog(name).unblock(item, by=by)
+    except StillBlocked as exc:
+        raise StillBlocked(c.hint(str(exc))) from None
+    if as_json:
+        emit_json({"backlog": name, **ev.to_json(), "digest": ev.digest})
+        return
+    click.echo(f"item {item!r} of backlog {name!r} is queued again")
