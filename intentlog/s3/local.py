@@ -35,7 +35,7 @@ DEFAULT_SECRET = "intentlog-local-secret"
 
 _PORT_FLAGS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-    "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc",
+    "filer.port.grpc", "s3.port", "s3.port.grpc",
 )  # fmt: skip
 
 
@@ -45,6 +45,23 @@ def find_weed() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("weed")
+
+
+def _admin_port() -> int:
+    """A free port whose +10000 is free too (weed's admin worker dials the admin port + 10000)."""
+    for _ in range(200):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port + 10000 > 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+                return port
+    raise LedgerError("no free port pair for SeaweedFS's admin server")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -106,6 +123,14 @@ def _answers(endpoint: str) -> bool:
         return False
 
 
+def _has_bucket(filer: str, bucket: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{filer}/buckets/{bucket}/", timeout=1):
+            return True
+    except OSError:  # 404 until the bucket is made (HTTPError is an OSError)
+        return False
+
+
 def start_seaweedfs(
     data_dir: str | os.PathLike[str] | None = None, *, buckets: tuple[str, ...] = (), timeout: float = 30.0
 ) -> LocalSeaweed:
@@ -128,6 +153,8 @@ def start_seaweedfs(
     args = [weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false"]
     args += ["-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]
     args += [f"-{flag}={port}" for flag, port in ports.items()]
+    admin = _admin_port()
+    args += [f"-admin.port={admin}", f"-admin.port.grpc={admin + 10000}"]
     if buckets:
         args.append(f"-bucket={','.join(buckets)}")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
@@ -136,7 +163,8 @@ def start_seaweedfs(
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     server = LocalSeaweed(f"http://127.0.0.1:{ports['s3.port']}", key, secret, folder, proc, owns, log_path)
     deadline = time.monotonic() + timeout
-    while not _answers(server.endpoint):
+    filer = f"http://127.0.0.1:{ports['filer.port']}"
+    while not _answers(server.endpoint) or not all(_has_bucket(filer, b) for b in buckets):
         if proc.poll() is not None or time.monotonic() > deadline:
             server.stop()
             tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
