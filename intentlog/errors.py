@@ -18,6 +18,7 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── TaskBusy
     ├── LeaseLost
     ├── StoreRefused
+    ├── MergeRefused
     ├── Conflict
     ├── GcRefused
     ├── ReservedKind (ValueError)
@@ -69,6 +70,7 @@ __all__ = [
     "LeaseLost",
     "LedgerError",
     "LinkRefused",
+    "MergeRefused",
     "NotALedger",
     "NotSent",
     "NotSerializable",
@@ -200,6 +202,21 @@ class StoreRefused(IntentlogError):
         super().__init__(
             f"{root}: refused, the store cannot keep one writer per stream ({'; '.join(self.failures)}); "
             "use a store whose conditional PUT (If-None-Match: *) is atomic, and check it with 'intentlog doctor'"
+        )
+
+
+class MergeRefused(IntentlogError):
+    """Tasks diverged between two ledgers (the same id, different lines at one seq): nothing was merged."""
+
+    def __init__(self, src: str, dst: str, diverged: Sequence[tuple[str, int]]) -> None:
+        self.src = src
+        self.dst = dst
+        self.diverged = tuple(diverged)
+        named = ", ".join(f"{t!r} at seq {seq}" for t, seq in self.diverged)
+        super().__init__(
+            f"merging {src} into {dst} refused: {len(self.diverged)} task(s) diverged ({named}); "
+            f"nothing was written to {dst}: each task must have had one writer (fork one side's task "
+            "under a new id, then merge again)"
         )
 
 

@@ -101,7 +101,8 @@ class MemoryClient:
 
     def folders(self, folder: str) -> list[str]:
         base = folder.rstrip("/") + "/"
-        return sorted({k[len(base) :].split("/", 1)[0] for k in self.objects if k.startswith(base) and "/" in k[len(base) :]})
+        below = (k[len(base) :] for k in self.objects if k.startswith(base))
+        return sorted({rest.split("/", 1)[0] for rest in below if "/" in rest})
 
     def delete(self, key: str) -> None:
         self.objects.pop(key, None)

@@ -196,6 +196,9 @@ RANKS: dict[str, tuple[int, str]] = {
     # the codecs of the ledger's own files, next to their writers (heads.json, gc.jsonl)
     "intentlog.heads.codec": (1, "storage"),
     "intentlog.gclog": (1, "storage"),
+    # the seams' object-store implementations (the s3 extra), and a local SeaweedFS to run them on
+    "intentlog.s3": (1, "storage"),
+    "intentlog.s3.*": (1, "storage"),
     # 2 pure: folds over events and policies that read and write nothing
     "intentlog._diff": (2, "pure"),
     "intentlog.dedup": (2, "pure"),
@@ -221,6 +224,8 @@ RANKS: dict[str, tuple[int, str]] = {
     # 4 the facade over one task's stream; 5 the ledger that hands tasks out
     "intentlog.task": (4, "facade"),
     "intentlog.ledger": (5, "ledger"),
+    # merging two ledgers through the seams (and verifying a folder destination)
+    "intentlog.merge": (5, "ledger"),
     # 6 the public face and the read-side views over a whole ledger
     "intentlog": (6, "public"),
     "intentlog.views": (6, "public"),

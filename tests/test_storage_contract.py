@@ -77,7 +77,9 @@ def _folder_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBa
     return ObjectBackend(lambda: FolderObjects(tmp_path), _folder_failing(monkeypatch))
 
 
-def _s3_failing(monkeypatch: pytest.MonkeyPatch, memory: MemoryClient | None) -> Callable[[], AbstractContextManager[None]]:
+def _s3_failing(
+    monkeypatch: pytest.MonkeyPatch, memory: s3_server.MemoryClient | None
+) -> Callable[[], AbstractContextManager[None]]:
     """Every put to the store is cut off by the network (an object store keeps no half object)."""
 
     @contextmanager

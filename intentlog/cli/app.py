@@ -40,7 +40,7 @@ EXIT_PIPE = 141
 
 #: Commands whose names, after "intentlog ", start a hint that the CLI completes with --root.
 _COMMANDS = (
-    "accept", "approve", "demo", "export", "fail", "fork", "gc", "init", "keep", "log", "reconcile",
+    "accept", "approve", "demo", "doctor", "export", "fail", "fork", "gc", "init", "keep", "log", "merge", "reconcile",
     "reject", "repair", "seal", "show", "status", "tasks", "verify",
 )  # fmt: skip
 _HINT_RE = re.compile(r"\bintentlog (?=(?:" + "|".join(_COMMANDS) + r")\b)")

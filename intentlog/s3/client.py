@@ -106,7 +106,12 @@ class S3Client:
         options: dict[str, Any] = {"timeout": "30s", "connect_timeout": "5s"}
         if endpoint and endpoint.startswith("http://"):
             options["allow_http"] = True
-        kwargs: dict[str, Any] = {"client_options": options}
+        from datetime import timedelta
+
+        # a few quick retries: a put whose answer was lost is recognised by the streams (its bytes are ours)
+        backoff = {"init_backoff": timedelta(milliseconds=50)}
+        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=20), "backoff": backoff}
+        kwargs: dict[str, Any] = {"client_options": options, "retry_config": retry}
         if endpoint:
             kwargs["endpoint"] = endpoint
         for k in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_region"):

@@ -52,7 +52,7 @@ def _admin_port() -> int:
     for _ in range(200):
         with socket.socket() as a:
             a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
+            port: int = a.getsockname()[1]
             if port + 10000 > 65535:
                 continue
             with socket.socket() as b:

@@ -20,8 +20,10 @@ from .client import ObjectClient
 
 __all__ = ["ProbeCheck", "ProbeReport", "probe_store", "require_fencing"]
 
-#: How many creates race for one key.
+#: How many creates race for one key in ``intentlog doctor``.
 RACERS = 32
+#: How many race in the probe run before a store's first write (SeaweedFS takes seconds to settle 32).
+OPEN_RACERS = 8
 
 _passed: set[str] = set()
 _passed_lock = threading.Lock()
@@ -123,7 +125,7 @@ def require_fencing(client: ObjectClient) -> None:
     with _passed_lock:
         if root in _passed:
             return
-    report = probe_store(client)
+    report = probe_store(client, racers=OPEN_RACERS)
     if not report.ok:
         raise StoreRefused(root, report.failures())
     with _passed_lock:
