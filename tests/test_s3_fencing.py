@@ -166,20 +166,24 @@ def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path:
     """
     location = s3_server.fresh_location()
     ObjectStreams(s3_server.fresh_client(location)).create("t")
-    code = _child("""
+    go = tmp_path / "go"
+    code = _child(f"""
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.001)
         written = 0
-        deadline = time.monotonic() + 4
-        while time.monotonic() < deadline and written < 40:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and written < 60:
             lease = streams.lease("t", wait=5, take_over_after=0)
             data = streams.read("t")
             prev = data.splitlines()[-1] if data else None
             try:
-                while written < 40:
-                    line = chained(prev, lease.next_seq, {"writer": sys.argv[2], "n": written})
+                while written < 60:
+                    line = chained(prev, lease.next_seq, {{"writer": sys.argv[2], "n": written}})
                     lease.append([line], expected_seq=lease.next_seq)
-                    report(f"{sys.argv[2]} {written}")
+                    report(f"{{sys.argv[2]}} {{written}}")
                     written += 1
                     prev = line
+                    time.sleep(0.003)
             except LeaseLost:
                 report("fenced")
         lease.release()
@@ -187,6 +191,8 @@ def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path:
     outs = [tmp_path / "a.out", tmp_path / "b.out"]
     env = _child_env(location)
     procs = [_spawn(code, out, n, env) for out, n in zip(outs, "ab", strict=True)]
+    time.sleep(1.0)  # both are waiting on the go file
+    go.write_text("go")
     assert [p.wait(90) for p in procs] == [0, 0]
     events = chain_of(ObjectStreams(s3_server.fresh_client(location)).read("t"))
     fenced = [out.read_text().count("fenced") for out in outs]
