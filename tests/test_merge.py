@@ -29,7 +29,8 @@ def _fill(root: Path, task: str, notes: int, *, effect: str | None = None) -> No
         for i in range(notes):
             t.append("note", {"i": i, "where": str(root.name)})
         if effect is not None:
-            t.effect(effect, {"ask": effect}, send=lambda req: orjson.dumps({**BIG, "for": effect}), interpret=orjson.loads)
+            answer = orjson.dumps({**BIG, "for": effect})
+            t.effect(effect, {"ask": effect}, send=lambda req: answer, interpret=orjson.loads)
 
 
 def _snapshot(root: Path) -> dict[str, str]:
@@ -56,7 +57,8 @@ def test_merge_copies_tasks_and_objects_each_written_by_one_writer(tmp_path: Pat
     report = verify_path(dst)
     assert report.ok and report.tasks == 3, report.render()
     with intentlog.open(dst) as led:  # the copied effect reads back through the library
-        again = led.task("a").effect("ask-a", {"ask": "ask-a"}, send=lambda r: pytest.fail("paid twice"), interpret=orjson.loads)
+        never = lambda r: pytest.fail("paid twice")  # noqa: E731
+        again = led.task("a").effect("ask-a", {"ask": "ask-a"}, send=never, interpret=orjson.loads)
         assert again["for"] == "ask-a"
     twice = merge(src, dst)
     assert twice.plan.create == {} and sorted(twice.plan.same) == ["a", "shared"] and twice.plan.objects == []
@@ -78,7 +80,7 @@ def test_merge_extends_a_stream_dst_holds_a_prefix_of(tmp_path: Path) -> None:
 
 
 def test_a_diverged_task_is_refused_named_and_nothing_is_written(tmp_path: Path) -> None:
-    """The same task id written on both sides (different lines from seq 1): refused, named with the seq; DST unchanged."""
+    """The same task id written on both sides (different lines at seq 2): refused and named; DST unchanged."""
     src, dst = tmp_path / "src", tmp_path / "dst"
     _fill(src, "base", 1)
     merge(src, dst)
