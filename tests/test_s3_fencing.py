@@ -71,6 +71,14 @@ def _spawn(code: str, out: Path, name: str, env: dict[str, str]) -> subprocess.P
     return subprocess.Popen([sys.executable, "-c", code, str(out), name], env=env)
 
 
+def _wait_ready(outs: list[Path], procs: list[subprocess.Popen[bytes]]) -> None:
+    """Until every child is connected and waiting on the go file."""
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{o}.ready").exists() for o in outs):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a writer did not start"
+        time.sleep(0.01)
+
+
 def test_32_racing_conditional_creates_on_one_key_have_exactly_one_winner() -> None:
     """Of 32 threads creating one key at once, one wins; 31 are refused and the key holds the winner's bytes."""
     client = s3_server.fresh_client()
@@ -128,6 +136,8 @@ def test_two_processes_writing_one_stream_one_wins_the_other_is_refused(tmp_path
     ObjectStreams(s3_server.fresh_client(location)).create("t")
     go = tmp_path / "go"
     code = _child(f"""
+        streams.tail("t")  # connected: the client is made and the server answered
+        open(sys.argv[1] + ".ready", "w").close()
         while not os.path.exists({str(go)!r}):
             time.sleep(0.001)
         try:
@@ -145,7 +155,7 @@ def test_two_processes_writing_one_stream_one_wins_the_other_is_refused(tmp_path
     outs = [tmp_path / "a.out", tmp_path / "b.out"]
     env = _child_env(location)
     procs = [_spawn(code, out, n, env) for out, n in zip(outs, "ab", strict=True)]
-    time.sleep(1.0)  # both are waiting on the go file
+    _wait_ready(outs, procs)
     go.write_text("go")
     assert [p.wait(60) for p in procs] == [0, 0]
     reports = {n: o.read_text().split("\n")[:-1] for o, n in zip(outs, "ab", strict=True)}
@@ -168,6 +178,8 @@ def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path:
     ObjectStreams(s3_server.fresh_client(location)).create("t")
     go = tmp_path / "go"
     code = _child(f"""
+        streams.tail("t")  # connected: the client is made and the server answered
+        open(sys.argv[1] + ".ready", "w").close()
         while not os.path.exists({str(go)!r}):
             time.sleep(0.001)
         written = 0
@@ -191,7 +203,7 @@ def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path:
     outs = [tmp_path / "a.out", tmp_path / "b.out"]
     env = _child_env(location)
     procs = [_spawn(code, out, n, env) for out, n in zip(outs, "ab", strict=True)]
-    time.sleep(1.0)  # both are waiting on the go file
+    _wait_ready(outs, procs)
     go.write_text("go")
     assert [p.wait(90) for p in procs] == [0, 0]
     events = chain_of(ObjectStreams(s3_server.fresh_client(location)).read("t"))

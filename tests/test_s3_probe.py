@@ -104,9 +104,11 @@ def test_s3_client_repr_and_describe() -> None:
 
 
 @pytest.mark.parametrize("root", ["s3://bucket/prefix", "s3:/bucket/prefix"])
-def test_an_s3_root_is_refused_not_made_a_local_folder_named_s3(root: str, tmp_path: Path) -> None:
+def test_an_s3_root_is_refused_not_made_a_local_folder_named_s3(
+    root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Until the object-store ledger is wired, open('s3://…') and --root s3://… refuse, creating nothing."""
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match="object storage"):
         intentlog.open(root)
     result = CliRunner().invoke(main, ["--root", root, "init"])
