@@ -16,6 +16,9 @@ the fields behind the message are attributes so scripts need not parse text.
     ├── CorruptStream
     ├── StreamPoisoned
     ├── TaskBusy
+    ├── LeaseLost
+    ├── StoreRefused
+    ├── MergeRefused
     ├── Conflict
     ├── GcRefused
     ├── ReservedKind (ValueError)
@@ -64,8 +67,10 @@ __all__ = [
     "InvalidDigest",
     "InvalidTaskId",
     "KeyReused",
+    "LeaseLost",
     "LedgerError",
     "LinkRefused",
+    "MergeRefused",
     "NotALedger",
     "NotSent",
     "NotSerializable",
@@ -77,6 +82,7 @@ __all__ = [
     "ReservedKind",
     "ResumeRefused",
     "RetryHandedBack",
+    "StoreRefused",
     "StreamPoisoned",
     "TaskBusy",
     "UnknownApproval",
@@ -171,6 +177,46 @@ class TaskBusy(IntentlogError):
         who = f"process {holder_pid}" if holder_pid else "another process"
         super().__init__(
             f"task {task_id!r} is being written by {who} (lock {path}); wait for it to finish or pass a longer wait"
+        )
+
+
+class LeaseLost(IntentlogError):
+    """Another writer took the stream's lease: this holder is fenced and appends nothing more."""
+
+    def __init__(self, task_id: str, where: str, epoch: int) -> None:
+        self.task_id = task_id
+        self.where = where
+        self.epoch = epoch
+        super().__init__(
+            f"task {task_id!r}: the writer lease (epoch {epoch}) was taken by another writer at {where}; "
+            "nothing more was appended through it: open the task again to see what the stream holds"
+        )
+
+
+class StoreRefused(IntentlogError):
+    """A store failed the conformance probe: it cannot fence writers, so nothing is written to it."""
+
+    def __init__(self, root: str, failures: Sequence[str]) -> None:
+        self.root = root
+        self.failures = tuple(failures)
+        super().__init__(
+            f"{root}: refused, the store cannot keep one writer per stream ({'; '.join(self.failures)}); "
+            "use a store whose conditional PUT (If-None-Match: *) is atomic, and check it with 'intentlog doctor'"
+        )
+
+
+class MergeRefused(IntentlogError):
+    """Tasks diverged between two ledgers (the same id, different lines at one seq): nothing was merged."""
+
+    def __init__(self, src: str, dst: str, diverged: Sequence[tuple[str, int]]) -> None:
+        self.src = src
+        self.dst = dst
+        self.diverged = tuple(diverged)
+        named = ", ".join(f"{t!r} at seq {seq}" for t, seq in self.diverged)
+        super().__init__(
+            f"merging {src} into {dst} refused: {len(self.diverged)} task(s) diverged ({named}); "
+            f"nothing was written to {dst}: each task must have had one writer (fork one side's task "
+            "under a new id, then merge again)"
         )
 
 

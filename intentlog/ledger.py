@@ -316,6 +316,11 @@ def _check_root(root: object) -> Path:
     text = os.fspath(root)
     if not isinstance(text, str) or not text or "\0" in text:
         raise UsageError(f"{text!r} is not a usable folder path (empty, bytes, or with a NUL character)")
+    if text.startswith("s3:/"):  # never a local folder named "s3:"
+        raise UsageError(
+            f"{text!r}: a ledger on object storage cannot be opened as a ledger yet; "
+            "'intentlog doctor --root s3://BUCKET/PREFIX' probes the store and 'intentlog merge' copies to it"
+        )
     return Path(text)
 
 

@@ -200,6 +200,9 @@ RANKS: dict[str, tuple[int, str]] = {
     # the codecs of the ledger's own files, next to their writers (heads.json, gc.jsonl)
     "intentlog.heads.codec": (1, "storage"),
     "intentlog.gclog": (1, "storage"),
+    # the seams' object-store implementations (the s3 extra), and a local SeaweedFS to run them on
+    "intentlog.s3": (1, "storage"),
+    "intentlog.s3.*": (1, "storage"),
     # 2 pure: folds over events and policies that read and write nothing
     "intentlog._diff": (2, "pure"),
     "intentlog.dedup": (2, "pure"),
@@ -232,6 +235,8 @@ RANKS: dict[str, tuple[int, str]] = {
     # backlogs: items as tasks, run by a supervisor; beside the facade they use (the ledger hands one out)
     "intentlog.backlog": (4, "backlog"),
     "intentlog.backlog.*": (4, "backlog"),
+    # merging two ledgers through the seams (and verifying a folder destination)
+    "intentlog.merge": (5, "ledger"),
     # 6 the public face and the read-side views over a whole ledger
     "intentlog": (6, "public"),
     "intentlog.views": (6, "public"),

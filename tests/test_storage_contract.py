@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
+import s3_server
 from blake3 import blake3
 
 import intentlog._fsops
@@ -38,6 +39,7 @@ from intentlog.errors import (
     UsageError,
 )
 from intentlog.eventlog.storage import FolderStreams, StreamStorage
+from intentlog.s3 import ObjectArtifacts, ObjectStreams
 
 
 class StreamBackend:
@@ -77,8 +79,51 @@ def _folder_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBa
     return ObjectBackend(lambda: FolderObjects(tmp_path), _folder_failing(monkeypatch))
 
 
-STREAM_BACKENDS = {"folder": _folder_streams}
-OBJECT_BACKENDS = {"folder": _folder_objects}
+def _s3_failing(
+    monkeypatch: pytest.MonkeyPatch, memory: s3_server.MemoryClient | None
+) -> Callable[[], AbstractContextManager[None]]:
+    """Every put to the store is cut off by the network (an object store keeps no half object)."""
+
+    @contextmanager
+    def failing() -> Iterator[None]:
+        def reset(*args: object, **kwargs: object) -> None:
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+        with monkeypatch.context() as m:
+            if memory is not None:
+                m.setattr(memory, "fail_creates", True)
+            else:
+                import obstore
+
+                m.setattr(obstore, "put", reset)
+            yield
+
+    return failing
+
+
+def _s3_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamBackend:
+    location = s3_server.fresh_location()
+    return StreamBackend(lambda: ObjectStreams(s3_server.fresh_client(location)), _s3_failing(monkeypatch, None))
+
+
+def _s3_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBackend:
+    location = s3_server.fresh_location()
+    return ObjectBackend(lambda: ObjectArtifacts(s3_server.fresh_client(location)), _s3_failing(monkeypatch, None))
+
+
+def _memory_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamBackend:
+    memory = s3_server.MemoryClient()
+    return StreamBackend(lambda: ObjectStreams(memory), _s3_failing(monkeypatch, memory))
+
+
+def _memory_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBackend:
+    memory = s3_server.MemoryClient()
+    return ObjectBackend(lambda: ObjectArtifacts(memory), _s3_failing(monkeypatch, memory))
+
+
+# "s3": a real SeaweedFS (tests/s3_server.py); "memory": the same code over an in-process fencing store
+STREAM_BACKENDS = {"folder": _folder_streams, "s3": _s3_streams, "memory": _memory_streams}
+OBJECT_BACKENDS = {"folder": _folder_objects, "s3": _s3_objects, "memory": _memory_objects}
 
 
 @pytest.fixture(params=sorted(STREAM_BACKENDS))

@@ -40,8 +40,8 @@ EXIT_PIPE = 141
 
 #: Commands whose names, after "intentlog ", start a hint that the CLI completes with --root.
 _COMMANDS = (
-    "accept", "approve", "backlog", "demo", "export", "fail", "fork", "gc", "init", "keep", "log", "reconcile",
-    "reject", "repair", "report", "run", "seal", "show", "status", "tasks", "unblock", "verify",
+    "accept", "approve", "backlog", "demo", "doctor", "export", "fail", "fork", "gc", "init", "keep", "log",
+    "merge", "reconcile", "reject", "repair", "report", "run", "seal", "show", "status", "tasks", "unblock", "verify",
 )  # fmt: skip
 _HINT_RE = re.compile(r"\bintentlog (?=(?:" + "|".join(_COMMANDS) + r")\b)")
 

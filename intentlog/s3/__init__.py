@@ -1,0 +1,59 @@
+"""A ledger's storage on an S3-compatible object store (the ``s3`` extra: ``pip install 'intentlog[s3]'``).
+
+The two storage seams get their object-store implementations here: streams as numbered
+segment objects created with a conditional put (:class:`ObjectStreams`), artifacts as
+immutable content-addressed objects (:class:`ObjectArtifacts`), both over the small
+:class:`ObjectClient` protocol whose S3 implementation (:class:`S3Client`, obstore) is
+imported on first use. :func:`connect` opens both for an ``s3://bucket/prefix`` URL and,
+before anything is written, runs the conformance probe (:func:`require_fencing`): a store
+whose conditional create does not fence is refused. docs/scale-out.md tells the design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .client import ObjectClient, S3Client, S3Location, parse_s3_url
+from .objects import ObjectArtifacts
+from .probe import ProbeCheck, ProbeReport, probe_store, require_fencing
+from .streams import CHECKPOINT_EVERY, ObjectLease, ObjectStreams, Segment
+
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "ObjectArtifacts",
+    "ObjectClient",
+    "ObjectLease",
+    "ObjectStorage",
+    "ObjectStreams",
+    "ProbeCheck",
+    "ProbeReport",
+    "S3Client",
+    "S3Location",
+    "Segment",
+    "connect",
+    "on_client",
+    "parse_s3_url",
+    "probe_store",
+    "require_fencing",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStorage:
+    """A ledger's two seams on one object store: its streams and its artifacts."""
+
+    client: ObjectClient
+    streams: ObjectStreams
+    objects: ObjectArtifacts
+
+
+def on_client(client: ObjectClient, *, write: bool = True) -> ObjectStorage:
+    """Both seams over ``client``; with ``write`` the store must pass the probe first (``StoreRefused``)."""
+    if write:
+        require_fencing(client)
+    return ObjectStorage(client, ObjectStreams(client), ObjectArtifacts(client))
+
+
+def connect(url: str, *, write: bool = True, env: dict[str, str] | None = None) -> ObjectStorage:
+    """Open ``s3://bucket/prefix`` with the standard AWS settings (``env``, else the environment)."""
+    return on_client(S3Client(parse_s3_url(url), env=env), write=write)
