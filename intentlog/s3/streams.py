@@ -32,7 +32,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -99,6 +99,16 @@ def _decode(where: str, seg: int, body: bytes) -> tuple[Segment, bytes]:
     return Segment(kind, seg, seq, off, epoch, holder, n, len(payload)), payload
 
 
+def _checked(records: Sequence[bytes]) -> list[bytes]:
+    """The records as a list, each one line of bytes no longer than a stream line may be."""
+    for r in records:
+        if not isinstance(r, bytes) or b"\n" in r:
+            raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
+        if len(r) >= MAX_LINE:
+            raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
+    return list(records)
+
+
 def _segment_key(name: str, seg: int) -> str:
     return f"tasks/{name}/s/{seg:0{_WIDTH}d}"
 
@@ -118,23 +128,47 @@ class ObjectStreams:
 
     # -- the seam ------------------------------------------------------------------------
 
-    def create(self, name: str) -> None:
+    def create(self, name: str, records: Sequence[bytes] = ()) -> None:
+        """Make the stream holding ``records`` in one conditional create (its segment 0)."""
         check_task_id(name)
-        if not self.client.create(_segment_key(name, 0), Segment("create", 0, 0, 0, 0, "").encode()):
+        recs = _checked(records)
+        head = Segment("create", 0, 0, 0, 0, "", len(recs), sum(len(r) + 1 for r in recs))
+        if not self.client.create(_segment_key(name, 0), head.encode(recs)):
             raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
 
-    def lease(self, name: str, *, wait: float = 0.0, take_over_after: float | None = None) -> ObjectLease:
+    def lease(
+        self,
+        name: str,
+        *,
+        wait: float = 0.0,
+        create: Callable[[], bytes] | None = None,
+        take_over_after: float | None = None,
+    ) -> ObjectLease:
         """The writer lease, waiting up to ``wait`` s for a holder to release it (``TaskBusy`` then).
 
         With ``take_over_after`` the lease is taken from a holder whose stream has not moved
         for that many seconds of this process's monotonic clock (0: at once); the old holder
-        is fenced by its next put. ``FileNotFoundError`` if the stream does not exist.
+        is fenced by its next put. ``FileNotFoundError`` if the stream does not exist, unless
+        ``create`` is given: the stream is then created holding the record it returns (one
+        conditional create: it appears whole or not at all; when another writer created it
+        first, theirs stands and this one leases it like any other).
         """
         check_task_id(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
         while True:
-            tail = self.tail(name)
+            try:
+                tail = self.tail(name)
+            except FileNotFoundError:
+                if create is None:
+                    raise
+                try:
+                    self.create(name, [create()])
+                except LedgerError:
+                    if not self._exists(name):
+                        raise
+                create = None  # created (by this writer or another): lease it
+                continue
             now = time.monotonic()
             if seen is None or seen[0] != tail.seg:
                 seen = (tail.seg, now)
@@ -164,6 +198,9 @@ class ObjectStreams:
 
     def names(self) -> list[str]:
         return [n for n in self.client.folders("tasks") if TASK_ID_RE.match(n)]
+
+    def _exists(self, name: str) -> bool:
+        return self.client.get(_segment_key(name, 0)) is not None
 
     # -- the tail and the segments -------------------------------------------------------
 
@@ -259,16 +296,25 @@ class ObjectLease:
     def next_seq(self) -> int:
         return self._last.end_seq
 
-    def append(self, records: Sequence[bytes], *, expected_seq: int) -> int:
+    def append(self, records: Sequence[bytes], *, expected_seq: int, sync: bool = True) -> int:
+        """One conditional create of the next segment; ``sync=False`` changes nothing here.
+
+        Every put is durable once the store acknowledged it, so a group commit costs no
+        more than its puts: the records are readable and durable on return either way.
+        """
         if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
             raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
-        for r in records:
-            if not isinstance(r, bytes) or b"\n" in r:
-                raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
-            if len(r) >= MAX_LINE:
-                raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
+        recs = _checked(records)
         with self._mutex:
-            return self._append_locked(list(records), expected_seq)
+            return self._append_locked(recs, expected_seq)
+
+    def sync(self) -> None:
+        """Nothing to make durable (every append was an acknowledged put); a lost or failed lease says so."""
+        with self._mutex:
+            if self._state == "lost":
+                raise LeaseLost(self.name, self._streams.where(self.name), self._epoch)
+            if self._state == "poisoned":
+                raise LedgerError(f"{self._streams.where(self.name)}: an append failed; lease the stream again")
 
     def _append_locked(self, records: list[bytes], expected_seq: int) -> int:
         where = self._streams.where(self.name)
