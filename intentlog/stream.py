@@ -7,7 +7,10 @@ protocol's own namespaces included), group commit, the in-flight guard against r
 one key twice at once, and reading. Effects, approvals, checkpoints, sessions and fork
 take a ``TaskStream`` (or the :class:`~intentlog._types.StreamLayout` and the store),
 never the :class:`~intentlog.task.Task` facade or the ledger; ``Task`` is a thin facade
-over it that adds the public checks (reserved kinds, argument types).
+over it that adds the public checks (reserved kinds, argument types). Every append, the
+stream's creation and the writer lock reach the disk through the stream seam
+(:mod:`intentlog.eventlog.storage`): the writer holds a lease and appends through it, a
+batch with ``sync=False`` and one ``sync`` at its end (group commit).
 
 The contract (public inside the package, not re-exported to users):
 

@@ -45,7 +45,7 @@ import intentlog._fsops as fsops
 PAGE = 4096
 SEED = int(os.environ.get("INTENTLOG_CRASH_SEED", "2126"))
 #: states tried per crash point before sampling; INTENTLOG_CRASH_SAMPLE raises the sample size
-CAP = int(os.environ.get("INTENTLOG_CRASH_CAP", "64"))
+CAP = int(os.environ.get("INTENTLOG_CRASH_CAP", "256"))
 SAMPLE = int(os.environ.get("INTENTLOG_CRASH_SAMPLE", "12"))
 
 Op = tuple[Any, ...]
@@ -405,10 +405,15 @@ def _reachable(dirs: dict[str, dict[str, tuple[str, Any]]]) -> Iterator[tuple[st
                 todo.append(what)
 
 
-def states(rec: Recorder, k: int, rng: random.Random, *, cap: int = CAP, sample: int = SAMPLE) -> Iterator[State]:
+def states(
+    rec: Recorder, k: int, rng: random.Random, *, cap: int = CAP, sample: int = SAMPLE, sampled: list[int] | None = None
+) -> Iterator[State]:
+    """The crash states of point ``k``: all, or a sample where more than ``cap`` (``k`` then joins ``sampled``)."""
     p = point(rec, k)
     subsets = [frozenset(c) for r in range(len(p.pending) + 1) for c in itertools.combinations(p.pending, r)]
     if len(subsets) > cap:
+        if sampled is not None:
+            sampled.append(k)
         subsets = [frozenset(), frozenset(p.pending)] + [
             frozenset(j for j in p.pending if rng.random() < 0.5) for _ in range(sample)
         ]
@@ -423,6 +428,8 @@ def states(rec: Recorder, k: int, rng: random.Random, *, cap: int = CAP, sample:
         if combos_n <= cap:
             combos: Iterator[tuple[tuple[str, bytes], ...]] = itertools.product(*(choice[m] for m in mids))
         else:
+            if sampled is not None and (not sampled or sampled[-1] != k):
+                sampled.append(k)
             picks = [tuple(v[-1 if i == 0 else 0] for v in (choice[m] for m in mids)) for i in range(2)]
             picks += [tuple(rng.choice(choice[m]) for m in mids) for _ in range(sample)]
             combos = iter(picks)
@@ -479,6 +486,7 @@ class Report:
     path: str
     points: int = 0
     states: int = 0
+    sampled: list[int] = field(default_factory=list)  # points whose states were sampled (more than the cap)
     violations: list[str] = field(default_factory=list)
 
 
@@ -507,7 +515,7 @@ def explore(
         for k in points if points is not None else range(len(rec.ops) + 1):
             report.points += 1
             marks = [m for m in rec.marks if m.at <= k]
-            for s in states(rec, k, rng, cap=cap, sample=sample):
+            for s in states(rec, k, rng, cap=cap, sample=sample, sampled=report.sampled):
                 key = (len(marks), tuple(sorted(s.files.items())), tuple(s.links), tuple(sorted(s.dirs)))
                 if key in seen:
                     continue

@@ -54,6 +54,7 @@ class _Summary:
         for r in _REPORTS:
             terminalreporter.write_line(
                 f"{r.path:<34} {r.points:>5} points {r.states:>6} crash states  seed={SEED}"
+                + (f"  {len(set(r.sampled))} points sampled" if r.sampled else "  exhaustive")
                 + (f"  {len(r.violations)} broken (a planted mistake or a known bug)" if r.violations else "")
             )
 
