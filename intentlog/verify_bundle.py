@@ -649,10 +649,16 @@ class Graph:
             "the next run of the key continues it)",
         )
 
+    def gone_on(self, seq: int, kind: str, d: dict[str, Any], c: GraphCall) -> None:
+        """A reconciliation's pending observation is legal only while nothing else of its call follows."""
+        if self.promises.pop(f"evidence:{d['call']}:{c.latest}", None) is not None:
+            self.bad(seq, kind, f"{d['call']} goes on without the observation of its reconciliation's evidence")
+
     def on_attempt_started(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         c = self.named_call(seq, kind, d)
         if c is None:
             return
+        self.gone_on(seq, kind, d, c)
         n = d["attempt"]
         if not c.manifest:
             self.bad(seq, kind, f"attempt {n} of {d['call']} started without a manifest: intent never recorded")
@@ -701,6 +707,7 @@ class Graph:
         c = self.latest_attempt(seq, kind, d)
         if c is None:
             return
+        self.gone_on(seq, kind, d, c)
         if d["attempt"] not in c.observed:
             self.bad(seq, kind, f"attempt {d['attempt']} of {d['call']} is interpreted but was never observed")
         ref = d.get("result_ref")
@@ -713,6 +720,7 @@ class Graph:
         c = self.latest_attempt(seq, kind, d)
         if c is None:
             return
+        self.gone_on(seq, kind, d, c)
         if not c.has_outcome:
             self.bad(seq, kind, f"a decision on attempt {d['attempt']} of {d['call']}, whose effect is unknown")
         c.may_follow = d["decision"] == "retry"
@@ -730,7 +738,8 @@ class Graph:
         if d["evidence"] is not None:
             self.promises[f"evidence:{d['call']}:{d['attempt']}"] = (
                 seq,
-                f"the evidence of {d['call']} is never observed (no attempt.observed from reconciliation follows)",
+                f"the evidence of {d['call']} is not observed yet (no attempt.observed from reconciliation follows: "
+                "legal after a crash between the two lines; the next run of the call records it)",
             )
 
     def check_dedup(self, seq: int, kind: str, call: str, c: GraphCall) -> None:
@@ -757,6 +766,7 @@ class Graph:
         c = self.named_call(seq, kind, d)
         if c is None:
             return
+        self.gone_on(seq, kind, d, c)
         n = d["attempt"]
         if c.completed and "reinterpretation" not in d:
             self.bad(seq, kind, f"{d['call']} completes twice, and the second is not a reinterpretation")
@@ -895,8 +905,10 @@ class Graph:
 
     def finish(self) -> None:
         for tag, (seq, text) in sorted(self.promises.items(), key=lambda x: x[1]):
-            # a pending resume is a legal crash state; every other unkept promise is a problem
-            (self.notes if tag.startswith("resume:") else self.problems).append(f"seq {seq}: {text}")
+            # a pending resume or a reconciliation's pending observation is a legal crash state (the next
+            # run of the call keeps the promise); every other unkept promise is a problem
+            pending = tag.startswith(("resume:", "evidence:"))
+            (self.notes if pending else self.problems).append(f"seq {seq}: {text}")
         self.promises.clear()
 
 

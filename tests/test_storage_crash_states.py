@@ -328,14 +328,6 @@ def _sampled(rec: Recorder, every: int = 3) -> Iterator[int]:
     return iter(sorted(set(range(0, n + 1, every)) | {n}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the explorer: reconcile writes effect.reconciled and its attempt.observed as two lines "
-    "under one sync; a cut between them leaves a stream verify reports as an error (graph: 'carries evidence, "
-    "but no attempt.observed follows'), though it is a crash's leftover (the bytes are in objects/). "
-    "Fix in effects/reconcile.py (one record, or the observation first) or in the graph rule (a trailing "
-    "reconciliation without its observation is a torn group)",
-)
 def test_reconcile_of_an_unknown_effect(tmp_path: Path) -> None:
     root = tmp_path / "l"
     led = _ledger(root)

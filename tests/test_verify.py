@@ -457,7 +457,9 @@ def test_reconciliation_evidence_without_its_observation_is_caught(built: Built)
     del events[i]
     rechain(path, events)
     report = built.verify()
-    assert any(p.seq == i - 1 and "no attempt.observed" in p.message for p in report.by_code("graph")), report.render()
+    assert any(p.seq == i and "goes on without the attempt.observed" in p.message for p in report.by_code("graph")), (
+        report.render()
+    )
     assert not report.by_code("artifact_missing")  # the evidence is in objects/ before effect.reconciled names it
 
 

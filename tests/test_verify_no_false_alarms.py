@@ -72,3 +72,32 @@ def test_an_append_in_flight_by_a_live_writer_is_not_a_torn_tail(tmp_path: Path)
     assert not report.ok
     assert [p.line for p in report.by_code("torn_tail")] == [3]
     assert not report.by_code("in_flight")
+
+
+def test_a_crash_between_a_reconciliation_and_its_observation_is_not_a_graph_error(tmp_path: Path) -> None:
+    """effect.reconciled 'served' durable, its attempt.observed not: info for both verifiers; a re-run finishes it."""
+    root = tmp_path / "ev"
+
+    def lost(request: Any) -> bytes:
+        raise ConnectionResetError("the answer never came")
+
+    with intentlog.open(root) as led, pytest.raises(intentlog.IntentlogError):
+        led.task("t").effect("k", {"q": 1}, lost)
+    with intentlog.open(root) as led:
+        call = next(e.data["call"] for e in led.task("t").events() if e.kind == "attempt.started")
+        led.task("t").reconcile(call, "served", evidence=b"served", note="the provider's log")
+    stream = root / "tasks" / "t.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    assert b'"kind":"attempt.observed"' in lines[-1] and b'"kind":"effect.reconciled"' in lines[-2]
+    stream.write_bytes(b"".join(lines[:-1]))  # the power cut took the observation (both shared one sync)
+    report = verify_path(root)
+    assert report.ok and not report.by_code("graph"), report.render()
+    assert [p.severity for p in report.by_code("observation_pending")] == ["info"]
+    failed, _ = independent_failures(root)
+    assert not [f for f in failed if "identity graph" in f], failed
+    with intentlog.open(root) as led:  # the re-run observes the stored evidence, sends nothing
+        assert led.task("t").effect("k", {"q": 1}, lost) == b"served"
+    report = verify_path(root)
+    assert report.ok and not report.by_code("observation_pending"), report.render()
+    kinds = [e.kind for e in intentlog.open(root).task("t").events()]
+    assert kinds.count("attempt.started") == 1 and kinds[-2:] == ["attempt.observed", "call.completed"]
