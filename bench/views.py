@@ -114,17 +114,6 @@ def build_long(base: Path, n_events: int) -> Path:
     return root
 
 
-def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of a fresh process."""
-    t0 = time.perf_counter()
-    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    dt = time.perf_counter() - t0
-    if p.returncode not in (0, 1, 2):
-        raise RuntimeError(f"{args}: exit {p.returncode}: {p.stderr.decode()[-2000:]}")
-    ru = os.wait4 if False else None  # noqa: F841 - ru_maxrss of children is cumulative; measured in-child below
-    return dt, 0
-
-
 def child_rss(code: str, *argv: str) -> tuple[float, int]:
     """Run ``code`` in a fresh interpreter; it prints ``seconds``; returns that and the child's peak RSS (KiB)."""
     wrapper = (
@@ -134,19 +123,6 @@ def child_rss(code: str, *argv: str) -> tuple[float, int]:
     )
     out = subprocess.run([PY, "-c", wrapper, *argv], check=True, capture_output=True, text=True).stdout.split()
     return float(out[-2]), int(out[-1])
-
-
-CLI = (
-    "from intentlog.cli import main\n"
-    "import io,contextlib\n"
-    "t0=time.perf_counter()\n"
-    "try:\n"
-    "    with contextlib.redirect_stdout(io.StringIO()):\n"
-    "        main(sys.argv[1:], standalone_mode=False)\n"
-    "except SystemExit:\n"
-    "    pass\n"
-    "_t=time.perf_counter()-t0\n"
-)
 
 
 def cli(root: Path, *args: str) -> tuple[float, int]:
@@ -164,7 +140,6 @@ def cli_rss(root: Path, *args: str) -> tuple[float, int]:
         "t0=time.perf_counter()\n"
         f"p=subprocess.run([{PY!r},'-m','intentlog.cli','--root',sys.argv[1],*sys.argv[2:]],capture_output=True)\n"
         "_t=time.perf_counter()-t0\n"
-        "import os\n"
         "r=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
         "print(_t, r); sys.exit(0)\n"
     )
@@ -272,11 +247,12 @@ def main() -> None:
         root = build_ledger(base, n)
         if "tasks" in only:
             cli(root, "tasks")  # warms the cache (and the page cache)
-            res[f"tasks_{n}"], res[f"tasks_rss_{n}"] = med(lambda: cli_rss(root, "tasks"), a.repeats)
+            res[f"tasks_{n}"], res[f"tasks_rss_{n}"] = med(lambda root=root: cli_rss(root, "tasks"), a.repeats)
         if "verify" in only:
-            res[f"verify_{n}"], res[f"verify_rss_{n}"] = med(lambda: cli_rss(root, "verify"), max(1, a.repeats // 2))
+            few = max(1, a.repeats // 2)
+            res[f"verify_{n}"], res[f"verify_rss_{n}"] = med(lambda root=root: cli_rss(root, "verify"), few)
         if "gc" in only:
-            res[f"gc_{n}"], res[f"gc_rss_{n}"] = med(lambda: cli_rss(root, "gc"), max(1, a.repeats // 2))
+            res[f"gc_{n}"], res[f"gc_rss_{n}"] = med(lambda root=root: cli_rss(root, "gc"), max(1, a.repeats // 2))
     if {"ws", "cold"} & only:
         long = build_long(base, a.events)
         if "ws" in only:

@@ -74,10 +74,10 @@ def tasks(c: Ctx, as_json: bool) -> None:
             [
                 r.task,
                 str(r.events),
-                (r.status.work.last_ts if r.status is not None else None) or "-",
+                r.last_activity or "-",
                 click.style(r.state, fg=_STATE_COLOUR.get(r.state)),
                 r.stream,
-                (r.status.phase if r.status is not None else None) or "-",
+                r.phase or "-",
                 r.next_operation,
             ]
             for r in rows

@@ -160,27 +160,45 @@ class StreamScan:
 
     ``end`` is the byte offset just past the last trusted line; ``head`` the last trusted
     event's digest; ``count`` how many events were trusted.
+
+    ``resume=(offset, seq, prev)`` starts at byte ``offset`` as if the events before it
+    (``seq`` of them, the last hashing to ``prev``) had been read and trusted: the caller
+    vouches for that prefix (the view cache checks the line before ``offset`` hashes to
+    ``prev``); everything from there on is checked exactly as a full read checks it, and
+    ``problem``, ``end``, ``count`` and ``head`` come out the same.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fd: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fd: int | None = None,
+        resume: tuple[int, int, str | None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.fd = fd  # read through this open descriptor (from its start) instead of opening ``path``
         self.problem: ScanProblem | None = None
-        self.end = 0
-        self.count = 0
-        self.head: str | None = None
+        self.start, self.count, self.head = resume if resume is not None else (0, 0, None)
+        self.end = self.start
+        self.last_start = 0  # the byte offset of the last trusted line
         self.last: Event | None = None
         self.file_size = 0
+        self.stat: os.stat_result | None = None  # the stream's file facts when it was opened
 
     def __iter__(self) -> Iterator[Event]:
         with open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
-            self.file_size = os.fstat(f.fileno()).st_size
+            self.stat = os.fstat(f.fileno())
+            self.file_size = self.stat.st_size
+            if self.start:
+                f.seek(self.start)
             yield from self._events(line_spans(f, MAX_LINE))
 
-    def _events(self, lines: Iterator[tuple[int, bytes | None]]) -> Iterator[Event]:
-        seq = 0
-        prev: str | None = None
-        lineno = 0
+    def _events(self, spans: Iterator[tuple[int, bytes | None]]) -> Iterator[Event]:
+        seq = self.count
+        prev = self.head
+        lineno = seq
+        base = self.start
+        lines = ((base + o, line) for o, line in spans) if base else spans
         loads = orjson.loads
         for offset, line in lines:
             lineno += 1
@@ -216,6 +234,7 @@ class StreamScan:
             ev = Event(seq, obj["kind"], obj["ts"], prev, obj["data"], _PREFIX + blake3(line).hexdigest())
             seq += 1
             prev = ev.digest
+            self.last_start = offset
             self.end = offset + len(line)
             self.count = seq
             self.head = prev

@@ -25,6 +25,10 @@ __all__ = [
     "CallRecord",
     "CompRecord",
     "attempt_effect",
+    "call_from_json",
+    "call_to_json",
+    "comp_from_json",
+    "comp_to_json",
     "worse",
 ]
 
@@ -147,3 +151,36 @@ def attempt_effect(c: CallRecord) -> ProviderEffect:
     if c.flags & NOT_SENT or c.outcome == "not_served":
         return "none"
     return "unknown"
+
+
+# -- a record as JSON, for a fold's snapshot (projections/workstate.py) ------------------
+
+_CALL_FIELDS: Final = CallRecord.__slots__
+
+
+def call_to_json(c: CallRecord) -> list[Any]:
+    """The record's fields in slot order (JSON values; ``forged`` a list)."""
+    return [getattr(c, name) for name in _CALL_FIELDS]
+
+
+def call_from_json(values: list[Any]) -> CallRecord:
+    """The record :func:`call_to_json` gave; ``ValueError`` for a list of the wrong length."""
+    if type(values) is not list or len(values) != len(_CALL_FIELDS):
+        raise ValueError("a call record of the wrong shape")
+    c = CallRecord.__new__(CallRecord)
+    for name, value in zip(_CALL_FIELDS, values, strict=True):
+        setattr(c, name, value)
+    if c.forged is not None:
+        seq, why = c.forged
+        c.forged = (int(seq), str(why))
+    return c
+
+
+def comp_to_json(c: CompRecord) -> list[Any]:
+    return [c.cid, c.first_seq, c.last_seq, c.offered, c.required, c.stage, c.missing, c.package, c.selected, c.error]
+
+
+def comp_from_json(values: list[Any]) -> CompRecord:
+    if type(values) is not list or len(values) != 10:
+        raise ValueError("a compilation record of the wrong shape")
+    return CompRecord(*values)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from .._types import NextOperation
 from ..eventlog.format import Event
@@ -28,6 +28,10 @@ from .records import (
     CallRecord,
     CompRecord,
     attempt_effect,
+    call_from_json,
+    call_to_json,
+    comp_from_json,
+    comp_to_json,
     worse,
 )
 from .states import (
@@ -48,7 +52,11 @@ from .states import (
     WorkState,
 )
 
+#: The shape of :meth:`WorkStateFold.snapshot`; a snapshot of another shape is refused.
+SNAPSHOT_VERSION: Final = "intentlog-workstate-fold/1"
+
 __all__ = [
+    "SNAPSHOT_VERSION",
     "CHECK_AND_ACCEPT",
     "FINALIZE",
     "FIX_INPUTS",
@@ -353,6 +361,58 @@ class WorkStateFold:
             recorded = [m for m in _list(d.get("missing")) if isinstance(m, str)]
             c.missing = sorted(set(derived) | set(recorded))
 
+    # -- snapshots -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The fold's whole state as JSON values: :meth:`from_snapshot` resumes it exactly.
+
+        Folding the events after it into the resumed fold gives what folding every event
+        gives (a property test holds it). Holds no event, only the records.
+        """
+        last = self._last
+        return {
+            "version": SNAPSHOT_VERSION,
+            "task": self.task_id,
+            "calls": [call_to_json(c) for c in self._calls.values()],
+            "comps": [comp_to_json(c) for c in self._comps.values()],
+            "keys": self._keys,
+            "reserved": sorted(self._reserved),
+            "approval_keys": self._approval_keys,
+            "approval_digests": self._approval_digests,
+            "events": self._events,
+            "last": None if last is None else [last.seq, last.kind, last.ts, last.prev, last.digest],
+            "last_completed": self._last_completed,
+            "last_accepted": self._last_accepted,
+            "other": self._other,
+            "anomalies": self._anomalies,
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: Mapping[str, Any]) -> WorkStateFold:
+        """The fold :meth:`snapshot` described; ``ValueError`` (or ``KeyError``/``TypeError``) for anything else."""
+        if snap.get("version") != SNAPSHOT_VERSION:
+            raise ValueError("a snapshot of another version")
+        task = snap["task"]
+        fold = cls(task if type(task) is str else None)
+        calls = [call_from_json(v) for v in snap["calls"]]
+        fold._calls = {c.call_id: c for c in calls}
+        comps = [comp_from_json(v) for v in snap["comps"]]
+        fold._comps = {c.cid: c for c in comps}
+        fold._keys = _str_map(snap["keys"])
+        fold._reserved = set(snap["reserved"])
+        fold._approval_keys = dict(snap["approval_keys"])
+        fold._approval_digests = dict(snap["approval_digests"])
+        fold._events = int(snap["events"])
+        last = snap["last"]
+        fold._last = None if last is None else Event(int(last[0]), last[1], last[2], last[3], {}, last[4])
+        fold._last_completed = int(snap["last_completed"])
+        fold._last_accepted = int(snap["last_accepted"])
+        fold._other = dict(snap["other"])
+        fold._anomalies = list(snap["anomalies"])
+        if any(cid not in fold._calls for cid in fold._keys.values()):
+            raise ValueError("a snapshot whose keys name calls it does not hold")
+        return fold
+
     # -- the result ----------------------------------------------------------------
 
     def call_state(self, cid: str) -> CallState:
@@ -390,6 +450,13 @@ class WorkStateFold:
         """The projection so far: a frozen :class:`WorkState` that later events do not change."""
         known = self._calls
         return self._result(MappingProxyType({cid: classify(c, known) for cid, c in known.items()}))
+
+    def finished(self) -> WorkState:
+        """The projection, each call classified when first read: feed nothing to this fold afterwards.
+
+        What :func:`work_state` returns; for a fold resumed from a snapshot and read once.
+        """
+        return self._result(FinishedCalls(self._calls))
 
     def _result(self, calls: Mapping[str, CallState]) -> WorkState:
         known = self._calls
@@ -446,3 +513,9 @@ def work_state(events: Iterable[Event], *, task_id: str | None = None) -> WorkSt
     for ev in events:
         apply(ev)
     return fold._result(FinishedCalls(fold._calls))
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if type(value) is not dict or not all(type(k) is str and type(v) is str for k, v in value.items()):
+        raise ValueError("a snapshot's map of the wrong shape")
+    return dict(value)
