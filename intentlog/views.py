@@ -29,7 +29,7 @@ from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
 from .projections.status import OPERATOR_STATES, TaskStatus, status_of
 from .stream import lock_holder
-from .viewcache import Facts, facts_of, fold_task, load_index, save_index
+from .viewcache import Facts, facts_of, fold_task, load_index, paused_gc, save_index
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -106,17 +106,24 @@ def _row(task_id: str, state: str, stream: str, problem: str | None, events: int
     )
 
 
-def _from_json(v: Any) -> TaskRow | None:
-    """A row the index holds (as :meth:`TaskRow.to_json` wrote it), or None for anything else."""
-    if type(v) is not dict:
+_FIELDS: Final = (
+    "state", "reason", "stream", "problem", "events", "last_activity", "phase", "next_operation", "next_step"
+)
+
+
+def _packed(row: TaskRow) -> list[Any]:
+    """The row as the index keeps it: its fields in :data:`_FIELDS` order, no keys."""
+    return [getattr(row, f) for f in _FIELDS]
+
+
+def _unpacked(task_id: str, v: Any) -> TaskRow | None:
+    """A row the index holds (as :func:`_packed` wrote it), or None for anything else."""
+    if type(v) is not list or len(v) != len(_FIELDS):
         return None
-    try:
-        return TaskRow(
-            str(v["task"]), str(v["state"]), str(v["stream"]), v["problem"], int(v["events"]), None,
-            v["reason"], v["last_activity"], v["phase"], str(v["next_operation"]), str(v["next_step"]),
-        )
-    except (KeyError, TypeError, ValueError):
+    state, reason, stream, problem, events, last, phase, nxt, step = v
+    if type(events) is not int or not all(type(x) is str for x in (state, stream, nxt, step)):
         return None
+    return TaskRow(task_id, state, stream, problem, events, None, reason, last, phase, nxt, step)
 
 
 def _project(ledger: Ledger, task_id: str, running: bool | None) -> tuple[TaskRow, TaskRow | None]:
@@ -167,6 +174,11 @@ def task_rows(ledger: Ledger) -> list[TaskRow]:
     at all; the writer locks are read once from ``/proc/locks`` where it exists. The index
     is rewritten (atomically, off every durable path) when anything changed.
     """
+    with paused_gc():  # tens of thousands of small containers, none cyclic: collecting them is waste
+        return _task_rows(ledger)
+
+
+def _task_rows(ledger: Ledger) -> list[TaskRow]:
     listing = _list_streams(ledger.tasks_dir)
     locked = _locked_inodes()
     old = load_index(ledger.root, "rows")
@@ -178,12 +190,14 @@ def task_rows(ledger: Ledger) -> list[TaskRow]:
         cached = old.get(tid)
         if st is not None and cached is not None and running is not None and cached[0] == facts_of(st):
             pair = cached[1]
-            row = _from_json(pair[1 if running else 0]) if type(pair) is list and len(pair) == 2 else None
+            if type(pair) is list and len(pair) == 2:
+                row = _unpacked(tid, pair[1] if running and pair[1] is not None else pair[0])
         if row is None:
             row, other = _project(ledger, tid, running)
             if other is not None and st is not None and row.stream == STREAM_OK and running is not None:
-                pair = [other.to_json(), row.to_json()] if running else [row.to_json(), other.to_json()]
-                new[tid] = (facts_of(st), pair)
+                idle, live = (other, row) if running else (row, other)
+                packed = _packed(idle), _packed(live)
+                new[tid] = (facts_of(st), [packed[0], None if packed[1] == packed[0] else packed[1]])
         else:
             new[tid] = cached  # type: ignore[assignment]
         rows.append(row)

@@ -309,3 +309,30 @@ def test_repair_drops_the_entry_it_invalidates(tmp_path: Path) -> None:
             pytest.skip("repair refuses this damage")
         assert not entry(root, "t").exists() or same(through_cache(root, "t"), full_read(root, "t"))
         assert same(through_cache(root, "t"), full_read(root, "t"))
+
+
+def test_the_gc_preview_from_the_index_is_the_preview_of_a_full_read(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from intentlog.retention import plan_gc
+
+    root = tmp_path / "ledger"
+    with cache_always():
+        led = intentlog.open(root)
+        for i in range(5):
+            t = led.task(f"t{i}")
+            ref = led.artifacts.put(f"bytes of {i}".encode() * 100)
+            t.append("note", {"ref": ref.digest, "i": i})
+            t.close()
+        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=400)
+        first = plan_gc(led, now=later, grace=0)
+        assert (root / "cache" / "index.json").exists()
+        record(root, "t3", [("task.accepted", {})])
+        again = plan_gc(led, now=later, grace=0)  # t3 read, the others from the index
+        shutil_rm(root / "cache")
+        (root / "cache").mkdir()
+        full = plan_gc(led, now=later, grace=0)
+        assert again.to_json() == full.to_json()
+        plan = full.to_json()
+        assert len(plan["expired"]) + len(plan["kept"]) == 5 and plan["expired"] != []
+        assert first.to_json()["blobs"] == plan["blobs"] != []
