@@ -15,7 +15,7 @@ and both checked before use, never trusted as read:
   entry, or one whose anchor line no longer matches, is ignored and rebuilt by a full
   read. A stream *shorter* than its entry says, whose line 0 is still the same, is
   reported (:class:`~intentlog.errors.CorruptStream`): events were cut from its end.
-- ``cache/index.json``: per task, the file facts of its stream (size, inode, device,
+- ``cache/index-rows.json``, ``cache/index-gc.json``: per task, the file facts of its stream (size, inode, device,
   mtime_ns) when last read whole, and what listings show of it (:mod:`intentlog.views`,
   gc's plan). A listing reads a stream only when its facts differ from the index's.
 
@@ -30,7 +30,6 @@ Entries are written by readers and at a writer's close, never on the durable app
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import os
 import stat
@@ -75,7 +74,6 @@ _VIEWS: Final = "views"
 MIN_EVENTS = 256
 #: A listing rewrites the index only when it covers at least this many tasks.
 MIN_TASKS = 64
-_INDEX: Final = "index.json"
 
 
 @dataclass(slots=True)
@@ -333,41 +331,41 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
-    """What ``part`` (``rows``, ``gc``) of the index holds per task: the stream's facts then, and the value.
+def _index_name(part: str) -> str:
+    if part not in ("rows", "gc"):
+        raise ValueError(f"no index part {part!r}")
+    return f"index-{part}.json"
 
-    Empty when there is no index, or it is corrupt, foreign or reached through a link.
+
+def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
+    """What the index ``part`` (``rows``, ``gc``) holds per task: the stream's facts then, and the value.
+
+    Each part is its own file (``cache/index-rows.json``, ``cache/index-gc.json``). Empty
+    when there is none, or it is corrupt, foreign or reached through a link.
     """
     dfd = _cache_dir(root, None, create=False)
     if dfd is None:
         return {}
     try:
-        index = _read(dfd, _INDEX, INDEX_FORMAT)
+        got = _read(dfd, _index_name(part), INDEX_FORMAT)
     finally:
         os.close(dfd)
-    got = index.get(part) if type(index) is dict else None
     if type(got) is not dict:
         return {}
     out: dict[str, tuple[Facts, Any]] = {}
     for task, v in got.items():
-        if type(v) is list and len(v) == 2 and type(v[0]) is list and len(v[0]) == 4:
-            out[task] = (tuple(v[0]), v[1])
+        if type(v) is list and len(v) == 5:
+            out[task] = ((v[0], v[1], v[2], v[3]), v[4])
     return out
 
 
 def save_index(root: Path, part: str, values: Mapping[str, tuple[Facts, Any]]) -> None:
-    """Replace ``part`` of the index (the other parts kept); best effort, atomic, never through a link."""
+    """Replace the index ``part``; best effort, atomic, never through a link."""
     dfd = _cache_dir(root, None, create=True)
     if dfd is None:
         return
     try:
-        index = _read(dfd, _INDEX, INDEX_FORMAT)
-        index = index if type(index) is dict else {}
-        index[part] = {task: [list(f), v] for task, (f, v) in values.items()}
-        _write(dfd, _INDEX, INDEX_FORMAT, index)
-    except OSError as exc:  # pragma: no cover - _write swallows its own
-        if exc.errno not in (errno.EROFS, errno.EACCES, errno.ENOSPC):
-            raise
+        _write(dfd, _index_name(part), INDEX_FORMAT, {task: [*f, v] for task, (f, v) in values.items()})
     finally:
         os.close(dfd)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from . import viewcache
 from ._digest import DIGEST_PREFIX
-from ._nofollow import check_real_dir
+from ._nofollow import open_dir_nofollow
 from ._procs import PROC_LOCKS
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
@@ -207,30 +207,38 @@ def _task_rows(ledger: Ledger) -> list[TaskRow]:
 
 
 def _list_streams(tasks_dir: Path) -> list[tuple[str, os.stat_result | None, int | None]]:
-    """``(task id, the stream's lstat or None, its lock file's inode or None)`` per task, in id order."""
+    """``(task id, the stream's lstat or None, its lock file's inode or None)`` per task, in id order.
+
+    Names are looked up inside a descriptor on ``tasks/`` itself (never through a link).
+    """
     try:
-        check_real_dir(tasks_dir, what="task streams")
-        entries = list(os.scandir(tasks_dir))
+        dfd = open_dir_nofollow(tasks_dir, what="task streams")
     except FileNotFoundError:
         return []
-    streams: dict[str, os.DirEntry[str]] = {}
-    locks: dict[str, int] = {}
-    for e in entries:
-        if e.name.endswith(".jsonl"):
-            streams[e.name[: -len(".jsonl")]] = e
-        elif e.name.endswith(".jsonl.lock"):
-            locks[e.name[: -len(".jsonl.lock")]] = e.inode()
-    out = []
-    for tid in sorted(streams):
-        if TASK_ID_RE.match(tid) is None:
-            continue
-        e = streams[tid]
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            st = None
-        out.append((tid, st if st is not None and stat.S_ISREG(st.st_mode) else None, locks.get(tid)))
-    return out
+    try:
+        streams: list[str] = []
+        locks: dict[str, int] = {}
+        with os.scandir(dfd) as it:
+            for e in it:
+                name = e.name
+                if name.endswith(".jsonl"):
+                    streams.append(name[:-6])
+                elif name.endswith(".jsonl.lock"):
+                    locks[name[:-11]] = e.inode()
+        streams.sort()
+        out = []
+        lstat, match, regular = os.stat, TASK_ID_RE.match, stat.S_ISREG
+        for tid in streams:
+            if match(tid) is None:
+                continue
+            try:
+                st: os.stat_result | None = lstat(tid + ".jsonl", dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                st = None
+            out.append((tid, st if st is not None and regular(st.st_mode) else None, locks.get(tid)))
+        return out
+    finally:
+        os.close(dfd)
 
 
 def _locked_inodes() -> set[tuple[int, int]] | None:

@@ -228,7 +228,7 @@ def test_the_listing_reads_only_streams_whose_file_facts_changed(
             record(root, f"t{i}", [("note", {"i": i})])
         led = intentlog.open(root, create=False)
         full = [r.to_json() for r in task_rows(led)]
-        assert (root / "cache" / "index.json").exists()
+        assert (root / "cache" / "index-rows.json").exists()
         read: list[str] = []
         real = viewcache.fold_task
 
@@ -326,7 +326,7 @@ def test_the_gc_preview_from_the_index_is_the_preview_of_a_full_read(tmp_path: P
             t.close()
         later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=400)
         first = plan_gc(led, now=later, grace=0)
-        assert (root / "cache" / "index.json").exists()
+        assert (root / "cache" / "index-gc.json").exists()
         record(root, "t3", [("task.accepted", {})])
         again = plan_gc(led, now=later, grace=0)  # t3 read, the others from the index
         shutil_rm(root / "cache")
