@@ -32,21 +32,31 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-from blake3 import blake3
-
 from ._digest import digest_bytes
-from ._nofollow import check_real_dir, open_dir_nofollow, open_nofollow
-from .errors import CorruptStream, LinkRefused
+from ._nofollow import check_real_dir
+from .errors import CorruptStream
 from .eventlog.reader import StreamScan, open_stream
 from .projections.operator import OperatorFold
+from .projections.records import CallRecord
 from .projections.workstate import WorkState, WorkStateFold, work_state
+from .stream import read_events
+from .viewstore import (
+    CACHE_DIR,
+    ENTRY_FORMAT,
+    EntryRecords,
+    StaleEntry,
+    cache_dir,
+    drop_entry,
+    load_entry,
+    read_file,
+    save_entry,
+    write_file,
+)
 
 __all__ = [
     "CACHE_DIR",
@@ -64,11 +74,7 @@ __all__ = [
     "work_state_of",
 ]
 
-#: The cache's folder inside the ledger (in the ledger's ``.gitignore``).
-CACHE_DIR: Final = "cache"
-ENTRY_FORMAT: Final = b"intentlog-viewcache/1"
 INDEX_FORMAT: Final = b"intentlog-viewindex/1"
-_VIEWS: Final = "views"
 #: A reader writes a task's entry only when it folded at least this many events (a
 #: small stream is read faster than an entry; reads of small ledgers write nothing).
 MIN_EVENTS = 256
@@ -80,122 +86,26 @@ MIN_TASKS = 64
 class Folded:
     """One task's folds over its trusted events, and the scan that read (the rest of) them.
 
-    ``resumed_at`` is the seq the folds were resumed after (-1: a full read).
+    ``resumed_at`` is the seq the folds were resumed after (-1: a full read). When the
+    stream held nothing after the entry, ``work`` holds no call records: read the state
+    with :meth:`work_state`, which takes them from the entry as they are looked up.
     """
 
     work: WorkStateFold
     ops: OperatorFold
     scan: StreamScan
     resumed_at: int
+    records: Mapping[str, CallRecord] | None = None
+    summary: Mapping[str, Any] | None = None
 
-
-# -- the folder ---------------------------------------------------------------------------
-
-
-def _cache_dir(root: Path, sub: str | None, *, create: bool) -> int | None:
-    """A descriptor on ``cache/`` (or ``cache/<sub>``), never through a link; None when absent or unusable."""
-    try:
-        fd = _open_dir(root / CACHE_DIR, create=False)  # made with the ledger: a reader never creates it
-    except (OSError, LinkRefused):
-        return None
-    if sub is None:
-        return fd
-    try:
-        return _open_dir(sub, create=create, dir_fd=fd)
-    except (OSError, LinkRefused):
-        return None
-    finally:
-        os.close(fd)
-
-
-def _open_dir(path: str | Path, *, create: bool, dir_fd: int | None = None) -> int:
-    try:
-        return open_dir_nofollow(path, what="the view cache", dir_fd=dir_fd)
-    except FileNotFoundError:
-        if not create:
-            raise
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o755, dir_fd=dir_fd)
-    return open_dir_nofollow(path, what="the view cache", dir_fd=dir_fd)
-
-
-def _read(dir_fd: int, name: str, fmt: bytes) -> Any:
-    """The JSON body of a cache file whose header names ``fmt`` and the body's digest; None otherwise."""
-    try:
-        fd = open_nofollow(name, os.O_RDONLY, what="a view cache entry", dir_fd=dir_fd)
-    except (OSError, LinkRefused):
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
-            raw = f.readall()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    head, nl, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if not nl or len(parts) != 2 or parts[0] != fmt or parts[1] != blake3(body).hexdigest().encode():
-        return None
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _write(dir_fd: int, name: str, fmt: bytes, value: Any) -> None:
-    """Replace ``name`` atomically (temp + rename inside the folder); a failure leaves the old file or none."""
-    body = orjson.dumps(value)
-    data = b"".join((fmt, b" ", blake3(body).hexdigest().encode(), b"\n", body))
-    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    try:
-        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, what="a view cache entry", dir_fd=dir_fd)
-    except (OSError, LinkRefused):
-        return  # a read-only ledger, a full disk: the cache is only speed
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
+    def work_state(self) -> WorkState:
+        """The work state (feed nothing to ``work`` afterwards)."""
+        if self.records is not None and self.summary is not None:
+            return self.work.finished_from(self.records, self.summary)
+        return self.work.finished()
 
 
 # -- one task's folds -----------------------------------------------------------------------
-
-
-def _entry_name(task_id: str) -> str:
-    return task_id + ".json"
-
-
-def _load_entry(root: Path, task_id: str) -> dict[str, Any] | None:
-    dfd = _cache_dir(root, _VIEWS, create=False)
-    if dfd is None:
-        return None
-    try:
-        entry = _read(dfd, _entry_name(task_id), ENTRY_FORMAT)
-    finally:
-        os.close(dfd)
-    if type(entry) is not dict or entry.get("task") != task_id:
-        return None
-    return entry
-
-
-def drop_entry(root: Path, task_id: str) -> None:
-    """Forget what the cache holds of ``task_id`` (a repair that cut events calls this); never follows a link."""
-    dfd = _cache_dir(root, _VIEWS, create=False)
-    if dfd is None:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.unlink(_entry_name(task_id), dir_fd=dfd)
-    finally:
-        os.close(dfd)
 
 
 def _line_at(fd: int, offset: int, length: int) -> bytes | None:
@@ -237,33 +147,70 @@ def _anchor(fd: int, size: int, path: Path, entry: Mapping[str, Any]) -> tuple[i
     return end, seq + 1, digest
 
 
-def _restore(entry: Mapping[str, Any]) -> tuple[WorkStateFold, OperatorFold] | None:
+class _Fallback(Mapping[str, CallRecord]):
+    """An entry's records; should the entry change or fail a check meanwhile, the stream's own, read up to its seq."""
+
+    def __init__(self, records: EntryRecords, path: Path, task_id: str, seq: int) -> None:
+        self._records: Mapping[str, CallRecord] = records
+        self._path, self._task, self._seq = path, task_id, seq
+
+    def _switch(self) -> Mapping[str, CallRecord]:
+        fold = WorkStateFold(self._task)
+        for ev in read_events(self._path, self._path.parent):
+            if ev.seq > self._seq:
+                break
+            fold.apply(ev)
+        self._records = fold.records()
+        return self._records
+
+    def __getitem__(self, cid: str) -> CallRecord:
+        try:
+            return self._records[cid]
+        except StaleEntry:
+            return self._switch()[cid]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+def _restore(
+    meta: Mapping[str, Any], records: EntryRecords, *, lazy: bool
+) -> tuple[WorkStateFold, OperatorFold] | None:
     try:
-        return WorkStateFold.from_snapshot(entry["work"]), OperatorFold.from_snapshot(entry["ops"])
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        if lazy:
+            work = WorkStateFold.from_snapshot(meta["work"], (), known=frozenset(records.cids))
+        else:
+            work = WorkStateFold.from_snapshot(meta["work"], records.load_all())
+        return work, OperatorFold.from_snapshot(meta["ops"])
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, StaleEntry):
         return None
 
 
 def fold_task(root: Path, tasks_dir: Path, task_id: str, *, save: bool = True) -> Folded:
     """Fold one task's trusted events, resuming from its cache entry when the stream vouches for it.
 
-    The folds and the scan's ``problem``/``count``/``end``/``head`` are what a full read
-    gives, or :class:`CorruptStream` for a stream shorter than its entry says (see the
-    module doc). A missing stream raises ``FileNotFoundError``; a linked ``tasks/`` or
-    stream :class:`~intentlog.errors.LinkRefused`, as a full read does. With ``save``, an
-    entry is written when the read folded at least :data:`MIN_EVENTS` events past the
-    cached one (never for a stream with damage in it).
+    The folds (:meth:`Folded.work_state`, ``ops``) and the scan's ``problem``, ``count``,
+    ``end`` and ``head`` are what a full read gives, or :class:`CorruptStream` for a stream
+    shorter than its entry says (see the module doc). A missing stream raises
+    ``FileNotFoundError``; a linked ``tasks/`` or stream
+    :class:`~intentlog.errors.LinkRefused`, as a full read does. With ``save``, an entry is
+    written when the read folded at least :data:`MIN_EVENTS` events past the cached one
+    (never for a stream with damage in it).
     """
     check_real_dir(tasks_dir, what="task streams")
     path = tasks_dir / f"{task_id}.jsonl"
     with open_stream(path) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        entry = _load_entry(root, task_id)
-        start = _anchor(fd, size, path, entry) if entry is not None else None
-        folds = _restore(entry) if start is not None and entry is not None else None
+        loaded = load_entry(root, task_id)
+        start = _anchor(fd, size, path, loaded[0]) if loaded is not None else None
+        lazy = start is not None and size == start[0]  # nothing after the entry: read records on demand
+        folds = _restore(*loaded, lazy=lazy) if start is not None and loaded is not None else None
         if folds is None:
-            start = None
+            start, lazy = None, False
             folds = WorkStateFold(task_id), OperatorFold()
         work, ops = folds
         scan = StreamScan(path, fd=fd, resume=start)
@@ -274,8 +221,11 @@ def fold_task(root: Path, tasks_dir: Path, task_id: str, *, save: bool = True) -
             work.apply(ev)
             ops.apply(ev)
     resumed_at = start[1] - 1 if start is not None else -1
-    if first is None and entry is not None and start is not None:
-        first = (int(entry["first_len"]), entry["first"])
+    if lazy and loaded is not None and start is not None:
+        meta, records = loaded
+        return Folded(work, ops, scan, resumed_at, _Fallback(records, path, task_id, resumed_at), meta["summary"])
+    if first is None and loaded is not None and start is not None:
+        first = (int(loaded[0]["first_len"]), loaded[0]["first"])
     p = scan.problem
     worth = scan.count - 1 - resumed_at >= MIN_EVENTS
     if save and worth and first is not None and (p is None or (p.torn and not p.suspect)):
@@ -289,7 +239,7 @@ def save_folds(
     """Write the entry for ``task_id`` at the scan's last trusted line (best effort: the cache is only speed)."""
     if scan.count == 0 or scan.head is None:
         return
-    entry = {
+    anchor = {
         "task": task_id,
         "seq": scan.count - 1,
         "offset": scan.last_start,
@@ -297,16 +247,9 @@ def save_folds(
         "digest": scan.head,
         "first_len": first[0],
         "first": first[1],
-        "work": work.snapshot(),
         "ops": ops.snapshot(),
     }
-    dfd = _cache_dir(root, _VIEWS, create=True)
-    if dfd is None:
-        return
-    try:
-        _write(dfd, _entry_name(task_id), ENTRY_FORMAT, entry)
-    finally:
-        os.close(dfd)
+    save_entry(root, task_id, anchor, work)
 
 
 # -- the listings' index ------------------------------------------------------------------------
@@ -343,11 +286,11 @@ def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
     Each part is its own file (``cache/index-rows.json``, ``cache/index-gc.json``). Empty
     when there is none, or it is corrupt, foreign or reached through a link.
     """
-    dfd = _cache_dir(root, None, create=False)
+    dfd = cache_dir(root, None, create=False)
     if dfd is None:
         return {}
     try:
-        got = _read(dfd, _index_name(part), INDEX_FORMAT)
+        got = read_file(dfd, _index_name(part), INDEX_FORMAT)
     finally:
         os.close(dfd)
     if type(got) is not dict:
@@ -361,11 +304,11 @@ def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
 
 def save_index(root: Path, part: str, values: Mapping[str, tuple[Facts, Any]]) -> None:
     """Replace the index ``part``; best effort, atomic, never through a link."""
-    dfd = _cache_dir(root, None, create=True)
+    dfd = cache_dir(root, None, create=True)
     if dfd is None:
         return
     try:
-        _write(dfd, _index_name(part), INDEX_FORMAT, {task: [*f, v] for task, (f, v) in values.items()})
+        write_file(dfd, _index_name(part), INDEX_FORMAT, {task: [*f, v] for task, (f, v) in values.items()})
     finally:
         os.close(dfd)
 
@@ -384,4 +327,4 @@ def work_state_of(root: Path, tasks_dir: Path, task_id: str) -> WorkState:
     p = folded.scan.problem
     if p is not None and (p.suspect or not p.torn):
         raise CorruptStream(str(folded.scan.path), p.line, p.reason)
-    return folded.work.finished()
+    return folded.work_state()

@@ -143,7 +143,7 @@ def _project(ledger: Ledger, task_id: str, running: bool | None) -> tuple[TaskRo
         return _row(task_id, UNREADABLE, STREAM_UNREADABLE, problem, scan.count, None), None
     if running is None:
         running = lock_holder(path.with_name(path.name + ".lock")) is not None
-    ws = folded.work.result()
+    ws = folded.work_state()
     ops = folded.ops.result(ws)
     rows = []
     for live in (running, not running):

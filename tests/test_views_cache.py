@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import intentlog
-from intentlog import viewcache
+from intentlog import viewcache, viewstore
 from intentlog.errors import CorruptStream, IntentlogError
 from intentlog.projections.status import task_status
 from intentlog.projections.workstate import WorkState, work_state
@@ -62,7 +62,7 @@ EVENTS = st.one_of(
 )
 HISTORIES = st.lists(EVENTS, max_size=25)
 STATES = st.sampled_from(
-    ["fresh", "stale", "corrupt", "forged", "deleted", "foreign", "truncated", "rewritten", "torn", "none"]
+    ["fresh", "stale", "corrupt", "record", "forged", "deleted", "foreign", "truncated", "rewritten", "torn", "none"]
 )
 
 
@@ -117,11 +117,19 @@ def entry(root: Path, task: str) -> Path:
 
 
 def rewrite_entry(path: Path, change: Any) -> None:
-    """Change an entry's body and give it a valid header again (an entry that passes its own checksum)."""
-    _, _, body = path.read_bytes().partition(b"\n")
-    value = change(orjson.loads(body))
-    body = orjson.dumps(value)
-    path.write_bytes(viewcache.ENTRY_FORMAT + b" " + blake3(body).hexdigest().encode() + b"\n" + body)
+    """Change an entry's meta and give it a valid header again (an entry that passes its own checksum)."""
+    raw = path.read_bytes()
+    head, _, rest = raw.partition(b"\n")
+    n = int(head.split(b" ")[1])
+    meta, records = orjson.loads(rest[:n]), rest[n + 1 :]
+    body = orjson.dumps(change(meta))
+    header = b"%s %d %s\n" % (viewstore.ENTRY_FORMAT, len(body), blake3(body).hexdigest().encode())
+    path.write_bytes(header + body + b"\n" + records)
+
+
+def entry_end(path: Path) -> int:
+    head, _, rest = path.read_bytes().partition(b"\n")
+    return int(orjson.loads(rest[: int(head.split(b" ")[1])])["end"])
 
 
 def lines(path: Path) -> list[bytes]:
@@ -152,6 +160,10 @@ def test_the_projection_from_the_cache_is_the_projection_of_a_full_read(
             raw[len(raw) // 2] ^= 0x20
             entry(root, "t").write_bytes(bytes(raw))
             record(root, "t", more)
+        elif state == "record":  # a record damaged, nothing appended: found when that call is read
+            raw = bytearray(entry(root, "t").read_bytes())
+            raw[-3] ^= 0x01
+            entry(root, "t").write_bytes(bytes(raw))
         elif state == "forged":  # passes its checksum, but its anchor names a line the stream does not hold
             rewrite_entry(entry(root, "t"), lambda e: e | {"digest": "blake3:" + "0" * 64})
         elif state == "deleted":
@@ -169,12 +181,14 @@ def test_the_projection_from_the_cache_is_the_projection_of_a_full_read(
             if state == "rewritten":
                 record(root, "t", [*more, ("note", {"text": "after the cut"})])
                 # re-appended: reported only while still shorter than the entry says
-                end = int(orjson.loads(entry(root, "t").read_bytes().partition(b"\n")[2])["end"])
-                expect_cut = stream.stat().st_size < end
+                expect_cut = stream.stat().st_size < entry_end(entry(root, "t"))
         elif state == "torn":
             record(root, "t", more)
             with open(stream, "ab") as f:
                 f.write(b'{"data":{},"kind":"no')
+        if state in ("fresh", "stale"):  # the entry is used, not quietly bypassed
+            led = intentlog.open(root, create=False)
+            assert viewcache.fold_task(led.root, led.tasks_dir, "t", save=False).resumed_at == len(history)
         got, want = through_cache(root, "t"), full_read(root, "t")
         if expect_cut:
             assert isinstance(got, str) and "events were cut from its end" in got
@@ -336,3 +350,30 @@ def test_the_gc_preview_from_the_index_is_the_preview_of_a_full_read(tmp_path: P
         plan = full.to_json()
         assert len(plan["expired"]) + len(plan["kept"]) == 5 and plan["expired"] != []
         assert first.to_json()["blobs"] == plan["blobs"] != []
+
+
+def test_a_state_from_the_entry_reads_only_the_calls_looked_at_and_survives_a_damaged_record(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    events: list[tuple[str, dict[str, Any]]] = []
+    for i in range(1, 6):
+        events += [
+            ("call.requested", {"call": f"call-{i}", "key": f"k{i}", "request_hash": "blake3:" + "a" * 64}),
+            ("call.manifest", {"call": f"call-{i}", "request_hash": "blake3:" + "a" * 64, "request": {}}),
+            ("attempt.started", {"call": f"call-{i}", "attempt": 1}),
+        ]
+    with cache_always():
+        record(root, "t", events)
+        want = full_read(root, "t")
+        assert not isinstance(want, str)
+        intentlog.open(root).task("t").work_state()  # writes the entry
+        led = intentlog.open(root, create=False)
+        folded = viewcache.fold_task(led.root, led.tasks_dir, "t")
+        assert folded.records is not None  # nothing after the entry: records read on demand
+        ws = folded.work_state()
+        assert ws.next_operation == want.next_operation and ws.unresolved == want.unresolved
+        raw = bytearray(entry(root, "t").read_bytes())
+        raw[-3] ^= 0x01  # the last record (call-5) no longer matches its checksum
+        entry(root, "t").write_bytes(bytes(raw))
+        assert ws.calls["call-1"] == want.calls["call-1"]  # the entry file changed: read from the stream instead
+        assert same(ws, want)
+        assert same(intentlog.open(root, create=False).task("t").work_state(), want)

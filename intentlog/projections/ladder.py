@@ -201,7 +201,7 @@ class FinishedCalls(Mapping[str, CallState]):
 
     __slots__ = ("_done", "_records")
 
-    def __init__(self, records: dict[str, CallRecord]) -> None:
+    def __init__(self, records: Mapping[str, CallRecord]) -> None:
         self._records = records
         self._done: dict[str, CallState] = {}
 

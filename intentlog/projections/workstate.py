@@ -9,7 +9,7 @@ here); a fold's state as JSON, to resume it later, :mod:`.snapshot`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -363,17 +363,19 @@ class WorkStateFold:
 
     # -- snapshots -----------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, *, calls: bool = True) -> dict[str, Any]:
         """The fold's whole state as JSON values: :meth:`from_snapshot` resumes it exactly.
 
         Folding the events after it into the resumed fold gives what folding every event
-        gives (a property test holds it). Holds no event, only the records.
+        gives (a property test holds it). Holds no event, only the records; with
+        ``calls=False`` not the call records either (:meth:`records` gives them, for a
+        store that keeps each apart).
         """
         last = self._last
         return {
             "version": SNAPSHOT_VERSION,
             "task": self.task_id,
-            "calls": [call_to_json(c) for c in self._calls.values()],
+            "calls": [call_to_json(c) for c in self._calls.values()] if calls else [],
             "comps": [comp_to_json(c) for c in self._comps.values()],
             "keys": self._keys,
             "reserved": sorted(self._reserved),
@@ -387,14 +389,28 @@ class WorkStateFold:
             "anomalies": self._anomalies,
         }
 
+    def records(self) -> Mapping[str, CallRecord]:
+        """The call records, by id in recording order (read-only: the fold owns them)."""
+        return MappingProxyType(self._calls)
+
     @classmethod
-    def from_snapshot(cls, snap: Mapping[str, Any]) -> WorkStateFold:
-        """The fold :meth:`snapshot` described; ``ValueError`` (or ``KeyError``/``TypeError``) for anything else."""
+    def from_snapshot(
+        cls,
+        snap: Mapping[str, Any],
+        records: Iterable[CallRecord] | None = None,
+        *,
+        known: Container[str] | None = None,
+    ) -> WorkStateFold:
+        """The fold :meth:`snapshot` described (with ``records``, those call records instead of its own).
+
+        ``known``: the ids of records kept elsewhere (for :meth:`finished_from`; the fold
+        holds none and must not be fed). ``ValueError`` (or ``KeyError``/``TypeError``) for anything else.
+        """
         if snap.get("version") != SNAPSHOT_VERSION:
             raise ValueError("a snapshot of another version")
         task = snap["task"]
         fold = cls(task if type(task) is str else None)
-        calls = [call_from_json(v) for v in snap["calls"]]
+        calls = [call_from_json(v) for v in snap["calls"]] if records is None else list(records)
         fold._calls = {c.call_id: c for c in calls}
         comps = [comp_from_json(v) for v in snap["comps"]]
         fold._comps = {c.cid: c for c in comps}
@@ -409,7 +425,7 @@ class WorkStateFold:
         fold._last_accepted = int(snap["last_accepted"])
         fold._other = dict(snap["other"])
         fold._anomalies = list(snap["anomalies"])
-        if any(cid not in fold._calls for cid in fold._keys.values()):
+        if any(cid not in (fold._calls if known is None else known) for cid in fold._keys.values()):
             raise ValueError("a snapshot whose keys name calls it does not hold")
         return fold
 
@@ -456,20 +472,39 @@ class WorkStateFold:
 
         What :func:`work_state` returns; for a fold resumed from a snapshot and read once.
         """
-        return self._result(FinishedCalls(self._calls))
+        return self._assemble(FinishedCalls(self._calls), *self._summary())
+
+    def summary(self) -> dict[str, Any]:
+        """What the result says of the task as a whole (next operation, unresolved, accepted), as JSON."""
+        nxt, unresolved, accepted = self._summary()
+        return {"next_operation": nxt, "unresolved": list(unresolved), "accepted": accepted}
+
+    def finished_from(self, records: Mapping[str, CallRecord], summary: Mapping[str, Any]) -> WorkState:
+        """The projection of a fold restored without its call records, from ``records`` and its :meth:`summary`.
+
+        ``records`` is read only for the calls a caller looks at (a store decoding each on
+        first access). ``ValueError`` for a summary of the wrong shape.
+        """
+        nxt, unresolved, accepted = summary["next_operation"], summary["unresolved"], summary["accepted"]
+        if type(nxt) is not str or type(unresolved) is not list or type(accepted) is not bool:
+            raise ValueError("a summary of the wrong shape")
+        return self._assemble(FinishedCalls(records), nxt, tuple(unresolved), accepted)  # type: ignore[arg-type]
 
     def _result(self, calls: Mapping[str, CallState]) -> WorkState:
+        return self._assemble(calls, *self._summary())
+
+    def _summary(self) -> tuple[NextOperation, tuple[str, ...], bool]:
         known = self._calls
-        comps = {cid: classify_comp(c) for cid, c in self._comps.items()}
         pending: list[tuple[int, str, NextOperation]] = []
         for cid in self._keys.values():  # only the latest call of each key can be unresolved
             c = known[cid]
             nxt = ladder(c, known)[1]
             if nxt != NONE:
                 pending.append((c.first_seq, cid, nxt))
-        for cid, comp in comps.items():
-            if comp.next_operation != NONE:
-                pending.append((comp.first_seq, cid, comp.next_operation))
+        for comp in self._comps.values():
+            cnxt = classify_comp(comp).next_operation
+            if cnxt != NONE:
+                pending.append((comp.first_seq, comp.cid, cnxt))
         pending.sort()
         accepted = self._last_completed >= 0 and self._last_accepted > self._last_completed
         if pending:
@@ -478,14 +513,19 @@ class WorkStateFold:
             nxt = CHECK_AND_ACCEPT
         else:
             nxt = NONE
+        return nxt, tuple(p[1] for p in pending), accepted
+
+    def _assemble(
+        self, calls: Mapping[str, CallState], nxt: NextOperation, unresolved: tuple[str, ...], accepted: bool
+    ) -> WorkState:
         last = self._last
         return WorkState(
             task_id=self.task_id,
             calls=calls,
-            compilations=MappingProxyType(comps),
+            compilations=MappingProxyType({cid: classify_comp(c) for cid, c in self._comps.items()}),
             keys=MappingProxyType(dict(self._keys)),
             next_operation=nxt,
-            unresolved=tuple(p[1] for p in pending),
+            unresolved=unresolved,
             accepted=accepted,
             events=self._events,
             last_seq=last.seq if last is not None else -1,
