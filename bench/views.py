@@ -154,7 +154,13 @@ def med(fn: Any, repeats: int) -> tuple[float, int]:
 
 
 def drop_cache(root: Path) -> None:
+    """No cache at all: without ``cache/`` a reader neither uses nor writes one."""
     shutil.rmtree(root / "cache", ignore_errors=True)
+
+
+def fresh_cache(root: Path) -> None:
+    drop_cache(root)
+    (root / "cache").mkdir()
 
 
 WS_CACHED = (
@@ -187,12 +193,13 @@ def sqlite_fold(db: Path) -> float:
 
 
 def cold_fold(root: Path) -> float:
+    """A read with no cache: the chain-checking read and the fold of every event (nothing written)."""
     drop_cache(root)
-    led = intentlog.open(root)
+    led = intentlog.open(root, create=False)
     t0 = time.perf_counter()
     led.task("long").work_state()
     dt = time.perf_counter() - t0
-    drop_cache(root)
+    fresh_cache(root)
     return dt
 
 
@@ -213,17 +220,23 @@ def make_sqlite(root: Path, db: Path) -> None:
 
 
 def append_rate(folder: Path, n: int, cache: bool) -> float:
+    """Durable appends per second to a task of 300 events, its cache entry written (or no cache/ at all)."""
     root = folder / f"app-{time.perf_counter_ns()}"
     led = intentlog.open(root, create=True)
     t = led.task("a")
-    t.append("note", {"i": -1})
+    for i in range(300):
+        t.append("note", {"i": i})
+    t.close()
+    if cache:
+        t.work_state()  # writes the entry
+        assert (root / "cache" / "views" / "a.json").exists()
+    else:
+        drop_cache(root)
     t0 = time.perf_counter()
     for i in range(n):
         t.append("note", {"i": i, "text": "x" * 200})
     dt = time.perf_counter() - t0
     t.close()
-    if cache:
-        t.work_state()
     shutil.rmtree(root)
     return n / dt
 
@@ -245,6 +258,7 @@ def main() -> None:
     res: dict[str, Any] = {}
     for n in sizes:
         root = build_ledger(base, n)
+        (root / "cache").mkdir(exist_ok=True)  # ledgers generated before the cache existed
         if "tasks" in only:
             cli(root, "tasks")  # warms the cache (and the page cache)
             res[f"tasks_{n}"], res[f"tasks_rss_{n}"] = med(lambda root=root: cli_rss(root, "tasks"), a.repeats)
@@ -256,7 +270,8 @@ def main() -> None:
     if {"ws", "cold"} & only:
         long = build_long(base, a.events)
         if "ws" in only:
-            intentlog.open(long).task("long").work_state()  # writes the cache (where there is one)
+            fresh_cache(long)
+            intentlog.open(long).task("long").work_state()  # writes the entry (where the tree has a cache)
             res["ws_cached"], _ = med(lambda: child_rss(WS_CACHED, str(long)), a.repeats)
             res["loads"], _ = med(lambda: child_rss(LOADS, str(long)), a.repeats)
             res["ws_cached/loads"] = res["ws_cached"] / res["loads"]

@@ -41,7 +41,7 @@ from ._digest import digest_bytes
 from ._nofollow import check_real_dir
 from .errors import CorruptStream
 from .eventlog.reader import StreamScan, open_stream
-from .projections.operator import OperatorFold
+from .projections.operator import OPERATOR_KINDS, OperatorFold
 from .projections.records import CallRecord
 from .projections.workstate import WorkState, WorkStateFold, work_state
 from .stream import read_events
@@ -189,7 +189,7 @@ def _restore(
         return None
 
 
-def fold_task(root: Path, tasks_dir: Path, task_id: str, *, save: bool = True) -> Folded:
+def fold_task(root: Path, tasks_dir: Path, task_id: str, *, save: bool = True, ops: bool = True) -> Folded:
     """Fold one task's trusted events, resuming from its cache entry when the stream vouches for it.
 
     The folds (:meth:`Folded.work_state`, ``ops``) and the scan's ``problem``, ``count``,
@@ -198,9 +198,15 @@ def fold_task(root: Path, tasks_dir: Path, task_id: str, *, save: bool = True) -
     ``FileNotFoundError``; a linked ``tasks/`` or stream
     :class:`~intentlog.errors.LinkRefused`, as a full read does. With ``save``, an entry is
     written when the read folded at least :data:`MIN_EVENTS` events past the cached one
-    (never for a stream with damage in it).
+    (never for a stream with damage in it). ``ops=False``: the caller reads only the work
+    state; the operator fold is then kept only when an entry may be written.
     """
     check_real_dir(tasks_dir, what="task streams")
+    if not ops and save:
+        dfd = cache_dir(root, None, create=False)
+        if dfd is not None:
+            os.close(dfd)
+        ops = dfd is not None
     path = tasks_dir / f"{task_id}.jsonl"
     with open_stream(path) as f:
         fd = f.fileno()
@@ -212,25 +218,28 @@ def fold_task(root: Path, tasks_dir: Path, task_id: str, *, save: bool = True) -
         if folds is None:
             start, lazy = None, False
             folds = WorkStateFold(task_id), OperatorFold()
-        work, ops = folds
+        work, op_fold = folds
         scan = StreamScan(path, fd=fd, resume=start)
         first: tuple[int, str] | None = None
+        apply_work, apply_ops, kinds = work.apply, op_fold.apply, OPERATOR_KINDS if ops else frozenset()
         for ev in scan:
             if ev.seq == 0:
                 first = (scan.end, ev.digest)
-            work.apply(ev)
-            ops.apply(ev)
+            apply_work(ev)
+            if ev.kind in kinds or (ops and "phase" in ev.data):  # the rest are nothing to the operator fold
+                apply_ops(ev)
     resumed_at = start[1] - 1 if start is not None else -1
     if lazy and loaded is not None and start is not None:
         meta, records = loaded
-        return Folded(work, ops, scan, resumed_at, _Fallback(records, path, task_id, resumed_at), meta["summary"])
+        fallback = _Fallback(records, path, task_id, resumed_at)
+        return Folded(work, op_fold, scan, resumed_at, fallback, meta["summary"])
     if first is None and loaded is not None and start is not None:
         first = (int(loaded[0]["first_len"]), loaded[0]["first"])
     p = scan.problem
     worth = scan.count - 1 - resumed_at >= MIN_EVENTS
-    if save and worth and first is not None and (p is None or (p.torn and not p.suspect)):
-        save_folds(root, task_id, scan, first, work, ops)
-    return Folded(work, ops, scan, resumed_at)
+    if save and ops and worth and first is not None and (p is None or (p.torn and not p.suspect)):
+        save_folds(root, task_id, scan, first, work, op_fold)
+    return Folded(work, op_fold, scan, resumed_at)
 
 
 def save_folds(
@@ -239,7 +248,7 @@ def save_folds(
     """Write the entry for ``task_id`` at the scan's last trusted line (best effort: the cache is only speed)."""
     if scan.count == 0 or scan.head is None:
         return
-    anchor = {
+    anchor: dict[str, Any] = {
         "task": task_id,
         "seq": scan.count - 1,
         "offset": scan.last_start,
@@ -321,7 +330,7 @@ def work_state_of(root: Path, tasks_dir: Path, task_id: str) -> WorkState:
     stream shorter than its cache entry says.
     """
     try:
-        folded = fold_task(root, tasks_dir, task_id)
+        folded = fold_task(root, tasks_dir, task_id, ops=False)
     except FileNotFoundError:
         return work_state((), task_id=task_id)
     p = folded.scan.problem

@@ -168,6 +168,16 @@ def _entry_name(task_id: str) -> str:
 
 def save_entry(root: Path, task_id: str, meta: dict[str, Any], work: WorkStateFold) -> None:
     """Write ``task_id``'s entry: ``meta`` (the anchor and the other folds) and ``work``'s call records."""
+    dfd = cache_dir(root, VIEWS, create=True)
+    if dfd is None:
+        return  # no cache/ (a clone, a ledger made before it): nothing to write, nothing to encode
+    try:
+        _replace(dfd, _entry_name(task_id), _entry_parts(meta, work))
+    finally:
+        os.close(dfd)
+
+
+def _entry_parts(meta: dict[str, Any], work: WorkStateFold) -> list[bytes]:
     lines = [orjson.dumps(call_to_json(c)) + b"\n" for c in work.records().values()]
     meta = meta | {
         "work": work.snapshot(calls=False),
@@ -178,13 +188,7 @@ def save_entry(root: Path, task_id: str, meta: dict[str, Any], work: WorkStateFo
     }
     body = orjson.dumps(meta)
     head = b"%s %d %s\n" % (ENTRY_FORMAT, len(body), blake3(body).hexdigest().encode())
-    dfd = cache_dir(root, VIEWS, create=True)
-    if dfd is None:
-        return
-    try:
-        _replace(dfd, _entry_name(task_id), [head, body, b"\n", *lines])
-    finally:
-        os.close(dfd)
+    return [head, body, b"\n", *lines]
 
 
 def load_entry(root: Path, task_id: str) -> tuple[dict[str, Any], EntryRecords] | None:

@@ -254,12 +254,30 @@ class StreamScan:
         self.path = Path(path)
         self.fd = fd  # read through this open descriptor (from its start) instead of opening ``path``
         self.problem: ScanProblem | None = None
-        self.start, self.count, self.head = resume if resume is not None else (0, 0, None)
+        self.start, self._count0, self._head0 = resume if resume is not None else (0, 0, None)
         self.end = self.start
-        self.last_start = 0  # the byte offset of the last trusted line
+        self._last_len = 0
         self.last: Event | None = None
         self.file_size = 0
         self.stat: os.stat_result | None = None  # the stream's file facts when it was opened
+
+    # derived from the last trusted event, so the hot loop stores two attributes per line, not five
+    @property
+    def count(self) -> int:
+        """How many events are trusted (those before ``resume`` included)."""
+        last = self.last
+        return self._count0 if last is None else last.seq + 1
+
+    @property
+    def head(self) -> str | None:
+        """The last trusted event's digest."""
+        last = self.last
+        return self._head0 if last is None else last.digest
+
+    @property
+    def last_start(self) -> int:
+        """The byte offset of the last trusted line (0 before any)."""
+        return self.end - self._last_len if self.last is not None else 0
 
     def __iter__(self) -> Iterator[Event]:
         with open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
@@ -271,8 +289,8 @@ class StreamScan:
 
     def _events(self, batches: Iterator[tuple[int, list[bytes | None]]]) -> Iterator[Event]:
         """Check and yield every trusted line; the hot loop, so its names are local."""
-        seq = self.count
-        prev = self.head
+        seq = self._count0
+        prev = self._head0
         lineno = seq
         base = self.start
         loads = orjson.loads
@@ -311,14 +329,13 @@ class StreamScan:
                 if not ok:
                     self._bad(line, lineno, offset, seq, prev, batch[i + 1 :], batches)
                     return
-                prev = _PREFIX + hasher(line).hexdigest()
-                ev = make(seq, k_, t_, obj["prev"], d_, prev)
+                n = len(line)
+                ev = make(seq, k_, t_, prev, d_, _PREFIX + hasher(line).hexdigest())
+                prev = ev.digest
                 seq += 1
-                self.last_start = offset
-                offset += len(line)
+                offset += n
+                self._last_len = n
                 self.end = offset
-                self.count = seq
-                self.head = prev
                 self.last = ev
                 yield ev
 

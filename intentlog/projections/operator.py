@@ -30,6 +30,7 @@ from .workstate import WorkState
 
 __all__ = [
     "APPROVED",
+    "OPERATOR_KINDS",
     "FAILED_STATUSES",
     "PENDING",
     "REJECTED",
@@ -203,6 +204,12 @@ class OperatorView:
         return tuple(a for a in self.approvals.values() if a.awaiting)
 
 
+#: The kinds :class:`OperatorFold` folds; any other event matters to it only when its data has a ``phase``.
+OPERATOR_KINDS: Final = frozenset(
+    {"task.checkpoint", "approval.requested", "approval.decided", "task.accepted", "task.failed", "task.forked"}
+)
+
+
 @dataclass(slots=True)
 class OperatorFold:
     """Feed events to :meth:`apply`; :meth:`result` with the task's work state gives the view."""
@@ -216,6 +223,12 @@ class OperatorFold:
 
     def apply(self, ev: Event) -> None:
         kind, d = ev.kind, ev.data
+        if kind not in OPERATOR_KINDS:
+            if "phase" in d:
+                p = d["phase"]
+                if type(p) is str:
+                    self._phase = p
+            return
         if kind == "task.checkpoint":
             self._checkpoints.append(checkpoint_record(ev))
         elif kind == "approval.requested":

@@ -98,36 +98,6 @@ class WorkStateFold:
         self._last_accepted = -1
         self._other: dict[str, int] = {}
         self._anomalies: list[str] = []
-        self._handlers: dict[str, Callable[[Event, dict[str, Any]], None]] = {
-            "task.created": self._on_created,
-            "task.accepted": self._on_accepted,
-            "stream.repaired": _ignore,
-            "artifact.recorded": _ignore,
-            "call.requested": self._on_requested,
-            "call.manifest": self._on_manifest,
-            "call.preparation_failed": self._on_preparation_failed,
-            "call.resumed": self._on_resumed,
-            "call.completed": self._on_completed,
-            "call.failed": self._on_failed,
-            "attempt.started": self._on_attempt_started,
-            "attempt.not_sent": self._on_not_sent,
-            "attempt.errored": self._on_errored,
-            "attempt.observed": self._on_observed,
-            "attempt.interpreted": self._on_interpreted,
-            "attempt.retry_decided": self._on_retry_decided,
-            "attempt.progress": self._on_progress,
-            "attempt.timed_out": self._on_timed_out,
-            "effect.reconciled": self._on_reconciled,
-            # the operator's records: folded by projections.operator, not here
-            "task.checkpoint": _ignore,
-            "task.failed": _ignore,
-            "task.forked": _ignore,
-            "approval.requested": self._on_approval_requested,
-            "approval.decided": _ignore,
-            "context.compilation_requested": self._on_comp_requested,
-            "context.compiled": self._on_compiled,
-            "context.compilation_failed": self._on_comp_failed,
-        }
 
     # -- feeding -------------------------------------------------------------------
 
@@ -135,12 +105,12 @@ class WorkStateFold:
         """Fold one event in. Never raises for an event's content: what cannot be placed is an anomaly."""
         self._events += 1
         self._last = ev
-        handler = self._handlers.get(ev.kind)
+        handler = _HANDLERS.get(ev.kind)
         if handler is None:
             other = self._other
             other[ev.kind] = other.get(ev.kind, 0) + 1
         else:
-            handler(ev, ev.data)
+            handler(self, ev, ev.data)
 
     def _anomaly(self, ev: Event, what: str) -> None:
         if len(self._anomalies) < 100:
@@ -535,8 +505,43 @@ class WorkStateFold:
         )
 
 
-def _ignore(ev: Event, d: dict[str, Any]) -> None:
+def _ignore(fold: WorkStateFold, ev: Event, d: dict[str, Any]) -> None:
     return None
+
+
+#: kind -> handler, called as ``handler(fold, event, data)``: held by the class, not by each fold, so a
+#: fold holds no reference to itself (no cycle: it is freed as soon as it is dropped, collector or not)
+_HANDLERS: Final[dict[str, Callable[[WorkStateFold, Event, dict[str, Any]], None]]] = {
+    "task.created": WorkStateFold._on_created,
+    "task.accepted": WorkStateFold._on_accepted,
+    "stream.repaired": _ignore,
+    "artifact.recorded": _ignore,
+    "call.requested": WorkStateFold._on_requested,
+    "call.manifest": WorkStateFold._on_manifest,
+    "call.preparation_failed": WorkStateFold._on_preparation_failed,
+    "call.resumed": WorkStateFold._on_resumed,
+    "call.completed": WorkStateFold._on_completed,
+    "call.failed": WorkStateFold._on_failed,
+    "attempt.started": WorkStateFold._on_attempt_started,
+    "attempt.not_sent": WorkStateFold._on_not_sent,
+    "attempt.errored": WorkStateFold._on_errored,
+    "attempt.observed": WorkStateFold._on_observed,
+    "attempt.interpreted": WorkStateFold._on_interpreted,
+    "attempt.retry_decided": WorkStateFold._on_retry_decided,
+    "attempt.progress": WorkStateFold._on_progress,
+    "attempt.timed_out": WorkStateFold._on_timed_out,
+    "effect.reconciled": WorkStateFold._on_reconciled,
+    # the operator's records: folded by projections.operator, not here
+    "task.checkpoint": _ignore,
+    "task.failed": _ignore,
+    "task.forked": _ignore,
+    "approval.requested": WorkStateFold._on_approval_requested,
+    "approval.decided": _ignore,
+    "context.compilation_requested": WorkStateFold._on_comp_requested,
+    "context.compiled": WorkStateFold._on_compiled,
+    "context.compilation_failed": WorkStateFold._on_comp_failed,
+}
+
 
 
 
