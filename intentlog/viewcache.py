@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from ._digest import digest_bytes
 from ._nofollow import check_real_dir
 from .errors import CorruptStream
@@ -53,9 +55,9 @@ from .viewstore import (
     cache_dir,
     drop_entry,
     load_entry,
-    read_file,
+    read_lines,
     save_entry,
-    write_file,
+    write_lines,
 )
 
 __all__ = [
@@ -74,7 +76,7 @@ __all__ = [
     "work_state_of",
 ]
 
-INDEX_FORMAT: Final = b"intentlog-viewindex/1"
+INDEX_FORMAT: Final = b"intentlog-viewindex/2"
 #: A reader writes a task's entry only when it folded at least this many events (a
 #: small stream is read faster than an entry; reads of small ledgers write nothing).
 MIN_EVENTS = 256
@@ -299,25 +301,29 @@ def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
     if dfd is None:
         return {}
     try:
-        got = read_file(dfd, _index_name(part), INDEX_FORMAT)
+        lines = read_lines(dfd, _index_name(part), INDEX_FORMAT)
     finally:
         os.close(dfd)
-    if type(got) is not dict:
-        return {}
     out: dict[str, tuple[Facts, Any]] = {}
-    for task, v in got.items():
-        if type(v) is list and len(v) == 5:
-            out[task] = ((v[0], v[1], v[2], v[3]), v[4])
+    loads = orjson.loads
+    for line in lines or ():
+        try:
+            v = loads(line)
+        except orjson.JSONDecodeError:
+            return {}
+        if type(v) is list and len(v) == 6 and type(v[0]) is str:
+            out[v[0]] = ((v[1], v[2], v[3], v[4]), v[5])
     return out
 
 
 def save_index(root: Path, part: str, values: Mapping[str, tuple[Facts, Any]]) -> None:
-    """Replace the index ``part``; best effort, atomic, never through a link."""
+    """Replace the index ``part`` (one task per line); best effort, atomic, never through a link."""
     dfd = cache_dir(root, None, create=True)
     if dfd is None:
         return
     try:
-        write_file(dfd, _index_name(part), INDEX_FORMAT, {task: [*f, v] for task, (f, v) in values.items()})
+        dumps = orjson.dumps
+        write_lines(dfd, _index_name(part), INDEX_FORMAT, [dumps([t, *f, v]) for t, (f, v) in values.items()])
     finally:
         os.close(dfd)
 

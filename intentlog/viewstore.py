@@ -44,9 +44,9 @@ __all__ = [
     "cache_dir",
     "drop_entry",
     "load_entry",
-    "read_file",
+    "read_lines",
     "save_entry",
-    "write_file",
+    "write_lines",
 ]
 
 #: The cache's folder inside the ledger (in the ledger's ``.gitignore``).
@@ -109,8 +109,12 @@ def _open_file(dir_fd: int, name: str) -> int | None:
     return None
 
 
-def read_file(dir_fd: int, name: str, fmt: bytes) -> Any:
-    """The JSON body of a cache file whose header names ``fmt`` and the body's digest; None otherwise."""
+def read_lines(dir_fd: int, name: str, fmt: bytes) -> list[bytes] | None:
+    """The body lines of a cache file whose header names ``fmt`` and the body's digest; None otherwise.
+
+    One JSON value per line, parsed by the caller one at a time (a listing's index never
+    becomes one document in memory).
+    """
     fd = _open_file(dir_fd, name)
     if fd is None:
         return None
@@ -121,19 +125,16 @@ def read_file(dir_fd: int, name: str, fmt: bytes) -> Any:
         return None
     finally:
         os.close(fd)
-    head, nl, body = raw.partition(b"\n")
-    parts = head.split(b" ")
-    if not nl or len(parts) != 2 or parts[0] != fmt or parts[1] != blake3(body).hexdigest().encode():
+    nl = raw.find(b"\n")
+    parts = raw[:nl].split(b" ") if nl >= 0 else []
+    if len(parts) != 2 or parts[0] != fmt or parts[1] != blake3(memoryview(raw)[nl + 1 :]).hexdigest().encode():
         return None
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+    return raw[nl + 1 :].splitlines()
 
 
-def write_file(dir_fd: int, name: str, fmt: bytes, value: Any) -> None:
-    """Replace ``name`` with ``fmt``, the body's digest and the JSON body, atomically (best effort)."""
-    body = orjson.dumps(value)
+def write_lines(dir_fd: int, name: str, fmt: bytes, lines: list[bytes]) -> None:
+    """Replace ``name`` with ``fmt``, the body's digest and ``lines`` (one per line), atomically (best effort)."""
+    body = b"\n".join(lines)
     _replace(dir_fd, name, [fmt, b" ", blake3(body).hexdigest().encode(), b"\n", body])
 
 
