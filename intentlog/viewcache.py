@@ -6,8 +6,9 @@ clone, which lacks it, is read without a cache until a writer puts the folder ba
 kinds of file, both written atomically (temp + rename; not fsync'd: they are derivable)
 and both checked before use, never trusted as read:
 
-- ``cache/views/TASK.json``: the work-state and operator folds of one task at a seq, with
-  the byte offset, length and digest of that seq's line (and of line 0). A reader
+- ``cache/views/TASK.json`` (its layout: :mod:`intentlog.viewstore`): the work-state and
+  operator folds of one task at a seq, with the byte offset, length and digest of that
+  seq's line (and of line 0). A reader
   (:func:`fold_task`) uses it only when the stream is at least that long and the line at
   that offset hashes to the recorded digest; the scan then continues from the next byte,
   checking the chain exactly as a full read does (the next line must name that digest as
@@ -15,16 +16,20 @@ and both checked before use, never trusted as read:
   entry, or one whose anchor line no longer matches, is ignored and rebuilt by a full
   read. A stream *shorter* than its entry says, whose line 0 is still the same, is
   reported (:class:`~intentlog.errors.CorruptStream`): events were cut from its end.
-- ``cache/index-rows.json``, ``cache/index-gc.json``: per task, the file facts of its stream (size, inode, device,
-  mtime_ns) when last read whole, and what listings show of it (:mod:`intentlog.views`,
-  gc's plan). A listing reads a stream only when its facts differ from the index's.
+- ``cache/index-rows.json``, ``cache/index-gc.json``: per task (one per line), the file
+  facts of its stream (size, inode, device, mtime_ns) when last read whole, and what
+  listings show of it (:mod:`intentlog.views`, gc's preview; the plan gc applies reads
+  every stream). A listing reads a stream only when its facts differ from the index's.
 
 The cache never decides what is sent: a writer's open reads and checks its whole stream
 (tail, damage, seal), and ``intentlog verify`` reads every byte and never reads the cache.
 Nothing under ``cache/`` is read or written through a link: a linked ``cache/`` or
 ``cache/views/`` is not used at all, a linked entry is ignored (a new entry's rename
 replaces the link itself, never what it points to).
-Entries are written by readers and at a writer's close, never on the durable append path.
+Entries are written by readers (a task's once a read folded :data:`MIN_EVENTS` events past
+its entry, the index by a listing of at least :data:`MIN_TASKS` tasks), never on the
+durable append path. A ledger made before the cache has no ``cache/`` and no line for it
+in its ``.gitignore``: it is read without a cache until both are added.
 """
 
 from __future__ import annotations

@@ -377,3 +377,38 @@ def test_a_state_from_the_entry_reads_only_the_calls_looked_at_and_survives_a_da
         assert ws.calls["call-1"] == want.calls["call-1"]  # the entry file changed: read from the stream instead
         assert same(ws, want)
         assert same(intentlog.open(root, create=False).task("t").work_state(), want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=HISTORIES, more=HISTORIES)
+def test_a_fold_resumed_from_its_snapshot_answers_as_the_fold_of_every_event(
+    history: list[tuple[str, dict[str, Any]]], more: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """What the live protocol asks of a fold (not only its result) survives a snapshot round trip through JSON."""
+    from intentlog.eventlog.format import Event
+    from intentlog.projections.operator import OperatorFold
+    from intentlog.projections.workstate import WorkStateFold
+
+    stamp = "2026-01-01T00:00:00.000000Z"
+    evs = [Event(i, k, stamp, None, d, f"d{i}") for i, (k, d) in enumerate(history + more)]
+    whole, ops = WorkStateFold("t"), OperatorFold()
+    part, part_ops = WorkStateFold("t"), OperatorFold()
+    for ev in evs[: len(history)]:
+        part.apply(ev)
+        part_ops.apply(ev)
+    snap = orjson.loads(orjson.dumps({"w": part.snapshot(), "o": part_ops.snapshot()}))
+    resumed, resumed_ops = WorkStateFold.from_snapshot(snap["w"]), OperatorFold.from_snapshot(snap["o"])
+    for ev in evs:
+        whole.apply(ev)
+        ops.apply(ev)
+    for ev in evs[len(history) :]:
+        resumed.apply(ev)
+        resumed_ops.apply(ev)
+    assert same(resumed.result(), whole.result())
+    assert resumed_ops.result(whole.result()) == ops.result(whole.result())
+    assert resumed.next_call_id() == whole.next_call_id()
+    for key in ("k1", "k2"):
+        assert resumed.approvals_of(key) == whole.approvals_of(key)
+        assert resumed.latest_call(key) == whole.latest_call(key)
+    for cid in whole.records():
+        assert resumed.pending_resume(cid) == whole.pending_resume(cid)

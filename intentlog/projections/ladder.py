@@ -48,6 +48,7 @@ from .._types import NextOperation, ProviderEffect, Stage
 from .derive import completion_token, interpretation_token
 from .records import INTERPRETED, NOT_SENT, OBSERVED, CallRecord, CompRecord, attempt_effect, worse
 from .states import (
+    CHECK_AND_ACCEPT,
     FINALIZE,
     FIX_INPUTS,
     NONE,
@@ -62,7 +63,7 @@ from .states import (
     CompilationState,
 )
 
-__all__ = ["FinishedCalls", "classify", "classify_comp", "ladder", "underived"]
+__all__ = ["FinishedCalls", "classify", "classify_comp", "ladder", "task_summary", "underived"]
 
 
 def underived(c: CallRecord, attempt: Any, result: Any) -> str | None:
@@ -240,3 +241,36 @@ def classify_comp(c: CompRecord) -> CompilationState:
         first_seq=c.first_seq,
         last_seq=c.last_seq,
     )
+
+
+def task_summary(
+    known: Mapping[str, CallRecord],
+    keys: Mapping[str, str],
+    comps: Mapping[str, CompRecord],
+    last_completed: int,
+    last_accepted: int,
+) -> tuple[NextOperation, tuple[str, ...], bool]:
+    """The task's next operation, its unresolved calls and compilations in order, and whether it is accepted.
+
+    The next operation is the first unresolved (latest-per-key) call's or compilation's,
+    else ``check and accept`` once a call completed after the last ``task.accepted``.
+    """
+    pending: list[tuple[int, str, NextOperation]] = []
+    for cid in keys.values():  # only the latest call of each key can be unresolved
+        c = known[cid]
+        nxt = ladder(c, known)[1]
+        if nxt != NONE:
+            pending.append((c.first_seq, cid, nxt))
+    for comp in comps.values():
+        cnxt = classify_comp(comp).next_operation
+        if cnxt != NONE:
+            pending.append((comp.first_seq, comp.cid, cnxt))
+    pending.sort()
+    accepted = last_completed >= 0 and last_accepted > last_completed
+    if pending:
+        nxt = pending[0][2]
+    elif last_completed >= 0 and not accepted:
+        nxt = CHECK_AND_ACCEPT
+    else:
+        nxt = NONE
+    return nxt, tuple(p[1] for p in pending), accepted

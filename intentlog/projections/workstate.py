@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from .._types import NextOperation
 from ..eventlog.format import Event
-from .ladder import FinishedCalls, classify, classify_comp, ladder, underived
+from .ladder import FinishedCalls, classify, classify_comp, task_summary, underived
 from .records import (
     DECIDED,
     ERRORED,
@@ -28,12 +28,9 @@ from .records import (
     CallRecord,
     CompRecord,
     attempt_effect,
-    call_from_json,
-    call_to_json,
-    comp_from_json,
-    comp_to_json,
     worse,
 )
+from .snapshot import SNAPSHOT_VERSION, decode_snapshot, encode_snapshot
 from .states import (
     CHECK_AND_ACCEPT,
     FINALIZE,
@@ -51,9 +48,6 @@ from .states import (
     CompilationState,
     WorkState,
 )
-
-#: The shape of :meth:`WorkStateFold.snapshot`; a snapshot of another shape is refused.
-SNAPSHOT_VERSION: Final = "intentlog-workstate-fold/1"
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -341,23 +335,11 @@ class WorkStateFold:
         ``calls=False`` not the call records either (:meth:`records` gives them, for a
         store that keeps each apart).
         """
-        last = self._last
-        return {
-            "version": SNAPSHOT_VERSION,
-            "task": self.task_id,
-            "calls": [call_to_json(c) for c in self._calls.values()] if calls else [],
-            "comps": [comp_to_json(c) for c in self._comps.values()],
-            "keys": self._keys,
-            "reserved": sorted(self._reserved),
-            "approval_keys": self._approval_keys,
-            "approval_digests": self._approval_digests,
-            "events": self._events,
-            "last": None if last is None else [last.seq, last.kind, last.ts, last.prev, last.digest],
-            "last_completed": self._last_completed,
-            "last_accepted": self._last_accepted,
-            "other": self._other,
-            "anomalies": self._anomalies,
-        }
+        return encode_snapshot(
+            self.task_id, self._calls if calls else {}, self._comps, self._keys, self._reserved,
+            self._approval_keys, self._approval_digests, self._events, self._last,
+            self._last_completed, self._last_accepted, self._other, self._anomalies,
+        )
 
     def records(self) -> Mapping[str, CallRecord]:
         """The call records, by id in recording order (read-only: the fold owns them)."""
@@ -376,25 +358,12 @@ class WorkStateFold:
         ``known``: the ids of records kept elsewhere (for :meth:`finished_from`; the fold
         holds none and must not be fed). ``ValueError`` (or ``KeyError``/``TypeError``) for anything else.
         """
-        if snap.get("version") != SNAPSHOT_VERSION:
-            raise ValueError("a snapshot of another version")
-        task = snap["task"]
-        fold = cls(task if type(task) is str else None)
-        calls = [call_from_json(v) for v in snap["calls"]] if records is None else list(records)
-        fold._calls = {c.call_id: c for c in calls}
-        comps = [comp_from_json(v) for v in snap["comps"]]
-        fold._comps = {c.cid: c for c in comps}
-        fold._keys = _str_map(snap["keys"])
-        fold._reserved = set(snap["reserved"])
-        fold._approval_keys = dict(snap["approval_keys"])
-        fold._approval_digests = dict(snap["approval_digests"])
-        fold._events = int(snap["events"])
-        last = snap["last"]
-        fold._last = None if last is None else Event(int(last[0]), last[1], last[2], last[3], {}, last[4])
-        fold._last_completed = int(snap["last_completed"])
-        fold._last_accepted = int(snap["last_accepted"])
-        fold._other = dict(snap["other"])
-        fold._anomalies = list(snap["anomalies"])
+        p = decode_snapshot(snap, records)
+        fold = cls(p.task)
+        fold._calls, fold._comps, fold._keys, fold._reserved = p.calls, p.comps, p.keys, p.reserved
+        fold._approval_keys, fold._approval_digests = p.approval_keys, p.approval_digests
+        fold._events, fold._last, fold._other, fold._anomalies = p.events, p.last, p.other, p.anomalies
+        fold._last_completed, fold._last_accepted = p.last_completed, p.last_accepted
         if any(cid not in (fold._calls if known is None else known) for cid in fold._keys.values()):
             raise ValueError("a snapshot whose keys name calls it does not hold")
         return fold
@@ -464,26 +433,7 @@ class WorkStateFold:
         return self._assemble(calls, *self._summary())
 
     def _summary(self) -> tuple[NextOperation, tuple[str, ...], bool]:
-        known = self._calls
-        pending: list[tuple[int, str, NextOperation]] = []
-        for cid in self._keys.values():  # only the latest call of each key can be unresolved
-            c = known[cid]
-            nxt = ladder(c, known)[1]
-            if nxt != NONE:
-                pending.append((c.first_seq, cid, nxt))
-        for comp in self._comps.values():
-            cnxt = classify_comp(comp).next_operation
-            if cnxt != NONE:
-                pending.append((comp.first_seq, comp.cid, cnxt))
-        pending.sort()
-        accepted = self._last_completed >= 0 and self._last_accepted > self._last_completed
-        if pending:
-            nxt = pending[0][2]
-        elif self._last_completed >= 0 and not accepted:
-            nxt = CHECK_AND_ACCEPT
-        else:
-            nxt = NONE
-        return nxt, tuple(p[1] for p in pending), accepted
+        return task_summary(self._calls, self._keys, self._comps, self._last_completed, self._last_accepted)
 
     def _assemble(
         self, calls: Mapping[str, CallState], nxt: NextOperation, unresolved: tuple[str, ...], accepted: bool
@@ -559,8 +509,3 @@ def work_state(events: Iterable[Event], *, task_id: str | None = None) -> WorkSt
         apply(ev)
     return fold._result(FinishedCalls(fold._calls))
 
-
-def _str_map(value: Any) -> dict[str, str]:
-    if type(value) is not dict or not all(type(k) is str and type(v) is str for k, v in value.items()):
-        raise ValueError("a snapshot's map of the wrong shape")
-    return dict(value)
