@@ -21,11 +21,12 @@ import orjson
 from ._args import check_bool, check_seconds
 from ._fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofollow, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
-from .errors import ArtifactError, NotALedger, UsageError, WrongType
+from .errors import ArtifactError, IntentlogError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
 from .task import Task
+from .viewcache import drop_entry
 
 if TYPE_CHECKING:
     from .backlog import Backlog
@@ -37,14 +38,18 @@ __all__ = ["DEFAULT_ROOT", "Ledger", "RepairReport", "open_ledger"]
 DEFAULT_ROOT: Final = ".intentlog"
 MARKER: Final = "intentlog.json"
 _SUBDIRS: Final = ("tasks", "objects", "tmp", "quarantine")
-GITIGNORE: Final = b"# intentlog: lock files and staging are not evidence\n*.lock\ntmp/\n"
+GITIGNORE: Final = (
+    b"# intentlog: lock files, staging and the view cache (derived, deletable) are not evidence\n*.lock\ntmp/\ncache/\n"
+)
+#: The view cache's folder (intentlog/viewcache.py): made with the ledger, so a reader never creates it.
+CACHE: Final = "cache"
 GITATTRIBUTES: Final = (
     b"# intentlog: hashes cover exact bytes; never let git rewrite line endings\n"
     b"tasks/** -text\nobjects/** -text\nquarantine/** -text\ngc.jsonl -text\n"
 )
 
 # what an interrupted creation may have left before the marker was written
-_LAYOUT: Final = frozenset({*_SUBDIRS, ".gitignore", ".gitattributes"})
+_LAYOUT: Final = frozenset({*_SUBDIRS, CACHE, ".gitignore", ".gitattributes"})
 
 _HANDLES: dict[tuple[str, str], Task] = {}
 _HANDLES_LOCK = threading.Lock()
@@ -260,6 +265,7 @@ class Ledger:
             t.close()
         if d is None or q is None:
             return RepairReport(task_id, "none")
+        drop_entry(self.root, task_id)  # the cut may reach under the view cache's entry: let it be rebuilt
         return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
 
     def task_ids(self) -> list[str]:
@@ -324,6 +330,18 @@ def _check_root(root: object) -> Path:
     return Path(text)
 
 
+def _ignores_cache(path: Path) -> bool:
+    """Whether the ledger's ``.gitignore`` excludes ``cache/`` (a ledger made before the cache does not)."""
+    try:
+        fd = open_nofollow(path / ".gitignore", os.O_RDONLY, what="the ledger's .gitignore")
+    except (OSError, IntentlogError):
+        return False
+    try:
+        return b"\ncache/\n" in os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
 def open_ledger(
     root: str | os.PathLike[str] = DEFAULT_ROOT,
     *,
@@ -351,7 +369,7 @@ def open_ledger(
             raise NotALedger(str(path), f"no ledger here (no {MARKER}); run 'intentlog init'")
         try:
             makedirs_durable(path)
-            for sub in _SUBDIRS:
+            for sub in (*_SUBDIRS, CACHE):
                 makedirs_durable(path / sub)
             tmp = path / "tmp"
             publish_bytes(GITIGNORE, path / ".gitignore", tmp_dir=tmp, mode=0o644, replace=True)
@@ -370,6 +388,8 @@ def open_ledger(
         try:
             for sub in _SUBDIRS:
                 makedirs_durable(path / sub)
+            if _ignores_cache(path):
+                makedirs_durable(path / CACHE)
         except OSError as exc:
             raise NotALedger(str(path), f"cannot complete the folder layout ({exc})") from exc
     return Ledger(path, workspace=Path(workspace) if workspace is not None else None)

@@ -25,7 +25,7 @@ from ._types import DEFAULT_PROGRESS_INTERVAL
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
-from .projections.workstate import WorkState, work_state
+from .projections.workstate import WorkState
 from .stream import TaskStream
 
 if TYPE_CHECKING:
@@ -135,8 +135,14 @@ class Task:
         return self.stream.events(since)
 
     def work_state(self) -> WorkState:
-        """The work-state projection of this task, read fresh from disk (pure: appends nothing)."""
-        return work_state(self.events(), task_id=self.id)
+        """The work-state projection of this task, read fresh from disk (pure: appends nothing).
+
+        What a full read gives; the view cache (:mod:`intentlog.viewcache`) lets it fold only
+        the events after the last read, once the stream vouches for the cached entry.
+        """
+        from .viewcache import work_state_of
+
+        return work_state_of(self.stream.root, self.stream.layout.tasks_dir, self.id)
 
     # -- artifacts -----------------------------------------------------------------
 

@@ -13,17 +13,23 @@ before it, with ``stream`` ``torn tail`` and the problem beside it.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
+from . import viewcache
 from ._digest import DIGEST_PREFIX
+from ._nofollow import open_dir_nofollow
+from ._procs import PROC_LOCKS
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
-from .eventlog.reader import StreamScan
-from .projections.operator import OperatorFold
+from .eventlog.format import TASK_ID_RE, check_task_id
 from .projections.status import OPERATOR_STATES, TaskStatus, status_of
-from .projections.workstate import WorkStateFold
+from .stream import lock_holder
+from .viewcache import Facts, facts_of, fold_task, load_index, paused_gc, save_index
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -55,7 +61,12 @@ STREAM_UNREADABLE: Final = "unreadable"
 @final
 @dataclass(frozen=True, slots=True)
 class TaskRow:
-    """One task as the operator views show it. ``status`` is None when the stream is unreadable."""
+    """One task as the operator views show it.
+
+    ``status`` is the full :class:`TaskStatus` when this row was projected from the stream
+    (``task_row``); None when the stream is unreadable, or when a listing took the row from
+    the view cache's index because the stream's file facts had not changed since.
+    """
 
     task: str
     state: str  # one of STATES
@@ -63,62 +74,190 @@ class TaskRow:
     problem: str | None
     events: int
     status: TaskStatus | None
-
-    @property
-    def next_operation(self) -> str:
-        return self.status.next_operation if self.status is not None else "verify"
-
-    @property
-    def next_step(self) -> str:
-        if self.status is not None:
-            return self.status.next_step
-        return "see what is damaged: intentlog verify " + self.task
+    reason: str | None = None
+    last_activity: str | None = None
+    phase: str | None = None
+    next_operation: str = "verify"
+    next_step: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The row of ``intentlog tasks --json`` (documented in docs/cli.md)."""
-        st = self.status
         return {
             "task": self.task,
             "state": self.state,
-            "reason": st.reason if st is not None else None,
+            "reason": self.reason,
             "stream": self.stream,
             "problem": self.problem,
             "events": self.events,
-            "last_activity": st.work.last_ts if st is not None else None,
-            "phase": st.phase if st is not None else None,
+            "last_activity": self.last_activity,
+            "phase": self.phase,
             "next_operation": self.next_operation,
             "next_step": self.next_step,
         }
 
 
-def task_row(ledger: Ledger, task_id: str) -> TaskRow:
-    """Read one task's stream and project its row. Raises ``InvalidTaskId`` for a malformed id."""
-    task = ledger.task(task_id)
-    path = task.path
-    work = WorkStateFold(task_id)
-    ops = OperatorFold()
+def _row(task_id: str, state: str, stream: str, problem: str | None, events: int, st: TaskStatus | None) -> TaskRow:
+    if st is None:
+        step = "see what is damaged: intentlog verify " + task_id
+        return TaskRow(task_id, state, stream, problem, events, None, next_step=step)
+    work = st.work
+    return TaskRow(
+        task_id, state, stream, problem, events, st, st.reason, work.last_ts, st.phase, st.next_operation, st.next_step
+    )
+
+
+_FIELDS: Final = (
+    "state", "reason", "stream", "problem", "events", "last_activity", "phase", "next_operation", "next_step"
+)
+
+
+def _packed(row: TaskRow) -> list[Any]:
+    """The row as the index keeps it: its fields in :data:`_FIELDS` order, no keys."""
+    return [getattr(row, f) for f in _FIELDS]
+
+
+def _unpacked(task_id: str, v: Any) -> TaskRow | None:
+    """A row the index holds (as :func:`_packed` wrote it), or None for anything else."""
+    if type(v) is not list or len(v) != len(_FIELDS):
+        return None
+    state, reason, stream, problem, events, last, phase, nxt, step = v
+    if type(events) is not int or not all(type(x) is str for x in (state, stream, nxt, step)):
+        return None
+    return TaskRow(task_id, state, stream, problem, events, None, reason, last, phase, nxt, step)
+
+
+def _project(ledger: Ledger, task_id: str, running: bool | None) -> tuple[TaskRow, TaskRow | None]:
+    """The row read from the stream (through the view cache), and the same row for the other liveness.
+
+    ``running`` None: probe the writer lock. The second row is None when the stream is unreadable.
+    """
+    path = ledger.stream_path(task_id)
     try:
-        scan = StreamScan(path)
-        for ev in scan:
-            work.apply(ev)
-            ops.apply(ev)
+        folded = fold_task(ledger.root, ledger.tasks_dir, task_id)
     except (OSError, IntentlogError) as exc:
-        return TaskRow(task_id, UNREADABLE, STREAM_UNREADABLE, f"{path}: {exc}", 0, None)
+        return _row(task_id, UNREADABLE, STREAM_UNREADABLE, f"{path}: {exc}", 0, None), None
+    scan = folded.scan
     p = scan.problem
     if p is not None and (p.suspect or not p.torn):
         problem = f"tasks/{task_id}.jsonl line {p.line}: {p.reason}"
-        return TaskRow(task_id, UNREADABLE, STREAM_UNREADABLE, problem, scan.count, None)
-    ws = work.result()
-    st = status_of(task_id, ws, ops.result(ws), running=task.writer_pid() is not None)
-    if p is not None:
-        problem = f"tasks/{task_id}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
-        return TaskRow(task_id, st.state, STREAM_TORN, problem, scan.count, st)
-    return TaskRow(task_id, st.state, STREAM_OK, None, scan.count, st)
+        return _row(task_id, UNREADABLE, STREAM_UNREADABLE, problem, scan.count, None), None
+    if running is None:
+        running = lock_holder(path.with_name(path.name + ".lock")) is not None
+    ws = folded.work_state()
+    ops = folded.ops.result(ws)
+    rows = []
+    for live in (running, not running):
+        st = status_of(task_id, ws, ops, running=live)
+        if p is not None:
+            problem = f"tasks/{task_id}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
+            rows.append(_row(task_id, st.state, STREAM_TORN, problem, scan.count, st))
+        else:
+            rows.append(_row(task_id, st.state, STREAM_OK, None, scan.count, st))
+    return rows[0], rows[1]
+
+
+def task_row(ledger: Ledger, task_id: str) -> TaskRow:
+    """Read one task's stream and project its row. Raises ``InvalidTaskId`` for a malformed id.
+
+    Reads through the view cache (only the events after its last read, once the stream
+    vouches for the entry): the row is what a full read gives.
+    """
+    check_task_id(task_id)
+    return _project(ledger, task_id, None)[0]
 
 
 def task_rows(ledger: Ledger) -> list[TaskRow]:
-    """Every task's row, in id order; one damaged stream never hides the others."""
-    return [task_row(ledger, tid) for tid in ledger.task_ids()]
+    """Every task's row, in id order; one damaged stream never hides the others.
+
+    Costs what changed: a stream whose file facts (size, inode, device, mtime_ns) are
+    those the view cache's index recorded when it last read the stream whole is not read
+    at all; the writer locks are read once from ``/proc/locks`` where it exists. The index
+    is rewritten (atomically, off every durable path) when anything changed.
+    """
+    with paused_gc():  # tens of thousands of small containers, none cyclic: collecting them is waste
+        return _task_rows(ledger)
+
+
+def _task_rows(ledger: Ledger) -> list[TaskRow]:
+    listing = _list_streams(ledger.tasks_dir)
+    locked = _locked_inodes()
+    old = load_index(ledger.root, "rows")
+    new: dict[str, tuple[Facts, Any]] = {}
+    rows: list[TaskRow] = []
+    for tid, st, lock_ino in listing:
+        running = None if locked is None else (st is not None and (st.st_dev, lock_ino) in locked)
+        row = None
+        cached = old.get(tid)
+        if st is not None and cached is not None and running is not None and cached[0] == facts_of(st):
+            pair = cached[1]
+            if type(pair) is list and len(pair) == 2:
+                row = _unpacked(tid, pair[1] if running and pair[1] is not None else pair[0])
+        if row is None:
+            row, other = _project(ledger, tid, running)
+            if other is not None and st is not None and row.stream == STREAM_OK and running is not None:
+                idle, live = (other, row) if running else (row, other)
+                packed = _packed(idle), _packed(live)
+                new[tid] = (facts_of(st), [packed[0], None if packed[1] == packed[0] else packed[1]])
+        else:
+            new[tid] = cached  # type: ignore[assignment]
+        rows.append(row)
+    if new != old and len(rows) >= viewcache.MIN_TASKS:
+        save_index(ledger.root, "rows", new)
+    return rows
+
+
+def _list_streams(tasks_dir: Path) -> list[tuple[str, os.stat_result | None, int | None]]:
+    """``(task id, the stream's lstat or None, its lock file's inode or None)`` per task, in id order.
+
+    Names are looked up inside a descriptor on ``tasks/`` itself (never through a link).
+    """
+    try:
+        dfd = open_dir_nofollow(tasks_dir, what="task streams")
+    except FileNotFoundError:
+        return []
+    try:
+        streams: list[str] = []
+        locks: dict[str, int] = {}
+        with os.scandir(dfd) as it:
+            for e in it:
+                name = e.name
+                if name.endswith(".jsonl"):
+                    streams.append(name[:-6])
+                elif name.endswith(".jsonl.lock"):
+                    locks[name[:-11]] = e.inode()
+        streams.sort()
+        out = []
+        lstat, match, regular = os.stat, TASK_ID_RE.match, stat.S_ISREG
+        for tid in streams:
+            if match(tid) is None:
+                continue
+            try:
+                st: os.stat_result | None = lstat(tid + ".jsonl", dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                st = None
+            out.append((tid, st if st is not None and regular(st.st_mode) else None, locks.get(tid)))
+        return out
+    finally:
+        os.close(dfd)
+
+
+def _locked_inodes() -> set[tuple[int, int]] | None:
+    """``(device, inode)`` of every file an exclusive ``flock`` is held on, from ``/proc/locks``; None without it."""
+    try:
+        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return None
+    out: set[tuple[int, int]] = set()
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE":
+            try:
+                major, minor, ino = parts[5].split(":")
+                out.add((os.makedev(int(major, 16), int(minor, 16)), int(ino)))
+            except ValueError:
+                continue
+    return out
 
 
 # -- digests as people type them ----------------------------------------------------------

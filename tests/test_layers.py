@@ -211,6 +211,9 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog.refs": (3, "features"),
     # the stream core the features are written against (writer lifecycle, live fold, batch)
     "intentlog.stream": (3, "features"),
+    # the view cache: derived, deletable projections per task (read through, checked against the stream)
+    "intentlog.viewcache": (3, "features"),
+    "intentlog.viewstore": (3, "features"),
     "intentlog.compile": (3, "features"),
     "intentlog.effects": (3, "features"),
     "intentlog.effects.*": (3, "features"),

@@ -9,6 +9,7 @@ from typing import Any
 import click
 import orjson
 
+from .._text import format_table
 from ..eventlog.format import Event
 from .app import (
     EXIT_OK,
@@ -68,21 +69,20 @@ def tasks(c: Ctx, as_json: bool) -> None:
     if not rows:
         click.echo("no tasks")
         return
-    print_table(
-        ["task", "events", "last activity", "state", "stream", "phase", "next operation"],
-        [
-            [
-                r.task,
-                str(r.events),
-                (r.status.work.last_ts if r.status is not None else None) or "-",
-                click.style(r.state, fg=_STATE_COLOUR.get(r.state)),
-                r.stream,
-                (r.status.phase if r.status is not None else None) or "-",
-                r.next_operation,
-            ]
-            for r in rows
-        ],
-    )
+    header = ["task", "events", "last activity", "state", "stream", "phase", "next operation"]
+    plain = [
+        [r.task, str(r.events), r.last_activity or "-", r.state, r.stream, r.phase or "-", r.next_operation]
+        for r in rows
+    ]
+    first, *lines = format_table(header, plain)
+    at = len(first.split("state", 1)[0])  # where the state column starts: only that cell is coloured
+    out = [click.style(first, bold=True)]
+    for line, r in zip(lines, rows, strict=True):
+        colour = _STATE_COLOUR.get(r.state)
+        if colour is not None:
+            line = line[:at] + click.style(r.state, fg=colour) + line[at + len(r.state) :]
+        out.append(line)
+    click.echo("\n".join(out))  # one write: a listing of ten thousand tasks is one call, not ten thousand
     damaged = [r for r in rows if r.problem is not None]
     for r in damaged:
         click.echo(f"  {r.task}: {r.problem}", err=True)

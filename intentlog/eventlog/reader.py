@@ -15,12 +15,13 @@ the whole line or a torn tail.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, cast
 
 import orjson
 from blake3 import blake3
@@ -28,7 +29,7 @@ from blake3 import blake3
 from .._digest import DIGEST_PREFIX as _PREFIX
 from .._nofollow import open_nofollow
 from ..errors import CorruptStream, LedgerError
-from .format import EVENT_KEYS, Event, LineError, parse_line
+from .format import Event, LineError, parse_line
 
 _O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 
@@ -93,6 +94,81 @@ def line_spans(f: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes | None]]
                 pending.append(chunk[start:] if start else chunk)
     if pending_len:
         yield offset, None if overlong else b"".join(pending)
+
+
+def line_batches(f: BinaryIO, max_line: int) -> Iterator[tuple[int, list[bytes | None]]]:
+    """The lines of :func:`line_spans`, a chunk's worth at a time: ``(offset of the first, lines)``.
+
+    The same lines and offsets (each line's offset is the previous one's plus its
+    length); a line longer than ``max_line`` comes alone as ``[None]`` in its own batch.
+    A chunk is split by ``bytes.splitlines`` (in C) when it holds no ``\\r``, else
+    newline by newline: only ``\\n`` ends a line.
+    """
+    offset = 0
+    pending: list[bytes] = []  # pieces of a line that began in an earlier chunk
+    pending_len = 0
+    overlong = False
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            break
+        first_nl = chunk.find(b"\n")
+        if first_nl < 0:
+            pending_len += len(chunk)
+            if overlong or pending_len > max_line:
+                overlong, pending = True, []
+            else:
+                pending.append(chunk)
+            continue
+        start = 0
+        if pending_len:
+            length = pending_len + first_nl + 1
+            if overlong or length > max_line:
+                yield offset, [None]
+            else:
+                pending.append(chunk[: first_nl + 1])
+                yield offset, [b"".join(pending)]
+            offset += length
+            pending, pending_len, overlong = [], 0, False
+            start = first_nl + 1
+        last_nl = chunk.rfind(b"\n")
+        if last_nl >= start:
+            body = chunk[start : last_nl + 1] if start or last_nl + 1 < len(chunk) else chunk
+            yield from _split(body, offset, max_line)
+            offset += len(body)
+        if last_nl + 1 < len(chunk):
+            rest = chunk[last_nl + 1 :]
+            pending_len = len(rest)
+            if pending_len > max_line:
+                overlong = True
+            else:
+                pending = [rest]
+    if pending_len:
+        yield offset, [None if overlong else b"".join(pending)]
+
+
+def _split(body: bytes, offset: int, max_line: int) -> Iterator[tuple[int, list[bytes | None]]]:
+    """``body`` (whole lines) as batches; an over-long line alone as ``[None]``."""
+    # splitlines also ends a line at \\r: only used when there is none
+    split = [piece + b"\n" for piece in body[:-1].split(b"\n")] if b"\r" in body else body.splitlines(keepends=True)
+    lines = cast("list[bytes | None]", split)
+    if max_line >= len(body):
+        yield offset, lines
+        return
+    run: list[bytes | None] = []
+    at = offset
+    for line in lines:
+        assert line is not None
+        if len(line) > max_line:
+            if run:
+                yield at, run
+            yield offset, [None]
+            run, at = [], offset + len(line)
+        else:
+            run.append(line)
+        offset += len(line)
+    if run:
+        yield at, run
 
 
 def open_stream(path: str | os.PathLike[str]) -> BinaryIO:
@@ -160,67 +236,127 @@ class StreamScan:
 
     ``end`` is the byte offset just past the last trusted line; ``head`` the last trusted
     event's digest; ``count`` how many events were trusted.
+
+    ``resume=(offset, seq, prev)`` starts at byte ``offset`` as if the events before it
+    (``seq`` of them, the last hashing to ``prev``) had been read and trusted: the caller
+    vouches for that prefix (the view cache checks the line before ``offset`` hashes to
+    ``prev``); everything from there on is checked exactly as a full read checks it, and
+    ``problem``, ``end``, ``count`` and ``head`` come out the same.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fd: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fd: int | None = None,
+        resume: tuple[int, int, str | None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.fd = fd  # read through this open descriptor (from its start) instead of opening ``path``
         self.problem: ScanProblem | None = None
-        self.end = 0
-        self.count = 0
-        self.head: str | None = None
+        self.start, self._count0, self._head0 = resume if resume is not None else (0, 0, None)
+        self.end = self.start
+        self._last_len = 0
         self.last: Event | None = None
         self.file_size = 0
+        self.stat: os.stat_result | None = None  # the stream's file facts when it was opened
+
+    # derived from the last trusted event, so the hot loop stores two attributes per line, not five
+    @property
+    def count(self) -> int:
+        """How many events are trusted (those before ``resume`` included)."""
+        last = self.last
+        return self._count0 if last is None else last.seq + 1
+
+    @property
+    def head(self) -> str | None:
+        """The last trusted event's digest."""
+        last = self.last
+        return self._head0 if last is None else last.digest
+
+    @property
+    def last_start(self) -> int:
+        """The byte offset of the last trusted line (0 before any)."""
+        return self.end - self._last_len if self.last is not None else 0
 
     def __iter__(self) -> Iterator[Event]:
         with open_stream(self.path) if self.fd is None else _dup_stream(self.fd) as f:
-            self.file_size = os.fstat(f.fileno()).st_size
-            yield from self._events(line_spans(f, MAX_LINE))
+            self.stat = os.fstat(f.fileno())
+            self.file_size = self.stat.st_size
+            if self.start:
+                f.seek(self.start)
+            yield from self._events(line_batches(f, MAX_LINE))
 
-    def _events(self, lines: Iterator[tuple[int, bytes | None]]) -> Iterator[Event]:
-        seq = 0
-        prev: str | None = None
-        lineno = 0
+    def _events(self, batches: Iterator[tuple[int, list[bytes | None]]]) -> Iterator[Event]:
+        """Check and yield every trusted line; the hot loop, so its names are local."""
+        seq = self._count0
+        prev = self._head0
+        lineno = seq
+        base = self.start
         loads = orjson.loads
-        for offset, line in lines:
-            lineno += 1
-            if line is None:
-                self._fail(lineno, offset, _overlong(MAX_LINE), torn=False)
-                return
-            if not line.endswith(b"\n"):
-                self._fail(lineno, offset, "the last line is incomplete (a torn append)", torn=True, incomplete=True)
-                return
-            # the common case inline (a read builds one event per line); parse_line explains failures
-            try:
-                obj = loads(line)
-                ok = (
-                    type(obj) is dict
-                    and obj.keys() == EVENT_KEYS
-                    and obj["seq"] == seq
-                    and type(obj["seq"]) is int
-                    and obj["prev"] == prev
-                    and type(obj["kind"]) is str
-                    and type(obj["data"]) is dict
-                    and type(obj["ts"]) is str
-                )
-            except orjson.JSONDecodeError:
-                ok = False
-            try:
+        decode_error = orjson.JSONDecodeError
+        hasher = blake3
+        make = Event
+        for first, batch in batches:
+            offset = base + first
+            for i, line in enumerate(batch):
+                lineno += 1
+                if line is None:
+                    self._fail(lineno, offset, _overlong(MAX_LINE), torn=False)
+                    return
+                if line[-1:] != b"\n":
+                    self._fail(
+                        lineno, offset, "the last line is incomplete (a torn append)", torn=True, incomplete=True
+                    )
+                    return
+                # the common case inline (a read builds one event per line); parse_line explains failures
+                try:
+                    obj = loads(line)
+                    if type(obj) is dict and len(obj) == 5:
+                        s_, k_, d_, t_ = obj["seq"], obj["kind"], obj["data"], obj["ts"]
+                        ok = (
+                            s_ == seq
+                            and type(s_) is int
+                            and obj["prev"] == prev
+                            and type(k_) is str
+                            and type(d_) is dict
+                            and type(t_) is str
+                        )
+                    else:
+                        ok = False
+                except (decode_error, KeyError):
+                    ok = False
                 if not ok:
-                    parse_line(line, seq, prev)
-                    raise LineError("the line fails its checks", parsed=True)  # pragma: no cover
-            except LineError as exc:
-                torn = not any(_looks_like_event(rest) for _, rest in lines)
-                self._fail(lineno, offset, exc.reason, torn=torn, suspect=exc.parsed)
-                return
-            ev = Event(seq, obj["kind"], obj["ts"], prev, obj["data"], _PREFIX + blake3(line).hexdigest())
-            seq += 1
-            prev = ev.digest
-            self.end = offset + len(line)
-            self.count = seq
-            self.head = prev
-            self.last = ev
-            yield ev
+                    self._bad(line, lineno, offset, seq, prev, batch[i + 1 :], batches)
+                    return
+                n = len(line)
+                ev = make(seq, k_, t_, prev, d_, _PREFIX + hasher(line).hexdigest())
+                prev = ev.digest
+                seq += 1
+                offset += n
+                self._last_len = n
+                self.end = offset
+                self.last = ev
+                yield ev
+
+    def _bad(
+        self,
+        line: bytes,
+        lineno: int,
+        offset: int,
+        seq: int,
+        prev: str | None,
+        rest: list[bytes | None],
+        batches: Iterator[tuple[int, list[bytes | None]]],
+    ) -> None:
+        """Judge the first line that fails: a torn tail when nothing event-like follows it, else damage."""
+        try:
+            parse_line(line, seq, prev)
+            raise LineError("the line fails its checks", parsed=True)  # pragma: no cover
+        except LineError as exc:
+            later = itertools.chain(rest, (x for _, b in batches for x in b))
+            torn = not any(_looks_like_event(x) for x in later)
+            self._fail(lineno, offset, exc.reason, torn=torn, suspect=exc.parsed)
 
     def _fail(
         self, lineno: int, offset: int, reason: str, *, torn: bool, incomplete: bool = False, suspect: bool = False

@@ -30,6 +30,7 @@ from .workstate import WorkState
 
 __all__ = [
     "APPROVED",
+    "OPERATOR_KINDS",
     "FAILED_STATUSES",
     "PENDING",
     "REJECTED",
@@ -203,6 +204,12 @@ class OperatorView:
         return tuple(a for a in self.approvals.values() if a.awaiting)
 
 
+#: The kinds :class:`OperatorFold` folds; any other event matters to it only when its data has a ``phase``.
+OPERATOR_KINDS: Final = frozenset(
+    {"task.checkpoint", "approval.requested", "approval.decided", "task.accepted", "task.failed", "task.forked"}
+)
+
+
 @dataclass(slots=True)
 class OperatorFold:
     """Feed events to :meth:`apply`; :meth:`result` with the task's work state gives the view."""
@@ -216,6 +223,12 @@ class OperatorFold:
 
     def apply(self, ev: Event) -> None:
         kind, d = ev.kind, ev.data
+        if kind not in OPERATOR_KINDS:
+            if "phase" in d:
+                p = d["phase"]
+                if type(p) is str:
+                    self._phase = p
+            return
         if kind == "task.checkpoint":
             self._checkpoints.append(checkpoint_record(ev))
         elif kind == "approval.requested":
@@ -254,6 +267,34 @@ class OperatorFold:
         a.decided_seq = ev.seq
         a.decided_ts = ev.ts
 
+    def snapshot(self) -> dict[str, Any]:
+        """The fold's state as JSON values; :meth:`from_snapshot` resumes it exactly."""
+        return {
+            "approvals": [
+                [a.aid, a.question, a.binds, a.binding, a.seq, a.ts, a.decision, a.decided_seq, a.decided_ts, a.voided]
+                for a in self._approvals.values()
+            ],
+            "checkpoints": [_checkpoint_json(c) for c in self._checkpoints],
+            "accepted": self._accepted,
+            "failed": None if self._failed is None else list(self._failed),
+            "forked": self._forked,
+            "phase": self._phase,
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: Mapping[str, Any]) -> OperatorFold:
+        """The fold :meth:`snapshot` described; ``ValueError`` (or ``KeyError``/``TypeError``) for anything else."""
+        approvals = [_Approval(*v) for v in snap["approvals"]]
+        failed = snap["failed"]
+        return cls(
+            _approvals={a.aid: a for a in approvals},
+            _checkpoints=[_checkpoint_from(v) for v in snap["checkpoints"]],
+            _accepted=int(snap["accepted"]),
+            _failed=None if failed is None else (int(failed[0]), str(failed[1]), failed[2]),
+            _forked=snap["forked"],
+            _phase=snap["phase"],
+        )
+
     def result(self, ws: WorkState | None = None) -> OperatorView:
         """The view; with ``ws``, approvals whose bound key now records another request are void."""
         approvals = {aid: _approval_state(a, ws) for aid, a in self._approvals.items()}
@@ -267,6 +308,23 @@ class OperatorFold:
             forked=MappingProxyType(self._forked) if self._forked is not None else None,
             phase=phase,
         )
+
+
+def _checkpoint_json(c: CheckpointRecord) -> list[Any]:
+    return [
+        c.seq, c.ts, c.phase, c.status, [dict(e) for e in c.evidence], c.revision,
+        list(c.changed_files), c.note, c.by, c.turn, c.call,
+    ]
+
+
+def _checkpoint_from(v: list[Any]) -> CheckpointRecord:
+    if type(v) is not list or len(v) != 11:
+        raise ValueError("a checkpoint of the wrong shape")
+    seq, ts, phase, status, evidence, revision, changed, note, by, turn, call = v
+    return CheckpointRecord(
+        int(seq), ts, phase, status, tuple(MappingProxyType(e) for e in evidence), revision,
+        tuple(changed), note, by, turn, call,
+    )
 
 
 def _approval_state(a: _Approval, ws: WorkState | None) -> ApprovalState:

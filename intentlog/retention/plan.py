@@ -47,7 +47,7 @@ def plan_gc(
     """
     max_tracked = check_count(max_tracked, "max_tracked")
     policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
-    return make_plan(ledger, policy, check_now(now), max_tracked=max_tracked, progress=progress)
+    return make_plan(ledger, policy, check_now(now), max_tracked=max_tracked, progress=progress, preview=True)
 
 
 def _check_layout(ledger: Ledger) -> None:
@@ -65,7 +65,13 @@ def _check_layout(ledger: Ledger) -> None:
 
 
 def make_plan(
-    ledger: Ledger, policy: GcPolicy, now: _dt.datetime, *, max_tracked: int, progress: Progress | None = None
+    ledger: Ledger,
+    policy: GcPolicy,
+    now: _dt.datetime,
+    *,
+    max_tracked: int,
+    progress: Progress | None = None,
+    preview: bool = False,
 ) -> GcPlan:
     _check_layout(ledger)
     refused: str | None = None
@@ -74,7 +80,8 @@ def make_plan(
     except IntentlogError as exc:
         marks = {}
         refused = f"{exc}; which tasks are kept is unknown, so nothing may be deleted"
-    scan = scan_tasks(ledger, now, policy, marks, limit=max_tracked, progress=progress)
+    # a preview may take unchanged streams from the view cache's index; the plan apply carries out reads them all
+    scan = scan_tasks(ledger, now, policy, marks, limit=max_tracked, progress=progress, use_index=preview)
     incomplete = tuple(scan.incomplete)
 
     # the deletion order: eligible tasks, oldest last activity first (ties by id)

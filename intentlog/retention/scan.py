@@ -7,11 +7,13 @@ import datetime as _dt
 import fcntl
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from .. import viewcache
 from .._digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import check_task_id
@@ -20,6 +22,7 @@ from ..projections.operator import OperatorFold
 from ..projections.status import status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
+from ..viewcache import Facts, facts_of, load_index, paused_gc, save_index
 from .marks import KeepMark, protected_by
 from .policy import GcPolicy, format_duration, parse_ts
 
@@ -157,7 +160,11 @@ def scan_tasks(
     *,
     limit: int,
     progress: Progress | None = None,
+    use_index: bool = False,
 ) -> Scan:
+    """Scan every stream for a plan. With ``use_index`` (a preview), a stream whose file facts are
+    those the view cache's index recorded is not read; without it (what apply carries out) every
+    stream is read, whatever the index says."""
     scan = Scan()
     try:
         names = sorted(e.name for e in os.scandir(ledger.tasks_dir) if e.name.endswith(".jsonl"))
@@ -166,6 +173,25 @@ def scan_tasks(
     except OSError as exc:
         raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
     scan.stream_names = len(names)
+    with paused_gc():
+        _scan_names(ledger, names, scan, now, policy, marks, limit=limit, progress=progress, use_index=use_index)
+    return scan
+
+
+def _scan_names(
+    ledger: Ledger,
+    names: list[str],
+    scan: Scan,
+    now: _dt.datetime,
+    policy: GcPolicy,
+    marks: Mapping[str, KeepMark],
+    *,
+    limit: int,
+    progress: Progress | None,
+    use_index: bool,
+) -> None:
+    old = load_index(ledger.root, "gc") if use_index else {}
+    new: dict[str, tuple[Facts, Any]] = {}
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -182,7 +208,7 @@ def scan_tasks(
         scan.infos.append(info)
         refs: set[bytes] = set()
         held: set[bytes] = set()
-        readable = _scan_one(ledger, info, refs, held, scan)
+        readable = _from_index(ledger, info, refs, held, old, new) or _scan_one(ledger, info, refs, held, scan, new)
         scan.stream_bytes += info.size
         if not readable:
             continue  # refs unknown: recorded as incomplete
@@ -191,10 +217,49 @@ def scan_tasks(
             _note_digests(scan, scan.refs, refs, index, limit=limit)
         if scan.tracking:
             _note_digests(scan, scan.held, held, index, limit=limit)
-    return scan
+    if use_index and new != old and len(names) >= viewcache.MIN_TASKS:
+        save_index(ledger.root, "gc", new)
 
 
-def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan) -> bool:
+def _from_index(
+    ledger: Ledger,
+    info: _TaskInfo,
+    refs: set[bytes],
+    held: set[bytes],
+    old: Mapping[str, tuple[Facts, Any]],
+    new: dict[str, tuple[Facts, Any]],
+) -> bool:
+    """Fill ``info`` from the index when the stream's file facts are those it recorded; False to read it."""
+    cached = old.get(info.task)
+    if cached is None:
+        return False
+    try:
+        st = os.lstat(ledger.tasks_dir / f"{info.task}.jsonl")
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or facts_of(st) != cached[0]:
+        return False
+    v = cached[1]
+    if type(v) is not list or len(v) != 8 or type(v[2]) is not int or type(v[6]) is not list or type(v[7]) is not list:
+        return False
+    try:
+        refs.update(bytes.fromhex(d) for d in v[6])
+        held.update(bytes.fromhex(d) for d in v[7])
+    except (TypeError, ValueError):
+        refs.clear()
+        held.clear()
+        return False
+    info.head, info.stream, info.events, info.last_ts, info.state, protected = v[:6]
+    info.size, info.ident = st.st_size, file_ident(st)
+    if protected is not None:
+        info.rule, info.detail = "protected", str(protected)
+    new[info.task] = cached
+    return True
+
+
+def _scan_one(
+    ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, index: dict[str, tuple[Facts, Any]]
+) -> bool:
     """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
     path = ledger.tasks_dir / f"{info.task}.jsonl"
     where = f"tasks/{info.task}.jsonl"
@@ -243,6 +308,9 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
     protected = protected_by(st)
     if protected is not None:
         info.rule, info.detail = "protected", protected
+    if p is None and stat.S_ISREG(after.st_mode):
+        gc_facts = [info.head, info.stream, info.events, info.last_ts, info.state, protected]
+        index[info.task] = (facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
     return True
 
 
