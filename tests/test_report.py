@@ -170,27 +170,22 @@ def test_a_backlog_view_shows_counts_and_blocked_items(every_stage: Path) -> Non
         render(every_stage, backlog={"items": []})
 
 
-def test_backlog_without_the_backlog_package_is_a_clear_error(every_stage: Path, tmp_path: Path) -> None:
-    """--backlog needs the backlog runner: without it the command says so (exit 1) and writes nothing."""
-    try:
-        import intentlog.backlog  # noqa: F401
-    except ModuleNotFoundError:
-        pass
-    else:
-        pytest.skip("the backlog package is installed: its view is rendered instead")
+def test_a_backlog_the_ledger_does_not_hold_is_a_clear_error(every_stage: Path, tmp_path: Path) -> None:
+    """--backlog names a backlog: one the ledger lacks is exit 1 naming it, and nothing is written anywhere."""
+    before = _snapshot(every_stage)
     out = tmp_path / "r.html"
     res = CliRunner().invoke(main, ["--root", str(every_stage), "report", "--backlog", "nightly", "--out", str(out)])
-    assert res.exit_code == 1
-    assert "--backlog needs the backlog runner" in res.output
+    assert res.exit_code == 1, res.output
+    assert "no backlog 'nightly'" in res.output
     assert not out.exists()
+    assert _snapshot(every_stage) == before
 
 
 def test_backlog_from_the_backlog_runner(tmp_path: Path) -> None:
     """With the backlog runner installed, --backlog draws its view: a blocked item with its reason and command."""
-    pytest.importorskip("intentlog.backlog", reason="the backlog runner is not in this intentlog")
     root = tmp_path / "l"
     with intentlog.open(root) as ledger:
-        b: Any = ledger.backlog("nightly")  # type: ignore[attr-defined]
+        b = ledger.backlog("nightly")
         b.add("a", {"x": 1})
         b.add("b", {"x": 2})
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,15 @@ from .app import Ctx, emit_json, handle_errors, json_option, main, pass_ctx, tas
 def backlog_view(ledger: Ledger, name: str) -> dict[str, Any]:
     """The operator view of backlog ``name`` as ``intentlog backlog NAME --json`` prints it.
 
-    Needs the backlog package (``intentlog.backlog``); without it this is an error that
-    says so, never an empty section.
+    A backlog the ledger does not hold is an error naming it, never an empty section.
     """
-    try:
-        importlib.import_module("intentlog.backlog")
-    except ModuleNotFoundError as exc:
+    backlog = ledger.backlog(name)
+    if not ledger.task(backlog.stream_id).exists():
         raise IntentlogError(
-            "--backlog needs the backlog runner (the intentlog.backlog package), which this intentlog does not have; "
-            "report the backlog's tasks by name instead: intentlog report TASK... --out FILE"
-        ) from exc
-    opener = getattr(ledger, "backlog", None)
-    if opener is None:
-        raise IntentlogError("--backlog: this intentlog's Ledger has no backlog(); upgrade intentlog")
-    backlog = opener(name)
-    for attr in ("view", "status"):
-        fn = getattr(backlog, attr, None)
-        if callable(fn):
-            view = fn()
-            out = view.to_json() if hasattr(view, "to_json") else view
-            if isinstance(out, dict):
-                return {"backlog": name, **out}
-    raise IntentlogError(f"--backlog {name}: the backlog offers no operator view (view().to_json()) to report")
+            f"--backlog {name}: the ledger at {ledger.root} has no backlog {name!r} "
+            f"(no stream {backlog.stream_id}); see 'intentlog tasks'"
+        )
+    return {"backlog": name, **backlog.view().to_json()}
 
 
 @main.command()
