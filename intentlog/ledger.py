@@ -219,6 +219,7 @@ class Ledger:
         """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
         from .fork import fork_task
 
+        self._folder_only("fork")
         return self.task(fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk))
 
     def repair(
@@ -243,6 +244,7 @@ class Ledger:
         check_bool(accept_damage, "accept_damage")
         check_bool(accept_resend, "accept_resend")
         check_bool(dry_run, "dry_run")
+        self._folder_only("repair")
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):
@@ -276,6 +278,14 @@ class Ledger:
         if d is None or q is None:
             return RepairReport(task_id, "none")
         return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
+
+    def _folder_only(self, doing: str) -> None:
+        """Refuse (``UsageError``, nothing written) what an object-store ledger does not do yet."""
+        if self.storage is not None:
+            raise UsageError(
+                f"{self.location}: {doing} does not run on an object-store ledger yet (a stored segment is whole "
+                f"or absent: nothing to repair); merge it to a folder (intentlog.merge) and {doing} there"
+            )
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""

@@ -188,3 +188,34 @@ def test_a_fenced_writer_appends_nothing_and_sends_nothing(url: str, tmp_path: P
     with intentlog.open(url) as ledger:  # the stream verifies and takes the next writer
         ledger.task("fenced").append("note", {"after": "the take-over"})
     assert [e["kind"] for e in stored_chain(url, "fenced")][-1] == "note"
+
+
+def test_repair_and_fork_refuse_on_the_store_writing_nothing(url: str, tmp_path: Path) -> None:
+    os.chdir(tmp_path)
+    with intentlog.open(url) as ledger:
+        ledger.task("t").append("note", {})
+        before = stored_chain(url, "t")
+        with pytest.raises(intentlog.UsageError, match="does not run on an object-store ledger"):
+            ledger.repair("t")
+        with pytest.raises(intentlog.UsageError, match="does not run on an object-store ledger"):
+            ledger.fork("t", "call-1")
+    assert stored_chain(url, "t") == before and os.listdir(tmp_path) == []
+
+
+def test_a_damaged_stream_on_the_store_is_refused_by_the_writer(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("d").append("note", {"v": 1})
+        ledger.task("d").append("note", {"v": 9})  # the edit below is not the last line: the chain sees it
+    client = S3Client(parse_s3_url(url))
+    seg = sorted(k for k, _ in client.scan("tasks/d/s"))[-3]  # the first note's segment (then v=9, the release)
+    body = client.get(seg)
+    assert body is not None and b'"data":{"v":1}' in body
+    client.delete(seg)
+    client.create(seg, body.replace(b'"data":{"v":1}', b'"data":{"v":2}'))
+    keys_before = sorted(k for k, _ in client.scan("tasks"))
+    with intentlog.open(url) as again, pytest.raises(intentlog.CorruptStream):
+        again.task("d").append("note", {"v": 3})
+    # the writer leased and gave the lease back; it appended no event
+    after = [k for k, _ in client.scan("tasks/d/s")]
+    assert len(after) == len([k for k in keys_before if "/s/" in k]) + 2
+    assert b'"v":3' not in b"".join(client.get(k) or b"" for k in after)
