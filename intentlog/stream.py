@@ -11,6 +11,8 @@ over it that adds the public checks (reserved kinds, argument types). Every appe
 stream's creation and the writer lock reach the disk through the stream seam
 (:mod:`intentlog.eventlog.storage`): the writer holds a lease and appends through it, a
 batch with ``sync=False`` and one ``sync`` at its end (group commit).
+On an object-store ledger (:attr:`TaskStream.remote` set) the writer works through that
+seam alone and :meth:`TaskStream.events` reads the stream through ``StreamStorage.read``.
 
 The contract (public inside the package, not re-exported to users):
 

@@ -25,6 +25,15 @@ Nothing is read or written through a link: the stream, its lock file, ``tasks/``
 ``tmp/`` and ``quarantine/`` are refused with :class:`LinkRefused` when they are links.
 A writer belongs to the process that opened it: in a forked child it refuses to append
 (:meth:`StreamWriter.owned` is False there) and never unlocks the parent's lock.
+
+Given ``storage=`` (a :class:`~intentlog.eventlog.storage.StreamStorage` that is not a
+folder: an object store), the writer leases, appends and reads through that seam only.
+The folder-only parts do not apply there: a stored segment is whole or absent, so there
+is no torn tail to repair and nothing to quarantine -- any line that fails its checks is
+damage and refused (:class:`CorruptStream`, the lease given back, nothing appended);
+``heads.json`` seals are not kept there yet (a seal given is refused). A lost lease
+(:class:`~intentlog.errors.LeaseLost`: another writer took it) poisons the writer: that
+append and every later one raise ``LeaseLost``, nothing written.
 """
 
 from __future__ import annotations
