@@ -23,6 +23,7 @@ from effect_child import KEY, TASK, request, review
 
 import intentlog
 from intentlog.demo.provider import SyntheticProvider, read_receipts
+from intentlog.errors import StoreRefused
 from intentlog.eventlog.format import parse_line
 from intentlog.s3 import ObjectStreams, S3Client, parse_s3_url
 
@@ -219,3 +220,15 @@ def test_a_damaged_stream_on_the_store_is_refused_by_the_writer(url: str) -> Non
     after = [k for k, _ in client.scan("tasks/d/s")]
     assert len(after) == len([k for k in keys_before if "/s/" in k]) + 2
     assert b'"v":3' not in b"".join(client.get(k) or b"" for k in after)
+
+
+def test_a_store_that_cannot_fence_is_refused_before_the_first_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    import intentlog.s3 as s3
+
+    store = s3_server.MemoryClient(fencing=False, name="no-fence")
+    monkeypatch.setattr(s3, "S3Client", lambda location, env=None: store)
+    with pytest.raises(StoreRefused):
+        intentlog.open("s3://bucket/no-fence")
+    assert not [k for k in store.objects if not k.startswith("_probe/")]  # no stream, no object written
+    reader = intentlog.open("s3://bucket/no-fence", create=False)  # a reader runs no probe and writes nothing
+    assert reader.task_ids() == [] and not [k for k in store.objects if not k.startswith("_probe/")]

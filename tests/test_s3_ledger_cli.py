@@ -53,6 +53,8 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def test_read_views_on_the_store(store: str) -> None:
+    code, out = run("--root", store, "init", "--json")
+    assert code == 0 and orjson.loads(out)["root"] == store  # the store passed its probe
     code, out = run("--root", store, "tasks", "--json")
     assert code == 0
     rows = orjson.loads(out)

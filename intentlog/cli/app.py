@@ -208,7 +208,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 def require_task(c: Ctx, ledger: Ledger, task: str) -> None:
     """Refuse (exit 1) a well-formed task id with no stream; a malformed one is exit 2 (InvalidTaskId)."""
     if not ledger.task(task).exists():
-        raise NotFound(f"no task {task!r} in {ledger.root}; see 'intentlog tasks'")
+        raise NotFound(f"no task {task!r} in {ledger.location}; see 'intentlog tasks'")
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
