@@ -26,14 +26,9 @@ Nothing is read or written through a link: the stream, its lock file, ``tasks/``
 A writer belongs to the process that opened it: in a forked child it refuses to append
 (:meth:`StreamWriter.owned` is False there) and never unlocks the parent's lock.
 
-Given ``storage=`` (a :class:`~intentlog.eventlog.storage.StreamStorage` that is not a
-folder: an object store), the writer leases, appends and reads through that seam only.
-The folder-only parts do not apply there: a stored segment is whole or absent, so there
-is no torn tail to repair and nothing to quarantine -- any line that fails its checks is
-damage and refused (:class:`CorruptStream`, the lease given back, nothing appended);
-``heads.json`` seals are not kept there yet (a seal given is refused). A lost lease
-(:class:`~intentlog.errors.LeaseLost`: another writer took it) poisons the writer: that
-append and every later one raise ``LeaseLost``, nothing written.
+With ``storage=`` (an object store's seam) the writer leases, appends and reads through it
+only: a segment there is whole or absent, so a bad line is damage, refused, never repaired
+(see :meth:`StreamWriter._open_remote`); a lost lease makes every later append ``LeaseLost``.
 """
 
 from __future__ import annotations
@@ -197,11 +192,10 @@ class StreamWriter:
                 raise
 
     def _open_remote(self, store: StreamStorage, wait: float, replay: Callable[[Event], None] | None) -> None:
-        """Lease the stream on a storage that is not a folder, then read and check it whole.
+        """Lease the stream on a non-folder storage, read it whole and check every line.
 
-        Its segments are whole or absent, so any line that fails its checks is damage:
-        :class:`CorruptStream`, the lease given back and nothing written (no torn-tail
-        repair, no quarantine there: merge the ledger to a folder to repair it).
+        A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
+        repair or quarantine there; a seal is not kept there yet: refused).
         """
         if self.seal is not None:
             raise LedgerError(f"{self.path}: sealed heads (heads.json) are not supported on this storage yet")
