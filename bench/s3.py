@@ -14,6 +14,10 @@ between measurements made in this run, on the same server.
    the raw conditional PUT it is made of (the ratio says how close the append gets to the
    store's limit), the PUTs, GETs and LISTs per append, segments per append, leasing and
    reading a stream; and a folder append (O_APPEND + fdatasync) as the local baseline.
+3. **The ledger on the store**: ``task.effect`` on ``intentlog.open("s3://...")`` against the
+   same effects on a local folder ledger (one writer, one task, a provider that answers at
+   once), effects/s and their ratio, and the PUTs, GETs and LISTs one effect costs -- with
+   a small response (inline in the stream) and a 20 KB one (an artifact object).
 """
 
 from __future__ import annotations
@@ -214,15 +218,64 @@ def store(env: dict[str, str], n: int) -> dict[str, float]:
     return r
 
 
+def _effects(ledger: object, n: int, size: int) -> list[float]:
+    """Seconds per effect: ``n`` new keys on one task, the provider answering ``size`` bytes at once."""
+    from intentlog.ledger import Ledger
+
+    assert isinstance(ledger, Ledger)
+    task = ledger.task("bench")
+    answer = b'{"text":"' + b"y" * size + b'"}'
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        task.effect(f"k{size}-{i}", {"i": i, "prompt": "p" * 100}, lambda req: answer, interpret=lambda raw: len(raw))
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def ledger(env: dict[str, str], n: int) -> dict[str, float]:
+    import intentlog
+    from intentlog.ledger import Ledger
+    from intentlog.s3 import on_client
+
+    r: dict[str, float] = {}
+    for size, label in ((100, "small response"), (20_000, "20 KB response")):
+        counting = Counting(S3Client(S3Location(BUCKET, f"ledger-{size}"), env=env))
+        url = f"s3://{BUCKET}/ledger-{size}"
+        on_store = Ledger(Path(url), storage=on_client(counting, write=True), location=url)
+        _effects(on_store, 3, size)  # the lease and a first effect: not counted
+        counting.calls.clear()
+        s3_times = _effects(on_store, n, size)
+        calls = dict(counting.calls)
+        on_store.close()
+        with tempfile.TemporaryDirectory() as d, intentlog.open(Path(d) / "ledger") as folder:
+            _effects(folder, 3, size)
+            folder_times = _effects(folder, n, size)
+        s3_ms, folder_ms = statistics.median(s3_times) * 1e3, statistics.median(folder_times) * 1e3
+        r[f"{label}: effect on S3 (ms)"] = s3_ms
+        r[f"{label}: effect on a folder (ms)"] = folder_ms
+        r[f"{label}: effects/s on S3"] = 1e3 / s3_ms
+        r[f"{label}: effects/s on a folder"] = 1e3 / folder_ms
+        r[f"{label}: S3 / folder (time)"] = s3_ms / folder_ms
+        for verb in ("PUT", "GET", "HEAD", "LIST"):
+            r[f"{label}: {verb}s per effect"] = calls.get(verb, 0) / n
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller counts")
+    ap.add_argument("--ledger-only", action="store_true", help="only the ledger-on-the-store figures")
     args = ap.parse_args()
     n = 60 if args.quick else 400
     server = start_seaweedfs(buckets=(BUCKET,))
     try:
         env = {**os.environ, **server.env()}
         print(f"SeaweedFS at {server.endpoint}; medians of {n} requests\n")
+        if args.ledger_only:
+            for k, v in ledger(env, max(20, n // 4)).items():
+                print(f"{k:44}{v:>10.2f}")
+            return
         print("== S3 clients (ms unless noted) ==")
         table = clients(env, n)
         keys = list(next(iter(table.values())))
@@ -235,6 +288,9 @@ def main() -> None:
         print("\n== the store's limit (ObjectStreams on SeaweedFS) ==")
         for k, v in store(env, n).items():
             print(f"{k:34}{v:>10.2f}")
+        print("\n== the ledger on the store: task.effect, one writer ==")
+        for k, v in ledger(env, max(20, n // 4)).items():
+            print(f"{k:44}{v:>10.2f}")
     finally:
         server.stop()
 

@@ -30,7 +30,8 @@ from .viewcache import drop_entry
 
 if TYPE_CHECKING:
     from .backlog import Backlog
-    from .eventlog.storage import FolderStreams
+    from .eventlog.storage import StreamStorage
+    from .s3 import ObjectStorage
     from .sessions import Session
 
 __all__ = ["DEFAULT_ROOT", "Ledger", "RepairReport", "open_ledger"]
@@ -127,29 +128,43 @@ class Ledger:
     to; by default the ledger's parent folder.
     """
 
-    def __init__(self, root: Path, *, workspace: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, *, workspace: Path | None = None, storage: ObjectStorage | None = None, location: str = ""
+    ) -> None:
         self.root = root
-        self.workspace = workspace if workspace is not None else root.parent
+        #: where the ledger is, as given: its folder, or its ``s3://bucket/prefix`` URL
+        self.location = location or str(root)
+        #: the object store holding the streams and artifacts, or None for a folder ledger
+        self.storage = storage
+        self.workspace = workspace if workspace is not None else (Path.cwd() if storage else root.parent)
         self.tasks_dir = root / "tasks"
         self.tmp_dir = root / "tmp"
         self.quarantine_dir = root / "quarantine"
-        self.marker = _read_marker(root)
-        self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup)
-        self._key = str(root.resolve())
+        self.marker: dict[str, Any] = _read_marker(root) if storage is None else {"format": FORMAT, "hash": "blake3"}
+        objects = storage.objects if storage is not None else None
+        self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup, objects=objects)
+        self._key = self.location if storage is not None else str(root.resolve())
         self._opened: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Ledger {str(self.root)!r}>"
 
     @functools.cached_property
-    def streams(self) -> FolderStreams:
-        """The task streams behind the storage seam (eventlog/storage.py): today the tasks/ folder.
+    def streams(self) -> StreamStorage:
+        """The task streams behind the storage seam (eventlog/storage.py): the tasks/ folder, or the store.
 
         Built on first use, so ``import intentlog`` does not load the seam module.
         """
+        if self.storage is not None:
+            return self.storage.streams
         from .eventlog.storage import FolderStreams
 
         return FolderStreams(self.tasks_dir)
+
+    @property
+    def remote_streams(self) -> StreamStorage | None:
+        """The streams when they are not a folder (an object store), else None."""
+        return self.storage.streams if self.storage is not None else None
 
     # -- tasks ---------------------------------------------------------------------
 
@@ -209,6 +224,7 @@ class Ledger:
         """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
         from .fork import fork_task
 
+        self._folder_only("fork")
         return self.task(fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk))
 
     def repair(
@@ -233,6 +249,7 @@ class Ledger:
         check_bool(accept_damage, "accept_damage")
         check_bool(accept_resend, "accept_resend")
         check_bool(dry_run, "dry_run")
+        self._folder_only("repair")
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):
@@ -268,6 +285,14 @@ class Ledger:
         drop_entry(self.root, task_id)  # the cut may reach under the view cache's entry: let it be rebuilt
         return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
 
+    def _folder_only(self, doing: str) -> None:
+        """Refuse (``UsageError``, nothing written) what an object-store ledger does not do yet."""
+        if self.storage is not None:
+            raise UsageError(
+                f"{self.location}: {doing} does not run on an object-store ledger yet (a stored segment is whole "
+                f"or absent: nothing to repair); merge it to a folder (intentlog.merge) and {doing} there"
+            )
+
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""
         return self.streams.names()
@@ -280,7 +305,8 @@ class Ledger:
     def _inline_lookup(self, digest: str) -> bytes | None:
         """Find bytes stored inline in some event (DESIGN §3); a full scan, used rarely."""
         for task_id in self.task_ids():
-            for ev in StreamScan(self.stream_path(task_id)):
+            evs = self.task(task_id).events() if self.storage is not None else StreamScan(self.stream_path(task_id))
+            for ev in evs:
                 found = _find_inline(ev.data, digest)
                 if found is not None:
                     return found
@@ -322,11 +348,8 @@ def _check_root(root: object) -> Path:
     text = os.fspath(root)
     if not isinstance(text, str) or not text or "\0" in text:
         raise UsageError(f"{text!r} is not a usable folder path (empty, bytes, or with a NUL character)")
-    if text.startswith("s3:/"):  # never a local folder named "s3:"
-        raise UsageError(
-            f"{text!r}: a ledger on object storage cannot be opened as a ledger yet; "
-            "'intentlog doctor --root s3://BUCKET/PREFIX' probes the store and 'intentlog merge' copies to it"
-        )
+    if text.startswith("s3:/") and not text.startswith("s3://"):  # never a local folder named "s3:"
+        raise UsageError(f"{text!r}: an object-store ledger is named s3://BUCKET/PREFIX (two slashes)")
     return Path(text)
 
 
@@ -355,6 +378,14 @@ def open_ledger(
     :class:`~intentlog.errors.NotALedger` and writes nothing.
     """
     path = _check_root(root)
+    text = os.fspath(root)
+    if text.startswith("s3://"):
+        from .s3 import connect
+
+        # a writer's store must fence writers (the probe runs before anything is written)
+        storage = connect(text, write=create)
+        return Ledger(Path(text), workspace=Path(workspace) if workspace is not None else None, storage=storage,
+                      location=text.rstrip("/"))
     if path.exists() and not path.is_dir():
         raise NotALedger(str(path), "exists and is not a folder")
     has_marker = (path / MARKER).is_file()

@@ -11,6 +11,8 @@ over it that adds the public checks (reserved kinds, argument types). Every appe
 stream's creation and the writer lock reach the disk through the stream seam
 (:mod:`intentlog.eventlog.storage`): the writer holds a lease and appends through it, a
 batch with ``sync=False`` and one ``sync`` at its end (group commit).
+On an object-store ledger (:attr:`TaskStream.remote` set) the writer works through that
+seam alone and :meth:`TaskStream.events` reads the stream through ``StreamStorage.read``.
 
 The contract (public inside the package, not re-exported to users):
 
@@ -41,12 +43,14 @@ from ._procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import encode_data
+from .eventlog.remote import events_in
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
 if TYPE_CHECKING:
     from ._types import StreamLayout
     from .artifacts import ArtifactStore
+    from .eventlog.storage import StreamStorage
 
 __all__ = ["PROC_LOCKS", "StreamSource", "TaskStream", "lock_holder", "read_events"]
 
@@ -105,6 +109,14 @@ def read_events(path: Path, tasks_dir: Path, since: int = 0) -> Iterator[Event]:
         raise CorruptStream(str(path), p.line, p.reason)
 
 
+def _remote_events(remote: StreamStorage, name: str, where: str, since: int) -> Iterator[Event]:
+    try:
+        data = remote.read(name)
+    except FileNotFoundError:
+        return iter(())
+    return events_in(data, where, since)
+
+
 class StreamSource(Protocol):
     """What a feature taking "a task" accepts from its caller: a :class:`~intentlog.Task` or its stream."""
 
@@ -116,8 +128,13 @@ class StreamSource(Protocol):
 class TaskStream:
     """One task's stream in this process: writer, live fold, privileged append, batch, guard, reads."""
 
-    def __init__(self, layout: StreamLayout, store: ArtifactStore, task_id: str) -> None:
+    def __init__(
+        self, layout: StreamLayout, store: ArtifactStore, task_id: str, *, remote: StreamStorage | None = None
+    ) -> None:
         self.layout = layout
+        #: the stream storage when it is not the ledger's tasks/ folder (an object store): the
+        #: writer leases, appends and reads through it only; None for a folder ledger
+        self.remote = remote
         self.store = store
         self.id = task_id
         self.root: Path = layout.root
@@ -164,6 +181,7 @@ class TaskStream:
                 tmp_dir=self.layout.tmp_dir,
                 on_event=fold.apply,
                 seal=self.seal(),
+                storage=self.remote,
             )
             w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
             self._writer, self._fold = w, fold
@@ -171,6 +189,8 @@ class TaskStream:
 
     def seal(self) -> SealedHead | None:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
+        if self.remote is not None:
+            return None  # heads.json is not kept on an object store (yet): nothing sealed there
         from .gclog import retired_by_gc
         from .heads.codec import read_heads_at
 
@@ -250,14 +270,29 @@ class TaskStream:
     # -- reading -------------------------------------------------------------------
 
     def exists(self) -> bool:
+        if self.remote is not None:
+            try:
+                self.remote.read(self.id, 1 << 62)  # lists from the last checkpoint: no segment's bytes kept
+            except FileNotFoundError:
+                return False
+            return True
         return self.path.exists()
 
     def events(self, since: int = 0) -> Iterator[Event]:
-        """Every trusted event in order (see :func:`read_events`); takes no lock, checks no argument."""
+        """Every trusted event in order (see :func:`read_events`); takes no lock, checks no argument.
+
+        On a remote storage the stream is read whole through :meth:`StreamStorage.read` and
+        every line checked (:func:`~intentlog.eventlog.remote.events_in`: any bad line is
+        :class:`~intentlog.errors.CorruptStream`, a store keeps no torn tails).
+        """
+        if self.remote is not None:
+            return _remote_events(self.remote, self.id, str(self.path), since)
         return read_events(self.path, self.layout.tasks_dir, since)
 
     def writer_pid(self) -> int | None:
         """The pid of the live process holding the writer lock (this one included), or None; never takes it."""
         if self.writing:
             return os.getpid()
+        if self.remote is not None:
+            return None  # a lease on a store names no pid
         return lock_holder(self.path.with_name(self.path.name + ".lock"))

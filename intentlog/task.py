@@ -54,7 +54,7 @@ class Task:
         self.ledger = ledger
         self.id = task_id
         #: the stream core the protocol is written against (writer, live fold, privileged append)
-        self.stream = TaskStream(ledger, ledger.artifacts, task_id)
+        self.stream = TaskStream(ledger, ledger.artifacts, task_id, remote=ledger.remote_streams)
         self.path: Path = self.stream.path
 
     def __repr__(self) -> str:
@@ -117,7 +117,7 @@ class Task:
     # -- reading -------------------------------------------------------------------
 
     def exists(self) -> bool:
-        return self.path.exists()
+        return self.stream.exists()
 
     def events(self, *, since: int = 0) -> Iterator[Event]:
         """Every trusted event in order, streaming in constant memory; takes no lock.

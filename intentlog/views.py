@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
@@ -27,11 +27,14 @@ from ._nofollow import open_dir_nofollow
 from ._procs import PROC_LOCKS
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
+from .projections.operator import OperatorFold
 from .projections.status import OPERATOR_STATES, TaskStatus, status_of
+from .projections.workstate import WorkStateFold
 from .stream import lock_holder
 from .viewcache import Facts, facts_of, fold_task, load_index, paused_gc, save_index
 
 if TYPE_CHECKING:
+    from .eventlog.format import Event
     from .ledger import Ledger
 
 __all__ = [
@@ -163,7 +166,25 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
     vouches for the entry): the row is what a full read gives.
     """
     check_task_id(task_id)
+    task = ledger.task(task_id)
+    if task.stream.remote is not None:
+        return _row_on_store(task_id, task.events)
     return _project(ledger, task_id, None)[0]
+
+
+def _row_on_store(task_id: str, events: Callable[[], Iterator[Event]]) -> TaskRow:
+    """The row of a stream on an object store: read whole through the seam (no torn tails there)."""
+    work, ops, n = WorkStateFold(task_id), OperatorFold(), 0
+    try:
+        for ev in events():
+            work.apply(ev)
+            ops.apply(ev)
+            n += 1
+    except (OSError, IntentlogError) as exc:
+        return TaskRow(task_id, UNREADABLE, STREAM_UNREADABLE, str(exc), n, None)
+    ws = work.result()
+    st = status_of(task_id, ws, ops.result(ws), running=False)  # a lease on a store names no process
+    return TaskRow(task_id, st.state, STREAM_OK, None, n, st)
 
 
 def task_rows(ledger: Ledger) -> list[TaskRow]:
@@ -174,6 +195,8 @@ def task_rows(ledger: Ledger) -> list[TaskRow]:
     at all; the writer locks are read once from ``/proc/locks`` where it exists. The index
     is rewritten (atomically, off every durable path) when anything changed.
     """
+    if ledger.remote_streams is not None:  # on an object store: no file facts, no cache (yet)
+        return [task_row(ledger, tid) for tid in ledger.task_ids()]
     with paused_gc():  # tens of thousands of small containers, none cyclic: collecting them is waste
         return _task_rows(ledger)
 
@@ -290,8 +313,8 @@ def resolve_digest(ledger: Ledger, text: str) -> str:
     needle = want.encode()
     for tid in ledger.task_ids():
         try:
-            data = ledger.stream_path(tid).read_bytes()
-        except OSError:
+            data = ledger.streams.read(tid) if ledger.storage is not None else ledger.stream_path(tid).read_bytes()
+        except (OSError, IntentlogError):
             continue
         if needle in data:
             found.update(m.group().decode() for m in _DIGEST_BYTES.finditer(data) if m.group().startswith(needle))

@@ -103,16 +103,15 @@ def test_s3_client_repr_and_describe() -> None:
     assert client.describe("tasks/t") == "s3://bucket/pre/fix/tasks/t"
 
 
-@pytest.mark.parametrize("root", ["s3://bucket/prefix", "s3:/bucket/prefix"])
-def test_an_s3_root_is_refused_not_made_a_local_folder_named_s3(
-    root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_an_s3_root_with_one_slash_is_refused_not_made_a_local_folder_named_s3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Until the object-store ledger is wired, open('s3://…') and --root s3://… refuse, creating nothing."""
+    """``s3:/bucket/prefix`` (one slash) is neither a store nor a local folder named 's3:': refused, nothing made."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UsageError, match="object storage"):
-        intentlog.open(root)
-    result = CliRunner().invoke(main, ["--root", root, "init"])
-    assert result.exit_code == 2 and "doctor" in result.output
+    with pytest.raises(UsageError, match="s3://BUCKET/PREFIX"):
+        intentlog.open("s3:/bucket/prefix")
+    result = CliRunner().invoke(main, ["--root", "s3:/bucket/prefix", "init"])
+    assert result.exit_code == 2 and "s3://BUCKET/PREFIX" in result.output
     assert os.listdir(tmp_path) == []
 
 

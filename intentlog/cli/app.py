@@ -47,17 +47,25 @@ _HINT_RE = re.compile(r"\bintentlog (?=(?:" + "|".join(_COMMANDS) + r")\b)")
 
 
 class Ctx:
-    def __init__(self, root: Path, *, explicit: bool) -> None:
+    def __init__(self, root: Path, *, explicit: bool, url: str | None = None) -> None:
         self.root = root
         self.explicit = explicit  # the ledger is not ./.intentlog: hints must name it
+        #: the ``s3://bucket/prefix`` the ledger is on (``--root`` as given), or None for a folder
+        self.url = url
 
     def ledger(self, *, create: bool = False) -> Ledger:
+        if self.url is not None:
+            from .storeroot import check_on_store
+
+            check_on_store(self.url)  # a command not wired for the store yet is refused, nothing written
+            return open_ledger(self.url, create=create)
         return open_ledger(self.root, create=create)
 
     @property
     def prog(self) -> str:
         """How a hint starts: ``intentlog``, plus ``--root PATH`` when the ledger is not the default."""
-        return f"intentlog --root {shlex.quote(str(self.root))}" if self.explicit else "intentlog"
+        where = self.url if self.url is not None else str(self.root)
+        return f"intentlog --root {shlex.quote(where)}" if self.explicit else "intentlog"
 
     def hint(self, text: str) -> str:
         """``text`` with every ``intentlog COMMAND`` completed so that it runs as printed."""
@@ -168,15 +176,15 @@ _DEFAULT_ROOT_SHOWN = os.environ.get("INTENTLOG_ROOT") or str(DEFAULT_ROOT)
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
-    type=click.Path(path_type=Path),
+    type=click.Path(),
     envvar="INTENTLOG_ROOT",
     default=None,
     show_default=_DEFAULT_ROOT_SHOWN,
-    help="The ledger folder (else $INTENTLOG_ROOT, else ./.intentlog).",
+    help="The ledger folder, or s3://BUCKET/PREFIX (else $INTENTLOG_ROOT, else ./.intentlog).",
 )
 @click.version_option(package_name="intentlog")
 @click.pass_context
-def main(ctx: click.Context, root: Path | None) -> None:
+def main(ctx: click.Context, root: str | None) -> None:
     """Durable, resumable records of work that calls things that cannot be taken back.
 
     Exit status: 0 ok; 1 problems found, refused, or not found; 2 malformed usage.
@@ -190,7 +198,8 @@ def main(ctx: click.Context, root: Path | None) -> None:
     if os.environ.get("NO_COLOR"):
         ctx.color = False
     explicit = root is not None and Path(root) != Path(DEFAULT_ROOT)
-    ctx.obj = Ctx(Path(root) if root is not None else Path(DEFAULT_ROOT), explicit=explicit)
+    url = root if root is not None and root.startswith("s3://") else None
+    ctx.obj = Ctx(Path(root) if root is not None else Path(DEFAULT_ROOT), explicit=explicit, url=url)
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
@@ -199,7 +208,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 def require_task(c: Ctx, ledger: Ledger, task: str) -> None:
     """Refuse (exit 1) a well-formed task id with no stream; a malformed one is exit 2 (InvalidTaskId)."""
     if not ledger.task(task).exists():
-        raise NotFound(f"no task {task!r} in {ledger.root}; see 'intentlog tasks'")
+        raise NotFound(f"no task {task!r} in {ledger.location}; see 'intentlog tasks'")
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -41,9 +41,9 @@ def init(c: Ctx, as_json: bool) -> None:
     """
     ledger = c.ledger(create=True)
     if as_json:
-        emit_json({"root": str(ledger.root), "created": True})
+        emit_json({"root": ledger.location, "created": True})
         return
-    click.echo(f"ledger ready at {ledger.root}")
+    click.echo(f"ledger ready at {ledger.location}")
 
 
 @main.command()

@@ -54,6 +54,12 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
 
     if bundle is not None and tasks:
         raise click.UsageError("--bundle checks the whole bundle; name no TASK")
+    if bundle is None and c.url is not None:
+        from .storeroot import verify_store
+
+        report, note = verify_store(c.url, tasks)  # the checker walks a folder: a local copy, said so
+        emit_json(report.to_json() | {"note": note}) if as_json else click.echo(f"{note}\n{report.render()}")
+        sys.exit(report.exit_code)
     if bundle is None:
         _require_ledger(c)
         for t in tasks:
@@ -168,6 +174,10 @@ def _export_summary(c: Ctx, result: Any) -> str:
 
 def _require_ledger(c: Ctx) -> None:
     """Refuse (exit 1) a root with no ledger, saying how to point at one."""
+    if c.url is not None:
+        from .storeroot import check_on_store
+
+        check_on_store(c.url)  # exit 2 for a command not run on a store yet
     if not (c.root / "intentlog.json").is_file():
         raise NotALedger(str(c.root), "no ledger here (no intentlog.json)")
 

@@ -25,6 +25,10 @@ Nothing is read or written through a link: the stream, its lock file, ``tasks/``
 ``tmp/`` and ``quarantine/`` are refused with :class:`LinkRefused` when they are links.
 A writer belongs to the process that opened it: in a forked child it refuses to append
 (:meth:`StreamWriter.owned` is False there) and never unlocks the parent's lock.
+
+With ``storage=`` (an object store's seam) the writer leases, appends and reads through it
+only: a segment there is whole or absent, so a bad line is damage, refused, never repaired
+(see :meth:`StreamWriter._open_remote`); a lost lease makes every later append ``LeaseLost``.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ from .._digest import digest_bytes
 from .._fsutil import check_real_dir, makedirs_durable, publish_chunks, write_all
 from ..errors import (
     Conflict,
+    CorruptStream,
     IntentlogError,
+    LeaseLost,
     LedgerError,
     NotSerializable,
     StreamPoisoned,
@@ -62,7 +68,8 @@ from .damage import (
 )
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .reader import MAX_LINE, StreamScan
-from .storage import FolderLease, FolderStreams, ledger_os_error
+from .remote import tail_of
+from .storage import FolderLease, FolderStreams, StreamLease, StreamStorage, ledger_os_error
 
 # SealedHead and quarantine_plan are damage.py's; named here too for task.py and the tests that import them from here
 __all__ = ["SealedHead", "StreamWriter", "fdatasync", "quarantine_plan"]
@@ -106,6 +113,7 @@ class StreamWriter:
         on_event: Callable[[Event], None] | None = None,
         seal: SealedHead | None = None,
         in_root: bool = False,
+        storage: StreamStorage | None = None,
     ) -> None:
         self.path = path
         self.in_root = in_root  # the stream lives in the ledger folder itself (gc.jsonl), which may be a link
@@ -116,6 +124,10 @@ class StreamWriter:
         self.storage = FolderStreams(path.parent, tmp_dir=tmp_dir, in_root=in_root, io=_IO)
         self._name = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else task_id
         self._lease: FolderLease | None = None
+        #: a storage other than a folder (an object store): leased, appended and read through the seam only
+        self._store = storage
+        self._remote: StreamLease | None = None
+        self._fenced: LeaseLost | None = None  # the lease this writer lost (every later append says so)
         self._fd: int | None = None  # the lease's descriptor on the stream, while open
         self._seq = 0
         self._head: str | None = None
@@ -134,7 +146,7 @@ class StreamWriter:
 
     @property
     def is_open(self) -> bool:
-        return self._fd is not None
+        return self._fd is not None or self._remote is not None
 
     @property
     def owned(self) -> bool:
@@ -159,9 +171,12 @@ class StreamWriter:
         refused (:func:`resend_refusal`) unless ``accept_resend`` too.
         """
         with self._mutex:
-            if self._fd is not None:
+            if self._fd is not None or self._remote is not None:
                 return
             self._pid = os.getpid()
+            if self._store is not None:
+                self._open_remote(self._store, wait, replay)
+                return
             try:
                 self._check_folders()
             except OSError as exc:
@@ -175,6 +190,33 @@ class StreamWriter:
             except BaseException:
                 self._close_lease()
                 raise
+
+    def _open_remote(self, store: StreamStorage, wait: float, replay: Callable[[Event], None] | None) -> None:
+        """Lease the stream on a non-folder storage, read it whole and check every line.
+
+        A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
+        repair or quarantine there; a seal is not kept there yet: refused).
+        """
+        if self.seal is not None:
+            raise LedgerError(f"{self.path}: sealed heads (heads.json) are not supported on this storage yet")
+        lease = store.lease(self._name, wait=wait, create=self._created_record)
+        try:
+            self._poisoned, self._fenced = None, None
+            self.repaired = self.damage = self.quarantined = None
+            tail = tail_of(store.read(self._name), str(self.path), replay)
+            if tail.count != lease.next_seq:
+                raise CorruptStream(
+                    str(self.path), tail.count + 1, f"the stream holds {tail.count} events but its lease counts "
+                    f"{lease.next_seq}; nothing was written (merge it to a folder and verify it there)"
+                )
+            self._seq, self._head = tail.count, tail.head
+        except BaseException:
+            lease.release()
+            raise
+        self._remote = lease
+
+    def _created_record(self) -> bytes:
+        return self._created_line()[:-1]
 
     def _check_folders(self) -> None:
         """tasks/, tmp/ and quarantine/ must be real folders (or absent), never links (the root may be one)."""
@@ -237,8 +279,11 @@ class StreamWriter:
 
     def _close_lease(self) -> None:
         lease, self._lease, self._fd = self._lease, None, None
+        remote, self._remote = self._remote, None
         if lease is not None:
             lease.release()
+        if remote is not None:
+            remote.release()
 
     def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
         """The quarantine name, digest and size of the bytes from ``offset`` to the end."""
@@ -306,6 +351,9 @@ class StreamWriter:
 
     def _lease_append(self, line: bytes, seq: int, *, sync: bool) -> None:
         """One line through the lease; its failure raised as the ``OSError`` it was (the caller poisons)."""
+        if self._remote is not None:
+            self._remote.append([line[:-1]], expected_seq=seq, sync=sync)
+            return
         lease = self._lease
         if lease is None:  # pragma: no cover - callers check the writer is open
             raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
@@ -353,14 +401,14 @@ class StreamWriter:
             )
         with self._mutex:
             if self._poisoned is not None:
-                raise StreamPoisoned(str(self.path), self._poisoned)
+                self._refuse_poisoned()
             if not self.owned:
                 raise IntentlogError(
                     f"{self.path}: this handle was opened by process {self._pid}, not by this forked "
                     f"process {os.getpid()}; nothing was written: open the ledger again in the child "
                     "(intentlog.open(...).task(...)) once the parent has closed the task"
                 )
-            if self._lease is None:
+            if self._lease is None and self._remote is None:
                 raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
             if expected_seq is not None and expected_seq != self._seq:
                 raise Conflict(self.task_id, expected_seq, self._seq)
@@ -371,12 +419,24 @@ class StreamWriter:
             except OSError as exc:
                 self._poison(exc)
                 raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc
+            except IntentlogError as exc:
+                if self._remote is not None:  # a lost lease (fenced) or a put of unknown outcome
+                    self._poisoned = f"{type(exc).__name__}: {exc}"
+                    self._fenced = exc if isinstance(exc, LeaseLost) else None
+                raise
             ev = Event(self._seq, kind, stamp, self._head, data, digest_bytes(line))
             self._seq += 1
             self._head = ev.digest
             if self._on_event is not None:
                 self._on_event(ev)
             return ev
+
+    def _refuse_poisoned(self) -> None:
+        """A poisoned writer refuses: a fenced one with :class:`LeaseLost` again, any other with StreamPoisoned."""
+        f = self._fenced
+        if f is not None:
+            raise LeaseLost(f.task_id, f.where, f.epoch)
+        raise StreamPoisoned(str(self.path), self._poisoned or "")
 
     def _poison(self, exc: OSError) -> None:
         self._poisoned = f"{type(exc).__name__}: {exc}"
@@ -385,7 +445,10 @@ class StreamWriter:
         """Make every event written so far durable."""
         with self._mutex:
             if self._poisoned is not None:
-                raise StreamPoisoned(str(self.path), self._poisoned)
+                self._refuse_poisoned()
+            if self._remote is not None:
+                self._remote.sync()  # every acknowledged put is durable: this only says a lost lease
+                return
             lease = self._lease
             if lease is None or not lease.dirty:
                 return
@@ -418,6 +481,7 @@ class StreamWriter:
     def abandon(self) -> None:
         """In a forked child: close the inherited descriptors, leaving the parent's lock and stream alone."""
         lease, self._lease, self._fd = self._lease, None, None
+        self._remote = None  # the parent's lease: neither released nor written by this child
         if lease is not None:
             lease.abandon()
 

@@ -1,0 +1,54 @@
+"""Reading a stream held by a storage other than a folder: its bytes, checked line by line.
+
+A stream on an object store is a sequence of whole segments (a segment is written by one
+conditional create: it is there whole or not at all), so it never ends in a torn line. A
+line that fails to parse or to chain is therefore damage, never a crash's leftovers, and
+is raised as :class:`~intentlog.errors.CorruptStream` naming it: there is no torn-tail
+repair or quarantine on such a storage (merge the ledger to a folder to repair it there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..errors import CorruptStream
+from .format import Event, LineError, parse_line
+
+__all__ = ["StreamTail", "events_in", "tail_of"]
+
+
+def events_in(data: bytes, where: str, since: int = 0) -> Iterator[Event]:
+    """Every event of the stream ``data`` (its bytes from offset 0) from seq ``since`` on, each checked."""
+    seq, prev, start, lineno = 0, None, 0, 0
+    size = len(data)
+    while start < size:
+        end = data.find(b"\n", start)
+        lineno += 1
+        if end < 0:
+            raise CorruptStream(where, lineno, "the stream ends in an incomplete line (a stored segment is damaged)")
+        line = data[start : end + 1]
+        try:
+            ev = parse_line(line, seq, prev)
+        except LineError as exc:
+            raise CorruptStream(where, lineno, exc.reason) from None
+        if seq >= since:
+            yield ev
+        seq, prev, start = seq + 1, ev.digest, end + 1
+
+
+class StreamTail:
+    """What a writer needs of a stream it reads whole: how many events, the last one's digest."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.head: str | None = None
+
+
+def tail_of(data: bytes, where: str, replay: Callable[[Event], None] | None = None) -> StreamTail:
+    """Check every line of ``data``; the count and head (``replay`` sees each event)."""
+    tail = StreamTail()
+    for ev in events_in(data, where):
+        if replay is not None:
+            replay(ev)
+        tail.count, tail.head = ev.seq + 1, ev.digest
+    return tail
