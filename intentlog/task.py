@@ -25,7 +25,7 @@ from ._types import DEFAULT_PROGRESS_INTERVAL
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
-from .projections.workstate import WorkState
+from .projections.workstate import WorkState, work_state
 from .stream import TaskStream
 
 if TYPE_CHECKING:
@@ -140,6 +140,8 @@ class Task:
         What a full read gives; the view cache (:mod:`intentlog.viewcache`) lets it fold only
         the events after the last read, once the stream vouches for the cached entry.
         """
+        if self.stream.remote is not None:  # on an object store: read whole through the seam (no cache there)
+            return work_state(self.events(), task_id=self.id)
         from .viewcache import work_state_of
 
         return work_state_of(self.stream.root, self.stream.layout.tasks_dir, self.id)
