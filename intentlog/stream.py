@@ -148,6 +148,8 @@ class TaskStream:
         #: called with (kind, data) before every append, and may raise to refuse it (nothing is
         #: written): a runner fences its lease and reserves quota before ``attempt.started``
         self.before_append: Callable[[str, Mapping[str, Any]], None] | None = None
+        #: closes whose final sync failed: a group commit spanning one cannot call its events durable
+        self.close_failures = 0
 
     def __repr__(self) -> str:
         return f"<TaskStream {self.id!r} in {str(self.root)!r}>"
@@ -262,10 +264,14 @@ class TaskStream:
 
         In a forked child it only closes the descriptors inherited from the parent.
         """
-        with self.mutex:
+        with self.mutex:  # held until the lock is released: a thread waiting to append opens the next writer
             w, self._writer, self._fold = self._writer, None, None
-        if w is not None:
-            w.close()
+            if w is not None:
+                try:
+                    w.close()
+                except BaseException:
+                    self.close_failures += 1  # what that writer wrote since its last sync may not be durable
+                    raise
 
     # -- reading -------------------------------------------------------------------
 

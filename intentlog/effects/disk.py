@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, final
 
-from ..errors import IntentlogError
+from ..errors import IntentlogError, StreamPoisoned
 from .steps import Instruction, Proceed, Steps, Sync
 
 if TYPE_CHECKING:
@@ -88,7 +88,9 @@ class Job:
         try:
             ins = self.steps.send(self.answer) if self.error is None else self.steps.throw(self.error)
             while isinstance(ins, Proceed):
-                if self.cancelled:  # the caller gave up before the point of no return: stop short of it
+                # the caller gave up before the point of no return: stop short of it (the future is
+                # cancelled at once by Task.cancel; the flag only once the loop ran its callbacks)
+                if self.cancelled or (self.future is not None and self.future.cancelled()):
                     self.steps.close()
                     raise asyncio.CancelledError()
                 ins = self.steps.send(None)
@@ -141,6 +143,7 @@ class Disk:
         self._users = 0
         self._jobs: queue.SimpleQueue[Job | None] | None = None
         self.syncs = 0  # shared syncs asked of the stream (each one fdatasync at most)
+        self._close_failures = task.close_failures  # as of the last sync: a change since is a lost sync
 
     @contextmanager
     def using(self) -> Iterator[Disk]:
@@ -234,6 +237,11 @@ class Disk:
         try:
             self.syncs += 1
             task.sync()
+            if task.close_failures != self._close_failures:
+                # another thread closed the writer these jobs appended through, and that close's sync
+                # failed: what they wrote may be lost, so none of it is durable (as a failed sync)
+                self._close_failures = task.close_failures
+                raise StreamPoisoned(str(task.path), "another thread closed the stream and its last sync failed")
         except BaseException as exc:  # a poisoned stream: nothing parked may be delivered as durable
             failure = exc
         for job in parked:
