@@ -31,10 +31,12 @@ import logging
 import os
 import queue
 import secrets
+import socket
+import struct
 import threading
 from collections.abc import Callable
 from multiprocessing import Pipe
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,55 @@ def _distributed() -> Any:
     except ImportError as exc:
         raise UsageError(f"the Dask engine needs the 'dask' extra: pip install 'intentlog[dask]' ({exc})") from exc
     return distributed
+
+
+def _connect(address: tuple[str, int], authkey: bytes) -> Connection:
+    """An authenticated connection to a slot (TCP_NODELAY: the protocol's small messages go out at once)."""
+    sock = socket.create_connection(address)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn = Connection(sock.detach())
+    try:
+        answer_challenge(conn, authkey)
+        deliver_challenge(conn, authkey)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class _Listener:
+    """A slot's TCP listener: every connection authenticated (HMAC on a shared key) before a byte is unpickled."""
+
+    def __init__(self, host: str, authkey: bytes) -> None:
+        self.authkey = authkey
+        self.sock = socket.create_server((host, 0))
+        self.sock.settimeout(0.2)
+        self.address: tuple[str, int] = self.sock.getsockname()[:2]
+
+    def accept(self) -> Connection | None:
+        """The next authenticated connection, or None (none within 0.2 s, or one that failed to authenticate)."""
+        try:
+            sock, _ = self.sock.accept()
+        except TimeoutError:
+            return None
+        sock.setblocking(True)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # a peer that connects and says nothing cannot hold the acceptor: reads time out meanwhile
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(_HELLO_TIMEOUT), 0))
+        conn = Connection(sock.fileno())
+        sock.detach()
+        try:
+            deliver_challenge(conn, self.authkey)
+            answer_challenge(conn, self.authkey)
+            with socket.socket(fileno=os.dup(conn.fileno())) as dup:
+                dup.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        except Exception:  # a wrong key, a silent or vanished peer
+            conn.close()
+            return None
+        return conn
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def _reopen(cls: Callable[..., LedgerLike], root: str) -> LedgerLike:
@@ -80,7 +131,7 @@ def run_remote(
     lock is taken inside :func:`run_item`, held until it returns, and released with the
     lease (or by the process's death).
     """
-    conn = Client(address, authkey=authkey)
+    conn = _connect(address, authkey)
     ledger: LedgerLike | None = None
     try:
         me = os.getpid()
@@ -106,7 +157,7 @@ class _DaskSlot:
         self.engine, self.step = engine, step
         self.opener = engine.open_ledger or functools.partial(_reopen, type(ledger))
         self.root = str(ledger.root)
-        self.listener = Listener((engine.listen_host(), 0), authkey=engine.authkey)
+        self.listener = _Listener(engine.listen_host(), engine.authkey)
         self.parent, self.child = Pipe()
         self.conns: queue.Queue[Connection] = queue.Queue()
         self.closed = False
@@ -146,13 +197,11 @@ class _DaskSlot:
         fut, self.future = self.future, None
         if fut is not None:
             fut.cancel()
-        try:  # wake the acceptor: connect once, then close the listener
-            Client(self.listener.address, authkey=self.engine.authkey).close()
-        except OSError:
-            pass
-        self.acceptor.join(2.0)
+        self.acceptor.join(2.0)  # it looks at ``closed`` every 0.2 s
         self.listener.close()
         self.child.close()
+        while not self.conns.empty():  # tasks that connected and were never answered see EOF now
+            self.conns.get_nowait().close()
 
     # -- the threads ---------------------------------------------------------------------
 
@@ -162,6 +211,8 @@ class _DaskSlot:
                 conn = self.listener.accept()
             except OSError:
                 return
+            if conn is None:
+                continue
             if self.closed:
                 conn.close()
                 return

@@ -118,4 +118,6 @@ def engine_for(engine: object, workers: int) -> Engine:
         raise UsageError(f"engine {engine!r} is unknown: use 'local' or 'dask'")
     if not (callable(getattr(engine, "spawn", None)) and callable(getattr(engine, "close", None))):
         raise TypeError(f"engine {engine!r} is neither 'local', 'dask' nor an engine (spawn, close)")
+    if getattr(engine, "workers", 0) is None:
+        engine.workers = workers  # type: ignore[attr-defined]  # a local cluster as large as the run
     return engine  # type: ignore[return-value]
