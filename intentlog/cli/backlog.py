@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import sys
 
 import click
 
 from ..backlog import StillBlocked
 from ..errors import UsageError
+from ..ledger import open_ledger
 from .app import Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
 
 
@@ -113,7 +115,9 @@ def run_cmd(
     if engine == "dask":
         from ..backlog.dask_engine import DaskEngine
 
-        chosen = DaskEngine(scheduler=scheduler, workers=workers)
+        # each Dask task opens the ledger the way the command line does (a path or, later, a URL)
+        opener = functools.partial(open_ledger, create=False)
+        chosen = DaskEngine(scheduler=scheduler, workers=workers, open_ledger=opener)
     view = c.ledger().backlog(name).run(
         step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
         max_duration=max_duration, grace=grace, engine=chosen,
