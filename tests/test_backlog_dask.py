@@ -189,3 +189,46 @@ def test_engine_choices_are_checked_and_the_core_never_imports_dask(tmp_path: Pa
     r = _cli(tmp_path / "led", "run", "b", "--step", "backlog_steps:step", "--scheduler", "tcp://x:1", "--until-idle")
     assert r.returncode == 2 and "--engine dask" in r.stderr, r.stderr
     assert (tmp_path / "led" / "tasks" / "b.backlog.jsonl").read_bytes() == before
+
+
+def test_ctrl_c_to_the_process_group_lets_the_dask_workers_finish_the_effects_in_flight(
+    tmp_path: Path, receipts: Path
+) -> None:
+    """SIGINT to the whole group (a terminal's Ctrl-C) mid-effect: the cluster's workers ignore it like local
+    workers do; the two items in flight finish within the grace (one receipt each), the rest stay queued."""
+    root = tmp_path / "led"
+    with intentlog.open(root) as ledger:
+        ledger.backlog("g").add_many([{"item": f"i{n}", "payload": {"item": f"i{n}"}} for n in range(4)])
+    env = dict(os.environ, BACKLOG_SLEEP="2")
+    args = ["run", "g", "--step", "backlog_steps:step", "--engine", "dask", "--workers", "2", "--until-idle"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "intentlog.cli", "--root", str(root), *args, "--grace", "10"],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        with intentlog.open(root) as ledger:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                started = [
+                    n for n in range(4)
+                    if ledger.task(f"g.item.i{n}").exists()
+                    and any(e.kind == "attempt.started" for e in ledger.task(f"g.item.i{n}").events())
+                ]  # fmt: skip
+                if len(started) == 2:
+                    break
+                time.sleep(0.02)
+        assert len(started) == 2, "the two effects never started"
+        os.killpg(p.pid, signal.SIGINT)
+        _out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0, err
+    assert "KeyboardInterrupt" not in err, err[-2000:]
+    view = json.loads(_cli(root, "backlog", "g", "--json").stdout)
+    states = {i["item"]: i["state"] for i in view["items"]}
+    assert sorted(states.values()) == ["done", "done", "queued", "queued"], states
+    assert _receipt_counts(receipts) == {f"i{n}:0": 1 for n in started}
+    with intentlog.open(root) as ledger:
+        kinds = [e.kind for e in ledger.backlog("g").task.events()]
+    assert "backlog.run_stopping" in kinds and kinds[-1] == "backlog.run_stopped"

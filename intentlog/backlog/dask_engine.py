@@ -26,15 +26,17 @@ has finished) is turned away before it opens anything.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import queue
 import secrets
+import signal
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
@@ -304,6 +306,26 @@ def _ended(fut: Any) -> str:
     return f"the Dask task ended without an answer ({fut.result()})"
 
 
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored while the local cluster's processes start: they inherit it.
+
+    A Ctrl-C reaches the whole process group; the cluster's workers then keep running the
+    effects in flight while the supervisor stops the run (``grace``), as local workers do.
+    A process whose SIGINT is ignored at start keeps it ignored (Python installs its
+    KeyboardInterrupt handler only over the default). Only the main thread can do this.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 class DaskEngine:
     """Run a backlog's items on Dask: ``DaskEngine(scheduler=ADDRESS)`` or a local cluster of ``workers``.
 
@@ -358,7 +380,8 @@ class DaskEngine:
                     "dashboard_address": None, "silence_logs": logging.ERROR,
                     **self.cluster_options,
                 }  # fmt: skip
-                self._cluster = self.distributed.LocalCluster(**options)
+                with _signals_ignored():  # its processes, like the local workers, leave SIGINT/SIGTERM to us
+                    self._cluster = self.distributed.LocalCluster(**options)
                 self._client = self.distributed.Client(self._cluster)
             else:
                 self._client = self.distributed.Client(self.scheduler)
