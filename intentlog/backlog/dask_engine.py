@@ -111,8 +111,11 @@ class _Listener:
         self.sock.close()
 
 
-def _reopen(cls: Callable[..., LedgerLike], root: str) -> LedgerLike:
-    return cls(Path(root))
+def _reopen(cls: Callable[..., LedgerLike], root: str, workspace: str | None = None) -> LedgerLike:
+    """The default opener on a worker: the supervisor's ledger class at the same path (and workspace)."""
+    if workspace is None:
+        return cls(Path(root))
+    return cls(Path(root), workspace=Path(workspace))
 
 
 def run_remote(
@@ -157,7 +160,9 @@ class _DaskSlot:
 
     def __init__(self, engine: DaskEngine, ledger: LedgerLike, step: StepArg) -> None:
         self.engine, self.step = engine, step
-        self.opener = engine.open_ledger or functools.partial(_reopen, type(ledger))
+        ws = getattr(ledger, "workspace", None)
+        default = functools.partial(_reopen, type(ledger), workspace=None if ws is None else str(ws))
+        self.opener = engine.open_ledger or default
         self.root = str(ledger.root)
         self.listener = _Listener(engine.listen_host(), engine.authkey)
         self.parent, self.child = Pipe()
