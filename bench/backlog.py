@@ -1,6 +1,7 @@
 """Backlog throughput: items/s for a one-effect no-op step, beside the queues one would pick instead.
 
     python bench/backlog.py [--items 200] [--repeats 3] [--peers /tmp/bench-peers/bin/python] [--dir PATH] [--json]
+                            [--dask]
 
 1. intentlog: ``backlog.run(step, workers=W, until_idle=True)`` over ``--items`` fresh items
    whose step makes one ``task.effect`` with a no-op provider, W = 1 and 2 (worker
@@ -19,6 +20,12 @@
      no-op step per item, queue concurrency W (DBOS runs its queue in one process).
 
    A peer that is not installed (or whose interpreter is missing) is skipped loudly.
+4. ``--dask`` (the ``intentlog[dask]`` extra): the same backlog on the Dask engine, each item
+   one Dask task, on a ``LocalCluster`` of W = 1 and 2 worker processes (one thread each)
+   started once per W and timed apart (``dask_cluster_start_s``); the runs use it through
+   ``DaskEngine(scheduler=ADDRESS)``, so their time is the steady state: the supervisor,
+   one Dask task per item, the connection back and the item's own records. Ratios against
+   the local engine of the same run.
 
 Medians over the repeats: the machine is shared and noisy.
 """
@@ -56,6 +63,37 @@ def bench_backlog(base: Path, items: int, workers: int) -> float:
         dt = time.perf_counter() - t0
     assert view.counts["done"] == items, view.counts
     return items / dt
+
+
+def bench_dask(base: Path, items: int, workers: int, repeats: int) -> tuple[float, float]:
+    """Median items/s on the Dask engine over a LocalCluster of ``workers``, and the cluster's start time."""
+    import logging
+
+    import distributed
+
+    from intentlog.backlog.dask_engine import DaskEngine
+
+    t0 = time.perf_counter()
+    cluster = distributed.LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    )
+    started = time.perf_counter() - t0
+    rates = []
+    try:
+        for _ in range(repeats):
+            root = Path(tempfile.mkdtemp(dir=base))
+            with intentlog.open(root / "ledger") as ledger:
+                b = ledger.backlog("bench")
+                b.add_many([{"item": f"i{i}", "payload": i} for i in range(items)])
+                engine = DaskEngine(scheduler=cluster.scheduler_address)
+                t0 = time.perf_counter()
+                view = b.run(noop_step, workers=workers, until_idle=True, poll=0.005, engine=engine)
+                dt = time.perf_counter() - t0
+            assert view.counts["done"] == items, view.counts
+            rates.append(items / dt)
+    finally:
+        cluster.close()
+    return statistics.median(rates), started
 
 
 def bench_bare(base: Path, items: int) -> float:
@@ -149,6 +187,7 @@ def main() -> None:
     ap.add_argument("--peers", default="/tmp/bench-peers/bin/python", help="the peers' interpreter")
     ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dask", action="store_true", help="also the Dask engine (needs intentlog[dask])")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-backlog.", dir=args.dir))
     out: dict[str, Any] = {"items": args.items, "repeats": args.repeats}
@@ -159,6 +198,11 @@ def main() -> None:
     out["bare_effect_items_per_s"] = med(lambda: bench_bare(base, args.items))
     for w in (1, 2):
         out[f"intentlog_w{w}_items_per_s"] = med(lambda: bench_backlog(base, args.items, w))  # noqa: B023
+    if args.dask:
+        for w in (1, 2):
+            rate, start = bench_dask(base, args.items, w, args.repeats)
+            out[f"dask_w{w}_items_per_s"], out[f"dask_w{w}_cluster_start_s"] = rate, start
+            out[f"ratio_dask_w{w}_vs_local_w{w}"] = round(rate / out[f"intentlog_w{w}_items_per_s"], 2)
     peers = {"huey": ("huey", HUEY), "dbos": ("dbos", DBOS)}
     for name, (module, script) in peers.items():
         if not _has(args.peers, module):

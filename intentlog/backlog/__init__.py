@@ -1,13 +1,17 @@
 """Durable backlogs: items that survive crashes, stalls, blocks and quotas (docs/backlog.md).
 
-``ledger.backlog("nightly")`` gives a :class:`Backlog`; ``add`` items once, ``run`` them with
-worker processes, ``view`` them, ``unblock`` an item a person has settled. An expired lease
-never means "run it again": an item taken over resumes through the effect protocol.
+``ledger.backlog("nightly")`` gives a :class:`Backlog`; ``add`` items once, ``run`` them,
+``view`` them, ``unblock`` an item a person has settled. ``engine=`` picks where the items
+run: forked processes (``"local"``) or Dask (``"dask"``, :class:`DaskEngine`; the ``dask``
+extra, imported only when used). An expired lease never means "run it again": an item
+taken over resumes through the effect protocol.
 """
 
 from __future__ import annotations
 
 from .core import Backlog, BacklogView, PayloadChanged, StillBlocked
+from .dask_engine import DaskEngine
+from .engines import Engine, LocalEngine
 from .model import ITEM_STATES, ItemView
 from .quota import Quota, parse_quota
 from .worker import LeaseLost, QuotaExhausted, Stopping, units
@@ -16,8 +20,11 @@ __all__ = [
     "ITEM_STATES",
     "Backlog",
     "BacklogView",
+    "DaskEngine",
+    "Engine",
     "ItemView",
     "LeaseLost",
+    "LocalEngine",
     "PayloadChanged",
     "Quota",
     "QuotaExhausted",

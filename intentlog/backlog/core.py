@@ -296,8 +296,16 @@ class Backlog:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         poll: float = 0.05,
+        engine: Any = "local",
     ) -> BacklogView:
-        """Run the items with ``workers`` processes; see :mod:`intentlog.backlog.supervisor`."""
+        """Run the items with ``workers`` slots of ``engine``; see :mod:`intentlog.backlog.supervisor`.
+
+        ``engine`` is ``"local"`` (forked processes on this host), ``"dask"`` (a local Dask
+        cluster of ``workers`` processes; the ``intentlog[dask]`` extra) or an engine object
+        such as ``DaskEngine(scheduler="tcp://host:8786")``
+        (:mod:`intentlog.backlog.engines`). The scheduling is the same whatever the engine.
+        """
+        from .engines import engine_for
         from .supervisor import Supervisor
 
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -312,6 +320,7 @@ class Backlog:
         sup = Supervisor(
             self, step, workers=workers, quotas=quotas, until_idle=until_idle, inactivity=inactivity,
             max_duration=max_duration, grace=grace, backoff=backoff, max_backoff=max_backoff, poll=poll,
+            engine=engine_for(engine, workers),
         )  # fmt: skip
         sup.run()
         return self.view()

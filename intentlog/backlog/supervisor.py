@@ -29,7 +29,6 @@ backlog stream before it acts on it. Guarantees:
 from __future__ import annotations
 
 import datetime as _dt
-import multiprocessing as mp
 import os
 import random
 import signal
@@ -43,14 +42,12 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..eventlog.format import Event
+from .engines import Engine, LocalEngine, Slot
 from .model import BacklogFold, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota, QuotaBook
-from .worker import worker_main
 
 if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
-
     from ..task import Task
     from .core import Backlog
 
@@ -66,9 +63,8 @@ def _unix(ts: str) -> float:
 
 @dataclass
 class _Worker:
-    proc: BaseProcess
+    proc: Slot
     conn: Connection
-    started: int | None
     item: str | None = None
     since: float = 0.0  # monotonic: when the item was handed over
     size: int = -1  # the item stream's size when last seen
@@ -106,6 +102,7 @@ class Supervisor:
     waiting_logged: str | None = None
     last_close: float = 0.0
     batch: ExitStack | None = None
+    engine: Engine = field(default_factory=LocalEngine)
 
     # -- the record ----------------------------------------------------------------
 
@@ -223,16 +220,11 @@ class Supervisor:
                 return
 
     def spawn(self) -> None:
-        ctx = mp.get_context("fork")
         while len(self.pool) < self.workers:
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=worker_main, args=(self.backlog.ledger, child, self.step), daemon=True)
             self.end()
             self.backlog.task.close()  # a forked child must not inherit the backlog's lock
-            p.start()
-            child.close()
-            assert p.pid is not None
-            self.pool.append(_Worker(p, parent, start_time(p.pid)))
+            slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
+            self.pool.append(_Worker(slot, conn))
 
     def busy_items(self) -> set[str]:
         return {w.item for w in self.pool if w.item is not None}
@@ -305,6 +297,9 @@ class Supervisor:
         kind = msg[0]
         if kind == "leased":
             w.progress = time.monotonic()
+        elif kind == "died":  # the engine runs the item again elsewhere: it resumes, never re-runs
+            rec = self.fold.items[msg[1]]
+            self.record("backlog.holder_died", {"item": msg[1], "task": rec.task, "pid": msg[2], "reason": msg[3]})
         elif kind == "reserve":
             w.waiting = (msg[1], dict(msg[2]))
             self.grant(w)
@@ -419,14 +414,13 @@ class Supervisor:
                 reason = f"stalled: its stream did not grow for {limit:g} s"
             if reason is None:
                 continue
-            assert w.proc.pid is not None
-            if not end_holder(w.proc.pid, w.started):
+            if w.proc.pid is None or not end_holder(w.proc.pid, w.proc.started):
                 continue  # cannot prove it is ours: never take the item
             self.pool.remove(w)
             w.proc.join(timeout=1.0)
             self.record(
                 kind,
-                {"item": rec.item, "task": rec.task, "pid": w.proc.pid, "start_time": w.started, "reason": reason},
+                {"item": rec.item, "task": rec.task, "pid": w.proc.pid, "start_time": w.proc.started, "reason": reason},
             )
             if kind == "backlog.item_timed_out":
                 self.failed_attempt(self.fold.items[rec.item], reason)
@@ -471,10 +465,11 @@ class Supervisor:
             if w.item is None:
                 w.proc.join(timeout=2.0)
             if w.proc.is_alive() and w.proc.pid is not None:
-                end_holder(w.proc.pid, w.started)
+                end_holder(w.proc.pid, w.proc.started)
                 if w.item is not None:
                     ended.append({"item": w.item, "pid": w.proc.pid})
         self.pool.clear()
+        self.engine.close()
         self.end()
         self.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.exhausted})
         self.backlog.task.close()

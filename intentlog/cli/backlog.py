@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import sys
 
 import click
 
 from ..backlog import StillBlocked
+from ..errors import UsageError
+from ..ledger import open_ledger
 from .app import Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
 
 
@@ -62,7 +65,12 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
 @main.command("run")
 @click.argument("name")
 @click.option("--step", "step", required=True, help="The step function, as package.module:function.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Items run at once.")
+@click.option(
+    "--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+    help="local: forked processes; dask: one Dask task per item (the intentlog[dask] extra).",
+)  # fmt: skip
+@click.option("--scheduler", default=None, help="With --engine dask: a running scheduler (tcp://HOST:8786).")
 @click.option("--quota", "quotas", multiple=True, help="NAME=LIMIT/WINDOW (calls=60/60s) or a budget NAME=LIMIT.")
 @click.option("--until-idle", is_flag=True, help="Return once no item can progress without a person.")
 @click.option("--inactivity", type=float, default=300.0, show_default=True, help="Seconds without progress: stalled.")
@@ -76,6 +84,8 @@ def run_cmd(
     name: str,
     step: str,
     workers: int,
+    engine: str,
+    scheduler: str | None,
     quotas: tuple[str, ...],
     until_idle: bool,
     inactivity: float,
@@ -91,6 +101,7 @@ def run_cmd(
     \b
     Example:
       intentlog run nightly --step mypkg.jobs:step --workers 2 --quota calls=60/60s --until-idle
+      intentlog run nightly --step mypkg.jobs:step --engine dask --workers 4 --until-idle
     """
     from ..backlog.worker import resolve_step
 
@@ -98,9 +109,18 @@ def run_cmd(
     if "" not in sys.path:
         sys.path.insert(0, "")  # a step in the current folder, as python -m finds it
     resolve_step(step)
+    if scheduler is not None and engine != "dask":
+        raise UsageError("--scheduler is for --engine dask")
+    chosen: object = engine
+    if engine == "dask":
+        from ..backlog.dask_engine import DaskEngine
+
+        # each Dask task opens the ledger the way the command line does (a path or, later, a URL)
+        opener = functools.partial(open_ledger, create=False)
+        chosen = DaskEngine(scheduler=scheduler, workers=workers, open_ledger=opener)
     view = c.ledger().backlog(name).run(
         step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
-        max_duration=max_duration, grace=grace,
+        max_duration=max_duration, grace=grace, engine=chosen,
     )  # fmt: skip
     if as_json:
         emit_json(view.to_json())

@@ -1,0 +1,123 @@
+"""Engines: where a backlog's items run. The supervisor decides; an engine only carries items out.
+
+An engine starts *slots*. A slot takes one item at a time over a
+:class:`multiprocessing.connection.Connection` and speaks the worker protocol of
+:mod:`intentlog.backlog.worker` (``leased``, ``reserve`` and its grant, one final answer),
+so every scheduling decision -- priority, ``not_before``, backoff, ``max_attempts``,
+quotas, blocking -- stays the supervisor's and is recorded in the backlog stream whichever
+engine runs the items. Two engines:
+
+- ``"local"`` (the default): forked worker processes on this host;
+- ``"dask"``: each item is one task on a Dask distributed cluster
+  (:class:`intentlog.backlog.dask_engine.DaskEngine`, the ``intentlog[dask]`` extra).
+
+Whatever the engine, an item is taken only with its task's writer lock, so an engine
+that runs an item again (Dask re-runs a task whose worker died) only resumes it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import UsageError
+from .model import LedgerLike
+from .procs import start_time
+from .worker import worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from ..task import Task
+
+__all__ = ["Engine", "LocalEngine", "Slot", "engine_for"]
+
+StepArg = Callable[["Task", Any], Any] | str
+
+
+class Slot(Protocol):
+    """One place an item runs: the process holding it (``pid``, ``started``) when known."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def started(self) -> int | None: ...
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class Engine(Protocol):
+    """Starts slots for a run and is closed when the run ends."""
+
+    name: str
+
+    def spawn(self, ledger: LedgerLike, step: StepArg) -> tuple[Slot, Connection]: ...
+
+    def close(self) -> None: ...
+
+
+class _ProcSlot:
+    def __init__(self, proc: BaseProcess) -> None:
+        self.proc = proc
+        assert proc.pid is not None
+        self._started = start_time(proc.pid)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    @property
+    def started(self) -> int | None:
+        return self._started
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def is_alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.proc.join(timeout)
+
+
+class LocalEngine:
+    """Forked worker processes on this host, each dying with the supervisor."""
+
+    name = "local"
+
+    def spawn(self, ledger: LedgerLike, step: StepArg) -> tuple[Slot, Connection]:
+        ctx = mp.get_context("fork")
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=worker_main, args=(ledger, child, step), daemon=True)
+        p.start()
+        child.close()
+        return _ProcSlot(p), parent
+
+    def close(self) -> None:
+        pass
+
+
+def engine_for(engine: object, workers: int) -> Engine:
+    """``"local"``, ``"dask"`` (a local Dask cluster of ``workers`` processes) or an engine object."""
+    if engine is None or engine == "local":
+        return LocalEngine()
+    if engine == "dask":
+        from .dask_engine import DaskEngine
+
+        return DaskEngine(workers=workers)
+    if isinstance(engine, str):
+        raise UsageError(f"engine {engine!r} is unknown: use 'local' or 'dask'")
+    if not (callable(getattr(engine, "spawn", None)) and callable(getattr(engine, "close", None))):
+        raise TypeError(f"engine {engine!r} is neither 'local', 'dask' nor an engine (spawn, close)")
+    if getattr(engine, "workers", 0) is None:
+        engine.workers = workers  # type: ignore[attr-defined]  # a local cluster as large as the run
+    return engine  # type: ignore[return-value]
