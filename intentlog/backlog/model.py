@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..eventlog.format import Event
+from ..projections.backlogs import BACKLOG_SUFFIX
 from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, TaskStatus
 from ..projections.workstate import RECONCILE_EFFECT
 
@@ -69,7 +70,7 @@ class LedgerLike(Protocol):
 
 
 def backlog_stream_id(name: str) -> str:
-    return f"{name}.backlog"
+    return name + BACKLOG_SUFFIX
 
 
 def item_task_id(name: str, item: str) -> str:

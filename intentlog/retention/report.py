@@ -52,7 +52,7 @@ class ExpiredTask:
 @final
 @dataclass(frozen=True, slots=True)
 class KeptTask:
-    """A task the plan keeps, and why (``rule``: protected, keep, busy, unreadable, undated, grace, young)."""
+    """A task the plan keeps, and why (``rule``: protected, keep, backlog, busy, unreadable, undated, grace, young)."""
 
     task: str
     rule: str

@@ -18,6 +18,7 @@ from .._digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import check_task_id
 from ..eventlog.reader import StreamScan
+from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
 from ..projections.operator import OperatorFold
 from ..projections.status import status_of
 from ..projections.workstate import WorkStateFold
@@ -174,8 +175,39 @@ def scan_tasks(
         raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
     scan.stream_names = len(names)
     with paused_gc():
-        _scan_names(ledger, names, scan, now, policy, marks, limit=limit, progress=progress, use_index=use_index)
+        needed = _backlog_needs(ledger, names)
+        _scan_names(
+            ledger, names, scan, now, policy, marks, needed, limit=limit, progress=progress, use_index=use_index
+        )
     return scan
+
+
+def _backlog_needs(ledger: Ledger, names: list[str]) -> dict[str, str]:
+    """Task id -> the backlog whose unfinished item it is (every backlog stream read whole, every time).
+
+    A backlog stream that cannot be read whole claims every task named like its items: gc
+    never guesses in the direction of deleting.
+    """
+    suffix = BACKLOG_SUFFIX + ".jsonl"
+    needed: dict[str, str] = {}
+    for name in names:
+        if not name.endswith(suffix):
+            continue
+        backlog = name[: -len(suffix)]
+        try:
+            scan = StreamScan(ledger.tasks_dir / name)
+            tasks = unfinished_item_tasks(scan)
+            whole = scan.problem is None or scan.problem.incomplete
+        except (OSError, LedgerError):
+            tasks, whole = set(), False
+        if not whole:
+            prefix = f"{backlog}.item."
+            tasks |= {n[: -len(".jsonl")] for n in names if n.startswith(prefix)}
+        if tasks:
+            needed[backlog + BACKLOG_SUFFIX] = backlog
+        for t in tasks:
+            needed[t] = backlog
+    return needed
 
 
 def _scan_names(
@@ -185,6 +217,7 @@ def _scan_names(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
+    needed: Mapping[str, str],
     *,
     limit: int,
     progress: Progress | None,
@@ -212,7 +245,7 @@ def _scan_names(
         scan.stream_bytes += info.size
         if not readable:
             continue  # refs unknown: recorded as incomplete
-        _classify(ledger, info, now, policy, marks)
+        _classify(ledger, info, now, policy, marks, needed)
         if scan.tracking:
             _note_digests(scan, scan.refs, refs, index, limit=limit)
         if scan.tracking:
@@ -315,7 +348,12 @@ def _scan_one(
 
 
 def _classify(
-    ledger: Ledger, info: _TaskInfo, now: _dt.datetime, policy: GcPolicy, marks: Mapping[str, KeepMark]
+    ledger: Ledger,
+    info: _TaskInfo,
+    now: _dt.datetime,
+    policy: GcPolicy,
+    marks: Mapping[str, KeepMark],
+    needed: Mapping[str, str],
 ) -> None:
     """Decide whether a readable task may be deleted at all (``info.rule`` None) or why not."""
     if info.rule is not None:
@@ -324,6 +362,14 @@ def _classify(
     if mark is not None:
         info.rule = "keep"
         info.detail = f"marked by 'intentlog keep' at {mark.since}" + (f": {mark.note}" if mark.note else "")
+        return
+    backlog = needed.get(info.task)
+    if backlog is not None:
+        info.rule = "backlog"
+        info.detail = (
+            f"backlog {backlog!r} has not finished with it: a later run resumes from this record "
+            f"(see 'intentlog backlog {backlog}')"
+        )
         return
     if info.last_ts is None:
         info.rule, info.detail = "undated", "no event carries a timestamp to date it by"
