@@ -17,7 +17,7 @@ and both checked before use, never trusted as read:
   read. A stream *shorter* than its entry says, whose line 0 is still the same, is
   reported (:class:`~intentlog.errors.CorruptStream`): events were cut from its end.
 - ``cache/index-rows.json``, ``cache/index-gc.json``: per task (one per line), the file
-  facts of its stream (size, inode, device, mtime_ns) when last read whole, and what
+  facts of its stream (size, inode, device, mtime_ns, ctime_ns) when last read whole, and what
   listings show of it (:mod:`intentlog.views`, gc's preview; the plan gc applies reads
   every stream). A listing reads a stream only when its facts differ from the index's.
 
@@ -81,7 +81,7 @@ __all__ = [
     "work_state_of",
 ]
 
-INDEX_FORMAT: Final = b"intentlog-viewindex/2"
+INDEX_FORMAT: Final = b"intentlog-viewindex/3"
 #: A reader writes a task's entry only when it folded at least this many events (a
 #: small stream is read faster than an entry; reads of small ledgers write nothing).
 MIN_EVENTS = 256
@@ -270,12 +270,14 @@ def save_folds(
 
 # -- the listings' index ------------------------------------------------------------------------
 
-#: ``(size, inode, device, mtime_ns)`` of a stream file.
-Facts = tuple[int, int, int, int]
+#: ``(size, inode, device, mtime_ns, ctime_ns)`` of a stream file. The change time is in
+#: because ``os.utime`` (or ``cp -p``) can put an edited file's mtime back; nothing can
+#: set its ctime.
+Facts = tuple[int, int, int, int, int]
 
 
 def facts_of(st: os.stat_result) -> Facts:
-    return (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns)
+    return (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @contextlib.contextmanager
@@ -316,8 +318,8 @@ def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
             v = loads(line)
         except orjson.JSONDecodeError:
             return {}
-        if type(v) is list and len(v) == 6 and type(v[0]) is str:
-            out[v[0]] = ((v[1], v[2], v[3], v[4]), v[5])
+        if type(v) is list and len(v) == 7 and type(v[0]) is str:
+            out[v[0]] = ((v[1], v[2], v[3], v[4], v[5]), v[6])
     return out
 
 

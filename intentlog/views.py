@@ -190,7 +190,7 @@ def _row_on_store(task_id: str, events: Callable[[], Iterator[Event]]) -> TaskRo
 def task_rows(ledger: Ledger) -> list[TaskRow]:
     """Every task's row, in id order; one damaged stream never hides the others.
 
-    Costs what changed: a stream whose file facts (size, inode, device, mtime_ns) are
+    Costs what changed: a stream whose file facts (size, inode, device, mtime_ns, ctime_ns) are
     those the view cache's index recorded when it last read the stream whole is not read
     at all; the writer locks are read once from ``/proc/locks`` where it exists. The index
     is rewritten (atomically, off every durable path) when anything changed.

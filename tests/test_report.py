@@ -290,3 +290,18 @@ def test_a_long_task_shows_its_first_events_and_the_command_for_the_rest(tmp_pat
     assert f"{MAX_EVENTS + 51 - MAX_EVENTS} more event(s) not shown" in page
     assert f"intentlog log long --since {MAX_EVENTS}" in _text_of(page)
     assert page.count('<li data-kind="note">') == MAX_EVENTS - 1
+
+
+@pytest.mark.parametrize("target", ["tasks/t.jsonl", "intentlog.json", "report.html", "link/t.jsonl"])
+def test_a_report_is_never_written_into_the_ledger(tmp_path: Path, target: str) -> None:
+    """--out inside the ledger (directly or through a linked folder) is refused, exit 2, every byte unchanged."""
+    root = tmp_path / "l"
+    with intentlog.open(root) as led:
+        led.task("t").append("note", {"n": 1})
+    (tmp_path / "link").symlink_to(root / "tasks")
+    out = tmp_path / target if target.startswith("link/") else root / target
+    before = _snapshot(root)
+    res = CliRunner().invoke(main, ["--root", str(root), "report", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "is inside the ledger" in res.output
+    assert _snapshot(root) == before

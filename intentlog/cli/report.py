@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,19 @@ def backlog_view(ledger: Ledger, name: str) -> dict[str, Any]:
             f"(no stream {backlog.stream_id}); see 'intentlog tasks'"
         )
     return {"backlog": name, **backlog.view().to_json()}
+
+
+def _refuse_inside(out: Path, ledger: Ledger) -> None:
+    """A report never lands inside the ledger it describes: writing it there could replace the record."""
+    if ledger.remote_streams is not None:
+        return  # the ledger is on an object store: no local file of it can be hit
+    where = Path(os.path.realpath(out.absolute().parent)) / out.name
+    root = Path(os.path.realpath(ledger.root))
+    if where == root or root in where.parents:
+        raise UsageError(
+            f"--out {out}: {where} is inside the ledger {root}; a report is written beside the ledger, "
+            "never into it (it could replace a stream or the marker): choose a path outside it"
+        )
 
 
 @main.command()
@@ -56,6 +70,7 @@ def report(
     if all_tasks and detail is not None:
         raise UsageError("give --all or --detail N, not both")
     ledger = c.ledger()
+    _refuse_inside(out, ledger)
     view = backlog_view(ledger, backlog) if backlog is not None else None
     result = render_report(
         ledger,
