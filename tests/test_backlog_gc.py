@@ -75,3 +75,13 @@ def test_a_backlog_stream_gc_cannot_read_holds_every_task_named_like_its_items(t
         kept = {k.task: k.rule for k in plan.kept}
         assert kept["nb.item.x"] == "backlog"
         assert "other" in {e.task for e in plan.expired}
+
+
+def test_unblocking_an_item_that_never_ran_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "l"
+    with intentlog.open(root) as led:
+        led.backlog("nb").add("x", {"item": "x"})
+    before = (root / "tasks" / "nb.backlog.jsonl").read_bytes()
+    with intentlog.open(root) as led, pytest.raises(intentlog.UsageError, match="not blocked"):
+        led.backlog("nb").unblock("x")
+    assert (root / "tasks" / "nb.backlog.jsonl").read_bytes() == before

@@ -278,6 +278,10 @@ class Backlog:
         if rec.done or rec.failed is not None:
             what = "done" if rec.done else "failed"
             raise UsageError(f"item {item_id!r} of backlog {self.name!r} is {what}; nothing to unblock")
+        if rec.blocked is None and not any(e.kind == "lease.acquired" for e in self.ledger.task(rec.task).events()):
+            raise UsageError(  # never run, so never blocked: recording an unblock would say a person decided something
+                f"item {item_id!r} of backlog {self.name!r} is not blocked (it has not run yet); nothing was written"
+            )
         t = self.task
         ev = t.append("backlog.item_unblocked", {"item": item_id, "by": by})
         t.close()
