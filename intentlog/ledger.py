@@ -159,7 +159,7 @@ class Ledger:
             return self.storage.streams
         from .eventlog.storage import FolderStreams
 
-        return FolderStreams(self.tasks_dir)
+        return FolderStreams(self.tasks_dir, tmp_dir=self.tmp_dir)
 
     @property
     def remote_streams(self) -> StreamStorage | None:

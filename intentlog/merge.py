@@ -131,9 +131,7 @@ def apply_merge(
     for digest in plan.objects:
         dst_objects.put(src_objects.get(digest))  # get checks the bytes against their name
     for name, lines in plan.create.items():
-        dst.create(name)
-        with dst.lease(name) as lease:
-            lease.append(lines, expected_seq=0)
+        dst.create(name, lines)  # atomically, whole: a power cut leaves the stream whole or absent, never empty
     for name, (at, lines) in plan.extend.items():
         with dst.lease(name) as lease:
             lease.append(lines, expected_seq=at)  # Conflict if the destination moved since the plan
@@ -164,7 +162,7 @@ def _open_side(location: str | os.PathLike[str], *, write: bool) -> tuple[Stream
         open_ledger(path, create=False)  # a source must be a ledger (NotALedger otherwise)
     elif path.exists() and not (path / "intentlog.json").is_file() and any(path.iterdir()):
         raise NotALedger(str(path), "is a non-empty folder that is not a ledger; merge into a ledger or a new folder")
-    return FolderStreams(path / "tasks"), FolderObjects(path), path
+    return FolderStreams(path / "tasks", tmp_dir=path / "tmp"), FolderObjects(path), path
 
 
 def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResult:

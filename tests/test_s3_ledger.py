@@ -123,7 +123,7 @@ def _wait_for_receipt(receipts: Path, proc: subprocess.Popen[str]) -> None:
 
 def test_two_processes_one_task_one_wins(url: str, tmp_path: Path) -> None:
     receipts = tmp_path / "receipts.jsonl"
-    first = _child(url, receipts, "--hold", "3")
+    first = _child(url, receipts, "--hold", "10")
     _wait_for_receipt(receipts, first)  # it holds the lease and the provider holds its request
     second = _child(url, receipts)
     out2, _ = second.communicate(timeout=120)

@@ -25,6 +25,7 @@ per path is printed in the terminal summary, with the seed (``INTENTLOG_CRASH_SE
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -393,6 +394,55 @@ def test_fork(tmp_path: Path) -> None:
 
     rec = _record(root, run)
     _clean(_explore(rec, "fork", _check(), points=_sampled(rec, 1)))
+
+
+def test_merge_into_a_ledger(tmp_path: Path) -> None:
+    """A merge cut by a power loss leaves DST holding a prefix of each SRC stream, its objects whole."""
+    root = tmp_path / "l"
+    _ledger(root).close()
+    src = tmp_path / "src"
+    shutil.copytree(root, src)
+    with intentlog.open(src) as led:  # SRC is ahead on t and has a task DST lacks, naming an object
+        led.task("t").append("note", {"n": 1})
+        ref = led.artifacts.put(b"merged payload " * 300)
+        led.task("u").append("ref.noted", {"ref": ref.to_json()})
+
+    def run(rec: Recorder) -> None:
+        from intentlog.merge import merge
+
+        merge(src, root)
+        for task in ("t", "u"):
+            for e in _events(root, task):
+                _ack(rec, task, e)
+
+    def a_prefix_of_src(where: Path) -> list[str]:
+        out = []
+        for stream in sorted((where / "tasks").glob("*.jsonl")):
+            theirs = (src / "tasks" / stream.name).read_bytes()
+            if not theirs.startswith(stream.read_bytes()):
+                out.append(f"{stream.name} is not a prefix of the source's stream")
+        return out
+
+    rec = _record(root, run)
+    _clean(_explore(rec, "merge", _check(a_prefix_of_src, _refs_present), points=_sampled(rec, 2)))
+
+
+def test_backlog_add(tmp_path: Path) -> None:
+    """Items added to a backlog (its stream created, a batch of item records) survive as acknowledged."""
+    root = tmp_path / "l"
+    _ledger(root).close()
+
+    def run(rec: Recorder) -> None:
+        led = intentlog.open(root)
+        b = led.backlog("nb")
+        b.add("x", {"n": 1})
+        b.add_many([{"item": "y", "payload": {"n": 2}}, {"item": "z", "payload": {"n": 3}}])
+        for e in _events(root, "nb.backlog"):
+            _ack(rec, "nb.backlog", e)
+        led.close()
+
+    rec = _record(root, run)
+    _clean(_explore(rec, "backlog add", _check(), points=_sampled(rec, 1)))
 
 
 # -- planted mistakes: the explorer must catch them -----------------------------------------

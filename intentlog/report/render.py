@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol, final
 
 from .._args import check_names
+from ..bundle.source import task_ids
 from ..checker.report import VerifyReport
 from ..checker.verify import verify_path
 from ..errors import NotALedger, UsageError
@@ -138,7 +139,7 @@ def render_report(
         check_backlog(backlog)
     if not (root / "intentlog.json").is_file():
         raise NotALedger(str(root), "holds no intentlog.json; pass the ledger root (or a bundle folder)")
-    present = _task_ids(root)
+    present = task_ids(root)
     if names:
         for t in names:
             check_task_id(t)
@@ -162,21 +163,6 @@ def render_report(
     ordered = dict(sorted(counts.items()))
     page = _page(rows, detailed, folder, report, backlog, hint or (lambda s: s), (title, note), ordered)
     return ReportResult(page.encode("utf-8"), tuple(selected), tuple(detailed), ordered, report.ok)
-
-
-def _task_ids(root: Path) -> list[str]:
-    try:
-        names = os.listdir(root / "tasks")
-    except FileNotFoundError:
-        return []
-    out = []
-    for n in names:
-        if n.endswith(".jsonl"):
-            try:
-                out.append(check_task_id(n[: -len(".jsonl")]))
-            except ValueError:
-                continue
-    return sorted(out)
 
 
 def _pick(rows: Mapping[str, TaskData], detail: int | None, *, named: bool) -> list[str]:
