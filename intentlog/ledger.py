@@ -26,7 +26,6 @@ from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
 from .task import Task
-from .viewcache import drop_entry
 
 if TYPE_CHECKING:
     from .backlog import Backlog
@@ -282,6 +281,8 @@ class Ledger:
             t.close()
         if d is None or q is None:
             return RepairReport(task_id, "none")
+        from .viewcache import drop_entry  # imported here: only a repair needs the cache at all
+
         drop_entry(self.root, task_id)  # the cut may reach under the view cache's entry: let it be rebuilt
         return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
 

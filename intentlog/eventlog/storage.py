@@ -382,16 +382,7 @@ class FolderLease:
                 raise Conflict(self.name, expected_seq, self._next)
             if not data:
                 return self._next
-            try:
-                self._io.write(self._fd, data)
-                self._dirty = True
-                if sync:
-                    self._io.sync(self._fd)
-                    self._dirty = False
-            except OSError as exc:
-                raise self._fail(exc) from exc
-            self._next += len(records)
-            return self._next
+            return self._write_locked(self._fd, data, len(records), sync)
 
     def append_line(self, line: bytes, *, expected_seq: int, sync: bool = True) -> int:
         """:meth:`append` of one record already ending in its newline (the writer's encoded line; no copy)."""
@@ -400,16 +391,20 @@ class FolderLease:
         with self._mutex:
             if self._fd is None or self._broken is not None or expected_seq != self._next:
                 return self.append([line[:-1]], expected_seq=expected_seq, sync=sync)  # refused there, as it says
-            try:
-                self._io.write(self._fd, line)
-                self._dirty = True
-                if sync:
-                    self._io.sync(self._fd)
-                    self._dirty = False
-            except OSError as exc:
-                raise self._fail(exc) from exc
-            self._next += 1
-            return self._next
+            return self._write_locked(self._fd, line, 1, sync)
+
+    def _write_locked(self, fd: int, data: bytes, count: int, sync: bool) -> int:
+        """Write ``count`` whole records (``data``), syncing when asked; the new next seq. Holds the mutex."""
+        try:
+            self._io.write(fd, data)
+            self._dirty = True
+            if sync:
+                self._io.sync(fd)
+                self._dirty = False
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        self._next += count
+        return self._next
 
     def sync(self) -> None:
         with self._mutex:
