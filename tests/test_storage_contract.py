@@ -242,20 +242,38 @@ def test_a_missing_stream_cannot_be_read_or_leased(streams: StreamBackend) -> No
         s.lease("nope")
 
 
-def test_group_commit_writes_now_and_one_sync_makes_the_group_durable(streams: StreamBackend) -> None:
-    """``sync=False`` appends are readable and counted at once; the conditional rule holds for them too."""
+def test_group_commit_counts_and_reads_at_once_and_one_sync_makes_the_group_durable(streams: StreamBackend) -> None:
+    """``sync=False`` appends are counted and readable through the lease's storage at once; the
+    conditional rule holds for them too; after the sync every handle reads them."""
     s = _filled(streams)
+    group = b'{"g":1}\n{"g":2}\n{"g":3}\n'
     with s.lease("t") as lease:
         assert lease.append([b'{"g":1}'], expected_seq=3, sync=False) == 4
         assert lease.append([b'{"g":2}', b'{"g":3}'], expected_seq=4, sync=False) == 6
         with pytest.raises(Conflict):
             lease.append([b'{"late":true}'], expected_seq=4, sync=False)
-        assert streams.open().read("t") == STORED + b'{"g":1}\n{"g":2}\n{"g":3}\n', "written at once"
+        assert lease.next_seq == 6
+        assert s.read("t") == STORED + group, "the writer's own storage reads what it appended"
+        for offset in (0, len(STORED) - 1, len(STORED), len(STORED) + 3, len(STORED) + len(group)):
+            assert s.read("t", offset) == (STORED + group)[offset:], offset
+        assert streams.open().read("t") in (STORED, STORED + group), "another handle: before or after, nothing between"
         lease.sync()
+        assert streams.open().read("t") == STORED + group, "synced: every handle reads the group"
         lease.sync()  # nothing pending: a no-op
-    assert streams.open().read("t") == STORED + b'{"g":1}\n{"g":2}\n{"g":3}\n'
+        assert lease.append([b'{"s":1}'], expected_seq=6, sync=False) == 7
+        assert lease.append([b'{"s":2}'], expected_seq=7) == 8, "a synced append puts the deferred ones before it"
+        assert streams.open().read("t") == STORED + group + b'{"s":1}\n{"s":2}\n'
     with streams.open().lease("t") as again:
-        assert again.next_seq == 6
+        assert again.next_seq == 8
+
+
+def test_records_buffered_at_release_are_kept_as_a_folder_keeps_them(streams: StreamBackend) -> None:
+    s = _filled(streams)
+    with s.lease("t") as lease:
+        lease.append([b'{"late":1}'], expected_seq=3, sync=False)
+    assert streams.open().read("t") == STORED + b'{"late":1}\n'
+    with streams.open().lease("t") as again:
+        assert again.next_seq == 4
 
 
 def test_a_failed_deferred_append_or_sync_refuses_the_lease(streams: StreamBackend) -> None:
@@ -263,8 +281,11 @@ def test_a_failed_deferred_append_or_sync_refuses_the_lease(streams: StreamBacke
     with s.lease("t") as lease:
         with streams.failing_writes(), pytest.raises(LedgerError):
             lease.append([b'{"big":"' + b"x" * 100 + b'"}'], expected_seq=3, sync=False)
+            lease.sync()  # a store that buffers the group fails here, a folder at the write
         with pytest.raises(IntentlogError):
             lease.append([b"{}"], expected_seq=3, sync=False)
+        with pytest.raises(IntentlogError):
+            lease.append([b"{}"], expected_seq=4, sync=False)
     assert s.read("t").startswith(STORED)
 
 

@@ -16,9 +16,11 @@ Guarantees every implementation gives:
 - :meth:`StreamLease.append` is conditional: it carries the seq the caller expects the
   next record to get and is refused with :class:`~intentlog.errors.Conflict` (nothing
   written) when the stream has moved on. It is durable when it returns -- unless it is
-  given ``sync=False`` (group commit): the records are then written at once (readers may
-  see them) and made durable by the lease's next :meth:`~StreamLease.sync` or synced
-  append, all of them with one sync.
+  given ``sync=False`` (group commit): the records are then counted at once and readable
+  through the storage that granted the lease (other handles may see them now, as on a
+  folder, or only once synced, as on an object store, which puts the group as one
+  segment), and made durable by the lease's next :meth:`~StreamLease.sync` or synced
+  append, all of them with one sync. A crash before it may lose them (and only them).
 - ``lease(name, create=record)`` leases a stream, creating it first (atomically: it
   appears holding ``record`` or not at all, durably) when it does not exist.
 - :meth:`~StreamStorage.read` from an offset returns exactly the stored bytes from there.
@@ -63,8 +65,9 @@ class StreamLease(Protocol):
 
         Returns the new next seq. :class:`~intentlog.errors.Conflict` and nothing written
         when the stream has moved on; a record holding a newline is a ``UsageError``.
-        With ``sync=False`` the records are written now and made durable by the next
-        :meth:`sync` (or synced append): one sync for a whole group. A failed write or
+        With ``sync=False`` the records are counted now, readable through this storage,
+        and made durable by the next :meth:`sync` (or synced append): one sync for a whole
+        group (a failed one may be reported there rather than here). A failed write or
         sync is a :class:`~intentlog.errors.LedgerError`, and the lease appends nothing
         more (what reached the storage is unknown: lease the stream again).
         """
@@ -73,7 +76,7 @@ class StreamLease(Protocol):
         """Make every record appended through this lease durable (nothing to do: no cost)."""
 
     def release(self) -> None:
-        """Give the lease up (idempotent); records appended with ``sync=False`` are not synced by it."""
+        """Give the lease up (idempotent); records appended with ``sync=False`` stay appended, not synced."""
 
     def __enter__(self) -> StreamLease: ...
 

@@ -447,7 +447,12 @@ class StreamWriter:
             if self._poisoned is not None:
                 self._refuse_poisoned()
             if self._remote is not None:
-                self._remote.sync()  # every acknowledged put is durable: this only says a lost lease
+                try:
+                    self._remote.sync()  # an object store puts the group's buffered records here
+                except IntentlogError as exc:  # fenced, or a put of unknown outcome: nothing more appended
+                    self._poisoned = f"{type(exc).__name__}: {exc}"
+                    self._fenced = exc if isinstance(exc, LeaseLost) else None
+                    raise
                 return
             lease = self._lease
             if lease is None or not lease.dirty:

@@ -118,6 +118,9 @@ class ObjectStreams:
 
     def __init__(self, client: ObjectClient) -> None:
         self.client = client
+        #: the leases held through this handle, by stream: its reads see their buffered records
+        self._held: dict[str, ObjectLease] = {}
+        self._held_mutex = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -178,7 +181,10 @@ class ObjectStreams:
                 lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
                 if self.client.create(_segment_key(name, lease.seg), lease.encode()):
                     self.checkpoint_after(name, lease)
-                    return ObjectLease(self, name, lease)
+                    held = ObjectLease(self, name, lease)
+                    with self._held_mutex:
+                        self._held[name] = held
+                    return held
                 continue  # another writer got there first: look again
             if now - start >= wait:
                 raise TaskBusy(name, self.where(name), None)
@@ -188,13 +194,24 @@ class ObjectStreams:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise UsageError(f"offset must be an int >= 0, not {offset!r}")
         check_task_id(name)
-        start = self._checkpoint_below(name, offset)
+        with self._held_mutex:
+            held = self._held.get(name)
+        last, pending = held.pending() if held is not None else (None, b"")
+        start = self._checkpoint_below(name, offset, last)
         numbers = self._segment_numbers(name, start)
+        if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
+            numbers = [n for n in numbers if n <= last]
         if not numbers:
             raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
         parts = self._fetch_all(name, numbers)
         base = parts[0][0].off  # <= offset: the checkpoint chosen ends at or before it
-        return b"".join(payload for _, payload in parts)[offset - base :]
+        return (b"".join(payload for _, payload in parts) + pending)[offset - base :]
+
+    def _forget(self, name: str, lease: ObjectLease) -> None:
+        """``lease`` no longer holds ``name`` through this handle (released or lost)."""
+        with self._held_mutex:
+            if self._held.get(name) is lease:
+                del self._held[name]
 
     def names(self) -> list[str]:
         return [n for n in self.client.folders("tasks") if TASK_ID_RE.match(n)]
@@ -236,8 +253,8 @@ class ObjectStreams:
         points = self._checkpoints(name)
         return points[-1][0] if points else None
 
-    def _checkpoint_below(self, name: str, offset: int) -> int | None:
-        below = [seg for seg, _, off in self._checkpoints(name) if off <= offset]
+    def _checkpoint_below(self, name: str, offset: int, upto: int | None = None) -> int | None:
+        below = [seg for seg, _, off in self._checkpoints(name) if off <= offset and (upto is None or seg <= upto)]
         return below[-1] if below else None
 
     def checkpoint_after(self, name: str, seg: Segment) -> None:
@@ -276,7 +293,19 @@ class ObjectStreams:
 
 
 class ObjectLease:
-    """A held lease on one object-store stream: appends are conditional creates at the next number."""
+    """A held lease on one object-store stream: appends are conditional creates at the next number.
+
+    Group commit: records appended with ``sync=False`` are buffered and put, with whatever
+    the next synced append brings, as ONE segment by the next :meth:`sync` (or synced
+    append). Until then they are counted (:attr:`next_seq`) and readable through the
+    :class:`ObjectStreams` that granted the lease (its :meth:`~ObjectStreams.read` adds
+    them after the stored segments), but not stored: another handle does not see them, a
+    crash loses them, and a holder fenced before its sync never stores them (the put is
+    refused whole: :class:`~intentlog.errors.LeaseLost`, the buffer dropped).
+    """
+
+    #: a buffer this large is put at once, before its sync (one segment stays one GET to read)
+    FLUSH_BYTES = 4 << 20
 
     def __init__(self, streams: ObjectStreams, name: str, lease: Segment) -> None:
         self._streams = streams
@@ -286,6 +315,8 @@ class ObjectLease:
         self._holder = lease.holder
         self._state = "held"  # "held" | "released" | "lost" | "poisoned"
         self._mutex = threading.RLock()
+        self._buf: list[bytes] = []
+        self._buf_size = 0
 
     @property
     def epoch(self) -> int:
@@ -294,38 +325,59 @@ class ObjectLease:
 
     @property
     def next_seq(self) -> int:
-        return self._last.end_seq
+        return self._last.end_seq + len(self._buf)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether records were appended that no sync has put yet."""
+        return bool(self._buf)
+
+    def pending(self) -> tuple[int, bytes]:
+        """The last segment this lease stored and the buffered records' bytes after it (one snapshot)."""
+        with self._mutex:
+            return self._last.seg, b"".join(r + b"\n" for r in self._buf)
 
     def append(self, records: Sequence[bytes], *, expected_seq: int, sync: bool = True) -> int:
-        """One conditional create of the next segment; ``sync=False`` changes nothing here.
+        """Append ``records`` at ``expected_seq``: one conditional create of the next segment.
 
-        Every put is durable once the store acknowledged it, so a group commit costs no
-        more than its puts: the records are readable and durable on return either way.
+        With ``sync=False`` the records are buffered (see the class): the put happens at the
+        next :meth:`sync` or synced append, which stores the buffer and its own records as
+        one segment. Returns the new next seq.
         """
         if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
             raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
         recs = _checked(records)
         with self._mutex:
-            return self._append_locked(recs, expected_seq)
+            self._check_state()
+            if expected_seq != self.next_seq:
+                raise Conflict(self.name, expected_seq, self.next_seq)
+            self._buf.extend(recs)
+            self._buf_size += sum(len(r) + 1 for r in recs)
+            if sync or self._buf_size >= self.FLUSH_BYTES:
+                self._put_buffer()
+            return self.next_seq
 
     def sync(self) -> None:
-        """Nothing to make durable (every append was an acknowledged put); a lost or failed lease says so."""
+        """Put the buffered records as one segment; a lost or failed lease says so (nothing to put: no request)."""
         with self._mutex:
-            if self._state == "lost":
-                raise LeaseLost(self.name, self._streams.where(self.name), self._epoch)
-            if self._state == "poisoned":
-                raise LedgerError(f"{self._streams.where(self.name)}: an append failed; lease the stream again")
+            self._check_state()
+            self._put_buffer()
 
-    def _append_locked(self, records: list[bytes], expected_seq: int) -> int:
+    def _check_state(self) -> None:
         where = self._streams.where(self.name)
         if self._state == "lost":
             raise LeaseLost(self.name, where, self._epoch)
+        if self._state == "poisoned":
+            raise LedgerError(f"{where}: an append failed; lease the stream again to see what it holds")
         if self._state != "held":
             raise LedgerError(f"{where}: the lease was {self._state}; lease the stream again to append")
-        if expected_seq != self.next_seq:
-            raise Conflict(self.name, expected_seq, self.next_seq)
+
+    def _put_buffer(self) -> None:
+        """One conditional create of the next segment holding the buffer. Holds the mutex."""
+        records, self._buf, self._buf_size = self._buf, [], 0
         if not records:
-            return self.next_seq
+            return
+        where = self._streams.where(self.name)
         last = self._last
         size = sum(len(r) + 1 for r in records)
         seg = Segment("data", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder, len(records), size)
@@ -336,19 +388,28 @@ class ObjectLease:
             stored = client.create(key, body) or client.get(key) == body  # a retried put of ours is ours
         except LedgerError as exc:
             self._state = "poisoned"  # the put's outcome is unknown: the next lease reads the tail again
+            self._streams._forget(self.name, self)
             raise LedgerError(f"{where}: append failed ({exc}); lease the stream again to see what it holds") from exc
         if not stored:
-            self._state = "lost"
+            self._state = "lost"  # fenced: the records buffered are dropped, never stored
+            self._streams._forget(self.name, self)
             raise LeaseLost(self.name, client.describe(key), self._epoch)
         self._last = seg
         self._streams.checkpoint_after(self.name, seg)
-        return self.next_seq
 
     def release(self) -> None:
-        """Write the ``release`` segment (idempotent; a lost lease writes nothing)."""
+        """Put what is buffered, then write the ``release`` segment (idempotent; a lost lease writes nothing)."""
         with self._mutex:
             if self._state in ("released", "lost"):
                 return
+            if self._state == "held" and self._buf:
+                try:
+                    self._put_buffer()  # what was appended is stored, as a folder's release leaves it written
+                except LedgerError:
+                    pass  # lost (nothing to release) or poisoned (looked at below)
+                if self._state == "lost":
+                    return
+            self._streams._forget(self.name, self)
             last = self._last
             if self._state == "poisoned":
                 try:
