@@ -4,8 +4,8 @@
 :class:`~intentlog.eventlog.storage.StreamStorage` and an
 :class:`~intentlog.artifacts.objects.ObjectStore` on each side), so it merges a folder into
 a folder, a folder into an object store or back, whatever the seams sit on. :func:`merge`
-opens both sides from a path or an ``s3://`` URL and, for a folder destination, verifies
-the merged ledger.
+opens both sides from a path or an ``s3://`` URL and verifies the merged ledger (a store
+through its seams).
 
 What it promises:
 
@@ -58,7 +58,7 @@ class MergePlan:
 
 @dataclass(frozen=True)
 class MergeResult:
-    """What :func:`merge` did, and the destination's verify report (None when it is not a folder)."""
+    """What :func:`merge` did, and the destination's verify report (None when it was not verified)."""
 
     plan: MergePlan
     verify: VerifyReport | None
@@ -168,8 +168,8 @@ def _open_side(location: str | os.PathLike[str], *, write: bool) -> tuple[Stream
 def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResult:
     """Merge the ledger at ``src`` (a folder or ``s3://bucket/prefix``) into ``dst`` (created if new).
 
-    Nothing is written to ``dst`` when the merge is refused. A folder ``dst`` is verified
-    after the merge (the report is in the result).
+    Nothing is written to ``dst`` when the merge is refused. ``dst`` is verified after the
+    merge (a folder by its files, a store through its seams; the report is in the result).
     """
     s_streams, s_objects, _ = _open_side(src, write=False)
     d_streams, d_objects, d_path = _open_side(dst, write=True)
@@ -181,9 +181,8 @@ def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResu
 
         open_ledger(d_path, create=True)  # a new destination becomes a ledger only now: nothing on refusal
     apply_merge(plan, s_streams, s_objects, d_streams, d_objects)
-    report = None
-    if d_path is not None:
-        from .checker.verify import verify_path
+    from .checker.verify import verify_path, verify_storage
 
-        report = verify_path(d_path)
-    return MergeResult(plan, report)
+    if d_path is not None:
+        return MergeResult(plan, verify_path(d_path))
+    return MergeResult(plan, verify_storage(d_streams, d_objects, where=os.fspath(dst)))

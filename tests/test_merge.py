@@ -156,7 +156,7 @@ def test_merge_cli_into_an_s3_url_and_back(tmp_path: Path, monkeypatch: pytest.M
     url = f"s3://{s3_server.BUCKET}/{s3_server.fresh_location().prefix}"
     out = CliRunner().invoke(main, ["merge", str(src), url, "--json"])
     assert out.exit_code == 0, out.output
-    assert orjson.loads(out.output)["created"] == ["a"] and orjson.loads(out.output)["verified"] is None
+    assert orjson.loads(out.output)["created"] == ["a"] and orjson.loads(out.output)["verified"] is True
     out = CliRunner().invoke(main, ["merge", url, str(back)])
     assert out.exit_code == 0 and "1 task(s) copied" in out.output, out.output
     assert (back / "tasks" / "a.jsonl").read_bytes() == (src / "tasks" / "a.jsonl").read_bytes()

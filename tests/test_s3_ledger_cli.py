@@ -1,8 +1,7 @@
 """``intentlog --root s3://BUCKET/PREFIX`` on a real S3-compatible store (SeaweedFS).
 
-The read views read the store through the seams; verify checks a local copy made by merge
-and says so; the commands not wired for a store yet are refused (exit 2) with nothing
-written to the store or to a local folder named 's3:'.
+The read views and verify read the store through the seams; the commands not wired for a
+store yet are refused (exit 2) with nothing written to the store or to a local folder named 's3:'.
 """
 
 from __future__ import annotations
@@ -74,14 +73,24 @@ def test_read_views_on_the_store(store: str) -> None:
     assert os.listdir(".") == []
 
 
-def test_verify_checks_a_local_copy_and_says_so(store: str) -> None:
+def test_verify_reads_the_store_through_the_seams(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import intentlog.merge
+
+    def no_copy(*args: object) -> None:
+        raise AssertionError("verify made a local copy")
+
+    monkeypatch.setattr(intentlog.merge, "merge", no_copy)
     before = keys(store)
     code, out = run("--root", store, "verify", "--json")
     report = orjson.loads(out)
-    assert code == 0 and report["note"].startswith(f"verified a local copy of {store} made by 'intentlog merge'")
-    assert report["errors"] == 0 if "errors" in report else report["ok"]
+    assert code == 0 and report["ok"] and report["root"] == store, report
+    counts = report["counts"]
+    assert counts["tasks"] == 1 and counts["events"] == 9 and counts["artifacts"] >= 2 and counts["error"] == 0
+    assert "note" not in report
     code, out = run("--root", store, "verify")
-    assert code == 0 and "local copy" in out and "OK:" in out
+    assert code == 0 and "OK:" in out and "local copy" not in out
+    code, out = run("--root", store, "verify", "no-such-task")
+    assert code == 2 and "no task 'no-such-task'" in out
     assert keys(store) == before and os.listdir(".") == []
 
 

@@ -1,7 +1,8 @@
 """The replay checker (DESIGN §7): re-derive everything offline and compare it with the disk.
 
 :func:`verify_path` (or :func:`verify_ledger`) reads a ledger and reports, without
-changing anything -- no write, no lock, no quarantine:
+changing anything -- no write, no lock, no quarantine (:func:`verify_storage` runs the
+same checks through the storage seams, on a ledger kept on an object store: :mod:`.seams`):
 
 * per stream: parse, ``seq`` and ``prev`` of every line (exact bytes, DESIGN §4 rule 6),
   torn tails, and a whole last line that does not chain (a suspect tail);
@@ -31,7 +32,7 @@ from __future__ import annotations
 from ..gclog import retired_by_gc
 from ..heads.codec import HEADS_FILE, HEADS_FORMAT, StreamHead, decode_heads, encode_heads, read_heads_at
 from .report import CHANGED, ERROR, INFO, VERIFY_VERSION, Problem, VerifyReport
-from .verify import verify_ledger, verify_path
+from .verify import verify_ledger, verify_path, verify_storage
 from .walk import find_links
 
 __all__ = [
@@ -51,4 +52,5 @@ __all__ = [
     "retired_by_gc",
     "verify_ledger",
     "verify_path",
+    "verify_storage",
 ]

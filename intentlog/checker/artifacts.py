@@ -7,17 +7,17 @@ files are hashed in fixed-size chunks, never followed through a link.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import orjson
 
 from .._regular import NotRegular
 from ..artifacts.inline import inline_bytes
-from ..errors import ArtifactError
+from ..errors import ArtifactError, CorruptStream
 from ..projections.schema import is_ref
 from .report import CHANGED, ERROR, INFO, abbr
 from .state import CheckerState
-from .walk import hash_file, iter_objects, iter_regular_lines, object_rel, relative, through_link
+from .walk import hash_file, iter_objects, object_rel, relative, through_link
 
 __all__ = ["ArtifactChecks"]
 
@@ -49,7 +49,7 @@ class ArtifactChecks(CheckerState):
                 self.tick("artifacts", i, total)
                 continue
             try:
-                actual, size = hash_file(self.root / rel, self.buf)
+                actual, size = self.hash_object(digest, rel)
             except FileNotFoundError:
                 missing.append(digest)
                 continue
@@ -106,7 +106,7 @@ class ArtifactChecks(CheckerState):
             if self.blocked(f"tasks/{task}.jsonl"):
                 continue
             try:
-                for _, raw in iter_regular_lines(self._path(task)):
+                for _, raw in self.stream_lines(task):
                     if not wanted:
                         return
                     if b'"inline' not in raw:
@@ -133,7 +133,7 @@ class ArtifactChecks(CheckerState):
                             stack.extend(v.values())
                         elif type(v) is list:
                             stack.extend(v)
-            except (OSError, NotRegular):
+            except (OSError, NotRegular, CorruptStream):
                 continue
 
     def check_quarantined(self) -> None:
@@ -146,6 +146,8 @@ class ArtifactChecks(CheckerState):
             if self.blocked(rel):
                 continue  # reported as a link
             try:
+                if self.seams is not None:  # a store keeps no quarantine/ (a folder copy of it neither)
+                    raise FileNotFoundError(rel)
                 actual, size = hash_file(self.root / rel, self.buf)
             except FileNotFoundError:
                 self.add(
@@ -166,7 +168,7 @@ class ArtifactChecks(CheckerState):
     def check_unrecorded_quarantine(self) -> None:
         """Files in quarantine/ that no stream.repaired names: worth knowing, never a failure."""
         named = {relative(q.file) for q in self.quarantined}
-        if self.blocked("quarantine"):
+        if self.blocked("quarantine") or self.seams is not None:
             return
         try:
             names = sorted(os.listdir(self.root / "quarantine"))
@@ -234,7 +236,7 @@ class ArtifactChecks(CheckerState):
             if digest in self.needs or digest in self.inline:
                 continue
             rel = object_rel(digest)
-            if not self.blocked(rel) and not (self.root / rel).exists():
+            if not self.blocked(rel) and not self.object_exists(digest, rel):
                 self.add(
                     INFO, "bare_digest", f"the data names {digest}, which is not stored; a bare digest string is "
                     "only informational: refer to stored bytes with a {digest, size} ref to have them checked",
@@ -245,12 +247,22 @@ class ArtifactChecks(CheckerState):
         if self.blocked("objects"):
             return
         try:
-            for digest, size in iter_objects(self.root):
+            for digest, size in self._stored_objects():
                 if digest in self.needs or digest in self.inline or digest in self.bare:
                     continue
+                if size < 0 and self.seams is not None:
+                    size = self.seams.size(digest)
                 self.add(
                     INFO, "orphan_blob", f"{size} bytes referenced by no event: harmless (an interrupted run leaves "
                     "them); garbage collection removes them after a grace period", digest=digest,
                 )
         except OSError as exc:
             self.add(ERROR, "io", f"cannot list objects/: {exc.strerror or exc}; check the folder's permissions")
+
+    def _stored_objects(self) -> Iterator[tuple[str, int]]:
+        """``(digest, size)`` of every stored object; through a seam the size is -1 (asked only for orphans)."""
+        if self.seams is None:
+            yield from iter_objects(self.root)
+            return
+        for digest in self.seams.digests():
+            yield digest, -1

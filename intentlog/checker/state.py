@@ -8,7 +8,7 @@ where, the workspace captures, the quarantined files. :mod:`.streams` and
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -18,7 +18,8 @@ import orjson
 from .._regular import NotRegular, read_regular
 from ..eventlog.format import FORMAT, check_task_id
 from .report import ERROR, INFO, Problem
-from .walk import CHUNK_SIZE, find_links, lock_holder, through_link
+from .seams import Seams
+from .walk import CHUNK_SIZE, find_links, hash_file, iter_regular_lines, lock_holder, through_link
 
 __all__ = [
     "MAX_PROBLEMS_PER_TASK",
@@ -92,8 +93,12 @@ UNKNOWN: Final = object()
 class CheckerState:
     """The state of one run and the folder-level checks (links, the marker, the task list)."""
 
-    def __init__(self, root: Path, workspace: Path | None, progress: Progress | None) -> None:
+    def __init__(
+        self, root: Path, workspace: Path | None, progress: Progress | None, seams: Seams | None = None
+    ) -> None:
         self.root = root
+        #: the seams the ledger is read through when it is not a folder (an object store), else None
+        self.seams = seams
         self.workspace = workspace
         self.progress = progress
         self.problems: list[Problem] = []
@@ -158,6 +163,12 @@ class CheckerState:
             self.add(ERROR, "ledger", f"intentlog.json does not declare format {FORMAT!r}: {marker!r}")
 
     def list_tasks(self) -> list[str]:
+        if self.seams is not None:
+            try:
+                return sorted(check_task_id(n) for n in self.seams.streams.names())
+            except OSError as exc:
+                self.add(ERROR, "io", f"cannot list the streams of {self.seams.where}: {exc}")
+                return []
         if self.blocked("tasks"):
             return []
         try:
@@ -179,6 +190,25 @@ class CheckerState:
     def _path(self, task: str) -> Path:
         return self.root / "tasks" / f"{task}.jsonl"
 
+    def stream_lines(self, task: str) -> Iterator[tuple[int, bytes]]:
+        """``(offset, line)`` of the task's stream: the folder's file, or the stream read through its seam."""
+        if self.seams is not None:
+            return self.seams.lines(task)
+        return iter_regular_lines(self._path(task))
+
+    def hash_object(self, digest: str, rel: str) -> tuple[str, int]:
+        """What the object ``digest`` (at ``rel`` in a folder) hashes to, and its size; FileNotFoundError if absent."""
+        if self.seams is not None:
+            return self.seams.hash_object(digest)
+        return hash_file(self.root / rel, self.buf)
+
+    def object_exists(self, digest: str, rel: str) -> bool:
+        if self.seams is not None:
+            return self.seams.exists(digest)
+        return (self.root / rel).exists()
+
     def _writer(self, task: str) -> int | None:
         """The pid holding ``task``'s writer lock, probed without taking it; None when none is seen."""
+        if self.seams is not None:
+            return None  # a store's lease names no process (and a stored segment is never torn)
         return lock_holder(self.root / "tasks" / f"{task}.jsonl.lock")

@@ -16,7 +16,7 @@ import orjson
 from .._digest import digest_bytes
 from .._regular import NotRegular
 from ..artifacts.inline import inline_bytes
-from ..errors import ArtifactError, DigestMismatch, NotSerializable
+from ..errors import ArtifactError, CorruptStream, DigestMismatch, NotSerializable
 from ..eventlog.format import TASK_CREATED, check_kind, is_reserved
 from ..gclog import GC_LOG, retired_by_gc
 from ..heads.codec import StreamHead
@@ -24,7 +24,7 @@ from ..projections.schema import FILE, TaskGraph, check_shape, is_ref, rule_for
 from ..refs import CHECK, CHECK_REFS, walk
 from .report import ERROR, INFO, Problem, abbr
 from .state import UNKNOWN, Capture, CheckerState, Need, QuarantineFile, StreamFacts
-from .walk import iter_regular_lines, relative
+from .walk import relative
 
 __all__ = ["StreamChecks"]
 
@@ -48,6 +48,11 @@ class StreamChecks(CheckerState):
             self._read_stream(s)
         except NotRegular as exc:
             self.add(ERROR, "link", f"the stream is {exc}, so it was not read", task=task)
+        except CorruptStream as exc:  # read through a seam: its segments do not make one stream
+            self.add(
+                ERROR, "segments", f"{exc}: its stored segments do not make one stream, so its events were not "
+                "checked; restore the segments from a copy", task=task,
+            )
         except OSError as exc:
             self.add(ERROR, "io", f"cannot read the stream: {exc.strerror or exc}", task=task)
         self._stream = None
@@ -68,7 +73,7 @@ class StreamChecks(CheckerState):
         last_line = 0
         last_break: int | None = None  # index in problems of a chain/seq break on the latest line
         first = True
-        for lineno, (offset, raw) in enumerate(iter_regular_lines(self._path(task)), start=1):
+        for lineno, (offset, raw) in enumerate(self.stream_lines(task), start=1):
             last_line = lineno
             last_break = None
             if not raw.endswith(b"\n"):  # only ever the last line

@@ -1,4 +1,4 @@
-"""verify_path: one run of the replay checker over a ledger (or an exported bundle) folder."""
+"""One run of the replay checker: over a ledger (or bundle) folder, or over the storage seams (a store)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING
 from .._args import check_names, check_path
 from ..errors import LedgerError, NotALedger, UsageError
 from ..eventlog.format import check_task_id
-from ..gclog import GC_LOG, read_gc_deletions
-from ..heads.codec import HEADS_FILE, read_heads_at
+from ..gclog import GC_LOG, GcDeletion, read_gc_deletions
+from ..heads.codec import HEADS_FILE, StreamHead, read_heads_at
 from .artifacts import ArtifactChecks
 from .report import ERROR, INFO, SEVERITIES, VerifyReport, abbr
+from .seams import ObjectReads, Seams, StreamReads
 from .state import Progress
 from .streams import StreamChecks
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
-__all__ = ["verify_ledger", "verify_path"]
+__all__ = ["verify_ledger", "verify_path", "verify_storage"]
 
 
 class Checker(StreamChecks, ArtifactChecks):
@@ -57,6 +58,45 @@ def verify_path(
     except LedgerError as exc:
         checker.add(ERROR, "heads", str(exc))
         heads = {}
+    gc_deleted, gc_problem = read_gc_deletions(root_path)
+    return _run(checker, str(root_path), f"{root_path / 'tasks'}", tasks, heads, gc_deleted, gc_problem)
+
+
+def verify_storage(
+    streams: StreamReads,
+    objects: ObjectReads,
+    tasks: Sequence[str] | None = None,
+    *,
+    where: str,
+    workspace: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """The same checks over a ledger kept behind the storage seams (an object store); changes nothing.
+
+    Streams are read with ``streams.read`` (a store's segments are checked to make one
+    stream there: a hole or a spliced segment is an ``ERROR`` finding, code ``segments``),
+    objects with ``objects.get`` / ``stat`` / ``list``. The findings are the ones a folder
+    holding the same streams and objects gets (``tests/test_s3_verify.py``): what a store
+    does not keep -- links, ``intentlog.json``, ``heads.json``, ``gc.jsonl``,
+    ``quarantine/`` -- is not looked for (a store's streams are not sealed yet: the
+    ``heads`` note says so). ``where`` is the report's root (the store's URL).
+    """
+    tasks = check_names(tasks, "tasks")
+    ws = Path(workspace) if workspace is not None else None
+    checker = Checker(Path(where), ws, progress, Seams(streams, objects, where))
+    return _run(checker, where, where, tasks, None, {}, None)
+
+
+def _run(
+    checker: Checker,
+    root: str,
+    tasks_where: str,
+    tasks: list[str] | None,
+    heads: dict[str, StreamHead] | None,
+    gc_deleted: dict[str, GcDeletion],
+    gc_problem: str | None,
+) -> VerifyReport:
+    """The checks after the ledger's own files were read: streams, seals, gc log, bytes, orphans."""
     present = checker.list_tasks()
     if tasks is None:
         selected = present
@@ -65,7 +105,7 @@ def verify_path(
         for t in tasks:
             check_task_id(t)
             if t not in present and (heads is None or t not in heads):
-                raise UsageError(f"no task {t!r} in {root_path / 'tasks'}; 'intentlog tasks' lists the tasks there")
+                raise UsageError(f"no task {t!r} in {tasks_where}; 'intentlog tasks' lists the tasks there")
             if t not in selected:
                 selected.append(t)
     sealed = heads is not None
@@ -83,7 +123,6 @@ def verify_path(
             checker.add(INFO, "unsealed", "not in heads.json (written after the last seal): its tail is not anchored; "
                         "run 'intentlog seal'", task=task)
         checker.tick("streams", i, len(checked))
-    gc_deleted, gc_problem = read_gc_deletions(root_path)
     if gc_problem is not None:
         checker.add(
             ERROR, "gc_log", f"{gc_problem}: which streams garbage collection deleted cannot be trusted; "
@@ -115,7 +154,7 @@ def verify_path(
         checker.check_orphans()
         checker.check_unrecorded_quarantine()
     return VerifyReport(
-        root=str(root_path),
+        root=root,
         # errors first, then changed, then info; in the order found within each
         problems=tuple(sorted(checker.problems, key=lambda p: SEVERITIES.index(p.severity))),
         tasks=len(checked),
@@ -128,5 +167,14 @@ def verify_path(
 def verify_ledger(
     ledger: Ledger, tasks: Sequence[str] | None = None, *, progress: Progress | None = None
 ) -> VerifyReport:
-    """:func:`verify_path` over an open :class:`~intentlog.ledger.Ledger` and its workspace."""
+    """:func:`verify_path` over an open :class:`~intentlog.ledger.Ledger` and its workspace.
+
+    A ledger on an object store is checked through its seams (:func:`verify_storage`).
+    """
+    storage = ledger.storage
+    if storage is not None:
+        return verify_storage(
+            storage.streams, storage.objects, tasks, where=ledger.location, workspace=ledger.workspace,
+            progress=progress,
+        )
     return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)

@@ -24,8 +24,8 @@ def merge(src: str, dst: str, as_json: bool) -> None:
 
     A task only SRC has is copied; one that DST holds a prefix of is extended; a task that
     diverged (the same id, different lines at one seq) is refused and named, and then
-    nothing is written to DST. A folder DST is verified after the merge (exit 1 if it
-    does not verify). SRC and DST are ledger folders (DST is created if new) or
+    nothing is written to DST. DST is verified after the merge (exit 1 if it does not
+    verify). SRC and DST are ledger folders (DST is created if new) or
     s3://BUCKET/PREFIX.
 
     \b

@@ -57,8 +57,11 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
     if bundle is None and c.url is not None:
         from .storeroot import verify_store
 
-        report, note = verify_store(c.url, tasks)  # the checker walks a folder: a local copy, said so
-        emit_json(report.to_json() | {"note": note}) if as_json else click.echo(f"{note}\n{report.render()}")
+        try:
+            report = verify_store(c.url, tasks)  # the checker over the seams: no local copy
+        except (UsageError, InvalidTaskId) as exc:
+            raise click.UsageError(str(exc)) from exc
+        emit_json(report.to_json()) if as_json else click.echo(report.render())
         sys.exit(report.exit_code)
     if bundle is None:
         _require_ledger(c)
