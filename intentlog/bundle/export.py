@@ -19,6 +19,7 @@ from .._digest import is_digest
 from .._fsutil import fsync_dir, makedirs_durable, publish_chunks
 from ..artifacts.inline import inline_bytes
 from ..checker.report import INFO, VerifyReport
+from ..checker.seams import Seams
 from ..checker.state import Progress
 from ..errors import (
     ArtifactError,
@@ -51,7 +52,7 @@ from .files import (
     walk_files,
 )
 from .readme import readme_text
-from .source import check_marker, checked_copy, inline_in, read_range, refuse_links, task_ids
+from .source import check_marker, checked_copy, inline_in, read_range, refuse_links, stored_object, task_ids
 from .staging import STAGING_SUFFIX, check_out, holds_bundle, remove_stale, same_bytes
 
 _MARKER: Final = orjson.dumps({"format": FORMAT, "hash": "blake3"}, option=orjson.OPT_SORT_KEYS) + b"\n"
@@ -130,8 +131,12 @@ class _Wanted:
 
 
 class _Exporter:
-    def __init__(self, root: Path, staging: Path, sealed: Mapping[str, StreamHead]) -> None:
+    def __init__(
+        self, root: Path, staging: Path, sealed: Mapping[str, StreamHead], seams: Seams | None = None
+    ) -> None:
         self.root = root
+        #: the seams the ledger is read through when it is on an object store, else None (a folder)
+        self.seams = seams
         self.staging = staging
         self.sealed = sealed
         self.refs: dict[str, _Wanted] = {}
@@ -150,7 +155,11 @@ class _Exporter:
     # -- streams ----------------------------------------------------------------------
 
     def stream(self, task: str) -> None:
-        src = self.root / "tasks" / f"{task}.jsonl"
+        rel = f"tasks/{task}.jsonl"
+        src = self.root / rel
+        if self.seams is not None:  # the stream's bytes, read through the seam, are staged and scanned there
+            self.publish(rel, (self.seams.streams.read(task),))
+            src = self.staging / rel
         sealed = self.sealed.get(task)
         scan = StreamScan(src)
         stream_id: str | None = None
@@ -184,8 +193,8 @@ class _Exporter:
                 f"{sealed.head}, but the stream no longer holds that event (truncated, replaced or rewritten); "
                 "not exported: a bundle must not re-anchor evidence its seal contradicts. Run 'intentlog verify'"
             )
-        rel = f"tasks/{task}.jsonl"
-        self.publish(rel, read_range(src, scan.end))
+        if self.seams is None:
+            self.publish(rel, read_range(src, scan.end))
         copy = StreamScan(self.staging / rel)
         state = work_state(copy, task_id=task)
         if copy.problem is not None or copy.head != scan.head or copy.count != scan.count:  # pragma: no cover
@@ -234,7 +243,8 @@ class _Exporter:
             if digest not in self.inline:
                 pending[digest] = wanted
         if pending:
-            for digest, data in inline_in(self.root, other_tasks, set(pending)).items():
+            source = self.seams if self.seams is not None else self.root
+            for digest, data in inline_in(source, other_tasks, set(pending)).items():
                 self.publish(object_rel(digest), (data,))
                 del pending[digest]
         for digest, wanted in pending.items():
@@ -246,13 +256,20 @@ class _Exporter:
             if _QUARANTINE_FILE.match(rel) is None:
                 raise ArtifactError(f"{where}: stream.repaired names {rel!r}, not a file in quarantine/; not exported")
             src = self.root / rel
-            if not os.path.lexists(src):
+            if self.seams is not None or not os.path.lexists(src):  # a store keeps no quarantine/
                 raise ArtifactMissing(digest, f"{where}, which moved a torn tail to {rel}: that file is gone")
             self.publish(rel, checked_copy(src, digest, size))
 
     def copy_object(self, digest: str, size: int | None, where: str) -> bool:
         """Copy one blob if the store has it, checking every byte on the way; False if it has not."""
         rel = object_rel(digest)
+        if self.seams is not None:
+            if (self.staging / rel).exists():
+                return True
+            data = stored_object(self.seams, digest, size, where)
+            if data is not None:
+                self.publish(rel, (data,))
+            return data is not None
         src = self.root / rel
         if not os.path.lexists(src):
             return False  # (a link is refused by the copy, which never reads through one)
@@ -287,6 +304,10 @@ def export_bundle(
 ) -> ExportResult:
     """Export ``tasks`` (default: every task) of the ledger at ``root`` as an evidence bundle.
 
+    ``root`` is a ledger folder or ``s3://bucket/prefix`` (a ledger on an object store, read
+    through its seams with the standard AWS settings: nothing is written there; the bundle
+    is a local folder or tar like any other).
+
     ``out`` is a folder that must not exist or be empty; ``tar`` a file that must not
     exist (a plain, deterministic tar of one folder, ``intentlog-bundle/``); give either
     or both. ``receipts`` are provider receipt logs (JSON lines with a ``body_hash``),
@@ -316,17 +337,23 @@ def export_bundle(
         raise UsageError(f"{tar_path} exists and is not a file; name a new file for the tar")
     logs = _receipt_names(receipts)
     root_path = Path(root)
-    refuse_links(root_path)
-    check_marker(root_path)
-    present = task_ids(root_path)
+    seams = _store_seams(os.fspath(root))
+    if seams is None:
+        refuse_links(root_path)
+        check_marker(root_path)
+        present = task_ids(root_path)
+        where = str(root_path / "tasks")
+    else:
+        present = sorted(check_task_id(n) for n in seams.streams.names())
+        where = seams.where
     if names is None:
         names = present
         if not names:
-            raise UsageError(f"{root_path / 'tasks'} holds no task to export")
+            raise UsageError(f"{where} holds no task to export")
     for t in names:
         if t not in present:
-            raise UsageError(f"no task {t!r} in {root_path / 'tasks'}; 'intentlog tasks' lists the tasks there")
-    sealed = read_heads_at(root_path) or {}
+            raise UsageError(f"no task {t!r} in {where}; 'intentlog tasks' lists the tasks there")
+    sealed = (read_heads_at(root_path) or {}) if seams is None else {}  # a store keeps no seal yet
 
     anchor = out_path if out_path is not None else tar_path
     if anchor is None:  # pragma: no cover - checked above
@@ -339,7 +366,7 @@ def export_bundle(
     staging = anchor.absolute().parent / f".{anchor.name}.{os.getpid()}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
     os.mkdir(staging)
     try:
-        ex = _Exporter(root_path, staging, sealed)
+        ex = _Exporter(root_path, staging, sealed, seams)
         for i, t in enumerate(names, 1):
             ex.stream(t)
             if progress is not None:
@@ -385,6 +412,16 @@ def export_bundle(
         if staging.exists():
             shutil.rmtree(staging)
     return ExportResult(out_path, tar_path, tuple(names), len(files) + 1, size, report, tuple(removed), tuple(kept))
+
+
+def _store_seams(root: str) -> Seams | None:
+    """The seams of an ``s3://bucket/prefix`` root (read only: no probe), None for a folder."""
+    if not root.startswith("s3://"):
+        return None
+    from ..s3 import connect
+
+    storage = connect(root, write=False)
+    return Seams(storage.streams, storage.objects, root)
 
 
 def _report(staging: Path) -> bytes:

@@ -1,4 +1,9 @@
-"""Reading the ledger being exported: no link followed, every copied byte checked against its digest."""
+"""Reading the ledger being exported: no link followed, every copied byte checked against its digest.
+
+A ledger on an object store is read through its seams (:class:`~intentlog.checker.seams.Seams`):
+its streams' bytes by ``read`` (the segments checked to make one stream), its objects by
+``get`` (checked against their digest).
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,11 @@ from blake3 import blake3
 
 from .._digest import DIGEST_PREFIX
 from ..artifacts.inline import inline_bytes
+from ..checker.seams import Seams
 from ..checker.walk import find_links
 from ..errors import (
     ArtifactError,
+    ArtifactMissing,
     CorruptStream,
     DigestMismatch,
     LedgerError,
@@ -24,6 +31,7 @@ from ..errors import (
 )
 from ..eventlog.format import FORMAT, check_task_id
 from ..eventlog.reader import StreamScan
+from ..eventlog.remote import events_in
 from ..heads.codec import HEADS_FILE
 from ..refs import EXPORT_INLINE, walk
 from .files import CHUNK, MARKER_FILE
@@ -77,13 +85,29 @@ def checked_copy(src: Path, digest: str, size: int | None, *, where: str | None 
         raise ArtifactError(f"{src} holds {n} bytes but {where or 'its record'} says {size}; not exported")
 
 
-def inline_in(root: Path, tasks: Sequence[str], wanted: set[str]) -> dict[str, bytes]:
+def stored_object(seams: Seams, digest: str, size: int | None, where: str) -> bytes | None:
+    """The object ``digest`` read through the seam (checked against its digest and ``size``); None if absent."""
+    try:
+        data = seams.objects.get(digest)
+    except ArtifactMissing:
+        return None
+    if size is not None and len(data) != size:
+        raise ArtifactError(f"{seams.where}: object {digest} holds {len(data)} bytes but {where} says {size}; "
+                            "not exported")
+    return data
+
+
+def inline_in(root: Path | Seams, tasks: Sequence[str], wanted: set[str]) -> dict[str, bytes]:
     """Blobs that ride inline only in streams not being exported (checked against their digest)."""
     found: dict[str, bytes] = {}
     for task in tasks:
         if not wanted:
             break
-        for ev in StreamScan(root / "tasks" / f"{task}.jsonl"):
+        if isinstance(root, Seams):
+            events = events_in(root.streams.read(task), f"{root.where} task {task!r}")
+        else:
+            events = iter(StreamScan(root / "tasks" / f"{task}.jsonl"))
+        for ev in events:
             for digest, ref in walk(ev.data, EXPORT_INLINE):
                 if not wanted:
                     break

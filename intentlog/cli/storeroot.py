@@ -1,7 +1,8 @@
 """``--root s3://BUCKET/PREFIX``: which commands run on an object-store ledger, and verify's local copy.
 
 The read views (``tasks``, ``status``, ``log``, ``show``), ``verify`` (the checker over
-the seams: :func:`~intentlog.checker.verify_storage`) and ``init`` (which runs the store's
+the seams: :func:`~intentlog.checker.verify_storage`), ``export`` (a local bundle, the
+store read through the seams) and ``init`` (which runs the store's
 fencing probe) read and write through the storage seams. Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
 folder and run the command there.
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["ON_STORE", "check_on_store", "verify_store"]
 
 #: The commands that run on an object-store ledger.
-ON_STORE: Final = frozenset({"init", "tasks", "status", "log", "show", "verify", "doctor", "merge"})
+ON_STORE: Final = frozenset({"init", "tasks", "status", "log", "show", "verify", "export", "doctor", "merge"})
 
 
 def check_on_store(url: str) -> None:

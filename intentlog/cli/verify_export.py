@@ -139,7 +139,7 @@ def export(
     progress = None if as_json else progress_for("exporting")
     try:
         result = export_bundle(
-            c.root,
+            c.url if c.url is not None else c.root,  # a store is read through its seams
             list(tasks) or None,
             out=out,
             tar=tar_file,
