@@ -185,7 +185,8 @@ class _Exporter:
             )
         if scan.last is None or scan.head is None or stream_id is None:
             raise CorruptStream(str(src), 1, "the stream is empty; not exported")
-        if sealed is not None and sealed.stream != stream_id and retired_by_gc(self.root, task, sealed):
+        retired = self.seams is None and sealed is not None and retired_by_gc(self.root, task, sealed)
+        if sealed is not None and sealed.stream != stream_id and retired:
             sealed = None  # gc deleted the sealed stream (gc.jsonl says so); this one is a new task
         if sealed is not None and (sealed.stream != stream_id or at_sealed != sealed.head):
             raise LedgerError(
@@ -353,7 +354,7 @@ def export_bundle(
     for t in names:
         if t not in present:
             raise UsageError(f"no task {t!r} in {where}; 'intentlog tasks' lists the tasks there")
-    sealed = (read_heads_at(root_path) or {}) if seams is None else {}  # a store keeps no seal yet
+    sealed = (read_heads_at(root_path) or {}) if seams is None else _store_heads(root)
 
     anchor = out_path if out_path is not None else tar_path
     if anchor is None:  # pragma: no cover - checked above
@@ -422,6 +423,14 @@ def _store_seams(root: str) -> Seams | None:
 
     storage = connect(root, write=False)
     return Seams(storage.streams, storage.objects, root)
+
+
+def _store_heads(url: str | os.PathLike[str]) -> dict[str, StreamHead]:
+    """The seal in force on the store (``heads/N.json``), or none."""
+    from ..s3 import connect
+    from ..s3.seals import stored_heads
+
+    return stored_heads(connect(os.fspath(url), write=False).client) or {}
 
 
 def _report(staging: Path) -> bytes:

@@ -11,7 +11,7 @@ from .._args import check_names, check_path
 from ..errors import LedgerError, NotALedger, UsageError
 from ..eventlog.format import check_task_id
 from ..gclog import GC_LOG, GcDeletion, read_gc_deletions
-from ..heads.codec import HEADS_FILE, StreamHead, read_heads_at
+from ..heads.codec import HEADS_FILE, StreamHead, decode_heads, read_heads_at
 from .artifacts import ArtifactChecks
 from .report import ERROR, INFO, SEVERITIES, VerifyReport, abbr
 from .seams import ObjectReads, Seams, StreamReads
@@ -70,6 +70,7 @@ def verify_storage(
     where: str,
     workspace: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
+    seal: tuple[str, bytes] | None = None,
 ) -> VerifyReport:
     """The same checks over a ledger kept behind the storage seams (an object store); changes nothing.
 
@@ -77,14 +78,23 @@ def verify_storage(
     stream there: a hole or a spliced segment is an ``ERROR`` finding, code ``segments``),
     objects with ``objects.get`` / ``stat`` / ``list``. The findings are the ones a folder
     holding the same streams and objects gets (``tests/test_s3_verify.py``): what a store
-    does not keep -- links, ``intentlog.json``, ``heads.json``, ``gc.jsonl``,
-    ``quarantine/`` -- is not looked for (a store's streams are not sealed yet: the
-    ``heads`` note says so). ``where`` is the report's root (the store's URL).
+    does not keep -- links, ``intentlog.json``, ``gc.jsonl``, ``quarantine/`` -- is not
+    looked for. ``seal`` is the store's seal in force (where it is, and the bytes of its
+    ``heads.json``: :func:`intentlog.s3.seals.latest_seal`), compared like a folder's;
+    without one the ``heads`` note says a truncated tail cannot be seen. ``where`` is the
+    report's root (the store's URL).
     """
     tasks = check_names(tasks, "tasks")
     ws = Path(workspace) if workspace is not None else None
     checker = Checker(Path(where), ws, progress, Seams(streams, objects, where))
-    return _run(checker, where, where, tasks, None, {}, None)
+    heads: dict[str, StreamHead] | None = None
+    if seal is not None:
+        try:
+            heads = decode_heads(seal[1], where=seal[0])
+        except LedgerError as exc:
+            checker.add(ERROR, "heads", str(exc))
+            heads = {}
+    return _run(checker, where, where, tasks, heads, {}, None)
 
 
 def _run(
@@ -173,8 +183,10 @@ def verify_ledger(
     """
     storage = ledger.storage
     if storage is not None:
+        from ..s3.seals import latest_seal
+
         return verify_storage(
             storage.streams, storage.objects, tasks, where=ledger.location, workspace=ledger.workspace,
-            progress=progress,
+            progress=progress, seal=latest_seal(storage.client),
         )
     return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)

@@ -2,7 +2,8 @@
 
 The read views (``tasks``, ``status``, ``log``, ``show``), ``verify`` (the checker over
 the seams: :func:`~intentlog.checker.verify_storage`), ``export`` (a local bundle, the
-store read through the seams) and ``init`` (which runs the store's
+store read through the seams), ``seal`` (the next ``heads/N.json``, created only if
+absent: :mod:`intentlog.s3.seals`) and ``init`` (which runs the store's
 fencing probe) read and write through the storage seams. Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
 folder and run the command there.
@@ -20,10 +21,12 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     from ..checker import VerifyReport
 
-__all__ = ["ON_STORE", "check_on_store", "verify_store"]
+__all__ = ["ON_STORE", "check_on_store", "seal_store", "verify_store"]
 
 #: The commands that run on an object-store ledger.
-ON_STORE: Final = frozenset({"init", "tasks", "status", "log", "show", "verify", "export", "doctor", "merge"})
+ON_STORE: Final = frozenset(
+    {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge"}
+)
 
 
 def check_on_store(url: str) -> None:
@@ -43,6 +46,19 @@ def verify_store(url: str, tasks: Sequence[str] | None = None) -> VerifyReport:
     """Verify the ledger at ``url`` through its seams (nothing written, no probe, no local copy)."""
     from ..checker import verify_storage
     from ..s3 import connect
+    from ..s3.seals import latest_seal
 
     storage = connect(url, write=False)
-    return verify_storage(storage.streams, storage.objects, list(tasks) if tasks else None, where=url)
+    seal = latest_seal(storage.client)
+    return verify_storage(storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seal=seal)
+
+
+def seal_store(url: str) -> tuple[str, bytes]:
+    """Seal the ledger at ``url`` (the store must pass the probe: a seal is a write); where, and the heads' bytes."""
+    from ..s3 import connect
+    from ..s3.seals import latest_seal, seal_store
+
+    storage = connect(url, write=True)
+    where = seal_store(storage.client)
+    found = latest_seal(storage.client)
+    return where, found[1] if found is not None else b"{}"

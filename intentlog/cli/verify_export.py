@@ -198,6 +198,12 @@ def seal(c: Ctx, as_json: bool) -> None:
     Example:
       intentlog seal && git add evidence && git commit -m "seal"
     """
+    if c.url is not None:
+        from .storeroot import seal_store
+
+        where, data = seal_store(c.url)  # a new numbered seal object on the store, never a replacement
+        emit_json({"sealed": where, "heads": orjson.loads(data)}) if as_json else click.echo(f"sealed {where}")
+        return
     from ..heads import seal as seal_heads
 
     path = seal_heads(c.ledger())
