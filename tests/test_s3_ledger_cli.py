@@ -107,7 +107,9 @@ def test_a_damaged_segment_fails_verify(store: str) -> None:
     assert orjson.loads(out)[0]["stream"] == "unreadable", out
 
 
-@pytest.mark.parametrize("command", [["gc"], ["repair", TASK], ["report", "--out", "r.html"], ["fork", "t2", "--from", TASK]])
+@pytest.mark.parametrize(
+    "command", [["gc"], ["repair", TASK], ["report", "--out", "r.html"], ["fork", "t2", "--from", TASK]]
+)
 def test_commands_not_on_the_store_yet_are_refused_writing_nothing(store: str, command: list[str]) -> None:
     before = keys(store)
     code, out = run("--root", store, *command)
