@@ -141,7 +141,7 @@ def test_a_crash_before_the_sync_loses_only_the_unsynced_records(url: str) -> No
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "buffered"
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.communicate(timeout=60)  # reaps it and closes its pipes
     assert [e["data"].get("n") for e in stored_chain(url, "crash")] == [None, "synced"]
     with ObjectStreams(S3Client(parse_s3_url(url))).lease("crash", take_over_after=0) as taken:
         assert taken.next_seq == 2
@@ -167,3 +167,32 @@ def test_a_fenced_holders_buffered_records_are_never_stored(url: str) -> None:
     lease.release()
     assert other.read("s") == b'{"r":0}\n{"theirs":1}\n'
     assert mine.read("s") == b'{"r":0}\n{"theirs":1}\n', "once fenced, its own reads are the store's again"
+
+
+def test_a_close_that_cannot_put_the_buffered_group_says_so(url: str) -> None:
+    ledger = intentlog.open(url)
+    t = ledger.task("closing")
+    t.append("note", {"n": "synced"})
+    batch = t.batch()
+    batch.__enter__()
+    t.append("note", {"n": "buffered"})
+    taken = ObjectStreams(S3Client(parse_s3_url(url))).lease("closing", take_over_after=0)
+    with pytest.raises(LeaseLost):
+        t.stream.close()  # on a folder a failed final sync raises too: never a silent loss
+    assert t.stream.close_failures == 1
+    with pytest.raises(LeaseLost):  # the batch's own end says it again
+        batch.__exit__(None, None, None)
+    taken.release()
+    assert [e["data"].get("n") for e in stored_chain(url, "closing")] == [None, "synced"]
+
+
+def test_a_release_that_cannot_put_the_buffer_raises_and_stores_nothing(url: str) -> None:
+    mine = ObjectStreams(S3Client(parse_s3_url(url)))
+    mine.create("r", [b'{"r":0}'])
+    lease = mine.lease("r")
+    lease.append([b'{"mine":1}'], expected_seq=1, sync=False)
+    ObjectStreams(S3Client(parse_s3_url(url))).lease("r", take_over_after=0).release()
+    with pytest.raises(LeaseLost):
+        lease.release()
+    lease.release()  # once lost, idempotent
+    assert mine.read("r") == b'{"r":0}\n'

@@ -497,8 +497,9 @@ class StreamWriter:
             return
         with self._mutex:
             try:
-                if self._poisoned is None and self._lease is not None and self._lease.dirty:
-                    self.sync()
+                pending = self._remote is not None or (self._lease is not None and self._lease.dirty)
+                if self._poisoned is None and pending:
+                    self.sync()  # a store's buffered group is put here (no request when none): a failure raises
             finally:
                 self._close_lease()
 

@@ -360,6 +360,8 @@ class ObjectLease:
     def sync(self) -> None:
         """Put the buffered records as one segment; a lost or failed lease says so (nothing to put: no request)."""
         with self._mutex:
+            if self._state == "released":
+                return  # nothing buffered: a release puts what was
             self._check_state()
             self._put_buffer()
 
@@ -398,7 +400,11 @@ class ObjectLease:
         self._streams.checkpoint_after(self.name, seg)
 
     def release(self) -> None:
-        """Put what is buffered, then write the ``release`` segment (idempotent; a lost lease writes nothing)."""
+        """Put what is buffered, then write the ``release`` segment (idempotent; a lost lease writes nothing).
+
+        When the buffered records cannot be put because the lease was taken over, they are
+        not stored and :class:`~intentlog.errors.LeaseLost` says so (never a silent loss).
+        """
         with self._mutex:
             if self._state in ("released", "lost"):
                 return
@@ -406,9 +412,7 @@ class ObjectLease:
                 try:
                     self._put_buffer()  # what was appended is stored, as a folder's release leaves it written
                 except LedgerError:
-                    pass  # lost (nothing to release) or poisoned (looked at below)
-                if self._state == "lost":
-                    return
+                    pass  # poisoned: the put's outcome is unknown (looked at below)
             self._streams._forget(self.name, self)
             last = self._last
             if self._state == "poisoned":
