@@ -12,8 +12,9 @@ between measurements made in this run, on the same server.
    of 100 keys; the time to import the client and make one; the installed size.
 2. **The store's limit**: a stream append on :class:`~intentlog.s3.ObjectStreams` against
    the raw conditional PUT it is made of (the ratio says how close the append gets to the
-   store's limit), the PUTs, GETs and LISTs per append, segments per append, leasing and
-   reading a stream; and a folder append (O_APPEND + fdatasync) as the local baseline.
+   store's limit), the PUTs, GETs and LISTs per append, segments per append, group commit
+   (10 deferred appends and one sync: one PUT, one segment), leasing and reading a stream;
+   and a folder append (O_APPEND + fdatasync) as the local baseline.
 3. **The ledger on the store**: ``task.effect`` on ``intentlog.open("s3://...")`` against the
    same effects on a local folder ledger (one writer, one task, a provider that answers at
    once), effects/s and their ratio, and the PUTs, GETs and LISTs one effect costs -- with
@@ -172,6 +173,10 @@ def clients(env: dict[str, str], n: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def calls_per(counting: Counting, verb: str, n: int) -> float:
+    return counting.calls.get(verb, 0) / n
+
+
 def store(env: dict[str, str], n: int) -> dict[str, float]:
     raw = S3Client(S3Location(BUCKET, "raw"), env=env)
     counting = Counting(S3Client(S3Location(BUCKET, "streams"), env=env))
@@ -202,6 +207,18 @@ def store(env: dict[str, str], n: int) -> dict[str, float]:
     batch = [LINE] * 100
     put_batch = lambda i: lease.append(batch, expected_seq=lease.next_seq)  # noqa: E731
     r["append, 100-event batch (ms)"] = median_ms(put_batch, max(5, n // 10))
+
+    def group(i: int) -> None:  # group commit: 10 deferred appends, one sync puts them as one segment
+        for _ in range(10):
+            lease.append([LINE], expected_seq=lease.next_seq, sync=False)
+        lease.sync()
+
+    before = sum(1 for _ in counting.inner.scan("tasks/t/s"))
+    counting.calls.clear()
+    groups = max(5, n // 10)
+    r["10 deferred appends + sync (ms)"] = median_ms(group, groups)
+    r["PUTs per group of 10"] = calls_per(counting, "PUT", groups)
+    r["segments per group of 10"] = (sum(1 for _ in counting.inner.scan("tasks/t/s")) - before) / groups
     lease.release()
     counting.calls.clear()
     r["lease (ms)"] = median_ms(lambda i: streams.lease("t").release(), max(5, n // 10))
