@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["ON_STORE", "check_on_store", "verify_store"]
 
 #: The commands that run on an object-store ledger (``verify`` through a local copy).
-ON_STORE: Final = frozenset({"init", "tasks", "status", "log", "show", "verify", "doctor", "merge"})
+ON_STORE: Final = frozenset({"init", "tasks", "status", "log", "show", "verify", "doctor", "merge", "run", "backlog"})
 
 
 def check_on_store(url: str) -> None:
