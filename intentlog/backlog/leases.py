@@ -37,9 +37,13 @@ if TYPE_CHECKING:
     from .model import LedgerLike
 
 __all__ = [
-    "STORE_POLL", "Reopened", "end_or_fence", "fence", "held_elsewhere", "holder", "is_on_store", "on_store",
-    "progress", "reopen",
+    "BACKLOG_STALE", "STORE_POLL", "Reopened", "claim_stale", "end_or_fence", "fence", "held_elsewhere",
+    "holder", "is_on_store", "on_store", "progress", "reopen",
 ]  # fmt: skip
+
+#: how long (seconds) a backlog stream's lease must stand still on a store before a new writer takes it: a
+#: live supervisor gives its lease back about once a second, a SIGKILLed one never does
+BACKLOG_STALE: Final = 5.0
 
 #: how often (seconds) the progress of one item on a store is read again; between reads the
 #: last answer stands (a stall is judged over ``inactivity``, seconds to minutes)
@@ -141,6 +145,26 @@ def fence(task: Task) -> int | None:
     with _seen_lock:
         _seen.pop((str(task.ledger.location), task.id), None)
     return epoch
+
+
+def claim_stale(task: Task, after: float = BACKLOG_STALE) -> None:
+    """On a store, take back the lease of a stream whose holder died: once it stood still ``after`` s here.
+
+    For the backlog's own stream, which a SIGKILLed supervisor leaves leased (a folder's
+    lock would have died with it). A holder that is alive keeps its stream moving or gives
+    the lease back within about a second, and is waited for (up to ``after`` + 1 s, then
+    the caller's own open meets it); a stalled one is fenced (its next put refused). Does
+    nothing on a folder or for a stream that does not exist yet.
+    """
+    if not on_store(task) or task.stream.writing:
+        return
+    from ..errors import TaskBusy
+
+    try:
+        lease = _streams(task).lease(task.id, wait=after + 1.0, take_over_after=after)
+    except (FileNotFoundError, TaskBusy):
+        return
+    lease.release()
 
 
 def end_or_fence(task: Task, pid: int | None, started: int | None) -> bool:

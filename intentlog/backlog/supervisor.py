@@ -160,6 +160,7 @@ class Supervisor:
         for s in old:
             signal.signal(s, on_signal)
         try:
+            leases.claim_stale(self.backlog.task)  # on a store: a SIGKILLed supervisor's lease, taken back
             self.refresh()
             me = os.getpid()
             self.record(
