@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from backlog_steps import read_receipts, response_for
+from backlog_chaos import receipt_counts as _counts
+from backlog_chaos import running_holders, settle
 from backlog_steps import step as effects_step
 
 import intentlog
@@ -45,35 +46,14 @@ def receipts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def _counts(path: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in read_receipts(str(path)) if path.exists() else []:
-        out[r["key"]] = out.get(r["key"], 0) + 1
-    return out
-
-
-def _running_holders(ledger: intentlog.Ledger) -> list[int]:
-    pids = []
-    for n in range(ITEMS):
-        t = ledger.task(f"m.item.i{n}")
-        if not t.exists():
-            continue
-        last = None
-        for ev in t.events():
-            if ev.kind in ("lease.acquired", "lease.released"):
-                last = ev
-        if last is not None and last.kind == "lease.acquired":
-            pids.append(int(last.data["pid"]))
-    return pids
-
-
 def _killer(root: Path, stop: threading.Event, killed: list[int]) -> None:
     rng = random.Random(int(os.environ.get("BACKLOG_DASK_SEED", "0")) or None)
     ledger = intentlog.open(root)
     try:
         while len(killed) < KILLS and not stop.is_set():
             time.sleep(rng.uniform(0.2, 0.8))
-            pids = [p for p in _running_holders(ledger) if p not in killed and p != os.getpid()]
+            items = [f"i{n}" for n in range(ITEMS)]
+            pids = [p for p in running_holders(ledger, "m", items) if p not in killed and p != os.getpid()]
             if pids:
                 pid = rng.choice(pids)
                 try:
@@ -83,30 +63,6 @@ def _killer(root: Path, stop: threading.Event, killed: list[int]) -> None:
                     pass
     finally:
         ledger.close()
-
-
-def _settle(ledger: intentlog.Ledger, served: set[str]) -> int:
-    n = 0
-    bl = ledger.backlog("m")
-    for row in bl.view().items:
-        if row.state == "done":
-            continue
-        assert row.state in ("blocked", "queued", "scheduled"), row
-        if row.state != "blocked":
-            continue
-        task = ledger.task(row.task)
-        for cid, c in task.work_state().calls.items():
-            if c.stage != "effect_unknown":
-                continue
-            pkey = f"{row.item}:{c.key[1:]}"
-            if pkey in served:
-                task.reconcile(cid, "served", evidence=response_for(pkey), by="test")
-            else:
-                task.reconcile(cid, "not_served", by="test")
-        task.close()
-        bl.unblock(row.item, by="test")
-        n += 1
-    return n
 
 
 def test_random_worker_kills_settle_to_all_done_with_one_receipt_per_key(
@@ -133,7 +89,7 @@ def test_random_worker_kills_settle_to_all_done_with_one_receipt_per_key(
     for _ in range(4):
         if bl.view().counts["done"] == ITEMS:
             break
-        _settle(ledger, set(_counts(receipts)))
+        settle(ledger, "m", set(_counts(receipts)))
         bl.run(effects_step, workers=2, engine="dask", until_idle=True)
         assert all(v == 1 for v in _counts(receipts).values()), _counts(receipts)
     assert bl.view().counts["done"] == ITEMS, bl.view().to_json()

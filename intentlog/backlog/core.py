@@ -29,6 +29,7 @@ from ..projections.operator import OperatorFold
 from ..projections.status import status_of
 from ..projections.workstate import WorkStateFold
 from ..task import Task
+from . import leases
 from .model import (
     BACKLOG_NAME_RE,
     ITEM_STATES,
@@ -283,6 +284,7 @@ class Backlog:
                 f"item {item_id!r} of backlog {self.name!r} is not blocked (it has not run yet); nothing was written"
             )
         t = self.task
+        leases.claim_stale(t)  # on a store: the lease a SIGKILLed supervisor left, taken back
         ev = t.append("backlog.item_unblocked", {"item": item_id, "by": by})
         t.close()
         return ev

@@ -39,10 +39,10 @@ import threading
 from collections.abc import Callable, Iterator
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from . import leases
 from .engines import StepArg
 from .model import LedgerLike
 from .procs import host_name, start_time
@@ -111,13 +111,6 @@ class _Listener:
         self.sock.close()
 
 
-def _reopen(cls: Callable[..., LedgerLike], root: str, workspace: str | None = None) -> LedgerLike:
-    """The default opener on a worker: the supervisor's ledger class at the same path (and workspace)."""
-    if workspace is None:
-        return cls(Path(root))
-    return cls(Path(root), workspace=Path(workspace))
-
-
 def run_remote(
     opener: Callable[[str], LedgerLike],
     root: str,
@@ -161,9 +154,12 @@ class _DaskSlot:
     def __init__(self, engine: DaskEngine, ledger: LedgerLike, step: StepArg) -> None:
         self.engine, self.step = engine, step
         ws = getattr(ledger, "workspace", None)
-        default = functools.partial(_reopen, type(ledger), workspace=None if ws is None else str(ws))
+        store = leases.is_on_store(ledger)
+        default = functools.partial(
+            leases.reopen, type(ledger), workspace=None if ws is None else str(ws), store=store
+        )
         self.opener = engine.open_ledger or default
-        self.root = str(ledger.root)
+        self.root = str(getattr(ledger, "location", ledger.root))  # a store's URL; a folder's path
         self.listener = _Listener(engine.listen_host(), engine.authkey)
         self.parent, self.child = Pipe()
         self.conns: queue.Queue[Connection] = queue.Queue()

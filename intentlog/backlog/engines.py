@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UsageError
+from . import leases
 from .model import LedgerLike
 from .procs import start_time
 from .worker import worker_main
@@ -95,9 +96,11 @@ class LocalEngine:
     name = "local"
 
     def spawn(self, ledger: LedgerLike, step: StepArg) -> tuple[Slot, Connection]:
-        ctx = mp.get_context("fork")
+        store = leases.is_on_store(ledger)  # a store's client cannot cross a fork: spawn, and reopen there
+        ctx = mp.get_context("spawn") if store else mp.get_context("fork")
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_main, args=(ledger, child, step), daemon=True)
+        where = leases.Reopened(ledger) if store else ledger
+        p = ctx.Process(target=worker_main, args=(where, child, step), daemon=True)
         p.start()
         child.close()
         return _ProcSlot(p), parent

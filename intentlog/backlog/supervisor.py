@@ -42,6 +42,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..eventlog.format import Event
+from . import leases
 from .engines import Engine, LocalEngine, Slot
 from .model import BacklogFold, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
@@ -159,6 +160,7 @@ class Supervisor:
         for s in old:
             signal.signal(s, on_signal)
         try:
+            leases.claim_stale(self.backlog.task)  # on a store: a SIGKILLed supervisor's lease, taken back
             self.refresh()
             me = os.getpid()
             self.record(
@@ -254,23 +256,29 @@ class Supervisor:
             if not free:
                 return
             t = self.backlog.ledger.task(rec.task)
-            if t.writer_pid() is not None:
+            if leases.held_elsewhere(t):
                 self.watch_foreign(rec, t)
                 continue
             self.foreign.pop(rec.item, None)
             w = free.pop(0)
             w.item, w.since, w.progress = rec.item, time.monotonic(), time.monotonic()
-            w.size = _size(t.path)
+            w.size = leases.progress(t)
             w.conn.send(("item", rec.item, rec.task, self.backlog.name, rec.payload))
 
     def watch_foreign(self, rec: ItemRecord, t: Task) -> None:
         """A lock held by a process that is not ours: taken only after it stalls and is ended (pid + start time)."""
-        size, now = _size(t.path), time.monotonic()
+        size, now = leases.progress(t), time.monotonic()
         seen = self.foreign.get(rec.item)
         if seen is None or seen.size != size:
             self.foreign[rec.item] = _Foreign(size, now)
             return
         if now - seen.progress < self.inactivity:
+            return
+        if leases.on_store(t):  # a lease on a store names no pid: the stalled holder is fenced, on any host
+            if leases.fence(t) is not None:
+                self.record("backlog.holder_ended", {"item": rec.item, "task": rec.task, "fenced": True,
+                            "reason": f"stalled: its stream did not grow for {self.inactivity:g} s; lease taken"})
+            self.foreign.pop(rec.item, None)
             return
         holder = t.writer_pid()
         lease = task_extras(t.events()).lease
@@ -401,7 +409,7 @@ class Supervisor:
                     self.pool.remove(w)
                 continue
             rec = self.fold.items[w.item]
-            size = _size(self.backlog.ledger.task(rec.task).path)
+            size = leases.progress(self.backlog.ledger.task(rec.task))
             if size != w.size:
                 w.size, w.progress = size, now
             reason = None
@@ -414,7 +422,7 @@ class Supervisor:
                 reason = f"stalled: its stream did not grow for {limit:g} s"
             if reason is None:
                 continue
-            if w.proc.pid is None or not end_holder(w.proc.pid, w.proc.started):
+            if not leases.end_or_fence(self.backlog.ledger.task(rec.task), w.proc.pid, w.proc.started):
                 continue  # cannot prove it is ours: never take the item
             self.pool.remove(w)
             w.proc.join(timeout=1.0)

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from .._procs import PROC_LOCKS, flock_writer
 from ..errors import ApprovalPending, IntentlogError, ResumeRefused, TaskBusy
 from ..eventlog.canonical import dumps
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
+from . import leases
 from .model import LedgerLike, blocking_reason
 from .procs import boot_id, die_with_parent, host_name, start_time
 
@@ -84,11 +84,7 @@ class _Guard:
             self.inside = False
 
     def check_lease(self) -> None:
-        lock = self.task.path.with_name(self.task.path.name + ".lock")
-        try:
-            holder = flock_writer(os.stat(lock), PROC_LOCKS)
-        except OSError:
-            holder = os.getpid() if self.task.stream.writing else None
+        holder = leases.holder(self.task)  # the folder's lock, or the store's lease (the store fences the put)
         if holder != os.getpid():
             raise LeaseLost(
                 f"item {self.item!r}: lease epoch {self.epoch} is no longer held by this process "

@@ -4,7 +4,9 @@ The read views (``tasks``, ``status``, ``log``, ``show``), ``verify`` (the check
 the seams: :func:`~intentlog.checker.verify_storage`), ``export`` (a local bundle, the
 store read through the seams), ``seal`` (the next ``heads/N.json``, created only if
 absent: :mod:`intentlog.s3.seals`) and ``init`` (which runs the store's
-fencing probe) read and write through the storage seams. Every other command is refused
+fencing probe), ``run`` (a backlog on the store: its leases are the streams' lease
+epochs, :mod:`intentlog.backlog.leases`) and ``backlog`` (its view) read and write
+through the storage seams. Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
 folder and run the command there.
 """
@@ -25,7 +27,7 @@ __all__ = ["ON_STORE", "check_on_store", "seal_store", "verify_store"]
 
 #: The commands that run on an object-store ledger.
 ON_STORE: Final = frozenset(
-    {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge"}
+    {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge", "run", "backlog"}
 )
 
 

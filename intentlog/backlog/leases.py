@@ -1,0 +1,233 @@
+"""Storage-aware lease checks for the backlog runner: who holds an item, has it progressed, take it.
+
+An item's lease is its task's writer, and what that is depends on where the ledger lives:
+
+- **a folder**: the task's writer lock (a ``flock`` on ``tasks/ID.jsonl.lock``). This host's
+  ``/proc/locks`` names the pid holding it; progress is the stream file's size; a stalled
+  holder is ended with SIGKILL once its pid *and* start time match (never another host's);
+- **an object store**: the stream's own lease epoch (a ``lease`` segment at the next
+  number, ``ObjectStreams.lease``). The store is the fence: every append is a conditional
+  create of the next segment, so a holder whose lease was taken cannot append -- not
+  ``quota.reserved``, not ``attempt.started`` -- and therefore cannot send. Progress is the
+  number of the stream's last segment; a stalled holder, on any host, is *fenced*: its
+  lease is taken at the next number and given back at once (a ``release`` segment), so the
+  next worker leases the stream normally and the old holder's next put is refused
+  (``LeaseLost``, nothing written).
+
+Every judgement of a stall is made by the caller on its own monotonic clock (the
+supervisor's ``inactivity``), never by comparing timestamps another machine wrote.
+Functions here take an item's :class:`~intentlog.task.Task` and read through the stream
+seam only; none of them writes, except :func:`fence` (two segments on a store).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from .._procs import PROC_LOCKS, flock_writer
+from .procs import end_holder
+
+if TYPE_CHECKING:
+    from ..task import Task
+    from .model import LedgerLike
+
+__all__ = [
+    "BACKLOG_STALE", "STORE_POLL", "Reopened", "claim_stale", "end_or_fence", "fence", "held_elsewhere",
+    "holder", "is_on_store", "on_store", "progress", "reopen",
+]  # fmt: skip
+
+#: how long (seconds) a backlog stream's lease must stand still on a store before a new writer takes it: a
+#: live supervisor gives its lease back about once a second, a SIGKILLed one never does
+BACKLOG_STALE: Final = 5.0
+
+#: how often (seconds) the progress of one item on a store is read again; between reads the
+#: last answer stands (a stall is judged over ``inactivity``, seconds to minutes)
+STORE_POLL: Final = 0.25
+
+_seen: dict[tuple[str, str], tuple[float, int]] = {}
+_seen_lock = threading.Lock()
+
+
+def on_store(task: Task) -> bool:
+    """Whether the item's task lives on an object store (its lease is a stream epoch, not a lock)."""
+    return task.stream.remote is not None
+
+
+def _streams(task: Task) -> Any:
+    return task.stream.remote
+
+
+def holder(task: Task) -> int | None:
+    """The pid holding the item's lease as this process can tell; ``os.getpid()`` when it is this one.
+
+    On a folder: the pid ``/proc/locks`` names for the task's lock (where there is no
+    ``/proc/locks``, this process when its writer is open). On a store a lease names no
+    pid: this process when its writer is open and has not been fenced, else None -- and
+    the store refuses the next put of a holder whose lease was taken, so a stale answer
+    here can never become a send.
+    """
+    stream = task.stream
+    if stream.remote is not None:
+        return os.getpid() if stream.writing else None
+    lock = task.path.with_name(task.path.name + ".lock")
+    try:
+        return flock_writer(os.stat(lock), PROC_LOCKS)
+    except OSError:
+        return os.getpid() if stream.writing else None
+
+
+def progress(task: Task) -> int:
+    """A number that grows whenever the item's stream does: its size on a folder, its last segment on a store.
+
+    -1 when there is no stream (yet). On a store one item is read at most every
+    :data:`STORE_POLL` seconds (two LISTs and one GET: the tail), so a supervisor polling
+    every 50 ms costs the store a few requests a second per running item.
+    """
+    if not on_store(task):
+        try:
+            return os.stat(task.path).st_size
+        except OSError:
+            return -1
+    key = (str(task.ledger.location), task.id)
+    now = time.monotonic()
+    with _seen_lock:
+        seen = _seen.get(key)
+    if seen is not None and now - seen[0] < STORE_POLL:
+        return seen[1]
+    try:
+        value = int(_streams(task).tail(task.id).seg)
+    except FileNotFoundError:
+        value = -1
+    with _seen_lock:
+        _seen[key] = (now, value)
+    return value
+
+
+def held_elsewhere(task: Task) -> bool:
+    """Whether a process other than this one holds the item's lease (so it must not be handed out).
+
+    On a folder: a live process holds the task's lock. On a store: the stream's last
+    segment is a lease or a holder's data (a holder that died without releasing stays
+    recorded as holding until it is fenced).
+    """
+    if not on_store(task):
+        return task.writer_pid() is not None
+    if task.stream.writing:
+        return False
+    try:
+        return bool(_streams(task).tail(task.id).held)
+    except FileNotFoundError:
+        return False
+
+
+def fence(task: Task) -> int | None:
+    """Take the item's lease on a store from a stalled holder and give it back at once; the epoch taken.
+
+    Call it only once the stream has stood still for the caller's ``inactivity`` on its own
+    clock. The old holder, alive or not, on whatever host, is fenced: its next put is
+    refused (``LeaseLost``), so it can neither append nor start an attempt. An attempt it
+    had already started stays unknown in the record and blocks the item: never resent.
+    None on a folder (a lock cannot be taken from its holder) or when the stream is gone.
+    """
+    if not on_store(task):
+        return None
+    try:
+        lease = _streams(task).lease(task.id, wait=0.0, take_over_after=0.0)
+    except FileNotFoundError:
+        return None
+    epoch = int(lease.epoch)
+    lease.release()
+    with _seen_lock:
+        _seen.pop((str(task.ledger.location), task.id), None)
+    return epoch
+
+
+def claim_stale(task: Task, after: float = BACKLOG_STALE) -> None:
+    """On a store, take back the lease of a stream whose holder died: once it stood still ``after`` s here.
+
+    For the backlog's own stream, which a SIGKILLed supervisor leaves leased (a folder's
+    lock would have died with it). A holder that is alive keeps its stream moving or gives
+    the lease back within about a second, and is waited for (up to ``after`` + 1 s, then
+    the caller's own open meets it); a stalled one is fenced (its next put refused). Does
+    nothing on a folder or for a stream that does not exist yet.
+    """
+    if not on_store(task) or task.stream.writing:
+        return
+    from ..errors import TaskBusy
+
+    try:
+        lease = _streams(task).lease(task.id, wait=after + 1.0, take_over_after=after)
+    except (FileNotFoundError, TaskBusy):
+        return
+    lease.release()
+
+
+def end_or_fence(task: Task, pid: int | None, started: int | None) -> bool:
+    """End a stalled holder: SIGKILL when provably ours on this host (pid + start time), fence on a store.
+
+    True once the holder can no longer write: it is gone, or (on a store) its lease was
+    taken. A holder on another host with a folder ledger is never ended (False).
+    """
+    ended = pid is not None and end_holder(pid, started)
+    if on_store(task):
+        return fence(task) is not None or ended
+    return ended
+
+
+def reopen(cls: Callable[..., LedgerLike], root: str, workspace: str | None = None, store: bool = False) -> LedgerLike:
+    """Open, in this process, the ledger a supervisor's ``cls`` ledger is: its folder, or its ``s3://`` URL.
+
+    A ledger on a store is connected anew (its own client, the fencing probe once per
+    process): an object-store client cannot be shared with a forked or remote process.
+    """
+    ws = {} if workspace is None else {"workspace": Path(workspace)}
+    if not store:
+        return cls(Path(root), **ws)
+    from ..s3 import connect  # the s3 extra: only for a ledger already on a store
+
+    return cls(Path(root), storage=connect(root), location=root, **ws)
+
+
+class Reopened:
+    """A ledger like ``ledger`` that opens itself again on first use in the process it is sent to (picklable).
+
+    What a spawned local worker gets for a ledger on a store: the supervisor's client
+    cannot cross a fork (its runtime's threads stay behind), so the worker connects anew.
+    """
+
+    def __init__(self, ledger: LedgerLike) -> None:
+        self.cls: Callable[..., LedgerLike] = type(ledger)
+        self.location = str(getattr(ledger, "location", ledger.root))
+        ws = getattr(ledger, "workspace", None)
+        self.workspace = None if ws is None else str(ws)
+        self.store = getattr(ledger, "storage", None) is not None
+        self._ledger: LedgerLike | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ledger": None}
+
+    def opened(self) -> LedgerLike:
+        if self._ledger is None:
+            self._ledger = reopen(self.cls, self.location, self.workspace, self.store)
+        return self._ledger
+
+    @property
+    def root(self) -> Path:
+        return self.opened().root
+
+    @property
+    def artifacts(self) -> Any:
+        return self.opened().artifacts
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> Task:
+        return self.opened().task(task_id, wait=wait)
+
+
+def is_on_store(ledger: LedgerLike) -> bool:
+    """Whether ``ledger`` keeps its streams on an object store."""
+    return getattr(ledger, "storage", None) is not None
