@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,13 @@ from .._digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
 from ..projections.operator import OperatorFold
 from ..projections.status import status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
-from ..viewcache import Facts, facts_of, load_index, paused_gc, save_index
+from ..viewcache import paused_gc
+from ..viewindex import IndexJoin, facts_of
+from .backlogs import backlog_needs
 from .marks import KeepMark, protected_by
 from .policy import GcPolicy, format_duration, parse_ts
 
@@ -168,46 +170,24 @@ def scan_tasks(
     stream is read, whatever the index says."""
     scan = Scan()
     try:
-        names = sorted(e.name for e in os.scandir(ledger.tasks_dir) if e.name.endswith(".jsonl"))
+        names = sorted((e.name for e in os.scandir(ledger.tasks_dir) if e.name.endswith(".jsonl")), key=_task_of)
     except FileNotFoundError:
         names = []
     except OSError as exc:
         raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
     scan.stream_names = len(names)
+    write = use_index and len(names) >= viewcache.MIN_TASKS
     with paused_gc():
-        needed = _backlog_needs(ledger, names)
-        _scan_names(
-            ledger, names, scan, now, policy, marks, needed, limit=limit, progress=progress, use_index=use_index
-        )
+        with IndexJoin(ledger.root, "backlogs", write=write, read=use_index) as join:
+            needed = backlog_needs(ledger.tasks_dir, names, join)
+        with IndexJoin(ledger.root, "gc", write=write, read=use_index) as join:
+            _scan_names(ledger, names, scan, now, policy, marks, needed, join, limit=limit, progress=progress)
     return scan
 
 
-def _backlog_needs(ledger: Ledger, names: list[str]) -> dict[str, str]:
-    """Task id -> the backlog whose unfinished item it is (every backlog stream read whole, every time).
-
-    A backlog stream that cannot be read whole claims every task named like its items: gc
-    never guesses in the direction of deleting.
-    """
-    suffix = BACKLOG_SUFFIX + ".jsonl"
-    needed: dict[str, str] = {}
-    for name in names:
-        if not name.endswith(suffix):
-            continue
-        backlog = name[: -len(suffix)]
-        try:
-            scan = StreamScan(ledger.tasks_dir / name)
-            tasks = unfinished_item_tasks(scan)
-            whole = scan.problem is None or scan.problem.incomplete
-        except (OSError, LedgerError):
-            tasks, whole = set(), False
-        if not whole:
-            prefix = f"{backlog}.item."
-            tasks |= {n[: -len(".jsonl")] for n in names if n.startswith(prefix)}
-        if tasks:
-            needed[backlog + BACKLOG_SUFFIX] = backlog
-        for t in tasks:
-            needed[t] = backlog
-    return needed
+def _task_of(name: str) -> str:
+    """The task id of a stream's file name (listings go in id order, as the index is kept)."""
+    return name[: -len(".jsonl")]
 
 
 def _scan_names(
@@ -218,13 +198,12 @@ def _scan_names(
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
     needed: Mapping[str, str],
+    join: IndexJoin,
     *,
     limit: int,
     progress: Progress | None,
-    use_index: bool,
 ) -> None:
-    old = load_index(ledger.root, "gc") if use_index else {}
-    new: dict[str, tuple[Facts, Any]] = {}
+    """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -241,7 +220,7 @@ def _scan_names(
         scan.infos.append(info)
         refs: set[bytes] = set()
         held: set[bytes] = set()
-        readable = _from_index(ledger, info, refs, held, old, new) or _scan_one(ledger, info, refs, held, scan, new)
+        readable = _from_index(ledger, info, refs, held, join) or _scan_one(ledger, info, refs, held, scan, join)
         scan.stream_bytes += info.size
         if not readable:
             continue  # refs unknown: recorded as incomplete
@@ -250,8 +229,7 @@ def _scan_names(
             _note_digests(scan, scan.refs, refs, index, limit=limit)
         if scan.tracking:
             _note_digests(scan, scan.held, held, index, limit=limit)
-    if use_index and new != old and len(names) >= viewcache.MIN_TASKS:
-        save_index(ledger.root, "gc", new)
+    join.commit()
 
 
 def _from_index(
@@ -259,11 +237,10 @@ def _from_index(
     info: _TaskInfo,
     refs: set[bytes],
     held: set[bytes],
-    old: Mapping[str, tuple[Facts, Any]],
-    new: dict[str, tuple[Facts, Any]],
+    join: IndexJoin,
 ) -> bool:
     """Fill ``info`` from the index when the stream's file facts are those it recorded; False to read it."""
-    cached = old.get(info.task)
+    cached = join.find(info.task)
     if cached is None:
         return False
     try:
@@ -282,17 +259,16 @@ def _from_index(
         refs.clear()
         held.clear()
         return False
-    info.head, info.stream, info.events, info.last_ts, info.state, protected = v[:6]
+    info.head, info.stream, info.events, info.last_ts, state, protected = v[:6]
+    info.state = sys.intern(state) if type(state) is str else None  # a few words, shared by every task
     info.size, info.ident = st.st_size, file_ident(st)
     if protected is not None:
         info.rule, info.detail = "protected", str(protected)
-    new[info.task] = cached
+    join.keep()
     return True
 
 
-def _scan_one(
-    ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, index: dict[str, tuple[Facts, Any]]
-) -> bool:
+def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
     """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
     path = ledger.tasks_dir / f"{info.task}.jsonl"
     where = f"tasks/{info.task}.jsonl"
@@ -334,7 +310,7 @@ def _scan_one(
     info.last_ts = latest
     ws = fold.result()
     st = status_of(info.task, ws, ops.result(ws))
-    info.state = st.state
+    info.state = sys.intern(st.state)
     if file_ident(before) != file_ident(after):
         info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
         return True
@@ -343,7 +319,7 @@ def _scan_one(
         info.rule, info.detail = "protected", protected
     if p is None and stat.S_ISREG(after.st_mode):
         gc_facts = [info.head, info.stream, info.events, info.last_ts, info.state, protected]
-        index[info.task] = (facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
+        join.put(info.task, facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
     return True
 
 
