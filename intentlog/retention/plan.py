@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +90,9 @@ def make_plan(
         (i for i, t in enumerate(scan.infos) if t.rule is None),
         key=lambda i: (scan.infos[i].last_dt, scan.infos[i].task),
     )
-    rank = {idx: r for r, idx in enumerate(eligible, start=1)}
+    rank = array("q", bytes(8 * len(scan.infos)))  # task index -> its place in the order (8 bytes a task)
+    for r, idx in enumerate(eligible, start=1):
+        rank[idx] = r
     cutoff = None if policy.max_age is None else now - _dt.timedelta(seconds=policy.max_age)
     by_age = 0
     if cutoff is not None:
@@ -226,7 +229,7 @@ def inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, di
 
 
 def _plan_evacuations(
-    ledger: Ledger, scan: Scan, expired: list[ExpiredTask], k: int, rank: Mapping[int, int], *, incomplete: bool
+    ledger: Ledger, scan: Scan, expired: list[ExpiredTask], k: int, rank: Sequence[int], *, incomplete: bool
 ) -> list[Evacuation]:
     """Inline payloads of expiring streams that a kept stream still needs, and nothing else holds.
 
