@@ -37,12 +37,13 @@ from blake3 import blake3
 
 from .viewstore import cache_dir, drop_temp, new_temp, open_file
 
-__all__ = ["INDEX_FORMAT", "PARTS", "Facts", "IndexJoin", "facts_of", "iter_index", "write_index"]
+__all__ = ["BLOCK_BYTES", "INDEX_FORMAT", "PARTS", "Facts", "IndexJoin", "facts_of", "iter_index", "write_index"]
 
 INDEX_FORMAT: Final = b"intentlog-viewindex/4"
 #: The index files, by part.
 PARTS: Final = ("rows", "gc", "backlogs")
-_BLOCK: Final = 64 * 1024  # a writer closes a block past this many bytes of entries
+#: A writer closes a block past this many bytes of entries (a reader holds one block at a time).
+BLOCK_BYTES = 64 * 1024
 _MAX_BLOCK: Final = 4 << 20  # a block header naming more than this is damage: stop reading
 
 #: ``(size, inode, device, mtime_ns, ctime_ns)`` of a stream file. The change time is in
@@ -122,7 +123,7 @@ class _Writer:
     def add(self, line: bytes) -> None:
         self._buf.append(line)
         self._size += len(line) + 1
-        if self._size >= _BLOCK:
+        if self._size >= BLOCK_BYTES:
             self._flush()
 
     def _flush(self) -> None:

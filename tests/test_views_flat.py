@@ -17,22 +17,27 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from blake3 import blake3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import intentlog
-from intentlog import viewcache
+from intentlog import viewcache, viewindex
 from intentlog._digest import digest_bytes
 from intentlog._text import format_table
 from intentlog.errors import GcRefused
 from intentlog.eventlog.format import encode_line, new_stream_id
 from intentlog.retention import apply_gc, plan_gc
-from intentlog.viewindex import INDEX_FORMAT, iter_index, write_index
+from intentlog.viewindex import INDEX_FORMAT, IndexJoin, iter_index, write_index
 from intentlog.views import iter_task_rows, task_rows
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("COV")}
@@ -334,3 +339,51 @@ def test_a_forged_backlog_entry_never_lets_gc_delete_an_unfinished_items_task(
         result = apply_gc(led, max_age="1d", now=_later())
         assert x not in {t for t in result.deleted} and (root / "tasks" / f"{x}.jsonl").exists()
         assert "other" in result.deleted
+
+
+# -- the merge-join against a model ------------------------------------------------------------------
+
+NAMES = [f"t{i:02d}" for i in range(24)]
+ACTIONS = st.sampled_from(["keep", "put", "none"])
+
+
+@contextmanager
+def small_blocks() -> Iterator[None]:
+    saved = viewindex.BLOCK_BYTES
+    viewindex.BLOCK_BYTES = 70  # a block holds one or two entries: every path crosses blocks
+    try:
+        yield
+    finally:
+        viewindex.BLOCK_BYTES = saved
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    old=st.dictionaries(st.sampled_from(NAMES), st.integers(0, 3)),
+    listing=st.dictionaries(st.sampled_from(NAMES), st.tuples(ACTIONS, st.integers(4, 6))),
+)
+def test_the_join_rewrites_exactly_what_the_listing_decided(
+    old: dict[str, int], listing: dict[str, tuple[str, int]]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp, small_blocks():
+        root = Path(tmp)
+        (root / "cache").mkdir()
+        write_index(root, "rows", iter([(t, (v, 0, 0, 0, 0), v) for t, v in sorted(old.items())]))
+        index = root / "cache" / "index-rows.json"
+        before = os.stat(index) if index.exists() else None
+        expected: list[tuple[str, int]] = []
+        with IndexJoin(root, "rows", write=True) as join:
+            for tid, (action, new) in sorted(listing.items()):
+                found = join.find(tid)
+                assert found == (((old[tid], 0, 0, 0, 0), old[tid]) if tid in old else None)
+                if action == "keep" and found is not None:
+                    join.keep()
+                    expected.append((tid, old[tid]))
+                elif action == "put":
+                    join.put(tid, (new, 0, 0, 0, 0), new)
+                    expected.append((tid, new))
+            join.commit()
+        assert [(t, v) for t, _, v in iter_index(root, "rows")] == expected
+        if before is not None and expected == sorted(old.items()):
+            assert os.stat(index).st_ino == before.st_ino  # nothing differed: nothing written
+        assert [p.name for p in (root / "cache").iterdir() if p.name.endswith(".tmp")] == []
