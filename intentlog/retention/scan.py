@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import sys
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..viewindex import IndexJoin, facts_of
 from .backlogs import backlog_needs
 from .marks import KeepMark, protected_by
 from .policy import GcPolicy, format_duration, parse_ts
+from .rows import TaskRows
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -38,6 +40,13 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CHUNK = 1 << 20
 NEVER: Final = -1  # a digest held or referenced by a task that is never deleted
+_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_US: Final = _dt.timedelta(microseconds=1)
+
+
+def micros(when: _dt.datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (exact: datetimes count microseconds)."""
+    return (when - _EPOCH) // _US
 
 
 # -- scanning --------------------------------------------------------------------------
@@ -113,9 +122,17 @@ class _TaskInfo:
 
 @dataclass(slots=True)
 class Scan:
-    """What one pass over the tasks learned (memory: per task, and per distinct digest)."""
+    """What one pass over the tasks learned.
 
-    infos: list[_TaskInfo] = field(default_factory=list)
+    Memory: 24 bytes a task in memory (``rows`` offsets, ``sizes``, ``last_us``; the records
+    themselves in ``rows``' scratch file), 8 bytes an eligible task (``eligible``), and per
+    distinct digest (``refs``, ``held``; bounded by ``max_tracked``).
+    """
+
+    rows: TaskRows = field(default_factory=TaskRows)  # every task's record, index -> record
+    sizes: array[int] = field(default_factory=lambda: array("q"))  # index -> stream bytes
+    last_us: array[int] = field(default_factory=lambda: array("q"))  # index -> last activity (eligible only)
+    eligible: array[int] = field(default_factory=lambda: array("q"))  # indices of deletable tasks, id order
     # digest -> index of the eligible task that refers to it with the latest sort key, or NEVER
     refs: dict[bytes, int] = field(default_factory=dict)
     # digest -> the same, over tasks that carry its bytes inline
@@ -127,13 +144,13 @@ class Scan:
 
 
 def _later(scan: Scan, a: int, b: int) -> bool:
-    """Is task ``b`` deleted no earlier than task ``a`` (both eligible indices)?"""
-    ia, ib = scan.infos[a], scan.infos[b]
-    return (ib.last_dt, ib.task) >= (ia.last_dt, ia.task)
+    """Is task ``b`` deleted no earlier than task ``a`` (both eligible indices; index order is id order)?"""
+    return (scan.last_us[b], b) >= (scan.last_us[a], a)
 
 
-def _note_digests(scan: Scan, table: dict[bytes, int], digests: set[bytes], index: int, *, limit: int) -> None:
-    eligible = scan.infos[index].rule is None
+def _note_digests(
+    scan: Scan, table: dict[bytes, int], digests: set[bytes], index: int, *, eligible: bool, limit: int
+) -> None:
     for d in digests:
         cur = table.get(d)
         if cur is None:
@@ -216,20 +233,37 @@ def _scan_names(
                 scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
             continue
         info = _TaskInfo(tid)
-        index = len(scan.infos)
-        scan.infos.append(info)
+        index = len(scan.rows)
         refs: set[bytes] = set()
         held: set[bytes] = set()
         readable = _from_index(ledger, info, refs, held, join) or _scan_one(ledger, info, refs, held, scan, join)
         scan.stream_bytes += info.size
+        if readable:
+            _classify(ledger, info, now, policy, marks, needed)
+        _record(scan, info)
         if not readable:
             continue  # refs unknown: recorded as incomplete
-        _classify(ledger, info, now, policy, marks, needed)
+        eligible = info.rule is None
         if scan.tracking:
-            _note_digests(scan, scan.refs, refs, index, limit=limit)
+            _note_digests(scan, scan.refs, refs, index, eligible=eligible, limit=limit)
         if scan.tracking:
-            _note_digests(scan, scan.held, held, index, limit=limit)
+            _note_digests(scan, scan.held, held, index, eligible=eligible, limit=limit)
     join.commit()
+
+
+def _record(scan: Scan, info: _TaskInfo) -> None:
+    """Append the task's record to ``scan.rows`` and its ordering facts to the columns."""
+    eligible = info.rule is None and info.last_dt is not None
+    scan.rows.append(
+        [
+            info.task, None if eligible else info.rule, info.detail, info.size, info.last_ts, info.state,
+            info.head, info.events, info.stream, list(info.ident),
+        ]
+    )  # fmt: skip
+    scan.sizes.append(info.size)
+    scan.last_us.append(micros(info.last_dt) if eligible and info.last_dt is not None else 0)
+    if eligible:
+        scan.eligible.append(len(scan.rows) - 1)
 
 
 def _from_index(
