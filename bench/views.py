@@ -16,7 +16,7 @@ Measured in one run, medians of the repeats:
    + the same fold over ``orjson.loads`` of each row. Goal: at least 0.6x of its rate.
 4. Durable ``task.append`` with the cache against without it. Goal: within 3 %.
 5. Peak memory (ru_maxrss of a fresh child process) of ``tasks``, ``tasks --json``, the gc
-   preview, ``verify`` and ``status`` of one task at each size. Goal: flat -- the largest
+   preview (``gc`` and ``gc --json``), ``verify`` and ``status`` of one task at each size. Goal: flat -- the largest
    ledger's figure within a few MB of the smallest's (printed as ``rss_*`` in MB, with the
    difference and the ratio).
 """
@@ -252,7 +252,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/views-bench")
     ap.add_argument("--appends", type=int, default=2000)
-    ap.add_argument("--only", default="tasks,json,status,verify,gc,ws,cold,append")
+    ap.add_argument("--only", default="tasks,json,status,verify,gc,gcjson,ws,cold,append")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     base = Path(a.dir)
@@ -281,6 +281,11 @@ def main() -> None:
         if "gc" in only:
             cli(root, "gc")  # warms the index
             res[f"gc_{n}"], res[f"gc_rss_{n}"] = med(lambda root=root: cli_rss(root, "gc"), max(1, a.repeats // 2))
+        if "gcjson" in only:
+            cli(root, "gc")
+            res[f"gcjson_{n}"], res[f"gcjson_rss_{n}"] = med(
+                lambda root=root: cli_rss(root, "gc", "--json"), max(1, a.repeats // 2)
+            )
     if {"ws", "cold"} & only:
         long = build_long(base, a.events)
         if "ws" in only:
@@ -307,11 +312,11 @@ def main() -> None:
         res["append cache/none"] = res["append_cache"] / res["append_no_cache"]
     if len(sizes) >= 2:
         lo, hi = sizes[0], sizes[-1]
-        for k in ("tasks", "json", "status", "verify", "gc"):
+        for k in ("tasks", "json", "status", "verify", "gc", "gcjson"):
             for n in sizes[1:]:
                 if f"{k}_{lo}" in res:
                     res[f"{k} {n}/{lo}"] = res[f"{k}_{n}"] / res[f"{k}_{lo}"]
-        for k in ("tasks", "json", "status", "verify", "gc"):
+        for k in ("tasks", "json", "status", "verify", "gc", "gcjson"):
             if f"{k}_rss_{lo}" in res:
                 for n in sizes:
                     res[f"rss_{k}_{n} MB"] = res[f"{k}_rss_{n}"] / 1024

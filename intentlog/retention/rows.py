@@ -27,7 +27,7 @@ from .report import ExpiredTask, KeptTask
 __all__ = ["SPOOL_BYTES", "KeptTasks", "TaskRows", "expired_task"]
 
 #: Records up to this many bytes stay in memory; past it they go to an unlinked temp file.
-SPOOL_BYTES = 256 * 1024
+SPOOL_BYTES = 64 * 1024
 _READ = 64 * 1024
 
 # the fields of a record, in order
@@ -42,12 +42,18 @@ class TaskRows:
         self._closer = weakref.finalize(self, self._file.close)
         self._offsets = array("q")
         self._end = 0
+        self._at_end = True  # the file's position is its end (no read since the last append)
 
     def append(self, record: list[Any]) -> None:
         """Add the next task's record (a JSON-able list in the field order above)."""
-        line = orjson.dumps(record) + b"\n"
         try:
-            self._file.seek(self._end)
+            line = orjson.dumps(record) + b"\n"
+        except orjson.JSONEncodeError:  # text that is not UTF-8 (a lone surrogate): kept, escaped
+            line = orjson.dumps([_printable(x) for x in record]) + b"\n"
+        try:
+            if not self._at_end:
+                self._file.seek(self._end)
+                self._at_end = True
             self._file.write(line)
         except OSError as exc:
             raise IntentlogError(
@@ -64,6 +70,7 @@ class TaskRows:
         """The record of the task at ``index`` (its place in the scan)."""
         start = self._offsets[index]
         stop = self._offsets[index + 1] if index + 1 < len(self._offsets) else self._end
+        self._at_end = False
         self._file.seek(start)
         return orjson.loads(self._file.read(stop - start))  # type: ignore[no-any-return]
 
@@ -71,6 +78,7 @@ class TaskRows:
         """Every record in order, read block by block (another reader may interleave)."""
         pos, carry = 0, b""
         while pos < self._end:
+            self._at_end = False
             self._file.seek(pos)
             chunk = self._file.read(min(_READ, self._end - pos))
             pos += len(chunk)
@@ -86,6 +94,10 @@ def expired_task(r: list[Any], reason: str, detail: str) -> ExpiredTask:
         r[TASK], reason, detail, r[LAST_TS] or "", r[SIZE], r[HEAD], r[EVENTS], r[STREAM], tuple(r[IDENT]),
         state=r[STATE],
     )  # fmt: skip
+
+
+def _printable(x: Any) -> Any:
+    return x.encode("utf-8", "backslashreplace").decode() if isinstance(x, str) else x
 
 
 def _kept(r: list[Any]) -> KeptTask:

@@ -77,7 +77,7 @@ def digests_in_file_tail(path: Path, offset: int, out: set[bytes]) -> None:
             carry = buf[-(len(DIGEST_PREFIX) + 63) :]
 
 
-def _lock_held(lock_path: Path) -> bool:
+def _lock_held(lock_path: str) -> bool:
     """True when a writer holds the task's ``flock``; creates and writes nothing.
 
     The probe takes the lock for an instant: a writer opening the task at that very
@@ -124,15 +124,15 @@ class _TaskInfo:
 class Scan:
     """What one pass over the tasks learned.
 
-    Memory: 24 bytes a task in memory (``rows`` offsets, ``sizes``, ``last_us``; the records
-    themselves in ``rows``' scratch file), 8 bytes an eligible task (``eligible``), and per
-    distinct digest (``refs``, ``held``; bounded by ``max_tracked``).
+    Memory: 24 bytes a task (``rows``' offsets, ``sizes``, ``last_us``; the records
+    themselves are in ``rows``' scratch file), 4 bytes an eligible task (``eligible``), and
+    per distinct digest (``refs``, ``held``; bounded by ``max_tracked``).
     """
 
     rows: TaskRows = field(default_factory=TaskRows)  # every task's record, index -> record
     sizes: array[int] = field(default_factory=lambda: array("q"))  # index -> stream bytes
     last_us: array[int] = field(default_factory=lambda: array("q"))  # index -> last activity (eligible only)
-    eligible: array[int] = field(default_factory=lambda: array("q"))  # indices of deletable tasks, id order
+    eligible: array[int] = field(default_factory=lambda: array("i"))  # indices of deletable tasks, id order
     # digest -> index of the eligible task that refers to it with the latest sort key, or NEVER
     refs: dict[bytes, int] = field(default_factory=dict)
     # digest -> the same, over tasks that carry its bytes inline
@@ -278,7 +278,8 @@ def _from_index(
     if cached is None:
         return False
     try:
-        st = os.lstat(ledger.tasks_dir / f"{info.task}.jsonl")
+        # a str path: a Path would intern the name, growing the interpreter's table by a slot a task
+        st = os.lstat(os.path.join(ledger.tasks_dir, f"{info.task}.jsonl"))
     except OSError:
         return False
     if not stat.S_ISREG(st.st_mode) or facts_of(st) != cached[0]:
@@ -394,7 +395,7 @@ def _classify(
         info.rule = "grace"
         info.detail = f"last activity {info.last_ts}, within the grace period ({format_duration(policy.grace)})"
         return
-    if _lock_held(ledger.tasks_dir / f"{info.task}.jsonl.lock"):
+    if _lock_held(os.path.join(ledger.tasks_dir, f"{info.task}.jsonl.lock")):
         info.rule, info.detail = "busy", "open for writing: a process holds its writer lock"
 
 
