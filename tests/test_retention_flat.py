@@ -151,3 +151,11 @@ def test_an_empty_ledger_dumps_an_empty_kept_list(tmp_path: Path) -> None:
     assert len(plan.kept) == 0 and list(plan.kept) == []
     assert b"".join(plan.iter_json()) == orjson.dumps(plan.to_json(), option=OPTIONS)
     assert b'"kept": [],' in b"".join(plan.iter_json())
+
+
+def test_a_record_with_text_that_is_not_utf8_is_kept_escaped() -> None:
+    table = rows.TaskRows()
+    table.append(["t1", "unreadable", "cannot be read: \udcff", 1, None, None, None, 0, None, [0, 0, 0]])
+    table.append(_record(2, True))
+    assert table.get(0)[2] == "cannot be read: \\udcff" and table.get(1) == _record(2, True)
+    assert [k.task for k in rows.KeptTasks(table, [])] == ["t1", "t0002"]

@@ -13,6 +13,7 @@ often it is read.
 from __future__ import annotations
 
 import tempfile
+import threading
 import weakref
 from array import array
 from bisect import bisect_right
@@ -43,6 +44,7 @@ class TaskRows:
         self._offsets = array("q")
         self._end = 0
         self._at_end = True  # the file's position is its end (no read since the last append)
+        self._lock = threading.Lock()  # one seek-and-read or seek-and-write at a time (threads sharing a plan)
 
     def append(self, record: list[Any]) -> None:
         """Add the next task's record (a JSON-able list in the field order above)."""
@@ -51,10 +53,11 @@ class TaskRows:
         except orjson.JSONEncodeError:  # text that is not UTF-8 (a lone surrogate): kept, escaped
             line = orjson.dumps([_printable(x) for x in record]) + b"\n"
         try:
-            if not self._at_end:
-                self._file.seek(self._end)
-                self._at_end = True
-            self._file.write(line)
+            with self._lock:
+                if not self._at_end:
+                    self._file.seek(self._end)
+                    self._at_end = True
+                self._file.write(line)
         except OSError as exc:
             raise IntentlogError(
                 f"cannot write the gc plan's scratch file in {tempfile.gettempdir()}: {exc.strerror or exc}; "
@@ -70,17 +73,22 @@ class TaskRows:
         """The record of the task at ``index`` (its place in the scan)."""
         start = self._offsets[index]
         stop = self._offsets[index + 1] if index + 1 < len(self._offsets) else self._end
-        self._at_end = False
-        self._file.seek(start)
-        return orjson.loads(self._file.read(stop - start))  # type: ignore[no-any-return]
+        with self._lock:
+            self._at_end = False
+            self._file.seek(start)
+            data = self._file.read(stop - start)
+        return orjson.loads(data)  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[list[Any]]:
         """Every record in order, read block by block (another reader may interleave)."""
         pos, carry = 0, b""
         while pos < self._end:
-            self._at_end = False
-            self._file.seek(pos)
-            chunk = self._file.read(min(_READ, self._end - pos))
+            with self._lock:
+                self._at_end = False
+                self._file.seek(pos)
+                chunk = self._file.read(min(_READ, self._end - pos))
+            if not chunk:  # pragma: no cover - the file holds every byte appended
+                raise IntentlogError("the gc plan's scratch file is shorter than what was written to it")
             pos += len(chunk)
             lines = (carry + chunk).split(b"\n")
             carry = lines.pop()
