@@ -15,7 +15,10 @@ Measured in one run, medians of the repeats:
 3. Cold read + ``work_state()`` (no cache) against a sqlite3 ``SELECT`` of the same events
    + the same fold over ``orjson.loads`` of each row. Goal: at least 0.6x of its rate.
 4. Durable ``task.append`` with the cache against without it. Goal: within 3 %.
-5. Peak memory (ru_maxrss of the child) of ``tasks`` at 1,000 and 10,000 tasks: flat.
+5. Peak memory (ru_maxrss of a fresh child process) of ``tasks``, ``tasks --json``, the gc
+   preview (``gc`` and ``gc --json``), ``verify`` and ``status`` of one task at each size. Goal: flat -- the largest
+   ledger's figure within a few MB of the smallest's (printed as ``rss_*`` in MB, with the
+   difference and the ratio).
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ def cli_rss(root: Path, *args: str) -> tuple[float, int]:
     code = (
         "import subprocess\n"
         "t0=time.perf_counter()\n"
-        f"p=subprocess.run([{PY!r},'-m','intentlog.cli','--root',sys.argv[1],*sys.argv[2:]],capture_output=True)\n"
+        f"p=subprocess.run([{PY!r},'-m','intentlog.cli','--root',sys.argv[1],*sys.argv[2:]],"
+        "stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL)\n"
         "_t=time.perf_counter()-t0\n"
         "r=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
         "print(_t, r); sys.exit(0)\n"
@@ -248,7 +252,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/views-bench")
     ap.add_argument("--appends", type=int, default=2000)
-    ap.add_argument("--only", default="tasks,verify,gc,ws,cold,append")
+    ap.add_argument("--only", default="tasks,json,status,verify,gc,gcjson,ws,cold,append")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     base = Path(a.dir)
@@ -262,12 +266,26 @@ def main() -> None:
         if "tasks" in only:
             cli(root, "tasks")  # warms the cache (and the page cache)
             res[f"tasks_{n}"], res[f"tasks_rss_{n}"] = med(lambda root=root: cli_rss(root, "tasks"), a.repeats)
+        if "json" in only:
+            cli(root, "tasks", "--json")
+            res[f"json_{n}"], res[f"json_rss_{n}"] = med(
+                lambda root=root: cli_rss(root, "tasks", "--json"), a.repeats
+            )
+        if "status" in only:
+            res[f"status_{n}"], res[f"status_rss_{n}"] = med(
+                lambda root=root: cli_rss(root, "status", "task-00000"), a.repeats
+            )
         if "verify" in only:
             few = max(1, a.repeats // 2)
             res[f"verify_{n}"], res[f"verify_rss_{n}"] = med(lambda root=root: cli_rss(root, "verify"), few)
         if "gc" in only:
             cli(root, "gc")  # warms the index
             res[f"gc_{n}"], res[f"gc_rss_{n}"] = med(lambda root=root: cli_rss(root, "gc"), max(1, a.repeats // 2))
+        if "gcjson" in only:
+            cli(root, "gc")
+            res[f"gcjson_{n}"], res[f"gcjson_rss_{n}"] = med(
+                lambda root=root: cli_rss(root, "gc", "--json"), max(1, a.repeats // 2)
+            )
     if {"ws", "cold"} & only:
         long = build_long(base, a.events)
         if "ws" in only:
@@ -292,11 +310,18 @@ def main() -> None:
             with_c.append(append_rate(base, a.appends, True))
         res["append_no_cache"], res["append_cache"] = statistics.median(without), statistics.median(with_c)
         res["append cache/none"] = res["append_cache"] / res["append_no_cache"]
-    if len(sizes) == 2:
-        lo, hi = sizes
-        for k in ("tasks", "verify", "gc"):
-            if f"{k}_{lo}" in res:
-                res[f"{k} {hi}/{lo}"] = res[f"{k}_{hi}"] / res[f"{k}_{lo}"]
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        for k in ("tasks", "json", "status", "verify", "gc", "gcjson"):
+            for n in sizes[1:]:
+                if f"{k}_{lo}" in res:
+                    res[f"{k} {n}/{lo}"] = res[f"{k}_{n}"] / res[f"{k}_{lo}"]
+        for k in ("tasks", "json", "status", "verify", "gc", "gcjson"):
+            if f"{k}_rss_{lo}" in res:
+                for n in sizes:
+                    res[f"rss_{k}_{n} MB"] = res[f"{k}_rss_{n}"] / 1024
+                res[f"rss_{k} {hi}-{lo} MB"] = (res[f"{k}_rss_{hi}"] - res[f"{k}_rss_{lo}"]) / 1024
+                res[f"rss_{k} {hi}/{lo}"] = res[f"{k}_rss_{hi}"] / res[f"{k}_rss_{lo}"]
     if a.json:
         print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
     else:

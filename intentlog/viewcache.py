@@ -16,10 +16,12 @@ and both checked before use, never trusted as read:
   entry, or one whose anchor line no longer matches, is ignored and rebuilt by a full
   read. A stream *shorter* than its entry says, whose line 0 is still the same, is
   reported (:class:`~intentlog.errors.CorruptStream`): events were cut from its end.
-- ``cache/index-rows.json``, ``cache/index-gc.json``: per task (one per line), the file
-  facts of its stream (size, inode, device, mtime_ns, ctime_ns) when last read whole, and what
-  listings show of it (:mod:`intentlog.views`, gc's preview; the plan gc applies reads
-  every stream). A listing reads a stream only when its facts differ from the index's.
+- ``cache/index-rows.json``, ``cache/index-gc.json``, ``cache/index-backlogs.json``: per
+  task (one per line, sorted by id, in checked blocks: :mod:`intentlog.viewindex`), the
+  file facts of its stream (size, inode, device, mtime_ns, ctime_ns) when last read whole,
+  and what listings show of it (:mod:`intentlog.views`, gc's preview; the plan gc applies
+  reads every stream). A listing reads a stream only when its facts differ from the
+  index's, and reads the index entry by entry beside the directory listing.
 
 The cache never decides what is sent: a writer's open reads and checks its whole stream
 (tail, damage, seal), and ``intentlog verify`` reads every byte and never reads the cache.
@@ -40,9 +42,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import orjson
+from typing import Any
 
 from ._digest import digest_bytes
 from ._nofollow import check_real_dir
@@ -52,6 +52,7 @@ from .projections.operator import OPERATOR_KINDS, OperatorFold
 from .projections.records import CallRecord
 from .projections.workstate import WorkState, WorkStateFold, work_state
 from .stream import read_events
+from .viewindex import INDEX_FORMAT, Facts, IndexJoin, facts_of, iter_index, write_index
 from .viewstore import (
     CACHE_DIR,
     ENTRY_FORMAT,
@@ -60,9 +61,7 @@ from .viewstore import (
     cache_dir,
     drop_entry,
     load_entry,
-    read_lines,
     save_entry,
-    write_lines,
 )
 
 __all__ = [
@@ -71,8 +70,11 @@ __all__ = [
     "INDEX_FORMAT",
     "MIN_EVENTS",
     "MIN_TASKS",
+    "Facts",
     "Folded",
+    "IndexJoin",
     "drop_entry",
+    "facts_of",
     "fold_task",
     "load_index",
     "paused_gc",
@@ -81,7 +83,6 @@ __all__ = [
     "work_state_of",
 ]
 
-INDEX_FORMAT: Final = b"intentlog-viewindex/3"
 #: A reader writes a task's entry only when it folded at least this many events (a
 #: small stream is read faster than an entry; reads of small ledgers write nothing).
 MIN_EVENTS = 256
@@ -268,16 +269,7 @@ def save_folds(
     save_entry(root, task_id, anchor, work)
 
 
-# -- the listings' index ------------------------------------------------------------------------
-
-#: ``(size, inode, device, mtime_ns, ctime_ns)`` of a stream file. The change time is in
-#: because ``os.utime`` (or ``cp -p``) can put an edited file's mtime back; nothing can
-#: set its ctime.
-Facts = tuple[int, int, int, int, int]
-
-
-def facts_of(st: os.stat_result) -> Facts:
-    return (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
+# -- the listings' index (streamed: intentlog.viewindex) --------------------------------------
 
 
 @contextlib.contextmanager
@@ -292,47 +284,14 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _index_name(part: str) -> str:
-    if part not in ("rows", "gc"):
-        raise ValueError(f"no index part {part!r}")
-    return f"index-{part}.json"
-
-
 def load_index(root: Path, part: str) -> dict[str, tuple[Facts, Any]]:
-    """What the index ``part`` (``rows``, ``gc``) holds per task: the stream's facts then, and the value.
-
-    Each part is its own file (``cache/index-rows.json``, ``cache/index-gc.json``). Empty
-    when there is none, or it is corrupt, foreign or reached through a link.
-    """
-    dfd = cache_dir(root, None, create=False)
-    if dfd is None:
-        return {}
-    try:
-        lines = read_lines(dfd, _index_name(part), INDEX_FORMAT)
-    finally:
-        os.close(dfd)
-    out: dict[str, tuple[Facts, Any]] = {}
-    loads = orjson.loads
-    for line in lines or ():
-        try:
-            v = loads(line)
-        except orjson.JSONDecodeError:
-            return {}
-        if type(v) is list and len(v) == 7 and type(v[0]) is str:
-            out[v[0]] = ((v[1], v[2], v[3], v[4], v[5]), v[6])
-    return out
+    """What the index ``part`` holds per task, as one dict (a listing streams it with :class:`IndexJoin`)."""
+    return {task: (facts, value) for task, facts, value in iter_index(root, part)}
 
 
 def save_index(root: Path, part: str, values: Mapping[str, tuple[Facts, Any]]) -> None:
-    """Replace the index ``part`` (one task per line); best effort, atomic, never through a link."""
-    dfd = cache_dir(root, None, create=True)
-    if dfd is None:
-        return
-    try:
-        dumps = orjson.dumps
-        write_lines(dfd, _index_name(part), INDEX_FORMAT, [dumps([t, *f, v]) for t, (f, v) in values.items()])
-    finally:
-        os.close(dfd)
+    """Replace the index ``part`` with ``values``; best effort, atomic, never through a link."""
+    write_index(root, part, ((t, f, v) for t, (f, v) in sorted(values.items())))
 
 
 def work_state_of(root: Path, tasks_dir: Path, task_id: str) -> WorkState:

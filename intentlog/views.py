@@ -18,7 +18,6 @@ import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from . import viewcache
@@ -31,7 +30,8 @@ from .projections.operator import OperatorFold
 from .projections.status import OPERATOR_STATES, TaskStatus, status_of
 from .projections.workstate import WorkStateFold
 from .stream import lock_holder
-from .viewcache import Facts, facts_of, fold_task, load_index, paused_gc, save_index
+from .viewcache import fold_task
+from .viewindex import IndexJoin, facts_of
 
 if TYPE_CHECKING:
     from .eventlog.format import Event
@@ -45,7 +45,9 @@ __all__ = [
     "STREAM_UNREADABLE",
     "UNREADABLE",
     "TaskRow",
+    "TaskRows",
     "AmbiguousDigest",
+    "iter_task_rows",
     "resolve_digest",
     "task_row",
     "task_rows",
@@ -188,80 +190,122 @@ def _row_on_store(task_id: str, events: Callable[[], Iterator[Event]]) -> TaskRo
 
 
 def task_rows(ledger: Ledger) -> list[TaskRow]:
-    """Every task's row, in id order; one damaged stream never hides the others.
+    """Every task's row, in id order; one damaged stream never hides the others (:func:`iter_task_rows`, held)."""
+    return list(iter_task_rows(ledger))
+
+
+class TaskRows(Iterator[TaskRow]):
+    """The rows of a ledger's tasks in id order, projected one at a time as they are taken.
+
+    ``names`` are the task ids (known before any row is read: a table can size its task
+    column from them). Memory: the ids, and one row and one block of the index at a time.
+    """
+
+    def __init__(self, names: Sequence[str], rows: Iterator[TaskRow]) -> None:
+        self.names = names
+        self._rows = rows
+
+    def __next__(self) -> TaskRow:
+        return next(self._rows)
+
+    def close(self) -> None:
+        """Stop early: release the listing's files (the index is then left as it was)."""
+        close = getattr(self._rows, "close", None)
+        if close is not None:
+            close()
+
+
+def iter_task_rows(ledger: Ledger) -> TaskRows:
+    """Every task's row, in id order, streamed; one damaged stream never hides the others.
 
     Costs what changed: a stream whose file facts (size, inode, device, mtime_ns, ctime_ns) are
     those the view cache's index recorded when it last read the stream whole is not read
     at all; the writer locks are read once from ``/proc/locks`` where it exists. The index
-    is rewritten (atomically, off every durable path) when anything changed.
+    is read entry by entry beside the listing and rewritten (atomically, off every durable
+    path) when anything changed, once the last row is taken.
     """
     if ledger.remote_streams is not None:  # on an object store: no file facts, no cache (yet)
-        return [task_row(ledger, tid) for tid in ledger.task_ids()]
-    with paused_gc():  # tens of thousands of small containers, none cyclic: collecting them is waste
-        return _task_rows(ledger)
-
-
-def _task_rows(ledger: Ledger) -> list[TaskRow]:
-    listing = _list_streams(ledger.tasks_dir)
-    locked = _locked_inodes()
-    old = load_index(ledger.root, "rows")
-    new: dict[str, tuple[Facts, Any]] = {}
-    rows: list[TaskRow] = []
-    for tid, st, lock_ino in listing:
-        running = None if locked is None else (st is not None and (st.st_dev, lock_ino) in locked)
-        row = None
-        cached = old.get(tid)
-        if st is not None and cached is not None and running is not None and cached[0] == facts_of(st):
-            pair = cached[1]
-            if type(pair) is list and len(pair) == 2:
-                row = _unpacked(tid, pair[1] if running and pair[1] is not None else pair[0])
-        if row is None:
-            row, other = _project(ledger, tid, running)
-            if other is not None and st is not None and row.stream == STREAM_OK and running is not None:
-                idle, live = (other, row) if running else (row, other)
-                packed = _packed(idle), _packed(live)
-                new[tid] = (facts_of(st), [packed[0], None if packed[1] == packed[0] else packed[1]])
-        else:
-            new[tid] = cached  # type: ignore[assignment]
-        rows.append(row)
-    if new != old and len(rows) >= viewcache.MIN_TASKS:
-        save_index(ledger.root, "rows", new)
-    return rows
-
-
-def _list_streams(tasks_dir: Path) -> list[tuple[str, os.stat_result | None, int | None]]:
-    """``(task id, the stream's lstat or None, its lock file's inode or None)`` per task, in id order.
-
-    Names are looked up inside a descriptor on ``tasks/`` itself (never through a link).
-    """
+        ids = ledger.task_ids()
+        return TaskRows(ids, (task_row(ledger, tid) for tid in ids))
     try:
-        dfd = open_dir_nofollow(tasks_dir, what="task streams")
+        dfd = open_dir_nofollow(ledger.tasks_dir, what="task streams")
     except FileNotFoundError:
-        return []
+        return TaskRows([], iter(()))
     try:
-        streams: list[str] = []
-        locks: dict[str, int] = {}
-        with os.scandir(dfd) as it:
-            for e in it:
-                name = e.name
-                if name.endswith(".jsonl"):
-                    streams.append(name[:-6])
-                elif name.endswith(".jsonl.lock"):
-                    locks[name[:-11]] = e.inode()
-        streams.sort()
-        out = []
-        lstat, match, regular = os.stat, TASK_ID_RE.match, stat.S_ISREG
-        for tid in streams:
-            if match(tid) is None:
-                continue
+        locked = _locked_inodes()
+        names, locks = _list_streams(dfd, locked)
+    except BaseException:
+        os.close(dfd)
+        raise
+    return TaskRows(names, _stream_rows(ledger, dfd, names, locks, locked))
+
+
+def _stream_rows(
+    ledger: Ledger, dfd: int, names: list[str], locks: dict[str, int], locked: set[tuple[int, int]] | None
+) -> Iterator[TaskRow]:
+    """The rows, merge-joined with the index; owns ``dfd`` (closed at the end, or when the consumer stops)."""
+    join = IndexJoin(ledger.root, "rows", write=len(names) >= viewcache.MIN_TASKS)
+    try:
+        lstat, regular = os.stat, stat.S_ISREG
+        for tid in names:
             try:
                 st: os.stat_result | None = lstat(tid + ".jsonl", dir_fd=dfd, follow_symlinks=False)
             except OSError:
                 st = None
-            out.append((tid, st if st is not None and regular(st.st_mode) else None, locks.get(tid)))
-        return out
+            if st is not None and not regular(st.st_mode):
+                st = None
+            yield _one_row(ledger, join, tid, st, locks.get(tid), locked)
+        join.commit()
     finally:
+        join.close()
         os.close(dfd)
+
+
+def _one_row(
+    ledger: Ledger,
+    join: IndexJoin,
+    tid: str,
+    st: os.stat_result | None,
+    lock_ino: int | None,
+    locked: set[tuple[int, int]] | None,
+) -> TaskRow:
+    running = None if locked is None else (st is not None and (st.st_dev, lock_ino) in locked)
+    cached = join.find(tid)
+    if st is not None and cached is not None and running is not None and cached[0] == facts_of(st):
+        pair = cached[1]
+        if type(pair) is list and len(pair) == 2:
+            row = _unpacked(tid, pair[1] if running and pair[1] is not None else pair[0])
+            if row is not None:
+                join.keep()
+                return row
+    row, other = _project(ledger, tid, running)
+    if other is not None and st is not None and row.stream == STREAM_OK and running is not None:
+        idle, live = (other, row) if running else (row, other)
+        packed = _packed(idle), _packed(live)
+        join.put(tid, facts_of(st), [packed[0], None if packed[1] == packed[0] else packed[1]])
+    return row
+
+
+def _list_streams(dfd: int, locked: set[tuple[int, int]] | None) -> tuple[list[str], dict[str, int]]:
+    """The task ids with a stream in ``tasks/`` (sorted), and the inode of each lock file a writer may hold.
+
+    Only lock files whose inode ``/proc/locks`` names are kept (none without it): memory is
+    the ids, not a table per task.
+    """
+    held = {ino for _, ino in locked} if locked else set()
+    streams: list[str] = []
+    locks: dict[str, int] = {}
+    match = TASK_ID_RE.match
+    with os.scandir(dfd) as it:
+        for e in it:
+            name = e.name
+            if name.endswith(".jsonl"):
+                if match(name[:-6]) is not None:
+                    streams.append(name[:-6])
+            elif held and name.endswith(".jsonl.lock") and e.inode() in held:
+                locks[name[:-11]] = e.inode()
+    streams.sort()
+    return streams, locks
 
 
 def _locked_inodes() -> set[tuple[int, int]] | None:

@@ -43,7 +43,10 @@ __all__ = [
     "StaleEntry",
     "cache_dir",
     "drop_entry",
+    "drop_temp",
     "load_entry",
+    "new_temp",
+    "open_file",
     "read_lines",
     "save_entry",
     "write_lines",
@@ -94,7 +97,7 @@ def _open_dir(path: str | Path, *, create: bool, dir_fd: int | None = None) -> i
     return open_dir_nofollow(path, what="the view cache", dir_fd=dir_fd)
 
 
-def _open_file(dir_fd: int, name: str) -> int | None:
+def open_file(dir_fd: int, name: str) -> int | None:
     """A regular file in the folder, opened without following a link; None otherwise."""
     try:
         fd = open_nofollow(name, os.O_RDONLY, what="a view cache file", dir_fd=dir_fd)
@@ -115,7 +118,7 @@ def read_lines(dir_fd: int, name: str, fmt: bytes) -> list[bytes] | None:
     One JSON value per line, parsed by the caller one at a time (a listing's index never
     becomes one document in memory).
     """
-    fd = _open_file(dir_fd, name)
+    fd = open_file(dir_fd, name)
     if fd is None:
         return None
     try:
@@ -138,16 +141,31 @@ def write_lines(dir_fd: int, name: str, fmt: bytes, lines: list[bytes]) -> None:
     _replace(dir_fd, name, [fmt, b" ", blake3(body).hexdigest().encode(), b"\n", body])
 
 
+def new_temp(dir_fd: int, name: str) -> tuple[int, str] | None:
+    """A new temp file beside ``name``, to be renamed over it: ``(descriptor, temp name)``; None when it cannot."""
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, what="a view cache file", dir_fd=dir_fd)
+    except (OSError, LinkRefused):
+        return None
+    return fd, tmp
+
+
+def drop_temp(dir_fd: int, tmp: str) -> None:
+    """Remove a temp file :func:`new_temp` made (best effort)."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp, dir_fd=dir_fd)
+
+
 def _replace(dir_fd: int, name: str, parts: list[bytes]) -> None:
     """Temp + rename inside the folder; a failure (a read-only ledger, a full disk) leaves the old file or none.
 
     A rename replaces a link at ``name`` itself, never what it points to.
     """
-    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    try:
-        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, what="a view cache file", dir_fd=dir_fd)
-    except (OSError, LinkRefused):
+    made = new_temp(dir_fd, name)
+    if made is None:
         return
+    fd, tmp = made
     try:
         try:
             with os.fdopen(os.dup(fd), "wb") as f:
@@ -156,8 +174,7 @@ def _replace(dir_fd: int, name: str, parts: list[bytes]) -> None:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
+        drop_temp(dir_fd, tmp)
 
 
 # -- a task's entry -------------------------------------------------------------------------
@@ -198,7 +215,7 @@ def load_entry(root: Path, task_id: str) -> tuple[dict[str, Any], EntryRecords] 
     if dfd is None:
         return None
     try:
-        fd = _open_file(dfd, _entry_name(task_id))
+        fd = open_file(dfd, _entry_name(task_id))
     finally:
         os.close(dfd)
     if fd is None:
@@ -258,7 +275,7 @@ class EntryRecords(Mapping[str, CallRecord]):
 
     def _read(self, spans: list[tuple[int, int, int]]) -> list[bytes]:
         dfd = cache_dir(self._root, VIEWS, create=False)
-        fd = None if dfd is None else _open_file(dfd, _entry_name(self._task))
+        fd = None if dfd is None else open_file(dfd, _entry_name(self._task))
         if dfd is not None:
             os.close(dfd)
         if fd is None:

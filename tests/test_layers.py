@@ -214,6 +214,7 @@ RANKS: dict[str, tuple[int, str]] = {
     # the view cache: derived, deletable projections per task (read through, checked against the stream)
     "intentlog.viewcache": (3, "features"),
     "intentlog.viewstore": (3, "features"),
+    "intentlog.viewindex": (3, "features"),
     "intentlog.compile": (3, "features"),
     "intentlog.effects": (3, "features"),
     "intentlog.effects.*": (3, "features"),

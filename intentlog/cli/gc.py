@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import click
 
@@ -95,20 +97,36 @@ def gc(c: Ctx, max_age: str | None, max_size: str | None, grace: str | None, do_
     ledger = c.ledger()
     if do_apply:
         result = apply_gc(ledger, max_age=max_age, max_size=max_size, grace=grace)
-        if as_json:
-            emit_json(result.to_json())
-        else:
-            click.echo(result.render())
+        _write(result.iter_json() if as_json else None, result.iter_render())
         return
     progress = progress_for("gc: scanned") if not as_json else None
     plan = plan_gc(ledger, max_age=max_age, max_size=max_size, grace=grace, progress=progress)
     if progress is not None:
         click.echo("", err=True)
-    if as_json:
-        emit_json(plan.to_json())
-    else:
-        click.echo(plan.render())
+    _write(plan.iter_json() if as_json else None, plan.iter_render())
     sys.exit(EXIT_PROBLEMS if plan.refused else EXIT_OK)
+
+
+def _write(json_chunks: Iterator[bytes] | None, lines: Iterator[str]) -> None:
+    """Print a plan or result as it is read (a kept task at a time): its JSON, else its lines.
+
+    The bytes are those of ``emit_json(x.to_json())`` / ``click.echo(x.render())``.
+    """
+    if json_chunks is None:
+        for line in lines:
+            click.echo(line)
+        return
+    out: BinaryIO | None = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text-only stdout (an embedding harness)
+        for chunk in json_chunks:
+            click.echo(chunk.decode(), nl=False)
+        click.echo()
+        return
+    sys.stdout.flush()
+    for chunk in json_chunks:
+        out.write(chunk)
+    out.write(b"\n")
+    out.flush()
 
 
 @main.command()

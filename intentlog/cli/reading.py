@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
-from .._text import format_table
 from ..eventlog.format import Event
 from .app import (
     EXIT_OK,
@@ -24,6 +25,9 @@ from .app import (
     require_task,
     task_arg,
 )
+
+if TYPE_CHECKING:
+    from ..views import TaskRow
 
 # -- ledger ---------------------------------------------------------------------------
 
@@ -60,32 +64,84 @@ def tasks(c: Ctx, as_json: bool) -> None:
     Example:
       intentlog tasks --json
     """
-    from ..views import task_rows
+    from ..views import STATES, STREAM_UNREADABLE, iter_task_rows
 
-    rows = task_rows(c.ledger())
-    if as_json:
-        emit_json([r.to_json() for r in rows])
-        return
-    if not rows:
+    rows = iter_task_rows(c.ledger())
+    try:
+        if as_json:
+            _echo_json_list(r.to_json() for r in rows)
+            return
+        damaged = _echo_task_table(rows, rows.names, max(map(len, STATES)), len(STREAM_UNREADABLE))
+    finally:
+        rows.close()
+    for task, problem in damaged:
+        click.echo(f"  {task}: {problem}", err=True)
+
+
+#: ``tasks`` sizes its columns from this many first rows (the task column from every id); a
+#: longer cell further down pushes the rest of its line right. Memory: this many rows.
+TABLE_HEAD = 512
+_CHUNK = 512  # lines per write
+
+
+def _echo_json_list(items: Iterable[Any]) -> None:
+    """A JSON array written item by item, byte for byte what ``emit_json`` writes for the whole list."""
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    out: list[str] = []
+    n = 0
+    for item in items:
+        out.append(("[\n  " if n == 0 else ",\n  ") + orjson.dumps(item, option=opts).decode().replace("\n", "\n  "))
+        n += 1
+        if len(out) >= _CHUNK:
+            click.echo("".join(out), nl=False)
+            out = []
+    out.append("\n]" if n else "[]")
+    click.echo("".join(out))
+
+
+def _echo_task_table(
+    rows: Iterator[TaskRow], names: Sequence[str], state_width: int, stream_width: int
+) -> list[tuple[str, str]]:
+    """The ``tasks`` table, written as rows are read; returns ``(task, problem)`` of each damaged stream."""
+    head = list(itertools.islice(rows, TABLE_HEAD))
+    if not head:
         click.echo("no tasks")
-        return
+        return []
     header = ["task", "events", "last activity", "state", "stream", "phase", "next operation"]
-    plain = [
-        [r.task, str(r.events), r.last_activity or "-", r.state, r.stream, r.phase or "-", r.next_operation]
-        for r in rows
-    ]
-    first, *lines = format_table(header, plain)
-    at = len(first.split("state", 1)[0])  # where the state column starts: only that cell is coloured
-    out = [click.style(first, bold=True)]
-    for line, r in zip(lines, rows, strict=True):
-        colour = _STATE_COLOUR.get(r.state)
-        if colour is not None:
-            line = line[:at] + click.style(r.state, fg=colour) + line[at + len(r.state) :]
-        out.append(line)
-    click.echo("\n".join(out))  # one write: a listing of ten thousand tasks is one call, not ten thousand
-    damaged = [r for r in rows if r.problem is not None]
-    for r in damaged:
-        click.echo(f"  {r.task}: {r.problem}", err=True)
+    widths = [len(h) for h in header]
+    widths[0] = max(widths[0], *map(len, names))
+    for r in head:
+        for i, cell in enumerate(_cells(r)):
+            widths[i] = max(widths[i], len(cell))
+    if len(names) > len(head):  # rows to come: the columns of known words take their widest word
+        widths[3] = max(widths[3], state_width)
+        widths[4] = max(widths[4], stream_width)
+    damaged: list[tuple[str, str]] = []
+    out = [click.style("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), bold=True)]
+    for r in itertools.chain(head, rows):
+        out.append(_table_line(r, widths))
+        if r.problem is not None:
+            damaged.append((r.task, r.problem))
+        if len(out) >= _CHUNK:
+            click.echo("\n".join(out))
+            out = []
+    if out:
+        click.echo("\n".join(out))
+    return damaged
+
+
+def _cells(r: TaskRow) -> list[str]:
+    return [r.task, str(r.events), r.last_activity or "-", r.state, r.stream, r.phase or "-", r.next_operation]
+
+
+def _table_line(r: TaskRow, widths: Sequence[int]) -> str:
+    """One row: cells left-aligned two spaces apart; only the state cell is coloured."""
+    cells = _cells(r)
+    colour = _STATE_COLOUR.get(r.state)
+    parts = [v.ljust(w) for v, w in zip(cells, widths, strict=True)]
+    if colour is not None:
+        parts[3] = click.style(r.state, fg=colour) + parts[3][len(r.state) :]
+    return "  ".join(parts).rstrip()
 
 
 _STATE_COLOUR = {

@@ -23,8 +23,10 @@ the ledger's gc lock and carries out exactly that plan. Mark and sweep, streams 
   blob is deleted, because references are unknown.
 
 The scan streams every file once (:class:`~intentlog.eventlog.reader.StreamScan`); memory
-grows with the number of tasks and of distinct digests (32 bytes each, as dict keys), never
-with the number of events.
+never grows with the number of events, and with the number of tasks by about 48 bytes each
+in arrays (each task's record goes to a scratch file, see :mod:`.rows`; ``GcPlan.kept`` is
+read back from it as it is iterated) and the sorted listing; it grows with the number of
+distinct digests (32 bytes each, as dict keys, up to ``max_tracked``).
 
 What an apply deletes is recorded *before* it deletes anything, in ``<ledger>/gc.jsonl``:
 a hash-chained stream in the task stream format (appended by the same durable writer), a

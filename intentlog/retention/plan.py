@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+import heapq
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +18,12 @@ from ..errors import ArtifactError, IntentlogError
 from ..eventlog.reader import StreamScan
 from ..refs import INLINE, walk
 from .marks import kept_tasks
-from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, resolve_policy
-from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan, KeptTask
-from .scan import NEVER, Candidate, Progress, Scan, scan_tasks
+from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, parse_ts, resolve_policy
+from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan
+from .rows import LAST_TS, KeptTasks, expired_task
+from .scan import NEVER, Candidate, Progress, Scan, micros, scan_tasks
+
+_RUN = 4096  # tasks sorted at a time for the deletion order
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -85,20 +90,19 @@ def make_plan(
     incomplete = tuple(scan.incomplete)
 
     # the deletion order: eligible tasks, oldest last activity first (ties by id)
-    eligible = sorted(
-        (i for i, t in enumerate(scan.infos) if t.rule is None),
-        key=lambda i: (scan.infos[i].last_dt, scan.infos[i].task),
-    )
-    rank = {idx: r for r, idx in enumerate(eligible, start=1)}
-    cutoff = None if policy.max_age is None else now - _dt.timedelta(seconds=policy.max_age)
+    order = oldest_first(scan.eligible, scan.last_us)
+    rank = array("i", bytes(4 * len(scan.rows)))  # task index -> its place in the order (4 bytes a task)
+    for r, idx in enumerate(order, start=1):
+        rank[idx] = r
+    cutoff = None if policy.max_age is None else micros(now - _dt.timedelta(seconds=policy.max_age))
     by_age = 0
     if cutoff is not None:
-        while by_age < len(eligible) and scan.infos[eligible[by_age]].last_dt < cutoff:  # type: ignore[operator]
+        while by_age < len(order) and scan.last_us[order[by_age]] < cutoff:
             by_age += 1
 
     # the objects: sizes, grace, and the rank at which each becomes unreferenced
     candidates: list[Candidate] = []
-    freed_at = [0] * (len(eligible) + 1)
+    freed_at = array("q", bytes(8 * (len(order) + 1)))
     object_bytes = 0
     now_ns = int(now.timestamp() * 1e9)
     grace_ns = int(policy.grace * 1e9)
@@ -116,42 +120,15 @@ def make_plan(
 
     # how many tasks go: all expired by age, then the oldest eligible until under the cap
     before = scan.stream_bytes + object_bytes
-    after = before - sum(freed_at[: by_age + 1]) - sum(scan.infos[i].size for i in eligible[:by_age])
+    after = before - sum(freed_at[: by_age + 1]) - sum(scan.sizes[i] for i in order[:by_age])
     k = by_age
     if policy.max_size is not None:
-        while after > policy.max_size and k < len(eligible):
+        while after > policy.max_size and k < len(order):
             k += 1
-            after -= scan.infos[eligible[k - 1]].size + freed_at[k]
+            after -= scan.sizes[order[k - 1]] + freed_at[k]
 
-    expired: list[ExpiredTask] = []
-    for n, idx in enumerate(eligible[:k]):
-        t = scan.infos[idx]
-        idle = format_duration((now - t.last_dt).total_seconds())  # type: ignore[operator]
-        if n < by_age:
-            why = "age"
-            detail = f"last activity {t.last_ts}, {idle} ago: older than max age {format_duration(policy.max_age)}"
-        else:
-            why, detail = (
-                "size",
-                (
-                    f"last activity {t.last_ts}, {idle} ago: among the oldest while the ledger exceeds "
-                    f"max size {format_size(policy.max_size)}"
-                ),
-            )
-        expired.append(
-            ExpiredTask(
-                t.task, why, detail, t.last_ts or "", t.size, t.head, t.events, t.stream, t.ident, state=t.state
-            )
-        )
-    gone = {t.task for t in expired}
-    kept: list[KeptTask] = []
-    for t in scan.infos:
-        if t.task in gone:
-            continue
-        if t.rule is None:
-            kept.append(KeptTask(t.task, "young", f"last activity {t.last_ts}", t.size, t.last_ts, t.state))
-        else:
-            kept.append(KeptTask(t.task, t.rule, t.detail, t.size, t.last_ts, t.state))
+    expired = [_expired(scan, idx, n < by_age, now, policy) for n, idx in enumerate(order[:k])]
+    kept = KeptTasks(scan.rows, order[:k])
 
     blobs: list[ExpiredBlob] = []
     in_grace_n = in_grace_bytes = 0
@@ -189,7 +166,7 @@ def make_plan(
         now=now,
         policy=policy,
         expired=tuple(expired),
-        kept=tuple(kept),
+        kept=kept,
         blobs=tuple(blobs),
         evacuate=tuple(evacuate),
         bytes_before=before,
@@ -201,6 +178,41 @@ def make_plan(
         refused=refused,
         notes=tuple(notes),
     )
+
+
+def oldest_first(eligible: array[int], last_us: array[int]) -> array[int]:
+    """The eligible task indices ordered by (last activity, id): sorted in runs, then merged.
+
+    ``eligible`` is in id order. Memory: the result and the runs (4 bytes a task each) and
+    one run's list while it is sorted, never a Python object per task.
+    """
+
+    def key(i: int) -> tuple[int, int]:
+        return (last_us[i], i)
+
+    runs = [array("i", sorted(eligible[lo : lo + _RUN], key=key)) for lo in range(0, len(eligible), _RUN)]
+    out = array("i")
+    out.extend(heapq.merge(*runs, key=key))
+    return out
+
+
+def _expired(scan: Scan, idx: int, by_age: bool, now: _dt.datetime, policy: GcPolicy) -> ExpiredTask:
+    """The task at ``idx`` as the plan deletes it, and why (its record read back from the scan)."""
+    record = scan.rows.get(idx)
+    last_ts = record[LAST_TS]
+    idle = format_duration((now - parse_ts(last_ts)).total_seconds())
+    if by_age:
+        why = "age"
+        detail = f"last activity {last_ts}, {idle} ago: older than max age {format_duration(policy.max_age)}"
+    else:
+        why, detail = (
+            "size",
+            (
+                f"last activity {last_ts}, {idle} ago: among the oldest while the ledger exceeds "
+                f"max size {format_size(policy.max_size)}"
+            ),
+        )
+    return expired_task(record, why, detail)
 
 
 def _iter_objects(ledger: Ledger) -> Iterator[tuple[str, int, int]]:
@@ -226,7 +238,7 @@ def inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, di
 
 
 def _plan_evacuations(
-    ledger: Ledger, scan: Scan, expired: list[ExpiredTask], k: int, rank: Mapping[int, int], *, incomplete: bool
+    ledger: Ledger, scan: Scan, expired: list[ExpiredTask], k: int, rank: Sequence[int], *, incomplete: bool
 ) -> list[Evacuation]:
     """Inline payloads of expiring streams that a kept stream still needs, and nothing else holds.
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import datetime as _dt
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
+
+import orjson
 
 from .policy import GC_LOG, PLAN_VERSION, GcPolicy, format_size, format_ts
 
-if TYPE_CHECKING:
-    pass
+#: How ``gc --json`` prints: the bytes :func:`iter_json` yields are these of the whole document.
+JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
 
 # -- the plan --------------------------------------------------------------------------
@@ -105,12 +109,15 @@ class GcPlan:
 
     Pure data: making a plan deletes nothing. ``refused`` says why it must not be carried
     out; ``incomplete`` lists why references are not fully known (then ``blobs`` is empty).
+    ``kept`` is a sequence read as it is iterated (from :func:`plan_gc`, a view over the
+    scan's records, not held in memory); :meth:`iter_json` and :meth:`iter_render` write
+    the plan as they go.
     """
 
     now: _dt.datetime
     policy: GcPolicy
     expired: tuple[ExpiredTask, ...]
-    kept: tuple[KeptTask, ...]
+    kept: Sequence[KeptTask]
     blobs: tuple[ExpiredBlob, ...]
     evacuate: tuple[Evacuation, ...]
     bytes_before: int
@@ -156,12 +163,20 @@ class GcPlan:
         )
 
     def to_json(self) -> dict[str, Any]:
+        return self._json(kept=[t.to_json() for t in self.kept])
+
+    def iter_json(self) -> Iterator[bytes]:
+        """The bytes of ``orjson.dumps(self.to_json(), option=JSON_OPTIONS)``, the kept tasks one by one."""
+        hole = _Hole()
+        return hole.fill(self._json(kept=hole.marker), (t.to_json() for t in self.kept))
+
+    def _json(self, *, kept: Any) -> dict[str, Any]:
         return {
             "version": PLAN_VERSION,
             "now": format_ts(self.now),
             "policy": self.policy.to_json(),
             "expired": [t.to_json() for t in self.expired],
-            "kept": [t.to_json() for t in self.kept],
+            "kept": kept,
             "blobs": [b.to_json() for b in self.blobs],
             "evacuate": [e.to_json() for e in self.evacuate],
             "bytes": {
@@ -182,6 +197,10 @@ class GcPlan:
 
     def render(self, *, preview: bool = True) -> str:
         """The plan for a person: what goes, why, what stays and why, the sizes."""
+        return "\n".join(self.iter_render(preview=preview))
+
+    def iter_render(self, *, preview: bool = True) -> Iterator[str]:
+        """The lines of :meth:`render`, produced as the kept tasks are read."""
         lines = [
             f"gc plan at {format_ts(self.now)}"
             + (" (preview: nothing was deleted; --apply carries it out)" if preview else ""),
@@ -214,16 +233,18 @@ class GcPlan:
                 f"copy {len(self.evacuate)} inline payload(s) that kept tasks refer to into objects/ "
                 f"({format_size(self.bytes_evacuated)})"
             )
-        notable = [t for t in self.kept if t.rule != "young"]
-        young = len(self.kept) - len(notable)
         lines.append(f"keep {len(self.kept)} task(s):")
-        for k in notable:
-            lines.append(f"  {k.task}  [{k.rule}] {k.detail}")
+        yield from lines
+        young = 0
+        for k in self.kept:
+            if k.rule == "young":
+                young += 1
+            else:
+                yield f"  {k.task}  [{k.rule}] {k.detail}"
         if young:
-            lines.append(f"  {young} task(s) within the age limit and the size cap")
+            yield f"  {young} task(s) within the age limit and the size cap"
         for note in self.notes:
-            lines.append(f"note: {note}")
-        return "\n".join(lines)
+            yield f"note: {note}"
 
 
 @final
@@ -251,8 +272,16 @@ class GcResult:
         return not self.skipped and not self.restored and len(self.blobs_deleted) == len(self.plan.blobs)
 
     def to_json(self) -> dict[str, Any]:
+        return self._json(self.plan.to_json())
+
+    def iter_json(self) -> Iterator[bytes]:
+        """The bytes of ``orjson.dumps(self.to_json(), option=JSON_OPTIONS)``, the plan's kept tasks one by one."""
+        hole = _Hole()
+        return hole.fill(self._json(self.plan._json(kept=hole.marker)), (t.to_json() for t in self.plan.kept))
+
+    def _json(self, plan: dict[str, Any]) -> dict[str, Any]:
         return {
-            "plan": self.plan.to_json(),
+            "plan": plan,
             "deleted": list(self.deleted),
             "skipped": [{"task": t, "reason": r} for t, r in self.skipped],
             "blobs_deleted": len(self.blobs_deleted),
@@ -264,10 +293,16 @@ class GcResult:
         }
 
     def render(self) -> str:
-        lines = [self.plan.render(preview=False), ""]
+        return "\n".join(self.iter_render())
+
+    def iter_render(self) -> Iterator[str]:
+        """The lines of :meth:`render`, produced as the plan's kept tasks are read."""
+        yield from self.plan.iter_render(preview=False)
+        lines = [""]
         if self.plan.empty:
             lines.append("nothing to delete")
-            return "\n".join(lines)
+            yield from lines
+            return
         lines.append(
             f"deleted {len(self.deleted)} task stream(s) and {len(self.blobs_deleted)} blob(s), "
             f"freed {format_size(self.bytes_freed)}; recorded in {GC_LOG} (seq {self.log_seq})"
@@ -276,4 +311,27 @@ class GcResult:
             lines.append(f"skipped {t}: {why}")
         if self.restored:
             lines.append(f"{len(self.restored)} blob(s) were stored again while gc ran and were kept")
-        return "\n".join(lines)
+        yield from lines
+
+
+class _Hole:
+    """A one-off string that stands for a list in a document, so the list can be written item by item."""
+
+    def __init__(self) -> None:
+        self.marker = "\x00" + secrets.token_hex(16)
+
+    def fill(self, doc: dict[str, Any], items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+        """``doc``'s bytes with the list ``items`` where the marker is, indented as orjson would."""
+        text = orjson.dumps(doc, option=JSON_OPTIONS)
+        mark = orjson.dumps(self.marker)
+        at = text.index(mark)
+        line = text.rindex(b"\n", 0, at) + 1
+        indent = len(text[line:at]) - len(text[line:at].lstrip(b" "))
+        pad = b"\n" + b" " * (indent + 2)
+        yield text[:at]
+        sep = b"["
+        for item in items:
+            yield sep + pad + orjson.dumps(item, option=JSON_OPTIONS).replace(b"\n", pad)
+            sep = b","
+        yield b"[]" if sep == b"[" else b"\n" + b" " * indent + b"]"
+        yield text[at + len(mark) :]

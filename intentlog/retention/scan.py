@@ -8,6 +8,8 @@ import fcntl
 import os
 import re
 import stat
+import sys
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +20,16 @@ from .._digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
 from ..projections.operator import OperatorFold
 from ..projections.status import status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
-from ..viewcache import Facts, facts_of, load_index, paused_gc, save_index
+from ..viewcache import paused_gc
+from ..viewindex import IndexJoin, facts_of
+from .backlogs import backlog_needs
 from .marks import KeepMark, protected_by
 from .policy import GcPolicy, format_duration, parse_ts
+from .rows import TaskRows
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -36,6 +40,13 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CHUNK = 1 << 20
 NEVER: Final = -1  # a digest held or referenced by a task that is never deleted
+_EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_US: Final = _dt.timedelta(microseconds=1)
+
+
+def micros(when: _dt.datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (exact: datetimes count microseconds)."""
+    return (when - _EPOCH) // _US
 
 
 # -- scanning --------------------------------------------------------------------------
@@ -66,7 +77,7 @@ def digests_in_file_tail(path: Path, offset: int, out: set[bytes]) -> None:
             carry = buf[-(len(DIGEST_PREFIX) + 63) :]
 
 
-def _lock_held(lock_path: Path) -> bool:
+def _lock_held(lock_path: str) -> bool:
     """True when a writer holds the task's ``flock``; creates and writes nothing.
 
     The probe takes the lock for an instant: a writer opening the task at that very
@@ -111,9 +122,17 @@ class _TaskInfo:
 
 @dataclass(slots=True)
 class Scan:
-    """What one pass over the tasks learned (memory: per task, and per distinct digest)."""
+    """What one pass over the tasks learned.
 
-    infos: list[_TaskInfo] = field(default_factory=list)
+    Memory: 24 bytes a task (``rows``' offsets, ``sizes``, ``last_us``; the records
+    themselves are in ``rows``' scratch file), 4 bytes an eligible task (``eligible``), and
+    per distinct digest (``refs``, ``held``; bounded by ``max_tracked``).
+    """
+
+    rows: TaskRows = field(default_factory=TaskRows)  # every task's record, index -> record
+    sizes: array[int] = field(default_factory=lambda: array("q"))  # index -> stream bytes
+    last_us: array[int] = field(default_factory=lambda: array("q"))  # index -> last activity (eligible only)
+    eligible: array[int] = field(default_factory=lambda: array("i"))  # indices of deletable tasks, id order
     # digest -> index of the eligible task that refers to it with the latest sort key, or NEVER
     refs: dict[bytes, int] = field(default_factory=dict)
     # digest -> the same, over tasks that carry its bytes inline
@@ -125,13 +144,13 @@ class Scan:
 
 
 def _later(scan: Scan, a: int, b: int) -> bool:
-    """Is task ``b`` deleted no earlier than task ``a`` (both eligible indices)?"""
-    ia, ib = scan.infos[a], scan.infos[b]
-    return (ib.last_dt, ib.task) >= (ia.last_dt, ia.task)
+    """Is task ``b`` deleted no earlier than task ``a`` (both eligible indices; index order is id order)?"""
+    return (scan.last_us[b], b) >= (scan.last_us[a], a)
 
 
-def _note_digests(scan: Scan, table: dict[bytes, int], digests: set[bytes], index: int, *, limit: int) -> None:
-    eligible = scan.infos[index].rule is None
+def _note_digests(
+    scan: Scan, table: dict[bytes, int], digests: set[bytes], index: int, *, eligible: bool, limit: int
+) -> None:
     for d in digests:
         cur = table.get(d)
         if cur is None:
@@ -168,46 +187,24 @@ def scan_tasks(
     stream is read, whatever the index says."""
     scan = Scan()
     try:
-        names = sorted(e.name for e in os.scandir(ledger.tasks_dir) if e.name.endswith(".jsonl"))
+        names = sorted((e.name for e in os.scandir(ledger.tasks_dir) if e.name.endswith(".jsonl")), key=_task_of)
     except FileNotFoundError:
         names = []
     except OSError as exc:
         raise IntentlogError(f"cannot list {ledger.tasks_dir}: {exc.strerror or exc}; check its permissions") from exc
     scan.stream_names = len(names)
+    write = use_index and len(names) >= viewcache.MIN_TASKS
     with paused_gc():
-        needed = _backlog_needs(ledger, names)
-        _scan_names(
-            ledger, names, scan, now, policy, marks, needed, limit=limit, progress=progress, use_index=use_index
-        )
+        with IndexJoin(ledger.root, "backlogs", write=write, read=use_index) as join:
+            needed = backlog_needs(ledger.tasks_dir, names, join)
+        with IndexJoin(ledger.root, "gc", write=write, read=use_index) as join:
+            _scan_names(ledger, names, scan, now, policy, marks, needed, join, limit=limit, progress=progress)
     return scan
 
 
-def _backlog_needs(ledger: Ledger, names: list[str]) -> dict[str, str]:
-    """Task id -> the backlog whose unfinished item it is (every backlog stream read whole, every time).
-
-    A backlog stream that cannot be read whole claims every task named like its items: gc
-    never guesses in the direction of deleting.
-    """
-    suffix = BACKLOG_SUFFIX + ".jsonl"
-    needed: dict[str, str] = {}
-    for name in names:
-        if not name.endswith(suffix):
-            continue
-        backlog = name[: -len(suffix)]
-        try:
-            scan = StreamScan(ledger.tasks_dir / name)
-            tasks = unfinished_item_tasks(scan)
-            whole = scan.problem is None or scan.problem.incomplete
-        except (OSError, LedgerError):
-            tasks, whole = set(), False
-        if not whole:
-            prefix = f"{backlog}.item."
-            tasks |= {n[: -len(".jsonl")] for n in names if n.startswith(prefix)}
-        if tasks:
-            needed[backlog + BACKLOG_SUFFIX] = backlog
-        for t in tasks:
-            needed[t] = backlog
-    return needed
+def _task_of(name: str) -> str:
+    """The task id of a stream's file name (listings go in id order, as the index is kept)."""
+    return name[: -len(".jsonl")]
 
 
 def _scan_names(
@@ -218,13 +215,12 @@ def _scan_names(
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
     needed: Mapping[str, str],
+    join: IndexJoin,
     *,
     limit: int,
     progress: Progress | None,
-    use_index: bool,
 ) -> None:
-    old = load_index(ledger.root, "gc") if use_index else {}
-    new: dict[str, tuple[Facts, Any]] = {}
+    """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -237,21 +233,37 @@ def _scan_names(
                 scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
             continue
         info = _TaskInfo(tid)
-        index = len(scan.infos)
-        scan.infos.append(info)
+        index = len(scan.rows)
         refs: set[bytes] = set()
         held: set[bytes] = set()
-        readable = _from_index(ledger, info, refs, held, old, new) or _scan_one(ledger, info, refs, held, scan, new)
+        readable = _from_index(ledger, info, refs, held, join) or _scan_one(ledger, info, refs, held, scan, join)
         scan.stream_bytes += info.size
+        if readable:
+            _classify(ledger, info, now, policy, marks, needed)
+        _record(scan, info)
         if not readable:
             continue  # refs unknown: recorded as incomplete
-        _classify(ledger, info, now, policy, marks, needed)
+        eligible = info.rule is None
         if scan.tracking:
-            _note_digests(scan, scan.refs, refs, index, limit=limit)
+            _note_digests(scan, scan.refs, refs, index, eligible=eligible, limit=limit)
         if scan.tracking:
-            _note_digests(scan, scan.held, held, index, limit=limit)
-    if use_index and new != old and len(names) >= viewcache.MIN_TASKS:
-        save_index(ledger.root, "gc", new)
+            _note_digests(scan, scan.held, held, index, eligible=eligible, limit=limit)
+    join.commit()
+
+
+def _record(scan: Scan, info: _TaskInfo) -> None:
+    """Append the task's record to ``scan.rows`` and its ordering facts to the columns."""
+    eligible = info.rule is None and info.last_dt is not None
+    scan.rows.append(
+        [
+            info.task, None if eligible else info.rule, info.detail, info.size, info.last_ts, info.state,
+            info.head, info.events, info.stream, list(info.ident),
+        ]
+    )  # fmt: skip
+    scan.sizes.append(info.size)
+    scan.last_us.append(micros(info.last_dt) if eligible and info.last_dt is not None else 0)
+    if eligible:
+        scan.eligible.append(len(scan.rows) - 1)
 
 
 def _from_index(
@@ -259,15 +271,15 @@ def _from_index(
     info: _TaskInfo,
     refs: set[bytes],
     held: set[bytes],
-    old: Mapping[str, tuple[Facts, Any]],
-    new: dict[str, tuple[Facts, Any]],
+    join: IndexJoin,
 ) -> bool:
     """Fill ``info`` from the index when the stream's file facts are those it recorded; False to read it."""
-    cached = old.get(info.task)
+    cached = join.find(info.task)
     if cached is None:
         return False
     try:
-        st = os.lstat(ledger.tasks_dir / f"{info.task}.jsonl")
+        # a str path: a Path would intern the name, growing the interpreter's table by a slot a task
+        st = os.lstat(os.path.join(ledger.tasks_dir, f"{info.task}.jsonl"))
     except OSError:
         return False
     if not stat.S_ISREG(st.st_mode) or facts_of(st) != cached[0]:
@@ -282,17 +294,16 @@ def _from_index(
         refs.clear()
         held.clear()
         return False
-    info.head, info.stream, info.events, info.last_ts, info.state, protected = v[:6]
+    info.head, info.stream, info.events, info.last_ts, state, protected = v[:6]
+    info.state = sys.intern(state) if type(state) is str else None  # a few words, shared by every task
     info.size, info.ident = st.st_size, file_ident(st)
     if protected is not None:
         info.rule, info.detail = "protected", str(protected)
-    new[info.task] = cached
+    join.keep()
     return True
 
 
-def _scan_one(
-    ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, index: dict[str, tuple[Facts, Any]]
-) -> bool:
+def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
     """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
     path = ledger.tasks_dir / f"{info.task}.jsonl"
     where = f"tasks/{info.task}.jsonl"
@@ -334,7 +345,7 @@ def _scan_one(
     info.last_ts = latest
     ws = fold.result()
     st = status_of(info.task, ws, ops.result(ws))
-    info.state = st.state
+    info.state = sys.intern(st.state)
     if file_ident(before) != file_ident(after):
         info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
         return True
@@ -343,7 +354,7 @@ def _scan_one(
         info.rule, info.detail = "protected", protected
     if p is None and stat.S_ISREG(after.st_mode):
         gc_facts = [info.head, info.stream, info.events, info.last_ts, info.state, protected]
-        index[info.task] = (facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
+        join.put(info.task, facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
     return True
 
 
@@ -384,7 +395,7 @@ def _classify(
         info.rule = "grace"
         info.detail = f"last activity {info.last_ts}, within the grace period ({format_duration(policy.grace)})"
         return
-    if _lock_held(ledger.tasks_dir / f"{info.task}.jsonl.lock"):
+    if _lock_held(os.path.join(ledger.tasks_dir, f"{info.task}.jsonl.lock")):
         info.rule, info.detail = "busy", "open for writing: a process holds its writer lock"
 
 
