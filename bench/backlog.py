@@ -1,7 +1,7 @@
 """Backlog throughput: items/s for a one-effect no-op step, beside the queues one would pick instead.
 
     python bench/backlog.py [--items 200] [--repeats 3] [--peers /tmp/bench-peers/bin/python] [--dir PATH] [--json]
-                            [--dask]
+                            [--dask] [--view [--view-items 10000]]
 
 1. intentlog: ``backlog.run(step, workers=W, until_idle=True)`` over ``--items`` fresh items
    whose step makes one ``task.effect`` with a no-op provider, W = 1 and 2 (worker
@@ -26,6 +26,15 @@
    ``DaskEngine(scheduler=ADDRESS)``, so their time is the steady state: the supervisor,
    one Dask task per item, the connection back and the item's own records. Ratios against
    the local engine of the same run.
+
+5. ``--view``: the operator view and a run's start on a backlog of ``--view-items`` items
+   (default 10,000) whose tasks have each run once (lease, one effect, result, release):
+   ``backlog.view()`` with no cache (``cache/backlog-NAME.json`` deleted:
+   every item task read, as before the cache), warm with nothing changed, and warm after
+   ten item tasks changed (ten items added and run); beside it, in the same run, the view
+   computed the old way (every task read whole and its lock probed one by one). The run's
+   start likewise: ``run(until_idle=True, quota=...)`` on that backlog (a quota makes the
+   start count every task's reservations), cold, warm, and with ten changed.
 
 Medians over the repeats: the machine is shared and noisy.
 """
@@ -108,6 +117,80 @@ def bench_bare(base: Path, items: int) -> float:
     return items / dt
 
 
+def _synth_done(ledger: intentlog.Ledger, b: Any, item: str) -> None:
+    """An item task as one run of the runner leaves it: lease, one effect, result with acceptance, release."""
+    t = ledger.task(b.task_id(item))
+    lease = {"epoch": 1, "pid": os.getpid(), "host": "bench", "start_time": None, "boot_id": None,
+             "backlog": b.name, "item": item}  # fmt: skip
+    t.append("lease.acquired", lease)
+    t.effect("noop", {"n": item}, lambda req: b"ok")
+    with t.batch():
+        t.append("item.returned", {"result": {"ok": True}, "epoch": 1})
+        t.accept(by="bench")
+        t.append("lease.released", {"epoch": 1})
+    t.close()
+
+
+def _old_view(ledger: intentlog.Ledger, b: Any) -> dict[str, int]:
+    """The view as it was computed before the cache: every item task read whole, every lock probed."""
+    from intentlog.backlog.itemcache import read_item_task
+    from intentlog.backlog.model import ITEM_STATES, item_view
+
+    counts = {s: 0 for s in ITEM_STATES}
+    now = time.time()
+    for rec in b.fold().ordered():
+        t = ledger.task(rec.task)
+        it = read_item_task(ledger, rec.task)
+        counts[item_view(b.name, rec, it.status, it.extras, running=t.writer_pid() is not None, now=now).state] += 1
+    return counts
+
+
+def bench_view(base: Path, items: int, repeats: int) -> dict[str, float]:
+    """Seconds for the view and a run's start at ``items`` items: old way, cold, warm, ten changed (medians)."""
+    root = Path(tempfile.mkdtemp(dir=base)) / "ledger"
+    out: dict[str, list[float]] = {}
+
+    def timed(key: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        r = fn()
+        out.setdefault(key, []).append(time.perf_counter() - t0)
+        return r
+
+    with intentlog.open(root) as ledger:
+        b = ledger.backlog("big")
+        b.add_many([{"item": f"i{i}", "payload": i} for i in range(items)])
+        t0 = time.perf_counter()
+        for i in range(items):
+            _synth_done(ledger, b, f"i{i}")
+        build = time.perf_counter() - t0
+        cache = root / "cache" / "backlog-big.json"
+        quota = "calls=100000000/1h"
+        b.run(noop_step, until_idle=True, quota=quota, poll=0.005)  # records the items done
+        for r in range(repeats):
+            timed("view_old_s", lambda: _old_view(ledger, b))
+            cache.unlink(missing_ok=True)
+            timed("view_cold_s", b.view)
+            timed("view_warm_s", b.view)
+            new = range(items + 10 * r, items + 10 * (r + 1))
+            b.add_many([{"item": f"i{i}", "payload": i} for i in new])
+            for i in new:
+                _synth_done(ledger, b, f"i{i}")
+            v = timed("view_warm_10_changed_s", b.view)
+            assert v.counts["done"] == items + 10 * (r + 1), v.counts
+        for r in range(repeats):
+            cache.unlink(missing_ok=True)
+            timed("run_start_cold_s", lambda: b.run(noop_step, until_idle=True, quota=quota, poll=0.005))
+            timed("run_start_warm_s", lambda: b.run(noop_step, until_idle=True, quota=quota, poll=0.005))
+            for i in range(10):
+                t = ledger.task(b.task_id(f"i{i}"))
+                t.append("bench.touched", {"r": r})
+                t.close()
+            timed("run_start_warm_10_changed_s", lambda: b.run(noop_step, until_idle=True, quota=quota, poll=0.005))
+    res = {k: round(statistics.median(v), 4) for k, v in out.items()}
+    res["build_s"] = round(build, 1)
+    return res
+
+
 HUEY = textwrap.dedent(
     """
     import json, sys, time
@@ -188,9 +271,21 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dask", action="store_true", help="also the Dask engine (needs intentlog[dask])")
+    ap.add_argument("--view", action="store_true", help="only the view and a run's start at --view-items items")
+    ap.add_argument("--view-items", type=int, default=10_000)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-backlog.", dir=args.dir))
     out: dict[str, Any] = {"items": args.items, "repeats": args.repeats}
+    if args.view:
+        out = {"view_items": args.view_items, "repeats": args.repeats}
+        out.update(bench_view(base, args.view_items, args.repeats))
+        for k in ("view_cold_s", "view_warm_s", "view_warm_10_changed_s"):
+            out[f"ratio_{k[:-2]}_vs_old"] = round(out[k] / out["view_old_s"], 3)
+        for k in ("run_start_warm_s", "run_start_warm_10_changed_s"):
+            out[f"ratio_{k[:-2]}_vs_cold"] = round(out[k] / out["run_start_cold_s"], 3)
+        lines = [f"{k:34} {v}" for k, v in out.items()]
+        print(json.dumps(out, indent=2, sort_keys=True) if args.json else "\n".join(lines))
+        return
 
     def med(fn: Any) -> float:
         return statistics.median(fn() for _ in range(args.repeats))
