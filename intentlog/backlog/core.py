@@ -326,16 +326,17 @@ class Backlog:
 def _running_probe(ledger: LedgerLike) -> Callable[[str], bool]:
     """Whether a live process holds a task's writer lock: ``/proc/locks`` read once, each lock file stat'ed."""
     holders = flock_holders()
-    probe_each = holders is None or getattr(ledger.task(backlog_stream_id("x")).stream, "remote", None) is not None
+    stream = ledger.task(backlog_stream_id("x")).stream
+    tasks = str(stream.layout.tasks_dir)
+    probe_each = holders is None or getattr(stream, "remote", None) is not None
 
     def running(task_id: str) -> bool:
-        t = ledger.task(task_id)
-        if probe_each or t.stream.writing:
-            return t.writer_pid() is not None
+        if probe_each:
+            return ledger.task(task_id).writer_pid() is not None
         if not holders:
-            return False
+            return False  # no exclusive flock held on this host at all
         try:
-            st = os.stat(t.path.with_name(t.path.name + ".lock"))
+            st = os.stat(os.path.join(tasks, task_id + ".jsonl.lock"))
         except OSError:
             return False
         return lock_key(st) in holders

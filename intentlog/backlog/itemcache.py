@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import orjson
 
+from .._nofollow import check_real_dir
 from ..eventlog.format import Event
 from ..projections.operator import OperatorFold
 from ..projections.status import status_of
@@ -95,6 +96,16 @@ def fold_item(task_id: str, events: Iterable[Event]) -> ItemTask:
     return ItemTask(TaskSummary(st.state, st.reason, st.next_step, st.next_operation), task_extras(evs), res)
 
 
+_EMPTY: list[ItemTask] = []
+
+
+def _no_stream() -> ItemTask:
+    """The item task of no events (the same for every task: it names none)."""
+    if not _EMPTY:
+        _EMPTY.append(fold_item("-", ()))
+    return _EMPTY[0]
+
+
 def read_item_task(ledger: LedgerLike, task_id: str) -> ItemTask:
     """One item task read whole (no cache)."""
     return fold_item(task_id, ledger.task(task_id).events())
@@ -137,10 +148,13 @@ def _decode(v: Any) -> ItemTask:
         if (started is not None and type(started) is not int) or type(released) is not bool:
             raise ValueError("bad lease")
         lr = LeaseRecord(epoch, pid, host, started, since, released)
-    reservations = tuple((float(t), {str(k): float(u) for k, u in dict(units).items()}) for t, units in res)
-    extras = TaskExtras(
-        lr, returned, None, {str(k): float(u) for k, u in reserved.items()}, _opt_str(last_ts), n
-    )  # the step's result is not kept: no view shows it
+    reservations = (
+        tuple((float(t), {str(k): float(u) for k, u in dict(units).items()}) for t, units in res) if res else ()
+    )
+    if type(res) is not list:
+        raise ValueError("bad entry")
+    totals = {str(k): float(u) for k, u in reserved.items()} if reserved else {}
+    extras = TaskExtras(lr, returned, None, totals, _opt_str(last_ts), n)  # no view shows the step's result
     return ItemTask(TaskSummary(state, _opt_str(reason), nxt, nop), extras, reservations)
 
 
@@ -162,8 +176,10 @@ def _load(root: Path, backlog: str) -> dict[str, tuple[Facts, Any]]:
             v = orjson.loads(line)
         except orjson.JSONDecodeError:
             return {}
-        if type(v) is list and len(v) == 7 and type(v[0]) is str and all(type(f) is int for f in v[1:6]):
-            out[v[0]] = ((v[1], v[2], v[3], v[4], v[5]), v[6])
+        if type(v) is list and len(v) == 7 and type(v[0]) is str:
+            f = (v[1], v[2], v[3], v[4], v[5])
+            if all(type(x) is int for x in f):
+                out[v[0]] = (f, v[6])
     return out
 
 
@@ -178,10 +194,6 @@ def _save(root: Path, backlog: str, values: Mapping[str, tuple[Facts, Any]]) -> 
         os.close(dfd)
 
 
-def _facts(st: os.stat_result) -> Facts:
-    return (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
-
-
 def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dict[str, ItemTask]:
     """Each item task's :class:`ItemTask`, read whole only when its stream's facts changed since the cache.
 
@@ -189,25 +201,26 @@ def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dic
     read whole. A ledger whose streams are not files here (an object store) is read whole.
     """
     ids = list(task_ids)
-    use = len(ids) >= MIN_ITEMS and getattr(ledger.task(ids[0]).stream, "remote", None) is None if ids else False
-    old = _load(ledger.root, backlog) if use else {}
+    if not ids:
+        return {}
+    layout = ledger.task(ids[0]).stream.layout
+    use = len(ids) >= MIN_ITEMS and getattr(ledger.task(ids[0]).stream, "remote", None) is None
+    if not use:
+        return {tid: read_item_task(ledger, tid) for tid in ids}
+    tasks = str(layout.tasks_dir)
+    check_real_dir(layout.tasks_dir, what="task streams")  # the paths below are stat'ed inside it
+    old = _load(ledger.root, backlog)
     new = dict(old)  # the entries of tasks not asked for stay (each is checked when used)
     out: dict[str, ItemTask] = {}
-    missing: ItemTask | None = None
     changed = False
+    join, stat_, is_reg = os.path.join, os.stat, _stat.S_ISREG
     for tid in ids:
-        t = ledger.task(tid)
-        st: os.stat_result | None
         try:
-            st = os.stat(t.path) if use else None
+            st = stat_(join(tasks, tid + ".jsonl"))
         except FileNotFoundError:
-            if missing is None:
-                missing = fold_item(tid, ())  # no stream yet: the state of no events (it names no task)
-            out[tid] = missing
+            out[tid] = _no_stream()
             continue
-        if st is not None and not _stat.S_ISREG(st.st_mode):
-            st = None  # not a plain file: the full read says what it is
-        facts = _facts(st) if st is not None else None
+        facts = (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns) if is_reg(st.st_mode) else None
         cached = old.get(tid)
         item: ItemTask | None = None
         if facts is not None and cached is not None and cached[0] == facts:
@@ -216,11 +229,11 @@ def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dic
             except (ValueError, TypeError, KeyError):
                 item = None
         if item is None:
-            item = fold_item(tid, t.events())
+            item = fold_item(tid, ledger.task(tid).events())
             changed = True
             if facts is not None:
                 new[tid] = (facts, _encode(item))
         out[tid] = item
-    if use and changed:
+    if changed:
         _save(ledger.root, backlog, new)
     return out

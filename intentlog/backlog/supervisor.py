@@ -100,6 +100,7 @@ class Supervisor:
     waiting_logged: str | None = None
     last_close: float = 0.0
     batch: ExitStack | None = None
+    batching: bool = False  # in the loop: records ride in a batch synced about once a second
     engine: Engine = field(default_factory=LocalEngine)
     #: the items not yet settled, in run order, for the fold they were listed from
     pending: deque[ItemRecord] = field(default_factory=deque)
@@ -118,6 +119,8 @@ class Supervisor:
         item tasks at the next start if a crash loses it.
         """
         durable = kind not in _LAZY
+        if self.batching:
+            self.begin()
         ev = self.backlog.task.stream.append(kind, data, sync=durable)
         self.fold.apply(ev)
         return ev
@@ -223,7 +226,7 @@ class Supervisor:
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
-            self.begin()
+            self.batching = True  # the batch opens with this turn's first record (a quiet turn opens nothing)
             for w in list(self.pool):
                 if w.conn in ready:
                     self.receive(w)
@@ -240,6 +243,7 @@ class Supervisor:
         while len(self.pool) < self.workers:
             self.end()
             self.backlog.task.close()  # a forked child must not inherit the backlog's lock
+            self.last_close = time.monotonic()
             slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
             self.pool.append(_Worker(slot, conn))
 
@@ -470,6 +474,7 @@ class Supervisor:
     def shutdown(self) -> None:
         """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
         self.end()
+        self.batching = False
         why = self.stopping or ("quota" if self.exhausted else "idle")
         if self.stopping is not None:
             self.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})

@@ -160,11 +160,12 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
     guard = _Guard(task, conn, epoch, item)
     released = False
     try:
-        held = blocking_reason(task_status(evs, task_id=task.id))
-        if held is not None:
-            return ("blocked", item, held[0], held[1], held[2])
-        if any(ev.kind == "item.returned" for ev in evs):
-            return ("done", item, None)
+        if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
+            held = blocking_reason(task_status(evs, task_id=task.id))
+            if held is not None:
+                return ("blocked", item, held[0], held[1], held[2])
+            if any(ev.kind == "item.returned" for ev in evs):
+                return ("done", item, None)
         del evs
         guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
         stream.before_append = guard
