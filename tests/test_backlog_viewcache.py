@@ -169,3 +169,22 @@ def test_a_run_start_never_records_what_only_the_cache_says(
                                                       "i64"))  # fmt: skip
     assert view.counts["done"] == N
     assert json.loads(json.dumps(view.to_json()))["counts"] == _uncached(ledger, big)["counts"]
+
+
+def test_a_run_start_reads_only_the_tasks_that_changed(
+    ledger: intentlog.Ledger, big: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(tmp_path / "receipts.jsonl"))
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    from backlog_steps import step
+
+    big.run(step, until_idle=True, quota="calls=1000/1h")  # runs the 10 left; its closing view fills the cache
+    seen = _count_folds(monkeypatch)
+    view = big.run(step, until_idle=True, quota="calls=1000/1h")  # a quota: the start counts every task's units
+    assert seen == [] and view.counts["done"] == N
+    t = ledger.task(big.task_id("i05"))
+    t.append("note.touched", {})
+    t.close()
+    big.run(step, until_idle=True, quota="calls=1000/1h")
+    assert sorted(set(seen)) == ["big.item.i05"]
+    assert len(read_receipts(str(tmp_path / "receipts.jsonl"))) == 10  # nothing ran twice

@@ -329,6 +329,12 @@ def _running_probe(ledger: LedgerLike) -> Callable[[str], bool]:
     stream = ledger.task(backlog_stream_id("x")).stream
     tasks = str(stream.layout.tasks_dir)
     probe_each = holders is None or getattr(stream, "remote", None) is not None
+    if holders:  # only the locks on the tasks folder's device can be an item task's
+        try:
+            here = lock_key(os.stat(tasks)).rsplit(":", 1)[0] + ":"
+            holders = {k: v for k, v in holders.items() if k.startswith(here)}
+        except OSError:
+            probe_each = True
 
     def running(task_id: str) -> bool:
         if probe_each:

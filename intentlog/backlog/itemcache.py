@@ -30,10 +30,10 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import stat as _stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -45,13 +45,17 @@ from ..projections.workstate import WorkStateFold
 from ..viewstore import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
 
-__all__ = ["FORMAT", "MIN_ITEMS", "ItemTask", "TaskSummary", "read_item_task", "read_items"]
+__all__ = [
+    "FORMAT", "MIN_ITEMS", "ItemTask", "TaskSummary", "fold_item", "read_item_task", "read_items",
+    "read_returned_and_reserved",
+]  # fmt: skip
 
 FORMAT: Final = b"intentlog-backlogitems/1"
 #: A backlog with fewer items than this is read whole and writes no cache file.
 MIN_ITEMS: Final = 64
 
 Facts = tuple[int, int, int, int, int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,14 +152,24 @@ def _decode(v: Any) -> ItemTask:
         if (started is not None and type(started) is not int) or type(released) is not bool:
             raise ValueError("bad lease")
         lr = LeaseRecord(epoch, pid, host, started, since, released)
-    reservations = (
-        tuple((float(t), {str(k): float(u) for k, u in dict(units).items()}) for t, units in res) if res else ()
-    )
-    if type(res) is not list:
-        raise ValueError("bad entry")
+    reservations = _reservations(res)
     totals = {str(k): float(u) for k, u in reserved.items()} if reserved else {}
     extras = TaskExtras(lr, returned, None, totals, _opt_str(last_ts), n)  # no view shows the step's result
     return ItemTask(TaskSummary(state, _opt_str(reason), nxt, nop), extras, reservations)
+
+
+def _reservations(res: Any) -> tuple[tuple[float, dict[str, float]], ...]:
+    if type(res) is not list:
+        raise ValueError("bad entry")
+    return tuple((float(t), {str(k): float(u) for k, u in dict(units).items()}) for t, units in res) if res else ()
+
+
+def _decode_start(v: Any) -> tuple[bool, tuple[tuple[float, dict[str, float]], ...]]:
+    """Only whether the task returned and its reservations (what a run's start reads)."""
+    _, (_, returned, _, _, _), res = v
+    if type(returned) is not bool:
+        raise ValueError("bad entry")
+    return returned, _reservations(res)
 
 
 def _name(backlog: str) -> str:
@@ -200,40 +214,52 @@ def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dic
     Raises what a full read raises (:class:`~intentlog.errors.CorruptStream`) for a task
     read whole. A ledger whose streams are not files here (an object store) is read whole.
     """
+    return _read(ledger, backlog, task_ids, _decode, lambda item: item)
+
+
+def read_returned_and_reserved(
+    ledger: LedgerLike, backlog: str, task_ids: Iterable[str]
+) -> dict[str, tuple[bool, tuple[tuple[float, dict[str, float]], ...]]]:
+    """What a run's start needs of each item task (whether it returned, its reservations), as :func:`read_items`."""
+    return _read(ledger, backlog, task_ids, _decode_start, lambda item: (item.extras.returned, item.reservations))
+
+
+def _read(
+    ledger: LedgerLike, backlog: str, task_ids: Iterable[str], decode: Callable[[Any], T], of: Callable[[ItemTask], T]
+) -> dict[str, T]:
     ids = list(task_ids)
     if not ids:
         return {}
     layout = ledger.task(ids[0]).stream.layout
     use = len(ids) >= MIN_ITEMS and getattr(ledger.task(ids[0]).stream, "remote", None) is None
     if not use:
-        return {tid: read_item_task(ledger, tid) for tid in ids}
+        return {tid: of(read_item_task(ledger, tid)) for tid in ids}
     tasks = str(layout.tasks_dir)
     check_real_dir(layout.tasks_dir, what="task streams")  # the paths below are stat'ed inside it
     old = _load(ledger.root, backlog)
     new = dict(old)  # the entries of tasks not asked for stay (each is checked when used)
-    out: dict[str, ItemTask] = {}
+    out: dict[str, T] = {}
     changed = False
     join, stat_, is_reg = os.path.join, os.stat, _stat.S_ISREG
     for tid in ids:
         try:
             st = stat_(join(tasks, tid + ".jsonl"))
         except FileNotFoundError:
-            out[tid] = _no_stream()
+            out[tid] = of(_no_stream())
             continue
         facts = (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns) if is_reg(st.st_mode) else None
         cached = old.get(tid)
-        item: ItemTask | None = None
         if facts is not None and cached is not None and cached[0] == facts:
             try:
-                item = _decode(cached[1])
+                out[tid] = decode(cached[1])
+                continue
             except (ValueError, TypeError, KeyError):
-                item = None
-        if item is None:
-            item = fold_item(tid, ledger.task(tid).events())
-            changed = True
-            if facts is not None:
-                new[tid] = (facts, _encode(item))
-        out[tid] = item
+                pass
+        item = fold_item(tid, ledger.task(tid).events())
+        changed = True
+        if facts is not None:
+            new[tid] = (facts, _encode(item))
+        out[tid] = of(item)
     if changed:
         _save(ledger.root, backlog, new)
     return out

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..eventlog.format import Event
 from .engines import Engine, LocalEngine, Slot
-from .itemcache import read_item_task, read_items
+from .itemcache import read_item_task, read_returned_and_reserved
 from .model import BacklogFold, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota, QuotaBook
@@ -202,15 +202,14 @@ class Supervisor:
         reservations: list[tuple[float, dict[str, float]]] = []
         ordered = self.fold.ordered()
         need = [rec.task for rec in ordered if self.quotas or not (rec.done or rec.failed is not None)]
-        got = read_items(self.backlog.ledger, self.backlog.name, need)
+        got = read_returned_and_reserved(self.backlog.ledger, self.backlog.name, need)
         for rec in ordered:
-            it = got.get(rec.task)
-            if it is not None:  # a settled item's units were spent too
-                reservations.extend(it.reservations)
+            returned, reserved = got.get(rec.task, (False, ()))
+            reservations.extend(reserved)  # a settled item's units were spent too
             if rec.done or rec.failed is not None:
                 self.settled[rec.item] = "done" if rec.done else "failed"
                 continue
-            if it is not None and it.extras.returned and read_item_task(self.backlog.ledger, rec.task).extras.returned:
+            if returned and read_item_task(self.backlog.ledger, rec.task).extras.returned:
                 self.record("backlog.item_done", {"item": rec.item, "task": rec.task, "found": "in the task's record"})
                 self.settled[rec.item] = "done"
         self.book.load(reservations)
