@@ -91,3 +91,36 @@ def test_run_order_holds_across_many_items(ledger: intentlog.Ledger, env: dict[s
     started = [item for _, item in sorted(leased)]
     expected = ["late"] + [f"i{i:03d}" for p in (2, 1, 0) for i in range(80) if i % 3 == p]
     assert started == expected
+
+
+def test_an_item_added_while_a_run_goes_on_is_taken(
+    ledger: intentlog.Ledger, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor reads the backlog stream again only when it grew; an add by another process makes it grow."""
+    import threading
+
+    from backlog_steps import step
+
+    monkeypatch.setenv("BACKLOG_SLEEP", "2.0")
+    b = ledger.backlog("grow")
+    b.add("a", {"item": "a"})
+    adder = textwrap.dedent(
+        """
+        import sys, intentlog
+        with intentlog.open(sys.argv[1]) as led:
+            led.backlog("grow").add("late", {"item": "late"})
+        """
+    )
+
+    def add_later() -> None:
+        import time
+
+        time.sleep(0.5)  # item a is running: the supervisor holds the backlog's lock for up to a second
+        subprocess.run([sys.executable, "-c", adder, str(ledger.root)], check=True, env=env, timeout=60)
+
+    th = threading.Thread(target=add_later)
+    th.start()
+    view = b.run(step, until_idle=True)
+    th.join()
+    assert view.counts["done"] == 2, view.to_json()
+    assert sorted(_receipts(tmp_path)) == ["a:0", "late:0"]

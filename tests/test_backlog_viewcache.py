@@ -117,7 +117,7 @@ def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(
             raw[-3] ^= 0x01
             p.write_bytes(bytes(raw))
         else:
-            if damage == "foreign":  # a done item's entry under a never-returned item's id (its facts are another file's)
+            if damage == "foreign":  # a done item's entry under another id: its facts are another file's
                 src = by["big.item.i00"]
                 by["big.item.i60"] = ["big.item.i60", *src[1:]]
             elif damage == "malformed":  # the right facts, a value of the wrong shape

@@ -138,18 +138,27 @@ class Supervisor:
             es.close()
 
     def refresh(self) -> None:
-        """Read the backlog stream again when another process (add, unblock) appended to it."""
+        """Read the backlog stream again when another process (add, unblock) appended to it.
+
+        Not read when nothing says so: while this process holds the writer, the writer's
+        count (it read the stream whole when it opened) equals the fold's; otherwise the
+        stream's size equals the one seen when the fold was last current (appends only grow it).
+        """
         stream = self.backlog.task.stream
         if stream.writing:
             if stream.next_seq - 1 == self.fold.seq:
-                return  # the writer read the stream whole when it opened: nothing but ours since
-        elif self.closed_size >= 0 and _size(stream.path) == self.closed_size:
-            return  # nobody appended since this process let the lock go (appends only grow it)
+                return
+            size = -1
+        else:
+            size = _size(stream.path)  # before the read: an append racing it makes the next look read again
+            if self.closed_size >= 0 and size == self.closed_size:
+                return
         f = BacklogFold()
         for ev in self.backlog.task.events():
             f.apply(ev)
         if f.seq != self.fold.seq:
             self.fold = f
+        self.closed_size = size
 
     def release_backlog_lock(self) -> None:
         """Let ``add`` and ``unblock`` in: the backlog's lock is held at most about a second at a time."""
@@ -157,7 +166,8 @@ class Supervisor:
             self.end()
             self.refresh()  # what others appended before this process took the lock last
             t = self.backlog.task
-            self.closed_size = _size(t.stream.path) if t.stream.writing else -1
+            if t.stream.writing:
+                self.closed_size = _size(t.stream.path)  # exact: the lock is still held
             t.close()
             self.last_close = time.monotonic()
 
