@@ -156,7 +156,7 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
         "backlog": backlog, "item": item,
     }  # fmt: skip
     stream.append("lease.acquired", lease, expected_seq=stream.next_seq)
-    conn.send(("leased", item, epoch, me))
+    # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
     guard = _Guard(task, conn, epoch, item)
     released = False
     try:
