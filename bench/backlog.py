@@ -5,7 +5,9 @@
 
 1. intentlog: ``backlog.run(step, workers=W, until_idle=True)`` over ``--items`` fresh items
    whose step makes one ``task.effect`` with a no-op provider, W = 1 and 2 (worker
-   processes; the time includes the supervisor's start and the workers' fork).
+   processes; the time includes the supervisor's start and the workers' fork), and the CPU
+   time of all the run's processes per item (``*_cpu_ms_per_item``: the runner is
+   CPU-bound, and a loaded machine moves CPU time far less than wall time).
 2. The baseline, measured in the same run on the same filesystem: a bare ``task.effect``
    per task in one process, no runner. The per-item overhead of the runner is
    ``1/rate(backlog, 1 worker) - 1/rate(bare)``.
@@ -64,15 +66,27 @@ def noop_step(task: intentlog.Task, payload: Any) -> dict[str, Any]:
     return {"ok": True}
 
 
+#: CPU ms per item of the last bench_bare / bench_backlog run (this process and its reaped children)
+CPU_MS: dict[str, float] = {}
+
+
+def _cpu() -> float:
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def bench_backlog(base: Path, items: int, workers: int) -> float:
     root = Path(tempfile.mkdtemp(dir=base))
     with intentlog.open(root / "ledger") as ledger:
         b = ledger.backlog("bench")
         for i in range(items):
             b.add(f"i{i}", i)
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(), time.perf_counter()
         view = b.run(noop_step, workers=workers, until_idle=True, poll=0.005)
         dt = time.perf_counter() - t0
+        CPU_MS[f"w{workers}"] = 1000 * (_cpu() - c0) / items  # the workers are reaped by the run's end
     assert view.counts["done"] == items, view.counts
     return items / dt
 
@@ -111,12 +125,13 @@ def bench_dask(base: Path, items: int, workers: int, repeats: int) -> tuple[floa
 def bench_bare(base: Path, items: int) -> float:
     root = Path(tempfile.mkdtemp(dir=base))
     with intentlog.open(root / "ledger") as ledger:
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(), time.perf_counter()
         for i in range(items):
             t = ledger.task(f"bare.{i}")
             t.effect("noop", {"n": i}, lambda req: b"ok")
             t.close()
         dt = time.perf_counter() - t0
+        CPU_MS["bare"] = 1000 * (_cpu() - c0) / items
     return items / dt
 
 
@@ -312,9 +327,24 @@ def main() -> None:
     def med(fn: Any) -> float:
         return statistics.median(fn() for _ in range(args.repeats))
 
-    out["bare_effect_items_per_s"] = med(lambda: bench_bare(base, args.items))
+    cpu: dict[str, list[float]] = {}
+
+    def run_and_cpu(fn: Any, key: str) -> float:
+        rate = float(fn())
+        cpu.setdefault(key, []).append(CPU_MS[key])
+        return rate
+
+    out["bare_effect_items_per_s"] = med(lambda: run_and_cpu(lambda: bench_bare(base, args.items), "bare"))
     for w in (1, 2):
-        out[f"intentlog_w{w}_items_per_s"] = med(lambda: bench_backlog(base, args.items, w))  # noqa: B023
+        out[f"intentlog_w{w}_items_per_s"] = med(
+            lambda: run_and_cpu(lambda: bench_backlog(base, args.items, w), f"w{w}")  # noqa: B023
+        )
+    # CPU time of all the run's processes per item: the runner is CPU-bound, and load moves it less than wall time
+    out["bare_effect_cpu_ms_per_item"] = round(statistics.median(cpu["bare"]), 3)
+    for w in (1, 2):
+        out[f"intentlog_w{w}_cpu_ms_per_item"] = round(statistics.median(cpu[f"w{w}"]), 3)
+    over = out["intentlog_w1_cpu_ms_per_item"] - out["bare_effect_cpu_ms_per_item"]
+    out["runner_overhead_cpu_ms_per_item"] = round(over, 3)
     if args.dask:
         for w in (1, 2):
             rate, start = bench_dask(base, args.items, w, args.repeats)
