@@ -1,11 +1,13 @@
 """Backlog throughput: items/s for a one-effect no-op step, beside the queues one would pick instead.
 
     python bench/backlog.py [--items 200] [--repeats 3] [--peers /tmp/bench-peers/bin/python] [--dir PATH] [--json]
-                            [--dask]
+                            [--dask] [--view [--view-items 10000]]
 
 1. intentlog: ``backlog.run(step, workers=W, until_idle=True)`` over ``--items`` fresh items
    whose step makes one ``task.effect`` with a no-op provider, W = 1 and 2 (worker
-   processes; the time includes the supervisor's start and the workers' fork).
+   processes; the time includes the supervisor's start and the workers' fork), and the CPU
+   time of all the run's processes per item (``*_cpu_ms_per_item``: the runner is
+   CPU-bound, and a loaded machine moves CPU time far less than wall time).
 2. The baseline, measured in the same run on the same filesystem: a bare ``task.effect``
    per task in one process, no runner. The per-item overhead of the runner is
    ``1/rate(backlog, 1 worker) - 1/rate(bare)``.
@@ -26,6 +28,18 @@
    ``DaskEngine(scheduler=ADDRESS)``, so their time is the steady state: the supervisor,
    one Dask task per item, the connection back and the item's own records. Ratios against
    the local engine of the same run.
+
+5. ``--view``: the operator view and a run's start on a backlog of ``--view-items`` items
+   (default 10,000) whose tasks have each run once (lease, one effect, result, release):
+   ``backlog.view()`` with no cache (``cache/backlog-NAME.json`` deleted:
+   every item task read, as before the cache), warm with nothing changed, and warm after
+   ten item tasks changed (ten items added and run); beside it, in the same run, the view
+   computed the old way (every task read whole and its lock probed one by one). A run's
+   start likewise, cold, warm, and with ten item tasks changed, with a quota (which makes
+   the start count every task's reservations): ``run_idle`` is a whole
+   ``run(until_idle=True)`` with nothing left to do (start, a worker forked, the closing
+   view), ``start_only`` the supervisor's start alone (the backlog's fold,
+   ``backlog.run_started``, the scan of the item tasks, ``backlog.run_stopped``).
 
 Medians over the repeats: the machine is shared and noisy.
 """
@@ -52,15 +66,27 @@ def noop_step(task: intentlog.Task, payload: Any) -> dict[str, Any]:
     return {"ok": True}
 
 
+#: CPU ms per item of the last bench_bare / bench_backlog run (this process and its reaped children)
+CPU_MS: dict[str, float] = {}
+
+
+def _cpu() -> float:
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def bench_backlog(base: Path, items: int, workers: int) -> float:
     root = Path(tempfile.mkdtemp(dir=base))
     with intentlog.open(root / "ledger") as ledger:
         b = ledger.backlog("bench")
         for i in range(items):
             b.add(f"i{i}", i)
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(), time.perf_counter()
         view = b.run(noop_step, workers=workers, until_idle=True, poll=0.005)
         dt = time.perf_counter() - t0
+        CPU_MS[f"w{workers}"] = 1000 * (_cpu() - c0) / items  # the workers are reaped by the run's end
     assert view.counts["done"] == items, view.counts
     return items / dt
 
@@ -99,13 +125,106 @@ def bench_dask(base: Path, items: int, workers: int, repeats: int) -> tuple[floa
 def bench_bare(base: Path, items: int) -> float:
     root = Path(tempfile.mkdtemp(dir=base))
     with intentlog.open(root / "ledger") as ledger:
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(), time.perf_counter()
         for i in range(items):
             t = ledger.task(f"bare.{i}")
             t.effect("noop", {"n": i}, lambda req: b"ok")
             t.close()
         dt = time.perf_counter() - t0
+        CPU_MS["bare"] = 1000 * (_cpu() - c0) / items
     return items / dt
+
+
+def _synth_done(ledger: intentlog.Ledger, b: Any, item: str) -> None:
+    """An item task as one run of the runner leaves it: lease, one effect, result with acceptance, release."""
+    t = ledger.task(b.task_id(item))
+    lease = {"epoch": 1, "pid": os.getpid(), "host": "bench", "start_time": None, "boot_id": None,
+             "backlog": b.name, "item": item}  # fmt: skip
+    t.append("lease.acquired", lease)
+    t.effect("noop", {"n": item}, lambda req: b"ok")
+    with t.batch():
+        t.append("item.returned", {"result": {"ok": True}, "epoch": 1})
+        t.accept(by="bench")
+        t.append("lease.released", {"epoch": 1})
+    t.close()
+
+
+def _old_view(ledger: intentlog.Ledger, b: Any) -> dict[str, int]:
+    """The view as it was computed before the cache: every item task read whole, every lock probed."""
+    from intentlog.backlog.itemcache import read_item_task
+    from intentlog.backlog.model import ITEM_STATES, item_view
+
+    counts = {s: 0 for s in ITEM_STATES}
+    now = time.time()
+    for rec in b.fold().ordered():
+        t = ledger.task(rec.task)
+        it = read_item_task(ledger, rec.task)
+        counts[item_view(b.name, rec, it.status, it.extras, running=t.writer_pid() is not None, now=now).state] += 1
+    return counts
+
+
+def _start_only(b: Any, quota: str) -> None:
+    """A run's start alone: the backlog's fold, ``backlog.run_started``, the scan of the item tasks, the stop."""
+    from intentlog.backlog.engines import LocalEngine
+    from intentlog.backlog.quota import parse_quota
+    from intentlog.backlog.supervisor import Supervisor
+
+    class StartOnly(Supervisor):
+        def loop(self) -> None:
+            return
+
+    StartOnly(
+        b, noop_step, workers=1, quotas=(parse_quota(quota),), until_idle=True, inactivity=300.0, max_duration=None,
+        grace=1.0, backoff=1.0, max_backoff=300.0, poll=0.005, engine=LocalEngine(),
+    ).run()  # fmt: skip
+
+
+def bench_view(base: Path, items: int, repeats: int) -> dict[str, float]:
+    """Seconds for the view and a run's start at ``items`` items: old way, cold, warm, ten changed (medians)."""
+    root = Path(tempfile.mkdtemp(dir=base)) / "ledger"
+    out: dict[str, list[float]] = {}
+
+    def timed(key: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        r = fn()
+        out.setdefault(key, []).append(time.perf_counter() - t0)
+        return r
+
+    with intentlog.open(root) as ledger:
+        b = ledger.backlog("big")
+        b.add_many([{"item": f"i{i}", "payload": i} for i in range(items)])
+        t0 = time.perf_counter()
+        for i in range(items):
+            _synth_done(ledger, b, f"i{i}")
+        build = time.perf_counter() - t0
+        cache = root / "cache" / "backlog-big.json"
+        quota = "calls=100000000/1h"
+        b.run(noop_step, until_idle=True, quota=quota, poll=0.005)  # records the items done
+        for r in range(repeats):
+            timed("view_old_s", lambda: _old_view(ledger, b))
+            cache.unlink(missing_ok=True)
+            timed("view_cold_s", b.view)
+            timed("view_warm_s", b.view)
+            new = range(items + 10 * r, items + 10 * (r + 1))
+            b.add_many([{"item": f"i{i}", "payload": i} for i in new])
+            for i in new:
+                _synth_done(ledger, b, f"i{i}")
+            v = timed("view_warm_10_changed_s", b.view)
+            assert v.counts["done"] == items + 10 * (r + 1), v.counts
+        for r in range(repeats):
+            for what, fn in (("run_idle", lambda: b.run(noop_step, until_idle=True, quota=quota, poll=0.005)),
+                             ("start_only", lambda: _start_only(b, quota))):  # fmt: skip
+                cache.unlink(missing_ok=True)
+                timed(f"{what}_cold_s", fn)
+                timed(f"{what}_warm_s", fn)
+                for i in range(10):
+                    t = ledger.task(b.task_id(f"i{i}"))
+                    t.append("bench.touched", {"r": r, "what": what})
+                    t.close()
+                timed(f"{what}_warm_10_changed_s", fn)
+    res = {k: round(statistics.median(v), 4) for k, v in out.items()}
+    res["build_s"] = round(build, 1)
+    return res
 
 
 HUEY = textwrap.dedent(
@@ -188,16 +307,44 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dask", action="store_true", help="also the Dask engine (needs intentlog[dask])")
+    ap.add_argument("--view", action="store_true", help="only the view and a run's start at --view-items items")
+    ap.add_argument("--view-items", type=int, default=10_000)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-backlog.", dir=args.dir))
     out: dict[str, Any] = {"items": args.items, "repeats": args.repeats}
+    if args.view:
+        out = {"view_items": args.view_items, "repeats": args.repeats}
+        out.update(bench_view(base, args.view_items, args.repeats))
+        for k in ("view_cold_s", "view_warm_s", "view_warm_10_changed_s"):
+            out[f"ratio_{k[:-2]}_vs_old"] = round(out[k] / out["view_old_s"], 3)
+        for what in ("run_idle", "start_only"):
+            for k in (f"{what}_warm_s", f"{what}_warm_10_changed_s"):
+                out[f"ratio_{k[:-2]}_vs_cold"] = round(out[k] / out[f"{what}_cold_s"], 3)
+        lines = [f"{k:34} {v}" for k, v in out.items()]
+        print(json.dumps(out, indent=2, sort_keys=True) if args.json else "\n".join(lines))
+        return
 
     def med(fn: Any) -> float:
         return statistics.median(fn() for _ in range(args.repeats))
 
-    out["bare_effect_items_per_s"] = med(lambda: bench_bare(base, args.items))
+    cpu: dict[str, list[float]] = {}
+
+    def run_and_cpu(fn: Any, key: str) -> float:
+        rate = float(fn())
+        cpu.setdefault(key, []).append(CPU_MS[key])
+        return rate
+
+    out["bare_effect_items_per_s"] = med(lambda: run_and_cpu(lambda: bench_bare(base, args.items), "bare"))
     for w in (1, 2):
-        out[f"intentlog_w{w}_items_per_s"] = med(lambda: bench_backlog(base, args.items, w))  # noqa: B023
+        out[f"intentlog_w{w}_items_per_s"] = med(
+            lambda: run_and_cpu(lambda: bench_backlog(base, args.items, w), f"w{w}")  # noqa: B023
+        )
+    # CPU time of all the run's processes per item: the runner is CPU-bound, and load moves it less than wall time
+    out["bare_effect_cpu_ms_per_item"] = round(statistics.median(cpu["bare"]), 3)
+    for w in (1, 2):
+        out[f"intentlog_w{w}_cpu_ms_per_item"] = round(statistics.median(cpu[f"w{w}"]), 3)
+    over = out["intentlog_w1_cpu_ms_per_item"] - out["bare_effect_cpu_ms_per_item"]
+    out["runner_overhead_cpu_ms_per_item"] = round(over, 3)
     if args.dask:
         for w in (1, 2):
             rate, start = bench_dask(base, args.items, w, args.repeats)

@@ -15,6 +15,7 @@ and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -25,11 +26,9 @@ from .._digest import digest_bytes
 from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import TASK_ID_RE, Event
-from ..projections.operator import OperatorFold
-from ..projections.status import status_of
-from ..projections.workstate import WorkStateFold
 from ..task import Task
 from . import leases
+from .itemcache import read_item_task, read_items
 from .model import (
     BACKLOG_NAME_RE,
     ITEM_STATES,
@@ -37,13 +36,12 @@ from .model import (
     ItemRecord,
     ItemView,
     LedgerLike,
-    TaskExtras,
     backlog_stream_id,
     blocking_reason,
     item_task_id,
     item_view,
-    task_extras,
 )
+from .procs import flock_holders, lock_key
 from .quota import Quota, parse_quota
 
 #: add's options, in its order (add_many's mappings take the same names)
@@ -80,17 +78,6 @@ class BacklogView:
         }
 
 
-def _item_events(task: Task) -> tuple[Any, TaskExtras]:
-    evs = list(task.events())
-    ws_fold = WorkStateFold(task.id)
-    ops = OperatorFold()
-    for ev in evs:
-        ws_fold.apply(ev)
-        ops.apply(ev)
-    ws = ws_fold.result()
-    return status_of(task.id, ws, ops.result(ws)), task_extras(evs)
-
-
 class Backlog:
     """One named backlog in a ledger; get it with :meth:`intentlog.Ledger.backlog`."""
 
@@ -124,14 +111,20 @@ class Backlog:
         return f
 
     def view(self, *, now: float | None = None) -> BacklogView:
-        """Counts per state and a row per item (priority, then order of addition); reads only."""
+        """Counts per state and a row per item (priority, then order of addition); reads only.
+
+        Each item task is read whole only when its stream changed since the last view
+        (:mod:`intentlog.backlog.itemcache`); who holds each task's lock is read live.
+        """
         now = time.time() if now is None else now
         f = self.fold()
+        ordered = f.ordered()
+        got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
+        running = _running_probe(self.ledger)
         rows: list[ItemView] = []
-        for rec in f.ordered():
-            t = self.ledger.task(rec.task)
-            st, extras = _item_events(t)
-            rows.append(item_view(self.name, rec, st, extras, running=t.writer_pid() is not None, now=now))
+        for rec in ordered:
+            it = got[rec.task]
+            rows.append(item_view(self.name, rec, it.status, it.extras, running=running(rec.task), now=now))
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:
             counts[r.state] += 1
@@ -269,7 +262,7 @@ class Backlog:
         rec = f.items.get(item_id)
         if rec is None:
             raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
-        st, _ = _item_events(self.ledger.task(rec.task))
+        st = read_item_task(self.ledger, rec.task).status  # read whole: a decision, never from the cache
         held = blocking_reason(st)
         if held is not None:
             raise StillBlocked(
@@ -330,6 +323,33 @@ class Backlog:
         )  # fmt: skip
         sup.run()
         return self.view()
+
+
+def _running_probe(ledger: LedgerLike) -> Callable[[str], bool]:
+    """Whether a live process holds a task's writer lock: ``/proc/locks`` read once, each lock file stat'ed."""
+    holders = flock_holders()
+    stream = ledger.task(backlog_stream_id("x")).stream
+    tasks = str(stream.layout.tasks_dir)
+    probe_each = holders is None or getattr(stream, "remote", None) is not None
+    if holders:  # only the locks on the tasks folder's device can be an item task's
+        try:
+            here = lock_key(os.stat(tasks)).rsplit(":", 1)[0] + ":"
+            holders = {k: v for k, v in holders.items() if k.startswith(here)}
+        except OSError:
+            probe_each = True
+
+    def running(task_id: str) -> bool:
+        if probe_each:
+            return ledger.task(task_id).writer_pid() is not None
+        if not holders:
+            return False  # no exclusive flock held on this host at all
+        try:
+            st = os.stat(os.path.join(tasks, task_id + ".jsonl.lock"))
+        except OSError:
+            return False
+        return lock_key(st) in holders
+
+    return running
 
 
 def _check_item(item_id: object) -> str:

@@ -2,7 +2,7 @@
 
 An engine starts *slots*. A slot takes one item at a time over a
 :class:`multiprocessing.connection.Connection` and speaks the worker protocol of
-:mod:`intentlog.backlog.worker` (``leased``, ``reserve`` and its grant, one final answer),
+:mod:`intentlog.backlog.worker` (``reserve`` and its grant, one final answer; ``leased`` is accepted),
 so every scheduling decision -- priority, ``not_before``, backoff, ``max_attempts``,
 quotas, blocking -- stays the supervisor's and is recorded in the backlog stream whichever
 engine runs the items. Two engines:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..eventlog.format import Event
 from ..projections.backlogs import BACKLOG_SUFFIX
-from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, TaskStatus
+from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW
 from ..projections.workstate import RECONCILE_EFFECT
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ __all__ = [
     "ItemView",
     "LedgerLike",
     "LeaseRecord",
+    "StatusLike",
     "TaskExtras",
     "backlog_stream_id",
     "item_task_id",
@@ -58,6 +59,22 @@ ITEM_FAILED: Final = "failed"
 ITEM_STATES: Final = (QUEUED, SCHEDULED, RUNNING, AWAITING, BLOCKED, PAUSED, DONE, ITEM_FAILED)
 #: States from which nothing moves without a person (or that are final).
 SETTLED: Final = frozenset({AWAITING, BLOCKED, PAUSED, DONE, ITEM_FAILED})
+
+
+class StatusLike(Protocol):
+    """What a backlog reads of an item task's operator state (a ``TaskStatus``, or its cached summary)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def next_step(self) -> str: ...
+
+    @property
+    def next_operation(self) -> str: ...
 
 
 class LedgerLike(Protocol):
@@ -228,7 +245,7 @@ class ItemView:
         }
 
 
-def blocking_reason(st: TaskStatus | None) -> tuple[str, str, str] | None:
+def blocking_reason(st: StatusLike | None) -> tuple[str, str, str] | None:
     """(state, reason, command) when the item's task needs a person before it can continue."""
     if st is None:
         return None
@@ -241,7 +258,7 @@ def blocking_reason(st: TaskStatus | None) -> tuple[str, str, str] | None:
 
 
 def item_view(
-    backlog: str, rec: ItemRecord, st: TaskStatus | None, extras: TaskExtras | None, *, running: bool, now: float
+    backlog: str, rec: ItemRecord, st: StatusLike | None, extras: TaskExtras | None, *, running: bool, now: float
 ) -> ItemView:
     """The item's state from the backlog's record and its task's operator state (``status_of``)."""
     unblock = f"intentlog unblock {backlog} {rec.item}"

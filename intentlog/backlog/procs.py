@@ -14,7 +14,7 @@ import socket
 import time
 from typing import Final
 
-__all__ = ["boot_id", "end_holder", "host_name", "start_time", "die_with_parent"]
+__all__ = ["boot_id", "end_holder", "flock_holders", "host_name", "lock_key", "start_time", "die_with_parent"]
 
 _PR_SET_PDEATHSIG: Final = 1
 
@@ -75,6 +75,34 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return True
     return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] == b"Z"
+
+
+def flock_holders(table_path: str = "/proc/locks") -> dict[str, int] | None:
+    """Every exclusive ``flock`` held on this host, ``"MAJ:MIN:INODE"`` to its holder's pid (-1: unreadable).
+
+    One read of ``/proc/locks`` for many lock files (see :func:`lock_key`); None when it
+    cannot be read (the caller probes each lock instead).
+    """
+    try:
+        with open(table_path, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return None
+    out: dict[str, int] = {}
+    for line in table.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE":
+            try:
+                out[parts[5]] = int(parts[4])
+            except ValueError:
+                out[parts[5]] = -1
+    return out
+
+
+def lock_key(st: os.stat_result) -> str:
+    """The ``/proc/locks`` name of the file ``st`` describes."""
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
 
 
 def die_with_parent() -> None:

@@ -28,13 +28,13 @@ backlog stream before it acts on it. Guarantees:
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ..eventlog.format import Event
 from . import leases
 from .engines import Engine, LocalEngine, Slot
+from .itemcache import read_item_task, read_returned_and_reserved
 from .model import BacklogFold, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota, QuotaBook
@@ -58,10 +59,6 @@ __all__ = ["Supervisor"]
 _LAZY = frozenset({"backlog.item_done", "backlog.item_blocked", "backlog.holder_died", "backlog.quota_waiting"})
 
 
-def _unix(ts: str) -> float:
-    return _dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc).timestamp()
-
-
 @dataclass
 class _Worker:
     proc: Slot
@@ -71,6 +68,7 @@ class _Worker:
     size: int = -1  # the item stream's size when last seen
     progress: float = 0.0  # monotonic: when it last grew (or a quota wait ended)
     waiting: tuple[str, dict[str, float]] | None = None  # a reservation not granted yet
+    task: Task | None = None  # the item's task (read only: its stream's growth is its progress)
 
 
 @dataclass
@@ -103,7 +101,14 @@ class Supervisor:
     waiting_logged: str | None = None
     last_close: float = 0.0
     batch: ExitStack | None = None
+    batching: bool = False  # in the loop: records ride in a batch synced about once a second
     engine: Engine = field(default_factory=LocalEngine)
+    #: the items not yet settled, in run order, for the fold they were listed from
+    pending: deque[ItemRecord] = field(default_factory=deque)
+    pending_of: BacklogFold | None = None
+    pending_count: int = -1
+    #: the backlog stream's size when this process last let its lock go (-1: unknown)
+    closed_size: int = -1
 
     # -- the record ----------------------------------------------------------------
 
@@ -115,6 +120,8 @@ class Supervisor:
         item tasks at the next start if a crash loses it.
         """
         durable = kind not in _LAZY
+        if self.batching:
+            self.begin()
         ev = self.backlog.task.stream.append(kind, data, sync=durable)
         self.fold.apply(ev)
         return ev
@@ -132,20 +139,38 @@ class Supervisor:
             es.close()
 
     def refresh(self) -> None:
-        """Read the backlog stream again when another process (add, unblock) appended to it."""
+        """Read the backlog stream again when another process (add, unblock) appended to it.
+
+        Not read when nothing says so: while this process holds the writer, the writer's
+        count (it read the stream whole when it opened) equals the fold's; otherwise the
+        stream's size equals the one seen when the fold was last current (appends only grow it).
+        """
+        stream = self.backlog.task.stream
+        if stream.writing:
+            if stream.next_seq - 1 == self.fold.seq:
+                return
+            size = -1
+        else:
+            size = _size(stream.path)  # before the read: an append racing it makes the next look read again
+            if self.closed_size >= 0 and size == self.closed_size:
+                return
         f = BacklogFold()
         for ev in self.backlog.task.events():
             f.apply(ev)
         if f.seq != self.fold.seq:
             self.fold = f
+        self.closed_size = size
 
     def release_backlog_lock(self) -> None:
         """Let ``add`` and ``unblock`` in: the backlog's lock is held at most about a second at a time."""
         if time.monotonic() - self.last_close > 1.0:
             self.end()
-            self.backlog.task.close()
+            self.refresh()  # what others appended before this process took the lock last
+            t = self.backlog.task
+            if t.stream.writing:
+                self.closed_size = _size(t.stream.path)  # exact: the lock is still held
+            t.close()
             self.last_close = time.monotonic()
-            self.refresh()
 
     # -- start -----------------------------------------------------------------------
 
@@ -179,20 +204,24 @@ class Supervisor:
             self.shutdown()
 
     def scan_items(self) -> None:
-        """Each item's task, read once: done and blocked items settled, quota reservations counted."""
+        """Each item's task, read whole only if it changed since the cache: done and blocked items settled,
+        quota reservations counted.
+
+        The cache (:mod:`intentlog.backlog.itemcache`) only says where to look: an item the
+        backlog has not recorded done is recorded done only after its task, read whole,
+        holds its ``item.returned``.
+        """
         reservations: list[tuple[float, dict[str, float]]] = []
-        for rec in self.fold.ordered():
-            if self.quotas or not (rec.done or rec.failed is not None):
-                evs = list(self.backlog.ledger.task(rec.task).events())
-            else:
-                evs = []  # settled, and no quota to count its reservations for
-            for ev in evs:  # a settled item's units were spent too
-                if ev.kind == "quota.reserved":
-                    reservations.append((_unix(ev.ts), {k: float(v) for k, v in ev.data.get("units", {}).items()}))
+        ordered = self.fold.ordered()
+        need = [rec.task for rec in ordered if self.quotas or not (rec.done or rec.failed is not None)]
+        got = read_returned_and_reserved(self.backlog.ledger, self.backlog.name, need)
+        for rec in ordered:
+            returned, reserved = got.get(rec.task, (False, ()))
+            reservations.extend(reserved)  # a settled item's units were spent too
             if rec.done or rec.failed is not None:
                 self.settled[rec.item] = "done" if rec.done else "failed"
                 continue
-            if task_extras(evs).returned:
+            if returned and read_item_task(self.backlog.ledger, rec.task).extras.returned:
                 self.record("backlog.item_done", {"item": rec.item, "task": rec.task, "found": "in the task's record"})
                 self.settled[rec.item] = "done"
         self.book.load(reservations)
@@ -208,7 +237,7 @@ class Supervisor:
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
-            self.begin()
+            self.batching = True  # the batch opens with this turn's first record (a quiet turn opens nothing)
             for w in list(self.pool):
                 if w.conn in ready:
                     self.receive(w)
@@ -225,26 +254,42 @@ class Supervisor:
         while len(self.pool) < self.workers:
             self.end()
             self.backlog.task.close()  # a forked child must not inherit the backlog's lock
+            self.last_close = time.monotonic()
             slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
             self.pool.append(_Worker(slot, conn))
 
     def busy_items(self) -> set[str]:
         return {w.item for w in self.pool if w.item is not None}
 
-    def candidates(self) -> list[ItemRecord]:
+    def is_settled(self, rec: ItemRecord) -> bool:
+        return rec.done or rec.failed is not None or self.settled.get(rec.item) in ("done", "failed")
+
+    def unsettled(self) -> deque[ItemRecord]:
+        """The items not done or failed, in run order: listed once per fold (and per item added), pruned from the front.
+
+        Order depends only on what ``backlog.item_added`` says (priority, seq), so the list
+        is rebuilt only when the fold is replaced or grows; an item settled out of order is
+        skipped until it reaches the front.
+        """
+        if self.pending_of is not self.fold or self.pending_count != len(self.fold.items):
+            self.pending = deque(r for r in self.fold.ordered() if not self.is_settled(r))
+            self.pending_of, self.pending_count = self.fold, len(self.fold.items)
+        pending = self.pending
+        while pending and self.is_settled(pending[0]):
+            pending.popleft()
+        return pending
+
+    def candidates(self) -> Iterator[ItemRecord]:
+        """The items that may start now, in run order (lazily: dispatch stops once no worker is free)."""
         now = time.time()
         busy = self.busy_items()
-        out = []
-        for rec in self.fold.ordered():
-            if rec.item in busy or rec.done or rec.failed is not None or rec.blocked is not None:
-                continue
-            if self.settled.get(rec.item) in ("done", "failed"):
+        for rec in self.unsettled():
+            if rec.item in busy or rec.blocked is not None or self.is_settled(rec):
                 continue
             due = rec.due()
             if due is not None and due > now:
                 continue
-            out.append(rec)
-        return out
+            yield rec
 
     def dispatch(self) -> None:
         if self.stopping is not None or self.exhausted is not None:
@@ -262,6 +307,7 @@ class Supervisor:
             self.foreign.pop(rec.item, None)
             w = free.pop(0)
             w.item, w.since, w.progress = rec.item, time.monotonic(), time.monotonic()
+            w.task = t
             w.size = leases.progress(t)
             w.conn.send(("item", rec.item, rec.task, self.backlog.name, rec.payload))
 
@@ -409,7 +455,7 @@ class Supervisor:
                     self.pool.remove(w)
                 continue
             rec = self.fold.items[w.item]
-            size = leases.progress(self.backlog.ledger.task(rec.task))
+            size = leases.progress(w.task) if w.task is not None else -1
             if size != w.size:
                 w.size, w.progress = size, now
             reason = None
@@ -439,17 +485,13 @@ class Supervisor:
         """No item can progress without a person: nothing running; every item done, failed or blocked."""
         if any(w.item for w in self.pool) or self.foreign:
             return False
-        for rec in self.fold.ordered():
-            if self.settled.get(rec.item) in ("done", "failed") or rec.done or rec.failed is not None:
-                continue
-            if rec.blocked is not None:
-                continue  # awaiting approval, reconciliation or review: a person first, then unblock
-            return False
-        return True
+        # blocked items: awaiting approval, reconciliation or review: a person first, then unblock
+        return all(rec.blocked is not None or self.is_settled(rec) for rec in self.unsettled())
 
     def shutdown(self) -> None:
         """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
         self.end()
+        self.batching = False
         why = self.stopping or ("quota" if self.exhausted else "idle")
         if self.stopping is not None:
             self.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
+from .._procs import PROC_LOCKS, flock_writer
 from ..errors import ApprovalPending, IntentlogError, ResumeRefused, TaskBusy
 from ..eventlog.canonical import dumps
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
@@ -64,6 +65,7 @@ class _Guard:
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str) -> None:
         self.task, self.conn, self.epoch, self.item = task, conn, epoch, item
         self.inside = False
+        self.locked: tuple[int, int] | None = None  # (dev, inode) of the lock file the kernel says we hold
 
     def __call__(self, kind: str, data: Mapping[str, Any]) -> None:
         if kind != "attempt.started" or self.inside:
@@ -84,12 +86,39 @@ class _Guard:
             self.inside = False
 
     def check_lease(self) -> None:
-        holder = leases.holder(self.task)  # the folder's lock, or the store's lease (the store fences the put)
-        if holder != os.getpid():
+        """Raise :class:`LeaseLost` unless this process still holds the item task's lease.
+
+        On a store the lease is the stream's epoch and the store fences the next put itself
+        (:func:`leases.holder`). On a folder the first check asks the kernel
+        (``/proc/locks``) and remembers the lock file's device and inode; later checks ask
+        only that the lock file is still that file and that this handle's writer is still
+        open. That is the same fact: an ``flock`` is held by its open file until the file
+        is closed or unlocked (only the writer's close does either), and an inode held open
+        is never reused, so a lock file removed or replaced under the holder fails the
+        comparison.
+        """
+        me = os.getpid()
+        writing = self.task.stream.writing
+        st: os.stat_result | None = None
+        if leases.on_store(self.task):
+            holder = leases.holder(self.task)
+        else:
+            lock = self.task.path.with_name(self.task.path.name + ".lock")
+            try:
+                st = os.stat(lock)
+                if self.locked is not None and writing and (st.st_dev, st.st_ino) == self.locked:
+                    return
+                holder = flock_writer(st, PROC_LOCKS)
+            except OSError:
+                holder = me if writing else None
+                st = None
+        if holder != me or not writing:
             raise LeaseLost(
                 f"item {self.item!r}: lease epoch {self.epoch} is no longer held by this process "
                 f"(the lock's holder is {holder}); nothing is written or sent"
             )
+        if st is not None:
+            self.locked = (st.st_dev, st.st_ino)
 
 
 def _json_result(value: Any) -> Any:
@@ -97,36 +126,55 @@ def _json_result(value: Any) -> Any:
     return value
 
 
-def _released(stream: Any, epoch: int) -> bool:
-    last = None
-    for ev in stream.events():
-        last = ev
-    return last is not None and last.kind == "lease.released" and last.data.get("epoch") == epoch
+_IDENT: dict[int, tuple[str, int | None, str | None]] = {}
+
+
+def _ident() -> tuple[str, int | None, str | None]:
+    """This process's host, start time and boot id (read once per process: none of them changes)."""
+    me = os.getpid()
+    got = _IDENT.get(me)
+    if got is None:
+        got = _IDENT[me] = (host_name(), start_time(me), boot_id())
+    return got
+
+
+def _blocked(task: Task, item: str) -> tuple[Any, ...] | None:
+    held = blocking_reason(task_status(task.events(), task_id=task.id))
+    return None if held is None else ("blocked", item, held[0], held[1], held[2])
 
 
 def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step) -> tuple[Any, ...]:
-    """Lease, resume or block, run the step, record its result; the message for the supervisor."""
+    """Lease, resume or block, run the step, record its result; the message for the supervisor.
+
+    The task's stream is read once before the step (the lease's epoch, whether it needs a
+    person, whether it already returned) and once after it (whether it awaits acceptance).
+    """
     stream = task.stream
     try:
         stream.open_writer()
     except TaskBusy as exc:
         return ("busy", item, str(exc))
-    epoch = 1 + max((int(ev.data.get("epoch", 0)) for ev in task.events() if ev.kind == "lease.acquired"), default=0)
+    evs = list(task.events())
+    epoch = 1 + max((int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0)
     me = os.getpid()
+    host, started, boot = _ident()
     lease = {
-        "epoch": epoch, "pid": me, "host": host_name(), "start_time": start_time(me), "boot_id": boot_id(),
+        "epoch": epoch, "pid": me, "host": host, "start_time": started, "boot_id": boot,
         "backlog": backlog, "item": item,
     }  # fmt: skip
     stream.append("lease.acquired", lease, expected_seq=stream.next_seq)
-    conn.send(("leased", item, epoch, me))
+    # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
     guard = _Guard(task, conn, epoch, item)
+    released = False
     try:
-        st = task_status(task.events(), task_id=task.id)
-        held = blocking_reason(st)
-        if held is not None:
-            return ("blocked", item, held[0], held[1], held[2])
-        if any(ev.kind == "item.returned" for ev in task.events()):
-            return ("done", item, None)
+        if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
+            held = blocking_reason(task_status(evs, task_id=task.id))
+            if held is not None:
+                return ("blocked", item, held[0], held[1], held[2])
+            if any(ev.kind == "item.returned" for ev in evs):
+                return ("done", item, None)
+        del evs
+        guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
         stream.before_append = guard
         try:
             result = _json_result(step(task, payload))
@@ -137,25 +185,18 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
             if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
                 task.accept(by=f"backlog {backlog}", note="the step returned")
             stream.append("lease.released", {"epoch": epoch})
+            released = True
         return ("done", item, result)
     except (Stopping, QuotaExhausted) as exc:
         return ("stopped" if isinstance(exc, Stopping) else "exhausted", item, str(exc))
     except (ApprovalPending, ResumeRefused) as exc:
-        st = task_status(task.events(), task_id=task.id)
-        held = blocking_reason(st)
-        if held is not None:
-            return ("blocked", item, held[0], held[1], held[2])
-        return ("error", item, f"{type(exc).__name__}: {exc}")
+        return _blocked(task, item) or ("error", item, f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # a step's own failure: the supervisor decides a retry, recorded
-        st = task_status(task.events(), task_id=task.id)
-        held = blocking_reason(st)
-        if held is not None:
-            return ("blocked", item, held[0], held[1], held[2])
-        return ("error", item, f"{type(exc).__name__}: {exc}")
+        return _blocked(task, item) or ("error", item, f"{type(exc).__name__}: {exc}")
     finally:
         _PENDING_UNITS.pop(task.id, None)
         try:
-            if stream.writing and not _released(stream, epoch):
+            if stream.writing and not released:
                 stream.append("lease.released", {"epoch": epoch})
         finally:
             task.close()

@@ -1,0 +1,265 @@
+"""What the view and a run's start need of each item task, read only for the tasks that changed.
+
+A backlog's view and its supervisor's start need, per item task, its operator state (the
+one the tasks view shows: :func:`intentlog.projections.status.status_of`), the runner's
+records in it (:func:`intentlog.backlog.model.task_extras`) and its quota reservations.
+Reading every item task each time costs what the whole folder holds; this module keeps
+those values in a derived, deletable file under the ledger's ``cache/`` folder
+(``cache/backlog-NAME.json``, written with the view cache's own atomic, link-refusing
+helpers in :mod:`intentlog.viewstore`, never fsync'd), one line per item task with the
+file facts of its stream (size, inode, device, mtime_ns, ctime_ns) when it was last read
+whole. Guarantees:
+
+- an entry is used only when its stream's facts are exactly the recorded ones; a missing,
+  corrupt (the file's digest fails), foreign, malformed or stale entry is ignored and the
+  task read whole again (the change time is in the facts: nothing can set it back);
+- the facts are taken *before* the read, so an append racing the read leaves an entry
+  that no longer matches, never one that hides the append;
+- the cache never decides what is sent and is never read by ``verify``; a run's start
+  re-reads a task whole before recording anything the cache says of it
+  (:mod:`intentlog.backlog.supervisor`);
+- who holds each item task's lock is never cached: it is read from ``/proc/locks`` once
+  per call (each task's lock file then only ``stat``'ed), else probed per task.
+
+Deleting the file changes nothing but speed. A backlog of fewer than :data:`MIN_ITEMS`
+items writes no file (a read of a small backlog writes nothing).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import stat as _stat
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import orjson
+
+from .._nofollow import check_real_dir
+from ..eventlog.format import Event
+from ..projections.operator import OperatorFold
+from ..projections.status import status_of
+from ..projections.workstate import WorkStateFold
+from ..viewstore import cache_dir, read_lines, write_lines
+from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
+
+__all__ = [
+    "FORMAT", "MIN_ITEMS", "ItemTask", "TaskSummary", "fold_item", "read_item_task", "read_items",
+    "read_returned_and_reserved",
+]  # fmt: skip
+
+FORMAT: Final = b"intentlog-backlogitems/1"
+#: A backlog with fewer items than this is read whole and writes no cache file.
+MIN_ITEMS: Final = 64
+
+Facts = tuple[int, int, int, int, int]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """The parts of an item task's operator state (a ``TaskStatus``) that a backlog shows."""
+
+    state: str
+    reason: str | None
+    next_step: str
+    next_operation: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTask:
+    """One item task as a backlog sees it: its operator state, the runner's records, its reservations."""
+
+    status: TaskSummary
+    extras: TaskExtras
+    #: ``(unix time, {quota: units})`` per ``quota.reserved``, in stream order
+    reservations: tuple[tuple[float, dict[str, float]], ...]
+
+
+def _unix(ts: str) -> float:
+    return _dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+
+
+def fold_item(task_id: str, events: Iterable[Event]) -> ItemTask:
+    """An item task's :class:`ItemTask` from its events (pure)."""
+    evs = list(events)
+    ws_fold = WorkStateFold(task_id)
+    ops = OperatorFold()
+    for ev in evs:
+        ws_fold.apply(ev)
+        ops.apply(ev)
+    ws = ws_fold.result()
+    st = status_of(task_id, ws, ops.result(ws))
+    res = tuple(
+        (_unix(ev.ts), {str(k): float(v) for k, v in dict(ev.data.get("units", {})).items()})
+        for ev in evs
+        if ev.kind == "quota.reserved"
+    )
+    return ItemTask(TaskSummary(st.state, st.reason, st.next_step, st.next_operation), task_extras(evs), res)
+
+
+_EMPTY: list[ItemTask] = []
+
+
+def _no_stream() -> ItemTask:
+    """The item task of no events (the same for every task: it names none)."""
+    if not _EMPTY:
+        _EMPTY.append(fold_item("-", ()))
+    return _EMPTY[0]
+
+
+def read_item_task(ledger: LedgerLike, task_id: str) -> ItemTask:
+    """One item task read whole (no cache)."""
+    return fold_item(task_id, ledger.task(task_id).events())
+
+
+# -- the cache file -------------------------------------------------------------------------
+
+
+def _encode(item: ItemTask) -> list[Any]:
+    s, x = item.status, item.extras
+    lease = x.lease
+    packed_lease = (
+        None if lease is None else [lease.epoch, lease.pid, lease.host, lease.start_time, lease.since, lease.released]
+    )
+    return [
+        [s.state, s.reason, s.next_step, s.next_operation],
+        [packed_lease, x.returned, x.last_ts, x.events, dict(x.reserved)],
+        [[t, u] for t, u in item.reservations],
+    ]
+
+
+def _opt_str(v: object) -> str | None:
+    if v is None or type(v) is str:
+        return v
+    raise ValueError("not a string")
+
+
+def _decode(v: Any) -> ItemTask:
+    """The entry's value, every field's type checked; ValueError/TypeError/KeyError for anything else."""
+    (state, reason, nxt, nop), (lease, returned, last_ts, n, reserved), res = v
+    if type(state) is not str or type(nxt) is not str or type(nop) is not str or type(returned) is not bool:
+        raise ValueError("bad entry")
+    if type(n) is not int or type(reserved) is not dict:
+        raise ValueError("bad entry")
+    lr = None
+    if lease is not None:
+        epoch, pid, host, started, since, released = lease
+        if type(epoch) is not int or type(pid) is not int or type(host) is not str or type(since) is not str:
+            raise ValueError("bad lease")
+        if (started is not None and type(started) is not int) or type(released) is not bool:
+            raise ValueError("bad lease")
+        lr = LeaseRecord(epoch, pid, host, started, since, released)
+    reservations = _reservations(res)
+    totals = {str(k): float(u) for k, u in reserved.items()} if reserved else {}
+    extras = TaskExtras(lr, returned, None, totals, _opt_str(last_ts), n)  # no view shows the step's result
+    return ItemTask(TaskSummary(state, _opt_str(reason), nxt, nop), extras, reservations)
+
+
+def _reservations(res: Any) -> tuple[tuple[float, dict[str, float]], ...]:
+    if type(res) is not list:
+        raise ValueError("bad entry")
+    return tuple((float(t), {str(k): float(u) for k, u in dict(units).items()}) for t, units in res) if res else ()
+
+
+def _decode_start(v: Any) -> tuple[bool, tuple[tuple[float, dict[str, float]], ...]]:
+    """Only whether the task returned and its reservations (what a run's start reads)."""
+    _, (_, returned, _, _, _), res = v
+    if type(returned) is not bool:
+        raise ValueError("bad entry")
+    return returned, _reservations(res)
+
+
+def _name(backlog: str) -> str:
+    return f"backlog-{backlog}.json"
+
+
+def _load(root: Path, backlog: str) -> dict[str, tuple[Facts, Any]]:
+    dfd = cache_dir(root, None, create=False)
+    if dfd is None:
+        return {}
+    try:
+        lines = read_lines(dfd, _name(backlog), FORMAT)
+    finally:
+        os.close(dfd)
+    out: dict[str, tuple[Facts, Any]] = {}
+    for line in lines or ():
+        try:
+            v = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return {}
+        if type(v) is list and len(v) == 7 and type(v[0]) is str:
+            f = (v[1], v[2], v[3], v[4], v[5])
+            if all(type(x) is int for x in f):
+                out[v[0]] = (f, v[6])
+    return out
+
+
+def _save(root: Path, backlog: str, values: Mapping[str, tuple[Facts, Any]]) -> None:
+    dfd = cache_dir(root, None, create=False)  # cache/ is made with the ledger: a reader never makes it
+    if dfd is None:
+        return
+    try:
+        dumps = orjson.dumps
+        write_lines(dfd, _name(backlog), FORMAT, [dumps([t, *f, v]) for t, (f, v) in values.items()])
+    finally:
+        os.close(dfd)
+
+
+def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dict[str, ItemTask]:
+    """Each item task's :class:`ItemTask`, read whole only when its stream's facts changed since the cache.
+
+    Raises what a full read raises (:class:`~intentlog.errors.CorruptStream`) for a task
+    read whole. A ledger whose streams are not files here (an object store) is read whole.
+    """
+    return _read(ledger, backlog, task_ids, _decode, lambda item: item)
+
+
+def read_returned_and_reserved(
+    ledger: LedgerLike, backlog: str, task_ids: Iterable[str]
+) -> dict[str, tuple[bool, tuple[tuple[float, dict[str, float]], ...]]]:
+    """What a run's start needs of each item task (whether it returned, its reservations), as :func:`read_items`."""
+    return _read(ledger, backlog, task_ids, _decode_start, lambda item: (item.extras.returned, item.reservations))
+
+
+def _read(
+    ledger: LedgerLike, backlog: str, task_ids: Iterable[str], decode: Callable[[Any], T], of: Callable[[ItemTask], T]
+) -> dict[str, T]:
+    ids = list(task_ids)
+    if not ids:
+        return {}
+    layout = ledger.task(ids[0]).stream.layout
+    use = len(ids) >= MIN_ITEMS and getattr(ledger.task(ids[0]).stream, "remote", None) is None
+    if not use:
+        return {tid: of(read_item_task(ledger, tid)) for tid in ids}
+    tasks = str(layout.tasks_dir)
+    check_real_dir(layout.tasks_dir, what="task streams")  # the paths below are stat'ed inside it
+    old = _load(ledger.root, backlog)
+    new = dict(old)  # the entries of tasks not asked for stay (each is checked when used)
+    out: dict[str, T] = {}
+    changed = False
+    join, stat_, is_reg = os.path.join, os.stat, _stat.S_ISREG
+    for tid in ids:
+        try:
+            st = stat_(join(tasks, tid + ".jsonl"))
+        except FileNotFoundError:
+            out[tid] = of(_no_stream())
+            continue
+        facts = (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns) if is_reg(st.st_mode) else None
+        cached = old.get(tid)
+        if facts is not None and cached is not None and cached[0] == facts:
+            try:
+                out[tid] = decode(cached[1])
+                continue
+            except (ValueError, TypeError, KeyError):
+                pass
+        item = fold_item(tid, ledger.task(tid).events())
+        changed = True
+        if facts is not None:
+            new[tid] = (facts, _encode(item))
+        out[tid] = of(item)
+    if changed:
+        _save(ledger.root, backlog, new)
+    return out
