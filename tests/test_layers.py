@@ -536,3 +536,34 @@ def test_the_stale_check_fails_on_an_entry_that_no_longer_exists(monkeypatch: py
     )
     with pytest.raises(AssertionError):
         test_the_allowlists_hold_no_stale_entries()
+
+
+# -- every module imports on its own --------------------------------------------------------------
+
+_IMPORT_EACH = """
+import importlib, json, pkgutil, sys
+import intentlog
+names = sorted(m.name for m in pkgutil.walk_packages(intentlog.__path__, "intentlog."))
+failed = {}
+for name in names:
+    for loaded in [m for m in sys.modules if m == "intentlog" or m.startswith("intentlog.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        if "install" not in str(exc):  # an optional extra's own message names the extra to install
+            failed[name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"checked": len(names), "failed": failed}))
+"""
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
+    """Each module, imported before any other of the package, loads: no import cycle hides behind an import order.
+
+    A CLI command imports its feature lazily, often first of all; a cycle between two
+    features (the report and the bundle that embeds it) only shows in that order.
+    """
+    out = subprocess.run([sys.executable, "-c", _IMPORT_EACH], capture_output=True, text=True, check=True, timeout=300)
+    got = json.loads(out.stdout)
+    assert got["checked"] > 100
+    assert got["failed"] == {}

@@ -305,3 +305,17 @@ def test_a_report_is_never_written_into_the_ledger(tmp_path: Path, target: str) 
     assert res.exit_code == 2, res.output
     assert "is inside the ledger" in res.output
     assert _snapshot(root) == before
+
+
+def test_the_report_command_runs_in_a_fresh_process(tmp_path: Path) -> None:
+    """``intentlog report`` as a user runs it: a new interpreter whose first feature import is the report's."""
+    root = tmp_path / "ledger"
+    with intentlog.open(root) as ledger:
+        ledger.task("t").append("note", {"n": 1})
+    out = tmp_path / "r.html"
+    r = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--root", str(root), "report", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes().startswith(b"<!DOCTYPE html>") and b"t" in out.read_bytes()

@@ -21,6 +21,7 @@ from ..errors import (
     NotALedger,
     UsageError,
 )
+from ..eventlog.listing import task_ids
 from ..eventlog.reader import StreamScan
 from ..heads.codec import HEADS_FILE, StreamHead, decode_heads
 from ..projections.workstate import WorkState, work_state
@@ -40,7 +41,6 @@ from .files import (
     file_hashes,
     verifier_source,
 )
-from .source import task_ids
 
 # -- the library's check of a bundle ----------------------------------------------------------
 

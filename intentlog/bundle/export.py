@@ -29,6 +29,7 @@ from ..errors import (
     UsageError,
 )
 from ..eventlog.format import FORMAT, TASK_CREATED, check_task_id
+from ..eventlog.listing import task_ids
 from ..eventlog.reader import StreamScan
 from ..gclog import retired_by_gc
 from ..heads.codec import HEADS_FILE, StreamHead, encode_heads, read_heads_at
@@ -52,7 +53,7 @@ from .files import (
     walk_files,
 )
 from .readme import readme_text
-from .source import check_marker, checked_copy, inline_in, read_range, refuse_links, stored_object, task_ids
+from .source import check_marker, checked_copy, inline_in, read_range, refuse_links, stored_object
 from .staging import STAGING_SUFFIX, check_out, holds_bundle, remove_stale, same_bytes
 
 _MARKER: Final = orjson.dumps({"format": FORMAT, "hash": "blake3"}, option=orjson.OPT_SORT_KEYS) + b"\n"

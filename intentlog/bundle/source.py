@@ -29,7 +29,7 @@ from ..errors import (
     LedgerError,
     NotALedger,
 )
-from ..eventlog.format import FORMAT, check_task_id
+from ..eventlog.format import FORMAT
 from ..eventlog.reader import StreamScan
 from ..eventlog.remote import events_in
 from ..heads.codec import HEADS_FILE
@@ -144,18 +144,3 @@ def check_marker(root: Path) -> None:
         raise NotALedger(str(root), f"{MARKER_FILE} cannot be read ({exc}); pass the ledger root") from exc
     if type(marker) is not dict or marker.get("format") != FORMAT:
         raise NotALedger(str(root), f"{MARKER_FILE} does not declare format {FORMAT!r}")
-
-
-def task_ids(root: Path) -> list[str]:
-    try:
-        names = os.listdir(root / "tasks")
-    except FileNotFoundError:
-        return []
-    out = []
-    for n in names:
-        if n.endswith(".jsonl"):
-            try:
-                out.append(check_task_id(n[: -len(".jsonl")]))
-            except ValueError:
-                continue
-    return sorted(out)

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any, Final, Protocol, final
 
 from .._args import check_names
-from ..bundle.source import task_ids
 from ..checker.report import VerifyReport
 from ..checker.verify import verify_path
 from ..errors import NotALedger, UsageError
 from ..eventlog.format import check_task_id
+from ..eventlog.listing import task_ids
 from .backlog import backlog_section, check_backlog
 from .html import CSP, SCRIPT, STYLE, commands, esc, table
 from .model import TaskData, attach_verify, collect_artifacts, read_task
