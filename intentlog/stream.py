@@ -227,7 +227,9 @@ class TaskStream:
         data_json = encode_data(data)
         if self.before_append is not None:
             self.before_append(kind, data)
-        return self.open_writer().append(kind, dict(data), expected_seq=expected_seq, sync=sync, data_json=data_json)
+        with self.mutex:  # a close from another thread waits: it cannot end the writer between opening and append
+            w = self.open_writer()
+            return w.append(kind, dict(data), expected_seq=expected_seq, sync=sync, data_json=data_json)
 
     @contextmanager
     def batch(self) -> Iterator[TaskStream]:

@@ -142,8 +142,8 @@ def test_a_fenced_holder_stopped_then_continued_cannot_append_or_send(url: str, 
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         os.kill(holder.pid, signal.SIGSTOP)
         t0 = time.monotonic()
-        view = bl.run(effects_step, workers=1, until_idle=True, inactivity=1.0)
-        assert time.monotonic() - t0 >= 1.0  # taken only after standing still for `inactivity`
+        view = bl.run(effects_step, workers=1, until_idle=True, inactivity=2.0)
+        assert time.monotonic() - t0 >= 2.0  # taken only after standing still for `inactivity`
         after_run = _keys(url)
         os.kill(holder.pid, signal.SIGCONT)
         out, err = holder.communicate(timeout=30)
@@ -157,7 +157,11 @@ def test_a_fenced_holder_stopped_then_continued_cannot_append_or_send(url: str, 
     assert receipt_counts(tmp_path / "receipts.jsonl") == {"i0:0": 1, "i0:1": 1}  # and sent nothing
     assert view.counts["done"] == 1, view.to_json()
     ended = [e.data for e in bl.task.events() if e.kind == "backlog.holder_ended"]
-    assert len(ended) == 1 and ended[0]["fenced"] is True and "lease taken" in ended[0]["reason"]
+    fenced = [e for e in ended if e.get("fenced")]
+    assert len(fenced) == 1 and "lease taken" in fenced[0]["reason"], ended
+    # on a loaded machine the run's own worker may also stand still past `inactivity` (a spawned process
+    # starting): it is ended too, by pid and start time, and resumed -- never a second receipt (above)
+    assert all(e["reason"].startswith("stalled") for e in ended), ended
     evs = list(ledger.task("f.item.i0").events())
     assert [e.data["key"] for e in evs if e.kind == "call.requested"] == ["e0", "e1"]  # e0 replayed, not resent
     assert evs[-1].kind == "lease.released"

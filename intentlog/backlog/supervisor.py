@@ -504,6 +504,7 @@ class Supervisor:
                 if w.conn in ready:
                     self.receive(w)
             self.grant_waiting()
+            self.release_backlog_lock()  # as on every turn: a grace longer than a store's stale limit keeps the lease
         ended = []
         for w in self.pool:
             if w.item is None:

@@ -105,13 +105,16 @@ class _Guard:
         else:
             lock = self.task.path.with_name(self.task.path.name + ".lock")
             try:
-                st = os.stat(lock)
+                st = os.stat(lock, follow_symlinks=False)
+            except OSError:  # the lock file is gone: it excludes no one, whoever locked it
+                holder, st = None, None
+            else:
                 if self.locked is not None and writing and (st.st_dev, st.st_ino) == self.locked:
                     return
-                holder = flock_writer(st, PROC_LOCKS)
-            except OSError:
-                holder = me if writing else None
-                st = None
+                try:
+                    holder = flock_writer(st, PROC_LOCKS)
+                except OSError:  # no /proc/locks here: the writer's own lock is all there is to ask
+                    holder = me if writing else None  # the writer checks its lock file before each sync
         if holder != me or not writing:
             raise LeaseLost(
                 f"item {self.item!r}: lease epoch {self.epoch} is no longer held by this process "

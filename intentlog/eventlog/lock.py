@@ -99,6 +99,25 @@ class WriterLock:
             time.sleep(0.01)
         return None
 
+    def is_current(self, *, dir_fd: int | None = None) -> bool:
+        """Whether the file at this lock's path is still the file this lock holds.
+
+        False once the lock file was removed or replaced (a cleanup of ``*.lock`` files, a
+        restore): the ``flock`` then excludes no one, since another writer locks the new
+        file. A writer asks before each sync, so it never makes a record durable -- and so
+        never reaches a send -- on a lock that no longer excludes.
+        """
+        fd = self._fd
+        if fd is None:
+            return False
+        try:
+            mine = os.fstat(fd)
+            name = self.path.name if dir_fd is not None else self.path
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino)
+
     def abandon(self) -> None:
         """Close this process's descriptor without unlocking (a forked child's inherited copy)."""
         fd, self._fd = self._fd, None

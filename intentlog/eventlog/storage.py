@@ -398,10 +398,13 @@ class FolderLease:
 
     def _write_locked(self, fd: int, data: bytes, count: int, sync: bool) -> int:
         """Write ``count`` whole records (``data``), syncing when asked; the new next seq. Holds the mutex."""
+        if not self._dirty:
+            self._check_lock()  # a group's first write: a lease that stopped excluding writes nothing
         try:
             self._io.write(fd, data)
             self._dirty = True
             if sync:
+                self._check_lock()
                 self._io.sync(fd)
                 self._dirty = False
         except OSError as exc:
@@ -409,12 +412,30 @@ class FolderLease:
         self._next += count
         return self._next
 
+    def _check_lock(self) -> None:
+        """Refuse to write or sync once the lock file is not the one this lease locked.
+
+        Asked before a group's first write (so a lease that stopped excluding others
+        writes nothing into a stream another holder now appends to) and again after the
+        write, before the sync: a writer that took a new lock file before this write is
+        seen there, one that takes it after reads this line when it opens. Either way no
+        two holders both make a record durable as theirs, so no two both reach a send.
+        """
+        if not self._lock.is_current(dir_fd=self._dir_fd):
+            self._broken = "the lock file was removed or replaced"
+            raise LedgerError(
+                f"{self._lock.path}: the task's lock file was removed or replaced while this writer held it, "
+                "so another process may be writing the stream; nothing more is made durable through this "
+                "writer: open the task again (and never delete *.lock files of a live ledger)"
+            )
+
     def sync(self) -> None:
         with self._mutex:
             if self._fd is None or not self._dirty:
                 return
             if self._broken is not None:
                 raise LedgerError(f"{self.path}: an earlier append failed ({self._broken}); lease the stream again")
+            self._check_lock()
             try:
                 self._io.sync(self._fd)
             except OSError as exc:
