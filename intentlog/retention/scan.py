@@ -228,7 +228,8 @@ def _scan_names(
         try:
             check_task_id(tid)
         except ValueError:
-            scan.incomplete.append(f"tasks/{name} is not named like a task stream; move it out of tasks/")
+            shown = os.fsencode(name).decode("utf-8", "backslashreplace")  # bytes that are not UTF-8, escaped
+            scan.incomplete.append(f"tasks/{shown} is not named like a task stream; move it out of tasks/")
             with contextlib.suppress(OSError):
                 scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
             continue
