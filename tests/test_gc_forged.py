@@ -5,6 +5,7 @@ never a traceback, and leaves the ledger's bytes as they were.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -82,3 +83,23 @@ def test_an_index_entry_that_cannot_be_encoded_is_dropped_the_others_written(led
             join.put(task, facts, value)
         join.commit()
     assert [(t, v) for t, _, v in iter_index(ledger.root, "gc")] == [("a", [1]), ("d", [4])]
+
+
+def test_a_misnamed_backlog_stream_still_keeps_the_tasks_named_like_its_items(tmp_path: Path) -> None:
+    """A backlog stream's name one character too long for a task id (129) is never read, but an item
+    task named ``B.item.x`` (128: a valid id) is kept for it, never deleted: gc does not guess."""
+    root = tmp_path / "led"
+    backlog = "b" * 121
+    item = f"{backlog}.item.x"
+    with intentlog.open(root) as led:
+        for task in ("old", item):
+            t = led.task(task)
+            t.append("note", {"x": 1})
+            t.close()
+        (led.tasks_dir / f"{backlog}.backlog.jsonl").write_bytes((led.tasks_dir / "old.jsonl").read_bytes())
+        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=400)
+        plan = plan_gc(led, now=later)
+    assert [t.task for t in plan.expired] == ["old"]  # the policy does delete an old task...
+    kept = {k.task: k.rule for k in plan.kept}
+    assert kept == {item: "backlog"}  # ...but not the one the unreadable backlog may still need
+    assert any("not named like a task stream" in line for line in plan.incomplete)

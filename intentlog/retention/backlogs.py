@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 from ..errors import LedgerError
-from ..eventlog.format import TASK_ID_RE, check_task_id
+from ..eventlog.format import TASK_ID_RE
 from ..eventlog.reader import StreamScan, open_stream
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
 from ..viewindex import IndexJoin, facts_of
@@ -32,7 +32,8 @@ def backlog_needs(tasks_dir: Path, names: list[str], join: IndexJoin) -> dict[st
     ``names`` are the stream file names in ``tasks_dir`` in task-id order. A backlog stream
     that cannot be read whole claims every task named like its items: gc never guesses in
     the direction of deleting. A name that is not a task id (bytes that are not UTF-8, a
-    stray character) is never read here: the scan reports it and keeps the file. ``join``
+    stray character, one too long) is never read: the scan reports it and keeps the file,
+    and it claims the tasks named like its items, as an unreadable one does. ``join``
     is walked in the same order (the entries of streams that are not backlogs are dropped)
     and committed. Memory: the tasks claimed.
     """
@@ -41,17 +42,18 @@ def backlog_needs(tasks_dir: Path, names: list[str], join: IndexJoin) -> dict[st
         if not name.endswith(_SUFFIX):
             continue
         tid = name[:-6]
-        try:
-            check_task_id(tid)
-        except ValueError:
-            continue  # reported by the scan ("not named like a task stream"), never deleted
         backlog = name[: -len(_SUFFIX)]
-        tasks = _cached(tasks_dir, tid, join)
-        if tasks is None:
+        named = TASK_ID_RE.match(tid) is not None  # else reported by the scan ("not named like a task stream")
+        cached = _cached(tasks_dir, tid, join) if named else None
+        if cached is not None:
+            tasks, whole = cached, True
+        elif named:
             tasks, whole = _read(tasks_dir, tid, join)
-            if not whole:
-                prefix = f"{backlog}.item."
-                tasks |= {n[:-6] for n in names if n.startswith(prefix)}
+        else:  # never read, kept
+            tasks, whole = set(), False
+        if not whole:
+            prefix = f"{backlog}.item."
+            tasks |= {n[:-6] for n in names if n.startswith(prefix)}
         if tasks:
             needed[tid] = backlog
         for t in tasks:
