@@ -229,10 +229,18 @@ class IndexJoin:
             self._emit(line)
 
     def put(self, task: str, facts: Facts, value: Any) -> None:
-        """A new entry for ``task`` (the one :meth:`find` was last asked about)."""
+        """A new entry for ``task`` (the one :meth:`find` was last asked about).
+
+        An entry that cannot be written as JSON (text that is not UTF-8: a lone surrogate
+        from a file name) is dropped, never raised: the task is read again next time.
+        """
         self._pending = None
         self._diverge()
-        self._emit(orjson.dumps([task, *facts, value]))
+        try:
+            line = orjson.dumps([task, *facts, value])
+        except TypeError:  # orjson.JSONEncodeError is one
+            return
+        self._emit(line)
 
     def _settle(self) -> None:
         if self._pending is not None:  # found, neither kept nor replaced: dropped

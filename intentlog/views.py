@@ -121,12 +121,24 @@ def _packed(row: TaskRow) -> list[Any]:
     return [getattr(row, f) for f in _FIELDS]
 
 
+_STREAMS: Final = frozenset((STREAM_OK, STREAM_TORN, STREAM_UNREADABLE))
+
+
 def _unpacked(task_id: str, v: Any) -> TaskRow | None:
-    """A row the index holds (as :func:`_packed` wrote it), or None for anything else."""
+    """A row the index holds (as :func:`_packed` wrote it), or None for anything else.
+
+    The one place an index entry becomes a row: every field's type is checked (text or
+    None where the row allows None, a count that is a non-negative int, a state and a
+    stream word the listing knows); anything else means the stream is read.
+    """
     if type(v) is not list or len(v) != len(_FIELDS):
         return None
     state, reason, stream, problem, events, last, phase, nxt, step = v
-    if type(events) is not int or not all(type(x) is str for x in (state, stream, nxt, step)):
+    if type(events) is not int or events < 0 or not all(type(x) is str for x in (state, stream, nxt, step)):
+        return None
+    if state not in STATES or stream not in _STREAMS:
+        return None
+    if not all(x is None or type(x) is str for x in (reason, problem, last, phase)):
         return None
     return TaskRow(task_id, state, stream, problem, events, None, reason, last, phase, nxt, step)
 

@@ -180,7 +180,7 @@ def test_a_run_start_reads_only_the_tasks_that_changed(
 
     big.run(step, until_idle=True, quota="calls=1000/1h")  # runs the 10 left; its closing view fills the cache
     seen = _count_folds(monkeypatch)
-    view = big.run(step, until_idle=True, quota="calls=1000/1h")  # a quota: the start counts every task's units
+    view = big.run(step, until_idle=True, quota="calls=1000/1h")  # a quota: units read from each stream, no fold
     assert seen == [] and view.counts["done"] == N
     t = ledger.task(big.task_id("i05"))
     t.append("note.touched", {})
@@ -188,3 +188,66 @@ def test_a_run_start_reads_only_the_tasks_that_changed(
     big.run(step, until_idle=True, quota="calls=1000/1h")
     assert sorted(set(seen)) == ["big.item.i05"]
     assert len(read_receipts(str(tmp_path / "receipts.jsonl"))) == 10  # nothing ran twice
+
+
+def _forge_cache(ledger: intentlog.Ledger, name: str, edit: Any) -> None:
+    """Rewrite ``cache/backlog-NAME.json`` as anyone who can write ``cache/`` could: facts kept, digest recomputed."""
+    p = ledger.root / "cache" / f"backlog-{name}.json"
+    dfd = os.open(p.parent, os.O_RDONLY)
+    try:
+        rows = [orjson.loads(x) for x in read_lines(dfd, p.name, itemcache.FORMAT) or []]
+        assert rows  # the cache was there to forge
+        for r in rows:
+            edit(r)
+        write_lines(dfd, p.name, itemcache.FORMAT, [orjson.dumps(r) for r in rows])
+    finally:
+        os.close(dfd)
+
+
+def test_a_forged_cache_never_lets_a_run_spend_past_its_quota(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receipts = tmp_path / "receipts.jsonl"
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(receipts))
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    from backlog_steps import step
+
+    b = ledger.backlog("q")
+    b.add_many([{"item": f"i{n:03d}", "payload": {"item": f"i{n:03d}", "effects": 1}} for n in range(N)])
+    b.run(step, workers=1, quota="calls=64", until_idle=True)
+    assert len(read_receipts(str(receipts))) == 64  # the budget, spent
+    b.view()  # the cache, filled
+
+    def empty_reservations(r: list[Any]) -> None:
+        r[6][2] = []  # no quota.reserved in the task, says the cache
+        r[6][1][4] = {}
+
+    _forge_cache(ledger, "q", empty_reservations)
+    ids = [b.task_id(f"i{n:03d}") for n in range(N)]
+    assert all(it.reservations == () for it in itemcache.read_items(ledger, "q", ids).values())  # forged in place
+    b.run(step, workers=1, quota="calls=64", until_idle=True)
+    assert len(read_receipts(str(receipts))) == 64  # the provider was paid nothing more
+    exhausted = [e for e in b.task.events() if e.kind == "backlog.quota_exhausted"]
+    assert len(exhausted) == 2  # each run stopped at the budget, the second before any send
+    reserved = sum(1 for tid in ids for e in ledger.task(tid).events() if e.kind == "quota.reserved")
+    assert reserved == 64  # the record holds the 64 grants, no more
+
+
+def test_a_forged_cache_saying_not_returned_never_sends_a_returned_item_again(
+    ledger: intentlog.Ledger, big: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receipts = tmp_path / "receipts.jsonl"
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(receipts))
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    from backlog_steps import step
+
+    big.view(now=0)
+
+    def not_returned(r: list[Any]) -> None:
+        r[6][1][1] = False
+
+    _forge_cache(ledger, "big", not_returned)
+    view = big.run(step, until_idle=True, quota="calls=1000/1h")
+    keys = sorted(r["key"] for r in read_receipts(str(receipts)))
+    assert keys == sorted(f"i{i:02d}:0" for i in range(N - 10, N))  # the 10 never returned; none of the 60 again
+    assert view.counts["done"] == N

@@ -17,7 +17,10 @@ whole. Guarantees:
   that no longer matches, never one that hides the append;
 - the cache never decides what is sent and is never read by ``verify``; a run's start
   re-reads a task whole before recording anything the cache says of it
-  (:mod:`intentlog.backlog.supervisor`);
+  (:mod:`intentlog.backlog.supervisor`), and a run with a quota counts what was spent
+  from the streams themselves (:func:`read_reservations`), never from the cache (anyone
+  who can write ``cache/`` can forge an entry with the stream's facts): the cached
+  reservations are for display only;
 - who holds each item task's lock is never cached: it is read from ``/proc/locks`` once
   per call (each task's lock file then only ``stat``'ed), else probed per task.
 
@@ -46,8 +49,8 @@ from ..viewstore import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
 
 __all__ = [
-    "FORMAT", "MIN_ITEMS", "ItemTask", "TaskSummary", "fold_item", "read_item_task", "read_items",
-    "read_returned_and_reserved",
+    "FORMAT", "MIN_ITEMS", "ItemTask", "Reservations", "TaskSummary", "fold_item", "read_item_task", "read_items",
+    "read_reservations", "read_returned_and_reserved",
 ]  # fmt: skip
 
 FORMAT: Final = b"intentlog-backlogitems/1"
@@ -56,6 +59,8 @@ MIN_ITEMS: Final = 64
 
 Facts = tuple[int, int, int, int, int]
 T = TypeVar("T")
+#: ``(unix time, {quota: units})`` per ``quota.reserved``, in stream order.
+Reservations = tuple[tuple[float, dict[str, float]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +97,26 @@ def fold_item(task_id: str, events: Iterable[Event]) -> ItemTask:
         ops.apply(ev)
     ws = ws_fold.result()
     st = status_of(task_id, ws, ops.result(ws))
-    res = tuple(
+    res = _reserved_in(evs)
+    return ItemTask(TaskSummary(st.state, st.reason, st.next_step, st.next_operation), task_extras(evs), res)
+
+
+def _reserved_in(events: Iterable[Event]) -> Reservations:
+    return tuple(
         (_unix(ev.ts), {str(k): float(v) for k, v in dict(ev.data.get("units", {})).items()})
-        for ev in evs
+        for ev in events
         if ev.kind == "quota.reserved"
     )
-    return ItemTask(TaskSummary(st.state, st.reason, st.next_step, st.next_operation), task_extras(evs), res)
+
+
+def read_reservations(ledger: LedgerLike, task_ids: Iterable[str]) -> dict[str, Reservations]:
+    """Each item task's quota reservations, read from its stream whole: never from the cache.
+
+    What a run's quota book is loaded from: the units a run may still grant are decided by
+    the record alone. Raises what a full read raises (:class:`~intentlog.errors.CorruptStream`).
+    Memory: one task's events at a time, and the reservations.
+    """
+    return {tid: _reserved_in(ledger.task(tid).events()) for tid in task_ids}
 
 
 _EMPTY: list[ItemTask] = []
@@ -219,8 +238,12 @@ def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dic
 
 def read_returned_and_reserved(
     ledger: LedgerLike, backlog: str, task_ids: Iterable[str]
-) -> dict[str, tuple[bool, tuple[tuple[float, dict[str, float]], ...]]]:
-    """What a run's start needs of each item task (whether it returned, its reservations), as :func:`read_items`."""
+) -> dict[str, tuple[bool, Reservations]]:
+    """Whether each item task returned, and its reservations, as :func:`read_items` (through the cache).
+
+    Where to look only: a run re-reads a task before recording it done, and counts its
+    quota from :func:`read_reservations`.
+    """
     return _read(ledger, backlog, task_ids, _decode_start, lambda item: (item.extras.returned, item.reservations))
 
 

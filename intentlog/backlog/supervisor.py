@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ..eventlog.format import Event
 from . import leases
 from .engines import Engine, LocalEngine, Slot
-from .itemcache import read_item_task, read_returned_and_reserved
+from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
 from .model import BacklogFold, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota, QuotaBook
@@ -209,15 +209,17 @@ class Supervisor:
 
         The cache (:mod:`intentlog.backlog.itemcache`) only says where to look: an item the
         backlog has not recorded done is recorded done only after its task, read whole,
-        holds its ``item.returned``.
+        holds its ``item.returned``; with a quota, what was spent is read from every item
+        task's stream, never from the cache.
         """
         reservations: list[tuple[float, dict[str, float]]] = []
         ordered = self.fold.ordered()
-        need = [rec.task for rec in ordered if self.quotas or not (rec.done or rec.failed is not None)]
+        need = [rec.task for rec in ordered if not (rec.done or rec.failed is not None)]
         got = read_returned_and_reserved(self.backlog.ledger, self.backlog.name, need)
+        spent = read_reservations(self.backlog.ledger, [rec.task for rec in ordered]) if self.quotas else {}
         for rec in ordered:
-            returned, reserved = got.get(rec.task, (False, ()))
-            reservations.extend(reserved)  # a settled item's units were spent too
+            returned = got.get(rec.task, (False, ()))[0]
+            reservations.extend(spent.get(rec.task, ()))  # a settled item's units were spent too
             if rec.done or rec.failed is not None:
                 self.settled[rec.item] = "done" if rec.done else "failed"
                 continue

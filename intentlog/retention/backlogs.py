@@ -31,8 +31,11 @@ def backlog_needs(tasks_dir: Path, names: list[str], join: IndexJoin) -> dict[st
 
     ``names`` are the stream file names in ``tasks_dir`` in task-id order. A backlog stream
     that cannot be read whole claims every task named like its items: gc never guesses in
-    the direction of deleting. ``join`` is walked in the same order (the entries of
-    streams that are not backlogs are dropped) and committed. Memory: the tasks claimed.
+    the direction of deleting. A name that is not a task id (bytes that are not UTF-8, a
+    stray character, one too long) is never read: the scan reports it and keeps the file,
+    and it claims the tasks named like its items, as an unreadable one does. ``join``
+    is walked in the same order (the entries of streams that are not backlogs are dropped)
+    and committed. Memory: the tasks claimed.
     """
     needed: dict[str, str] = {}
     for name in names:
@@ -40,12 +43,17 @@ def backlog_needs(tasks_dir: Path, names: list[str], join: IndexJoin) -> dict[st
             continue
         tid = name[:-6]
         backlog = name[: -len(_SUFFIX)]
-        tasks = _cached(tasks_dir, tid, join)
-        if tasks is None:
+        named = TASK_ID_RE.match(tid) is not None  # else reported by the scan ("not named like a task stream")
+        cached = _cached(tasks_dir, tid, join) if named else None
+        if cached is not None:
+            tasks, whole = cached, True
+        elif named:
             tasks, whole = _read(tasks_dir, tid, join)
-            if not whole:
-                prefix = f"{backlog}.item."
-                tasks |= {n[:-6] for n in names if n.startswith(prefix)}
+        else:  # never read, kept
+            tasks, whole = set(), False
+        if not whole:
+            prefix = f"{backlog}.item."
+            tasks |= {n[:-6] for n in names if n.startswith(prefix)}
         if tasks:
             needed[tid] = backlog
         for t in tasks:

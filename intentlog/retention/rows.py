@@ -12,6 +12,7 @@ often it is read.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import weakref
@@ -60,7 +61,7 @@ class TaskRows:
                 self._file.write(line)
         except OSError as exc:
             raise IntentlogError(
-                f"cannot write the gc plan's scratch file in {tempfile.gettempdir()}: {exc.strerror or exc}; "
+                f"cannot write the gc plan's scratch file in {_temp_folder()}: {exc.strerror or exc}; "
                 "free space there or point TMPDIR at a writable folder"
             ) from exc
         self._offsets.append(self._end)
@@ -94,6 +95,12 @@ class TaskRows:
             carry = lines.pop()
             for line in lines:
                 yield orjson.loads(line)
+
+
+def _temp_folder() -> str:
+    """Where the scratch file goes, for a message: never raises (``gettempdir`` does when none is usable)."""
+    chosen = tempfile.tempdir or os.environ.get("TMPDIR")
+    return chosen if chosen else "the system's temp folder (none is usable: TMPDIR unset)"
 
 
 def expired_task(r: list[Any], reason: str, detail: str) -> ExpiredTask:

@@ -21,7 +21,7 @@ from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import check_task_id
 from ..eventlog.reader import StreamScan
 from ..projections.operator import OperatorFold
-from ..projections.status import status_of
+from ..projections.status import OPERATOR_STATES, status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
 from ..viewcache import paused_gc
@@ -228,7 +228,8 @@ def _scan_names(
         try:
             check_task_id(tid)
         except ValueError:
-            scan.incomplete.append(f"tasks/{name} is not named like a task stream; move it out of tasks/")
+            shown = os.fsencode(name).decode("utf-8", "backslashreplace")  # bytes that are not UTF-8, escaped
+            scan.incomplete.append(f"tasks/{shown} is not named like a task stream; move it out of tasks/")
             with contextlib.suppress(OSError):
                 scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
             continue
@@ -284,8 +285,8 @@ def _from_index(
         return False
     if not stat.S_ISREG(st.st_mode) or facts_of(st) != cached[0]:
         return False
-    v = cached[1]
-    if type(v) is not list or len(v) != 8 or type(v[2]) is not int or type(v[6]) is not list or type(v[7]) is not list:
+    v = _gc_entry(cached[1])
+    if v is None:
         return False
     try:
         refs.update(bytes.fromhex(d) for d in v[6])
@@ -295,12 +296,34 @@ def _from_index(
         held.clear()
         return False
     info.head, info.stream, info.events, info.last_ts, state, protected = v[:6]
-    info.state = sys.intern(state) if type(state) is str else None  # a few words, shared by every task
+    info.state = sys.intern(state)  # a few words, shared by every task
     info.size, info.ident = st.st_size, file_ident(st)
     if protected is not None:
         info.rule, info.detail = "protected", str(protected)
     join.keep()
     return True
+
+
+def _gc_entry(v: Any) -> list[Any] | None:
+    """The gc index's value for a stream (as :func:`_scan_one` puts it), every field's type checked; None otherwise.
+
+    ``[head, stream, events, last_ts, state, protected, refs, held]``: text or None, a
+    non-negative count, a timestamp as the scan keeps them (or None), an operator state,
+    the protection's reason (or None), two lists of text. An entry that is not exactly
+    this is never used: the stream is read.
+    """
+    if type(v) is not list or len(v) != 8:
+        return None
+    head, stream, events, last_ts, state, protected, refs, held = v
+    if type(events) is not int or events < 0 or type(refs) is not list or type(held) is not list:
+        return None
+    if not all(x is None or type(x) is str for x in (head, stream, protected)):
+        return None
+    if last_ts is not None and (type(last_ts) is not str or _TS_RE.match(last_ts) is None):
+        return None
+    if type(state) is not str or state not in OPERATOR_STATES:
+        return None
+    return v
 
 
 def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
