@@ -200,7 +200,10 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
         _PENDING_UNITS.pop(task.id, None)
         try:
             if stream.writing and not released:
-                stream.append("lease.released", {"epoch": epoch})
+                try:
+                    stream.append("lease.released", {"epoch": epoch})
+                except IntentlogError:
+                    pass  # a writer whose lock was lost (or whose write failed) writes nothing more; the next lease supersedes
         finally:
             task.close()
 
