@@ -73,6 +73,7 @@ def test_a_checkpoint_that_does_not_describe_its_segment_is_ignored(client: S3Cl
     real = [k for k, _ in client.scan("tasks/t/c")]
     assert client.create("tasks/t/c/000000000003.0.0", b"")  # "segment 3 ends at seq 0, byte 0": a lie
     assert client.create("tasks/t/c/000000000099.99.99999", b"")  # past the tail
+    assert client.create("tasks/t/c/000000000098.0.0", b"")  # past the tail, and below every offset
     assert client.create("tasks/t/c/00000000000\u00b2.1.1", b"")  # not ASCII digits: not a checkpoint
     for offset in range(len(true) + 1):
         assert s.read("t", offset) == true[offset:], offset

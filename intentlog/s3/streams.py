@@ -218,19 +218,19 @@ class ObjectStreams:
             held = self._held.get(name)
         last, pending = held.pending() if held is not None else (None, b"")
         point = self._checkpoint_below(name, offset, last)
-        parts = self._fetch_from(name, point[0] if point else None, last)
-        if point is not None and not _describes(point, parts[0][0], offset):
-            parts = self._fetch_from(name, None, last)  # a hint that lies (forged or stale): read from segment 0
+        parts = self._fetch_from(name, point[0], last) if point is not None else []
+        if point is None or not parts or not _describes(point, parts[0][0], offset):
+            parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+        if not parts:
+            raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
         base = parts[0][0].off  # <= offset: 0, or a checkpointed segment that starts at or before it
         return (b"".join(payload for _, payload in parts) + pending)[offset - base :]
 
     def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[tuple[Segment, bytes]]:
-        """The segments from ``start`` (or 0) up to ``last`` (or the tail), checked (``FileNotFoundError``: none)."""
+        """The segments from ``start`` (or 0) up to ``last`` (or the tail), checked; none listed: ``[]``."""
         numbers = self._segment_numbers(name, start)
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
             numbers = [n for n in numbers if n <= last]
-        if not numbers:
-            raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
         return self._fetch_all(name, numbers)
 
     def _forget(self, name: str, lease: ObjectLease) -> None:
