@@ -190,8 +190,8 @@ def verify_ledger(
     """
     storage = ledger.storage
     if storage is not None:
-        from ..s3 import ObjectStreams
         from ..s3.seals import all_seals
+        from ..s3.streams import ObjectStreams
 
         return verify_storage(  # a handle of its own: what the store holds, never this process's unsynced buffer
             ObjectStreams(storage.client), storage.objects, tasks, where=ledger.location,
