@@ -427,7 +427,7 @@ def _store_seams(root: str) -> Seams | None:
 
 
 def _store_heads(url: str | os.PathLike[str]) -> dict[str, StreamHead]:
-    """The seal in force on the store (``heads/N.json``), or none."""
+    """The furthest head any seal on the store recorded, by task (each ``heads/N.json`` a lower bound), or none."""
     from ..s3 import connect
     from ..s3.seals import stored_heads
 

@@ -11,7 +11,7 @@ from .._args import check_names, check_path
 from ..errors import LedgerError, NotALedger, UsageError
 from ..eventlog.format import check_task_id
 from ..gclog import GC_LOG, GcDeletion, read_gc_deletions
-from ..heads.codec import HEADS_FILE, StreamHead, decode_heads, read_heads_at
+from ..heads.codec import HEADS_FILE, StreamHead, read_heads_at
 from .artifacts import ArtifactChecks
 from .report import ERROR, INFO, SEVERITIES, VerifyReport, abbr
 from .seams import ObjectReads, Seams, StreamReads
@@ -71,6 +71,7 @@ def verify_storage(
     workspace: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
     seal: tuple[str, bytes] | None = None,
+    seals: Sequence[tuple[str, bytes]] | None = None,
 ) -> VerifyReport:
     """The same checks over a ledger kept behind the storage seams (an object store); changes nothing.
 
@@ -79,21 +80,27 @@ def verify_storage(
     objects with ``objects.get`` / ``stat`` / ``list``. The findings are the ones a folder
     holding the same streams and objects gets (``tests/test_s3_verify.py``): what a store
     does not keep -- links, ``intentlog.json``, ``gc.jsonl``, ``quarantine/`` -- is not
-    looked for. ``seal`` is the store's seal in force (where it is, and the bytes of its
-    ``heads.json``: :func:`intentlog.s3.seals.latest_seal`), compared like a folder's;
-    without one the ``heads`` note says a truncated tail cannot be seen. ``where`` is the
-    report's root (the store's URL).
+    looked for. ``seals`` are the store's seals (where each is, and the bytes of its
+    ``heads.json``, in number order: :func:`intentlog.s3.seals.all_seals`): every seal is a
+    lower bound, so each stream is compared like a folder's against the furthest head any
+    seal recorded for it, and seals that contradict each other are a ``heads`` ``ERROR``
+    (:func:`intentlog.s3.seals.combine_seals`). ``seal`` is one seal alone (the same as
+    ``seals=[seal]``). Without either the ``heads`` note says a truncated tail cannot be
+    seen. ``where`` is the report's root (the store's URL).
     """
     tasks = check_names(tasks, "tasks")
+    if seal is not None and seals is not None:
+        raise UsageError("pass seal or seals, not both (seals=[seal] is the same as seal)")
+    found = list(seals) if seals is not None else [seal] if seal is not None else []
     ws = Path(workspace) if workspace is not None else None
     checker = Checker(Path(where), ws, progress, Seams(streams, objects, where))
     heads: dict[str, StreamHead] | None = None
-    if seal is not None:
-        try:
-            heads = decode_heads(seal[1], where=seal[0])
-        except LedgerError as exc:
-            checker.add(ERROR, "heads", str(exc))
-            heads = {}
+    if found:
+        from ..s3.seals import combine_seals  # pure: reads no store
+
+        heads, wrong = combine_seals(found)
+        for message in wrong:
+            checker.add(ERROR, "heads", message)
     return _run(checker, where, where, tasks, heads, {}, None)
 
 
@@ -183,10 +190,11 @@ def verify_ledger(
     """
     storage = ledger.storage
     if storage is not None:
-        from ..s3.seals import latest_seal
+        from ..s3.seals import all_seals
+        from ..s3.streams import ObjectStreams
 
-        return verify_storage(
-            storage.streams, storage.objects, tasks, where=ledger.location, workspace=ledger.workspace,
-            progress=progress, seal=latest_seal(storage.client),
+        return verify_storage(  # a handle of its own: what the store holds, never this process's unsynced buffer
+            ObjectStreams(storage.client), storage.objects, tasks, where=ledger.location,
+            workspace=ledger.workspace, progress=progress, seals=all_seals(storage.client),
         )
     return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)

@@ -48,19 +48,16 @@ def verify_store(url: str, tasks: Sequence[str] | None = None) -> VerifyReport:
     """Verify the ledger at ``url`` through its seams (nothing written, no probe, no local copy)."""
     from ..checker import verify_storage
     from ..s3 import connect
-    from ..s3.seals import latest_seal
+    from ..s3.seals import all_seals
 
     storage = connect(url, write=False)
-    seal = latest_seal(storage.client)
-    return verify_storage(storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seal=seal)
+    seals = all_seals(storage.client)  # every seal is a lower bound, not only the newest
+    return verify_storage(storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seals=seals)
 
 
 def seal_store(url: str) -> tuple[str, bytes]:
-    """Seal the ledger at ``url`` (the store must pass the probe: a seal is a write); where, and the heads' bytes."""
+    """Seal the ledger at ``url`` (the store must pass the probe: a seal is a write); where, and the bytes created."""
     from ..s3 import connect
-    from ..s3.seals import latest_seal, seal_store
+    from ..s3.seals import create_seal
 
-    storage = connect(url, write=True)
-    where = seal_store(storage.client)
-    found = latest_seal(storage.client)
-    return where, found[1] if found is not None else b"{}"
+    return create_seal(connect(url, write=True).client)

@@ -4,10 +4,19 @@ A folder keeps its seal in ``heads.json``, replaced atomically by every ``seal``
 store has no conditional replace worth trusting, so nothing is ever overwritten here:
 :func:`seal_store` creates the next numbered seal object with ``If-None-Match: *`` (two
 sealers racing at one number: the store refuses the second, which takes the next), and
-the seal in force is the highest number (:func:`latest_seal`). Each object holds exactly
+the newest seal is the highest number (:func:`latest_seal`). Each object holds exactly
 the bytes a folder's ``heads.json`` would (:func:`~intentlog.heads.codec.encode_heads`), so
 the checker, ``export`` and a bundle read it with the same codec; older seals stay as
 the record of what was sealed when.
+
+Every seal is a lower bound: a stream only grows, so each stream is checked against the
+furthest head *any* seal recorded for it (:func:`combine_seals`, :func:`stored_heads`),
+never only the newest seal's. Seals that contradict each other -- another stream id for
+a task, or another digest at the same seq -- are reported, never resolved by number.
+:func:`seal_store` lists the seals before it reads the streams and reads them again
+after losing a number to another sealer, so a seal it creates holds heads at least as
+far as every seal numbered before it. Seal numbers are exactly 12 ASCII digits; the last
+one (``999999999999``) refuses to seal again rather than create a seal nothing reads.
 
 The heads are computed through the stream seam: every line of every stream is read and
 checked (:func:`~intentlog.eventlog.remote.events_in`); a stream that is not one clean
@@ -17,6 +26,7 @@ nothing is sealed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from ..errors import CorruptStream, LedgerError
@@ -26,38 +36,104 @@ from ..heads.codec import StreamHead, decode_heads, encode_heads
 from .client import ObjectClient
 from .streams import ObjectStreams
 
-__all__ = ["SEALS", "latest_seal", "seal_store", "stored_heads"]
+__all__ = ["SEALS", "all_seals", "combine_seals", "create_seal", "latest_seal", "seal_store", "stored_heads"]
 
 #: The folder holding the numbered seal objects.
 SEALS: Final = "heads"
 _WIDTH: Final = 12
 _ATTEMPTS: Final = 64
+_LAST: Final = 10**_WIDTH - 1
+_DIGITS: Final = frozenset("0123456789")
 
 
 def _number(key: str) -> int | None:
+    """The seal number a key names: exactly 12 ASCII digits then ``.json``, else None (not a seal)."""
     name = key.rsplit("/", 1)[-1]
     stem = name[: -len(".json")] if name.endswith(".json") else ""
-    return int(stem) if len(stem) == _WIDTH and stem.isdigit() else None
+    return int(stem) if len(stem) == _WIDTH and set(stem) <= _DIGITS else None
+
+
+def _numbers(client: ObjectClient) -> list[int]:
+    return sorted(n for k, _ in client.scan(SEALS) if (n := _number(k)) is not None)
+
+
+def _key(number: int) -> str:
+    return f"{SEALS}/{number:0{_WIDTH}d}.json"
+
+
+def all_seals(client: ObjectClient) -> list[tuple[str, bytes]]:
+    """Every seal on the store, in number order: where each is and its bytes (each a lower bound)."""
+    found = []
+    for n in _numbers(client):
+        data = client.get(_key(n))
+        if data is not None:
+            found.append((client.describe(_key(n)), data))
+    return found
+
+
+def combine_seals(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, StreamHead], list[str]]:
+    """The furthest head any seal recorded for each task, and what is wrong with the seals.
+
+    ``seals`` are ``(where, heads.json bytes)`` in number order. A seal that does not parse,
+    or that contradicts an earlier one (another stream id for a task, or another digest at
+    the same seq), is a problem message; the well-formed seals still count. Of the heads
+    recorded for a task the one with the highest seq is returned (the first recorded on a
+    tie): every seal is a lower bound, none replaces another.
+    """
+    furthest: dict[str, tuple[str, StreamHead]] = {}
+    seen: dict[tuple[str, int], tuple[str, StreamHead]] = {}
+    problems: list[str] = []
+    for where, data in seals:
+        try:
+            heads = decode_heads(data, where=where)
+        except LedgerError as exc:
+            problems.append(str(exc))
+            continue
+        for task, h in heads.items():
+            first = furthest.get(task)
+            same = seen.get((task, h.seq))
+            if first is not None and first[1].stream != h.stream:
+                problems.append(
+                    f"{where} seals task {task!r} as stream {h.stream!r} but {first[0]} sealed it as stream "
+                    f"{first[1].stream!r}: the seals contradict each other; restore the stream and seals from a copy"
+                )
+                continue
+            if same is not None and same[1].head != h.head:
+                problems.append(
+                    f"{where} seals task {task!r} at seq {h.seq} as {h.head} but {same[0]} sealed seq {h.seq} as "
+                    f"{same[1].head}: the seals contradict each other; restore the stream and the seals from a copy"
+                )
+                continue
+            seen.setdefault((task, h.seq), (where, h))
+            if first is None or h.seq > first[1].seq:
+                furthest[task] = (where, h)
+    return {task: h for task, (_, h) in furthest.items()}, problems
 
 
 def latest_seal(client: ObjectClient) -> tuple[str, bytes] | None:
-    """The key and bytes of the seal in force (the highest number), or None when the store was never sealed."""
-    numbers = [n for k, _ in client.scan(SEALS) if (n := _number(k)) is not None]
-    for n in sorted(numbers, reverse=True):
-        key = f"{SEALS}/{n:0{_WIDTH}d}.json"
-        data = client.get(key)
+    """Where the newest seal (the highest number) is and its bytes, or None when the store was never sealed.
+
+    The newest seal is not the bound to check against: :func:`stored_heads` combines them all.
+    """
+    for n in reversed(_numbers(client)):
+        data = client.get(_key(n))
         if data is not None:
-            return client.describe(key), data
+            return client.describe(_key(n)), data
     return None
 
 
 def stored_heads(client: ObjectClient) -> dict[str, StreamHead] | None:
-    """The heads last sealed on the store, by task; None when never sealed (``LedgerError`` when malformed)."""
-    found = latest_seal(client)
-    if found is None:
+    """The furthest head any seal recorded, by task; None when never sealed.
+
+    ``LedgerError`` when a seal is malformed or seals contradict each other (:func:`combine_seals`).
+    """
+    seals = all_seals(client)
+    if not seals:
         return None
-    where, data = found
-    return decode_heads(data, where=where)
+    heads, problems = combine_seals(seals)
+    if problems:
+        raise LedgerError(problems[0])
+    return heads
 
 
 def _head(streams: ObjectStreams, task: str) -> StreamHead:
@@ -74,17 +150,30 @@ def _head(streams: ObjectStreams, task: str) -> StreamHead:
     return StreamHead(stream=stream_id, seq=last.seq, head=last.digest, events=count)
 
 
-def seal_store(client: ObjectClient) -> str:
-    """Seal every stream on the store: create the next ``heads/N.json``; return where it is.
+def create_seal(client: ObjectClient) -> tuple[str, bytes]:
+    """Seal every stream on the store: create the next ``heads/N.json``; where it is and the bytes created.
 
-    Takes no lease: events appended while sealing are simply after the head. Nothing is
-    written when a stream is corrupt (:class:`CorruptStream`).
+    The seals are listed *before* the streams are read, and after losing the number to
+    another sealer both are read again: the seal created holds heads at least as far as
+    every seal numbered before it. Takes no lease: events appended while sealing are
+    simply after the head. Nothing is written when a stream is corrupt
+    (:class:`CorruptStream`) or the last seal number is taken (:class:`LedgerError`).
     """
-    streams = ObjectStreams(client)
-    data = encode_heads({task: _head(streams, task) for task in streams.names()})
+    streams = ObjectStreams(client)  # a handle of its own: stored bytes only, never a writer's buffer
     for _ in range(_ATTEMPTS):
-        numbers = [n for k, _ in client.scan(SEALS) if (n := _number(k)) is not None]
-        key = f"{SEALS}/{max(numbers, default=0) + 1:0{_WIDTH}d}.json"
-        if client.create(key, data):
-            return client.describe(key)
+        number = max(_numbers(client), default=0) + 1
+        if number > _LAST:
+            raise LedgerError(
+                f"{client.describe(_key(_LAST))} exists: seal numbers are {_WIDTH} digits and the last is taken, so "
+                "nothing was sealed; a seal there was not numbered by 'intentlog seal' -- copy the ledger to a "
+                "new prefix (merge) and seal it there"
+            )
+        data = encode_heads({task: _head(streams, task) for task in streams.names()})
+        if client.create(_key(number), data):
+            return client.describe(_key(number)), data
     raise LedgerError(f"{client.describe(SEALS)}: {_ATTEMPTS} other seals were created meanwhile; seal again")
+
+
+def seal_store(client: ObjectClient) -> str:
+    """Seal every stream on the store (:func:`create_seal`); return where the new seal is."""
+    return create_seal(client)[0]

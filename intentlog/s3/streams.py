@@ -21,6 +21,11 @@ Finding the tail is cheap: every :data:`CHECKPOINT_EVERY` segments a checkpoint 
 without a get), and the tail is found by listing segments from the last checkpoint (two
 lists and one get). Reads list from the checkpoint nearest below the offset and get the
 segments after it, checking each header continues the one before (seq, offset, epoch).
+A checkpoint is only a hint: one whose segment's header does not say what its name says
+is ignored (the read starts at segment 0; a tail past the last segment is found by
+listing from 0). An object under ``s/`` whose name is not 12 ASCII digits, a ``lease`` or
+``release`` segment carrying records, and a ``create`` segment anywhere but at number 0
+are :class:`~intentlog.errors.CorruptStream`.
 
 Guarantees: those of the seam. An append is durable when the store acknowledged its put; a
 put whose answer was lost and retried is recognised (the stored bytes are this writer's own
@@ -51,6 +56,7 @@ CHECKPOINT_EVERY = 64
 _WIDTH = 12
 _POLL = 0.05
 _READERS = 8
+_DIGITS = frozenset("0123456789")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +102,16 @@ def _decode(where: str, seg: int, body: bytes) -> tuple[Segment, bytes]:
     ok = kind in ("create", "lease", "data", "release") and number == seg and payload.count(b"\n") == n
     if not ok or (payload and not payload.endswith(b"\n")):
         raise CorruptStream(where, 1, f"the segment header does not describe segment {seg} and its records")
+    if (kind == "create") != (seg == 0):
+        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment: a stream is created at segment 0 only")
+    if kind in ("lease", "release") and payload:
+        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment carrying records: only data segments do")
     return Segment(kind, seg, seq, off, epoch, holder, n, len(payload)), payload
+
+
+def _is_number(text: str) -> bool:
+    """Exactly 12 ASCII digits: a segment number as this module writes it."""
+    return len(text) == _WIDTH and set(text) <= _DIGITS
 
 
 def _checked(records: Sequence[bytes]) -> list[bytes]:
@@ -107,6 +122,11 @@ def _checked(records: Sequence[bytes]) -> list[bytes]:
         if len(r) >= MAX_LINE:
             raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
     return list(records)
+
+
+def _describes(point: tuple[int, int, int], first: Segment, offset: int) -> bool:
+    """Whether checkpoint ``point`` (segment, seq and offset after it) is true of ``first``, the segment it names."""
+    return (first.seg, first.end_seq, first.end_off) == point and first.off <= offset
 
 
 def _segment_key(name: str, seg: int) -> str:
@@ -197,15 +217,21 @@ class ObjectStreams:
         with self._held_mutex:
             held = self._held.get(name)
         last, pending = held.pending() if held is not None else (None, b"")
-        start = self._checkpoint_below(name, offset, last)
+        point = self._checkpoint_below(name, offset, last)
+        parts = self._fetch_from(name, point[0], last) if point is not None else []
+        if point is None or not parts or not _describes(point, parts[0][0], offset):
+            parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+        if not parts:
+            raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
+        base = parts[0][0].off  # <= offset: 0, or a checkpointed segment that starts at or before it
+        return (b"".join(payload for _, payload in parts) + pending)[offset - base :]
+
+    def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[tuple[Segment, bytes]]:
+        """The segments from ``start`` (or 0) up to ``last`` (or the tail), checked; none listed: ``[]``."""
         numbers = self._segment_numbers(name, start)
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
             numbers = [n for n in numbers if n <= last]
-        if not numbers:
-            raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
-        parts = self._fetch_all(name, numbers)
-        base = parts[0][0].off  # <= offset: the checkpoint chosen ends at or before it
-        return (b"".join(payload for _, payload in parts) + pending)[offset - base :]
+        return self._fetch_all(name, numbers)
 
     def _forget(self, name: str, lease: ObjectLease) -> None:
         """``lease`` no longer holds ``name`` through this handle (released or lost)."""
@@ -224,14 +250,17 @@ class ObjectStreams:
     def tail(self, name: str) -> Segment:
         """The stream's last segment (``FileNotFoundError`` if the stream does not exist)."""
         start = self._last_checkpoint(name)
-        last: str | None = None
-        for key, _ in self.client.scan(f"tasks/{name}/s", _segment_key(name, start) if start else None):
-            last = key
+        last = self._last_listed(name, start)
+        if last is None and start is not None:  # nothing from the checkpoint on: it is past the tail (a lie)
+            last = self._last_listed(name, None)
         if last is None:
-            if start is None:
-                raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
-            last = _segment_key(name, start)
-        return self.segment(name, int(last.rsplit("/", 1)[1]))[0]
+            raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
+        return self.segment(name, last)[0]
+
+    def _last_listed(self, name: str, start: int | None) -> int | None:
+        """The last segment number listed from ``start`` (included) or from 0; None when none is."""
+        numbers = self._segment_numbers(name, start)
+        return numbers[-1] if numbers else None
 
     def segment(self, name: str, seg: int) -> tuple[Segment, bytes]:
         """Segment ``seg``'s header and records (``CorruptStream`` when it is missing or unreadable)."""
@@ -242,10 +271,11 @@ class ObjectStreams:
         return _decode(self.client.describe(key), seg, body)
 
     def _checkpoints(self, name: str) -> list[tuple[int, int, int]]:
+        """The checkpoints named ``SEGNO.SEQ.OFFSET`` in ASCII digits (others are not checkpoints: ignored)."""
         found = []
         for key, _ in self.client.scan(f"tasks/{name}/c"):
             parts = key.rsplit("/", 1)[1].split(".")
-            if len(parts) == 3 and all(p.isdigit() for p in parts):
+            if len(parts) == 3 and _is_number(parts[0]) and all(p and set(p) <= _DIGITS for p in parts[1:]):
                 found.append((int(parts[0]), int(parts[1]), int(parts[2])))
         return sorted(found)
 
@@ -253,8 +283,8 @@ class ObjectStreams:
         points = self._checkpoints(name)
         return points[-1][0] if points else None
 
-    def _checkpoint_below(self, name: str, offset: int, upto: int | None = None) -> int | None:
-        below = [seg for seg, _, off in self._checkpoints(name) if off <= offset and (upto is None or seg <= upto)]
+    def _checkpoint_below(self, name: str, offset: int, upto: int | None = None) -> tuple[int, int, int] | None:
+        below = [p for p in self._checkpoints(name) if p[2] <= offset and (upto is None or p[0] <= upto)]
         return below[-1] if below else None
 
     def checkpoint_after(self, name: str, seg: Segment) -> None:
@@ -269,7 +299,16 @@ class ObjectStreams:
     def _segment_numbers(self, name: str, start: int | None) -> list[int]:
         """Segment numbers from ``start`` (the checkpointed one, included) or from 0, in order."""
         after = _segment_key(name, start - 1) if start else None
-        return [int(k.rsplit("/", 1)[1]) for k, _ in self.client.scan(f"tasks/{name}/s", after)]
+        numbers = []
+        for key, _ in self.client.scan(f"tasks/{name}/s", after):
+            text = key.rsplit("/", 1)[1]
+            if not _is_number(text):
+                raise CorruptStream(
+                    self.client.describe(key), 1, f"not a segment: {text!r} is not a {_WIDTH}-digit segment number; "
+                    "remove the stray object (the store's own tools) or restore the stream from a copy"
+                )
+            numbers.append(int(text))
+        return numbers
 
     def _fetch_all(self, name: str, numbers: list[int]) -> list[tuple[Segment, bytes]]:
         """The segments, fetched in parallel, each checked to continue the one before."""
