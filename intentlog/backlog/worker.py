@@ -203,7 +203,7 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
                 try:
                     stream.append("lease.released", {"epoch": epoch})
                 except IntentlogError:
-                    pass  # a writer whose lock was lost (or whose write failed) writes nothing more; the next lease supersedes
+                    pass  # a writer whose lock was lost (or whose write failed) writes nothing more
         finally:
             task.close()
 
