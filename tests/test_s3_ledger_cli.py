@@ -108,7 +108,7 @@ def test_a_damaged_segment_fails_verify(store: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["gc"], ["repair", TASK], ["report", "--out", "r.html"], ["fork", "t2", "--from", TASK]]
+    "command", [["gc"], ["repair", TASK], ["report", "--out", "r.html"], ["fork", "t2", "--from", TASK], ["keep", TASK]]
 )
 def test_commands_not_on_the_store_yet_are_refused_writing_nothing(store: str, command: list[str]) -> None:
     before = keys(store)
@@ -116,3 +116,32 @@ def test_commands_not_on_the_store_yet_are_refused_writing_nothing(store: str, c
     assert code == 2, out
     assert "does not run on an object-store ledger" in out and f"merge {store} DIR" in out
     assert keys(store) == before and os.listdir(".") == []
+
+
+def test_the_operators_decisions_run_on_the_store(store: str) -> None:
+    """reconcile and accept on an s3:// root: appended through the stream's lease, read back by a fresh process."""
+
+    def boom(_: object) -> bytes:
+        raise TimeoutError("read timed out")
+
+    with intentlog.open(store) as ledger, pytest.raises(intentlog.EffectUnknown):
+        ledger.task("u").effect("k1", {"q": 1}, send=boom)
+    with intentlog.open(store, create=False) as ledger:
+        ws = ledger.task("u").work_state()
+        call = ws.keys["k1"]
+        assert ws.calls[call].stage == "effect_unknown"
+    before = keys(store)
+    code, out = run("--root", store, "reconcile", "u", call, "--not-served", "--dry-run")
+    assert code == 2 and "--dry-run does not run on an object-store ledger" in out, out
+    assert keys(store) == before and os.listdir(".") == []  # refused: nothing read or written
+    code, out = run("--root", store, "reconcile", "u", call, "--not-served", "--json")
+    assert code == 0, out
+    with intentlog.open(store, create=False) as ledger:
+        ws = ledger.task("u").work_state()
+        assert ws.calls[call].stage == "reconciled_not_served"
+    code, out = run("--root", store, "accept", TASK, "--json")
+    assert code == 0, out
+    with intentlog.open(store, create=False) as ledger:
+        assert [e.kind for e in ledger.task(TASK).events()][-1] == "task.accepted"
+    code, out = run("--root", store, "verify")
+    assert code == 0, out

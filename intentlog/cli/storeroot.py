@@ -5,8 +5,10 @@ the seams: :func:`~intentlog.checker.verify_storage`), ``export`` (a local bundl
 store read through the seams), ``seal`` (the next ``heads/N.json``, created only if
 absent: :mod:`intentlog.s3.seals`) and ``init`` (which runs the store's
 fencing probe), ``run`` (a backlog on the store: its leases are the streams' lease
-epochs, :mod:`intentlog.backlog.leases`) and ``backlog`` (its view) read and write
-through the storage seams. Every other command is refused
+epochs, :mod:`intentlog.backlog.leases`) and ``backlog`` (its view), and the operator's
+decisions (``accept``, ``approve``, ``reject``, ``reconcile``, ``fail``, ``unblock``: each
+an append through the stream's lease, fenced by the store like every append) read and
+write through the storage seams. Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
 folder and run the command there.
 """
@@ -28,6 +30,7 @@ __all__ = ["ON_STORE", "check_on_store", "seal_store", "verify_store"]
 #: The commands that run on an object-store ledger.
 ON_STORE: Final = frozenset(
     {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge", "run", "backlog"}
+    | {"accept", "approve", "reject", "reconcile", "fail", "unblock"}  # appends through the stream's lease
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 import orjson
 
-from ..errors import IntentlogError, UnknownCall
+from ..errors import IntentlogError, UnknownCall, UsageError
 from ..eventlog.format import Event
 from ..fork import default_fork_id
 from ..ledger import Ledger, open_ledger
@@ -52,6 +52,11 @@ def _writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: bool
         with ledger:
             yield ledger
         return
+    if c.url is not None:
+        raise UsageError(
+            f"--dry-run does not run on an object-store ledger ({c.url}) yet; nothing was read or written: "
+            f"copy the ledger to a folder (merge {c.url} DIR) and dry-run there"
+        )
     tmp = Path(tempfile.mkdtemp(prefix="intentlog-dry-run."))
     try:
         copy = open_ledger(tmp / "ledger", create=True)
