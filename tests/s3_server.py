@@ -54,6 +54,14 @@ def fresh_location() -> S3Location:
     return S3Location(BUCKET, f"t-{secrets.token_hex(6)}")
 
 
+def ledger_url(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh ``s3://BUCKET/PREFIX`` on the run's server, the AWS variables of this test pointing at it."""
+    for k, v in seaweed().env().items():
+        monkeypatch.setenv(k, v)
+    loc = fresh_location()
+    return f"s3://{loc.bucket}/{loc.prefix}"
+
+
 def fresh_client(location: S3Location | None = None) -> S3Client:
     """A client on the run's server, under ``location`` (a fresh prefix by default)."""
     server = seaweed()

@@ -30,11 +30,7 @@ from intentlog.s3 import ObjectArtifacts, S3Client, parse_s3_url
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """A store ledger written through the library (one segment per sync), two tasks, inline and object responses."""
-    server = s3_server.seaweed()
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    url = f"s3://{loc.bucket}/{loc.prefix}"
+    url = s3_server.ledger_url(monkeypatch)
     provider = SyntheticProvider(tmp_path / "receipts.jsonl")
     with intentlog.open(url) as ledger:
         for name in ("alpha", "beta"):

@@ -31,11 +31,7 @@ TESTS = Path(__file__).parent
 
 @pytest.fixture
 def url(monkeypatch: pytest.MonkeyPatch) -> str:
-    server = s3_server.seaweed()
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    return f"s3://{loc.bucket}/{loc.prefix}"
+    return s3_server.ledger_url(monkeypatch)
 
 
 def segments(url: str, task: str) -> list[str]:

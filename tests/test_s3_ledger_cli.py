@@ -24,11 +24,7 @@ from intentlog.s3 import S3Client, parse_s3_url
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """An ``s3://`` ledger holding one completed effect and a note; the cwd an empty folder."""
-    server = s3_server.seaweed()
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    url = f"s3://{loc.bucket}/{loc.prefix}"
+    url = s3_server.ledger_url(monkeypatch)
     with intentlog.open(url) as ledger:
         t = ledger.task(TASK)
         t.append("note", {"n": 1})

@@ -28,11 +28,7 @@ from intentlog.s3.seals import latest_seal, seal_store, stored_heads
 
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    server = s3_server.seaweed()
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    url = f"s3://{loc.bucket}/{loc.prefix}"
+    url = s3_server.ledger_url(monkeypatch)
     with intentlog.open(url) as ledger:
         for name in ("alpha", "beta"):
             for n in range(4):

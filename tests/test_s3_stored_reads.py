@@ -22,11 +22,7 @@ from intentlog.s3 import ObjectArtifacts, ObjectStreams, S3Client, Segment, conn
 
 @pytest.fixture
 def url(monkeypatch: pytest.MonkeyPatch) -> str:
-    server = s3_server.seaweed()
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    return f"s3://{loc.bucket}/{loc.prefix}"
+    return s3_server.ledger_url(monkeypatch)
 
 
 @pytest.fixture

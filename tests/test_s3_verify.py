@@ -30,11 +30,7 @@ TASKS = ("alpha", "beta")
 
 @pytest.fixture
 def url(monkeypatch: pytest.MonkeyPatch) -> str:
-    server = s3_server.seaweed()
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    return f"s3://{loc.bucket}/{loc.prefix}"
+    return s3_server.ledger_url(monkeypatch)
 
 
 def build(folder: Path, url: str, receipts: Path) -> None:
