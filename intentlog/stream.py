@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -142,6 +143,7 @@ class TaskStream:
         self.wait = 0.0
         #: taken around every check-then-append by threads sharing the handle (re-entrant)
         self.mutex = threading.RLock()
+        _HANDLES.add(self)
         self._writer: StreamWriter | None = None
         self._fold: WorkStateFold | None = None
         self._running: set[str] = set()
@@ -304,3 +306,17 @@ class TaskStream:
         if self.remote is not None:
             return None  # a lease on a store names no pid
         return lock_holder(self.path.with_name(self.path.name + ".lock"))
+
+
+#: every live handle, so that a forked child can renew their mutexes (see below)
+_HANDLES: weakref.WeakSet[TaskStream] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A handle's mutex held by another thread at fork time (an append syncing) stays held forever in the child."""
+    for h in list(_HANDLES):
+        h.mutex = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
