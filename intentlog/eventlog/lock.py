@@ -33,6 +33,7 @@ class WriterLock:
         self.task_id = task_id
         self._fd: int | None = None
         self._pid = 0
+        self._ident: tuple[int, int] = (-1, -1)  # (device, inode) of the file locked
 
     @property
     def held(self) -> bool:
@@ -73,7 +74,8 @@ class WriterLock:
         except BaseException:
             os.close(fd)
             raise
-        self._fd, self._pid = fd, os.getpid()
+        st = os.fstat(fd)
+        self._fd, self._pid, self._ident = fd, os.getpid(), (st.st_dev, st.st_ino)
 
     def _flock(self, fd: int, wait: float) -> None:
         deadline = time.monotonic() + wait
@@ -107,16 +109,14 @@ class WriterLock:
         file. A writer asks before each sync, so it never makes a record durable -- and so
         never reaches a send -- on a lock that no longer excludes.
         """
-        fd = self._fd
-        if fd is None:
+        if self._fd is None:
             return False
         try:
-            mine = os.fstat(fd)
             name = self.path.name if dir_fd is not None else self.path
             now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except OSError:
             return False
-        return (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino)
+        return (now.st_dev, now.st_ino) == self._ident  # an inode held open is never reused
 
     def abandon(self) -> None:
         """Close this process's descriptor without unlocking (a forked child's inherited copy)."""
