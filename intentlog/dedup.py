@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 from .errors import UsageError
+from .eventlog.format import parse_utc
 
 __all__ = ["DEFAULT_MARGIN_FLOOR", "DEFAULT_MARGIN_SHARE", "ProviderDedup", "age_of", "clock", "parse_ts", "within"]
 
@@ -125,7 +126,7 @@ def clock() -> float:
 def parse_ts(ts: str) -> float | None:
     """Seconds since the epoch of a recorded ``ts`` (``2026-11-30T02:04:05.123456Z``), None when unreadable."""
     try:
-        when = _dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
+        when = parse_utc(ts)
     except (TypeError, ValueError):
         return None
     return when.timestamp()

@@ -30,7 +30,6 @@ items writes no file (a read of a small backlog writes nothing).
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import stat as _stat
 from collections.abc import Callable, Iterable, Mapping
@@ -41,10 +40,8 @@ from typing import Any, Final, TypeVar
 import orjson
 
 from .._nofollow import check_real_dir
-from ..eventlog.format import Event
-from ..projections.operator import OperatorFold
-from ..projections.status import status_of
-from ..projections.workstate import WorkStateFold
+from ..eventlog.format import Event, parse_utc
+from ..projections.status import task_status
 from ..viewstore import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
 
@@ -83,27 +80,17 @@ class ItemTask:
     reservations: tuple[tuple[float, dict[str, float]], ...]
 
 
-def _unix(ts: str) -> float:
-    return _dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc).timestamp()
-
-
 def fold_item(task_id: str, events: Iterable[Event]) -> ItemTask:
     """An item task's :class:`ItemTask` from its events (pure)."""
     evs = list(events)
-    ws_fold = WorkStateFold(task_id)
-    ops = OperatorFold()
-    for ev in evs:
-        ws_fold.apply(ev)
-        ops.apply(ev)
-    ws = ws_fold.result()
-    st = status_of(task_id, ws, ops.result(ws))
+    st = task_status(evs, task_id=task_id)
     res = _reserved_in(evs)
     return ItemTask(TaskSummary(st.state, st.reason, st.next_step, st.next_operation), task_extras(evs), res)
 
 
 def _reserved_in(events: Iterable[Event]) -> Reservations:
     return tuple(
-        (_unix(ev.ts), {str(k): float(v) for k, v in dict(ev.data.get("units", {})).items()})
+        (parse_utc(ev.ts).timestamp(), {str(k): float(v) for k, v in dict(ev.data.get("units", {})).items()})
         for ev in events
         if ev.kind == "quota.reserved"
     )

@@ -7,6 +7,7 @@ so an edit, deletion, reordering or splice breaks the chain and is visible offli
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import time
@@ -32,6 +33,7 @@ __all__ = [
     "is_reserved",
     "new_stream_id",
     "parse_line",
+    "parse_utc",
     "utc_now",
 ]
 
@@ -90,6 +92,15 @@ def utc_now() -> str:
         cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
         cache[0] = secs
     return f"{cache[1]}.{rem // 1000:06d}Z"
+
+
+#: how ``ts`` is written (:func:`utc_now`) and read back (:func:`parse_utc`)
+TS_FORMAT: Final = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def parse_utc(ts: str) -> _dt.datetime:
+    """A recorded ``ts`` as an aware UTC datetime; ``ValueError`` (``TypeError``: not a str) when it is not one."""
+    return _dt.datetime.strptime(ts, TS_FORMAT).replace(tzinfo=_dt.timezone.utc)
 
 
 def new_stream_id() -> str:

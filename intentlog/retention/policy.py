@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
 from ..errors import UsageError
+from ..eventlog.format import TS_FORMAT, parse_utc
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -27,7 +28,6 @@ KEEP_FORMAT: Final = "intentlog-keep/1"
 PLAN_VERSION: Final = "intentlog-gc-plan/1"
 CONFIG_KEY: Final = "retention"
 
-_TS_FORMAT: Final = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 # -- durations and sizes ---------------------------------------------------------------
@@ -225,11 +225,11 @@ def utcnow() -> _dt.datetime:
 
 
 def format_ts(when: _dt.datetime) -> str:
-    return when.astimezone(_dt.timezone.utc).strftime(_TS_FORMAT)
+    return when.astimezone(_dt.timezone.utc).strftime(TS_FORMAT)
 
 
 def parse_ts(text: str) -> _dt.datetime:
-    return _dt.datetime.strptime(text, _TS_FORMAT).replace(tzinfo=_dt.timezone.utc)
+    return parse_utc(text)
 
 
 def check_now(now: _dt.datetime | None) -> _dt.datetime:
