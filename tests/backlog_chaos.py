@@ -7,6 +7,12 @@ on the object store.
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from backlog_steps import read_receipts, response_for
@@ -93,3 +99,39 @@ def check_record(ledger: intentlog.Ledger, backlog: str, receipts: Path, items: 
     for row in view.items:
         res = [e for e in ledger.task(row.task).events() if e.kind == "item.returned"]
         assert len(res) == 1 and res[0].data["result"] == {"served": [f"{row.item}:{j}" for j in range(effects)]}
+
+
+def kill_at_random(
+    sup: subprocess.Popen[bytes],
+    rng: random.Random,
+    victims: Callable[[], list[int]],
+    did: dict[str, int],
+    stopped: list[int],
+    *,
+    seconds: float,
+    pause: tuple[float, float],
+    odds: tuple[float, float, float],
+) -> None:
+    """Until the supervisor ends or ``seconds`` pass, after each pause roll once (``odds`` are cumulative):
+    SIGKILL the supervisor (and stop), SIGKILL one of ``victims()``, or SIGSTOP one (once, into ``stopped``).
+
+    Counts go to ``did``; the caller kills what is left and continues ``stopped`` afterwards.
+    """
+    p_sup, p_kill, p_stop = odds
+    deadline = time.monotonic() + seconds
+    while sup.poll() is None and time.monotonic() < deadline:
+        time.sleep(rng.uniform(*pause))
+        pids = victims()
+        roll = rng.random()
+        if roll < p_sup:
+            sup.kill()
+            did["sup_kill"] += 1
+            return
+        if pids and roll < p_kill:
+            os.kill(rng.choice(pids), signal.SIGKILL)
+            did["worker_kill"] += 1
+        elif pids and roll < p_stop and not stopped:
+            pid = rng.choice(pids)
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+            did["worker_stop"] += 1

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from backlog_chaos import kill_at_random
 from backlog_steps import read_receipts, response_for
 
 import intentlog
@@ -104,24 +105,10 @@ def _chaos_round(root: Path, env: dict[str, str], rng: random.Random) -> dict[st
     did = {"sup_kill": 0, "worker_kill": 0, "worker_stop": 0}
     sup = subprocess.Popen(_run_args(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stopped: list[int] = []
-    deadline = time.monotonic() + 6.0
     try:
-        while sup.poll() is None and time.monotonic() < deadline:
-            time.sleep(rng.uniform(0.1, 0.5))
-            kids = _children(sup.pid)
-            roll = rng.random()
-            if roll < 0.15:
-                sup.kill()
-                did["sup_kill"] += 1
-                break
-            if kids and roll < 0.45:
-                os.kill(rng.choice(kids), signal.SIGKILL)
-                did["worker_kill"] += 1
-            elif kids and roll < 0.6 and not stopped:
-                pid = rng.choice(kids)
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-                did["worker_stop"] += 1
+        kill_at_random(
+            sup, rng, lambda: _children(sup.pid), did, stopped, seconds=6.0, pause=(0.1, 0.5), odds=(0.15, 0.45, 0.6)
+        )
     finally:
         if sup.poll() is None:
             sup.kill()

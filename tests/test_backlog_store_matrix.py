@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import s3_server
-from backlog_chaos import check_record, receipt_counts, running_holders, settle
+from backlog_chaos import check_record, kill_at_random, receipt_counts, running_holders, settle
 
 import intentlog
 
@@ -74,26 +74,14 @@ def _chaos_round(url: str, env: dict[str, str], rng: random.Random, ledger: inte
     sup = subprocess.Popen(_run_args(url), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen: set[int] = set()
     stopped: list[int] = []
-    deadline = time.monotonic() + 8.0
+
+    def holders() -> list[int]:
+        family = set(_descendants(sup.pid))
+        seen.update(family)
+        return [p for p in running_holders(ledger, "crash", NAMES) if p in family]
+
     try:
-        while sup.poll() is None and time.monotonic() < deadline:
-            time.sleep(rng.uniform(0.3, 0.9))
-            family = set(_descendants(sup.pid))
-            seen |= family
-            holders = [p for p in running_holders(ledger, "crash", NAMES) if p in family]
-            roll = rng.random()
-            if roll < 0.12:
-                sup.kill()
-                did["sup_kill"] += 1
-                break
-            if holders and roll < 0.55:
-                os.kill(rng.choice(holders), signal.SIGKILL)
-                did["worker_kill"] += 1
-            elif holders and roll < 0.7 and not stopped:
-                pid = rng.choice(holders)
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-                did["worker_stop"] += 1
+        kill_at_random(sup, rng, holders, did, stopped, seconds=8.0, pause=(0.3, 0.9), odds=(0.12, 0.55, 0.7))
     finally:
         if sup.poll() is None:
             sup.kill()
