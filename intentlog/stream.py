@@ -218,20 +218,30 @@ class TaskStream:
         return self._fold
 
     def append(
-        self, kind: str, data: Mapping[str, Any], *, expected_seq: int | None = None, sync: bool = False
+        self,
+        kind: str,
+        data: Mapping[str, Any],
+        *,
+        expected_seq: int | None = None,
+        sync: bool = False,
+        defer: bool = False,
     ) -> Event:
         """The privileged append: any kind, the protocol's own included; durable on return (outside a batch).
 
         Data that is not exact JSON is refused before the lock or the disk is touched
         (:class:`~intentlog.errors.NotSerializable`). ``sync=True`` syncs even inside a
-        batch. The live fold sees the event before this returns.
+        batch; ``defer=True`` leaves the sync to the writer's next one (see
+        :meth:`StreamWriter.append <intentlog.eventlog.writer.StreamWriter.append>`). The
+        live fold sees the event before this returns.
         """
+        if sync and defer:
+            raise ValueError("an append is synced now (sync=True) or left to the next sync (defer=True), not both")
         data_json = encode_data(data)
         if self.before_append is not None:
             self.before_append(kind, data)
         with self.mutex:  # a close from another thread waits: it cannot end the writer between opening and append
             w = self.open_writer()
-            return w.append(kind, dict(data), expected_seq=expected_seq, sync=sync, data_json=data_json)
+            return w.append(kind, dict(data), expected_seq=expected_seq, sync=sync, defer=defer, data_json=data_json)
 
     @contextmanager
     def batch(self) -> Iterator[TaskStream]:

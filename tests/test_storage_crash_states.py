@@ -318,6 +318,53 @@ def test_an_effect(tmp_path: Path) -> None:
     _clean(_explore(rec, "effect", _check(_rerun)))
 
 
+class _NoQuota:
+    """A worker's connection in a run with no quota: nothing is asked, nothing is told."""
+
+    def poll(self) -> bool:
+        return False
+
+    def send(self, msg: Any) -> None:  # pragma: no cover - nothing is asked without a quota
+        raise AssertionError(f"asked {msg!r}")
+
+
+def _lease_before_attempt(root: Path) -> list[str]:
+    """``lease.acquired`` is written deferred: it may be lost only with everything after it."""
+    kinds = [e.kind for e in _events(root, "t")]
+    if "attempt.started" in kinds and "lease.acquired" not in kinds[: kinds.index("attempt.started")]:
+        return ["an attempt.started survived without the lease.acquired written before it"]
+    return []
+
+
+def test_a_backlog_item(tmp_path: Path) -> None:
+    """A new item's run: its stream created, the lease record deferred to the attempt's sync, the result."""
+    from intentlog.backlog.worker import run_item
+
+    root = tmp_path / "l"
+    _ledger(root).close()
+
+    def run(rec: Recorder) -> None:
+        led = intentlog.open(root)
+
+        def step(task: intentlog.Task, payload: Any) -> Any:
+            def send(req: Any) -> bytes:
+                rec.mark("receipt", key=KEY)
+                return RESPONSE
+
+            return task.effect(KEY, REQUEST, send, interpret=orjson.loads)["answer"][:3]
+
+        answer = run_item(led.task("t"), _NoQuota(), "x", "nb", {}, step, asks=False)  # type: ignore[arg-type]
+        assert answer == ("done", "x", "xxx"), answer
+        for e in led.task("t").events():
+            if e.kind in ("attempt.started", "call.completed", "item.returned", "lease.released"):
+                _ack(rec, "t", e)
+        led.close()
+
+    rec = _record(root, run)
+    assert any(m.kind == "receipt" for m in rec.marks)
+    _clean(_explore(rec, "backlog item", _check(_lease_before_attempt, _rerun)))
+
+
 # -- the other paths, sampled ----------------------------------------------------------------
 
 

@@ -227,7 +227,7 @@ class _DaskSlot:
                 msg = self.child.recv()
                 if msg[0] == "quit":
                     return
-                _, item, task_id, backlog, payload = msg
+                _, item, task_id, backlog, payload = msg[:5]  # a Dask task always asks for its grants
                 self.child.send(self.carry(item, task_id, backlog, payload))
         except (EOFError, OSError):
             return

@@ -69,6 +69,7 @@ class _Worker:
     progress: float = 0.0  # monotonic: when it last grew (or a quota wait ended)
     waiting: tuple[str, dict[str, float]] | None = None  # a reservation not granted yet
     task: Task | None = None  # the item's task (read only: its stream's growth is its progress)
+    asks: bool = True  # whether the item's worker asks for a grant before each attempt (else: told "stop")
 
 
 @dataclass
@@ -311,7 +312,28 @@ class Supervisor:
             w.item, w.since, w.progress = rec.item, time.monotonic(), time.monotonic()
             w.task = t
             w.size = leases.progress(t)
-            w.conn.send(("item", rec.item, rec.task, self.backlog.name, rec.payload))
+            w.asks = self.asks()
+            w.conn.send(("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
+
+    def asks(self) -> bool:
+        """Whether a worker must ask for a grant before each attempt.
+
+        With no quota every grant would be a yes until the run stops, so a local worker is
+        not asked to wait for one: it reserves its units in its task as ever, and the
+        supervisor sends it "stop" once, unasked, when the run stops taking attempts (the
+        worker looks for it before each attempt). Other engines relay the asking form.
+        """
+        return bool(self.quotas) or getattr(self.engine, "name", None) != "local"
+
+    def tell_stop(self) -> None:
+        """Send "stop" to every worker running an item that does not ask: it starts no attempt after it reads it."""
+        for w in self.pool:
+            if w.item is not None and not w.asks:
+                try:
+                    w.conn.send(("stop",))
+                except OSError:
+                    pass  # a worker that is gone starts nothing
+                w.asks = True  # told once
 
     def watch_foreign(self, rec: ItemRecord, t: Task) -> None:
         """A lock held by a process that is not ours: taken only after it stalls and is ended (pid + start time)."""
@@ -500,6 +522,7 @@ class Supervisor:
         deadline = time.monotonic() + (self.grace if self.stopping is not None else 5.0)
         if self.stopping is None:
             self.stopping = why  # a worker asking for a grant from here on is told to stop
+        self.tell_stop()
         while any(w.item for w in self.pool) and time.monotonic() < deadline:
             ready = wait([w.conn for w in self.pool if w.item], timeout=self.poll)
             for w in list(self.pool):

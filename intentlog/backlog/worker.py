@@ -62,8 +62,8 @@ def units(task: Task, **amounts: float) -> None:
 class _Guard:
     """Installed as the item stream's ``before_append`` for one lease."""
 
-    def __init__(self, task: Task, conn: Connection, epoch: int, item: str) -> None:
-        self.task, self.conn, self.epoch, self.item = task, conn, epoch, item
+    def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
+        self.task, self.conn, self.epoch, self.item, self.asks = task, conn, epoch, item, asks
         self.inside = False
         self.locked: tuple[int, int] | None = None  # (dev, inode) of the lock file the kernel says we hold
 
@@ -72,8 +72,11 @@ class _Guard:
             return
         self.check_lease()
         want = {CALLS: 1.0, **_PENDING_UNITS.pop(self.task.id, {})}
-        self.conn.send(("reserve", self.item, want))
-        answer = self.conn.recv()
+        if self.asks:
+            self.conn.send(("reserve", self.item, want))
+            answer = self.conn.recv()
+        else:  # no quota: the supervisor's only word is "stop", sent unasked once the run stops
+            answer = self.conn.recv() if self.conn.poll() else ("grant",)
         if answer[0] == "stop":
             raise Stopping(f"item {self.item!r}: the runner is stopping; the attempt did not start")
         if answer[0] == "exhausted":
@@ -146,18 +149,23 @@ def _blocked(task: Task, item: str) -> tuple[Any, ...] | None:
     return None if held is None else ("blocked", item, held[0], held[1], held[2])
 
 
-def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step) -> tuple[Any, ...]:
+def run_item(
+    task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step, *, asks: bool = True
+) -> tuple[Any, ...]:
     """Lease, resume or block, run the step, record its result; the message for the supervisor.
 
     The task's stream is read once before the step (the lease's epoch, whether it needs a
     person, whether it already returned) and once after it (whether it awaits acceptance).
+    With ``asks`` every attempt waits for the supervisor's grant; without, it only looks
+    for a "stop" the supervisor sent unasked (a run with no quota).
     """
     stream = task.stream
     try:
-        stream.open_writer()
+        writer = stream.open_writer()
     except TaskBusy as exc:
         return ("busy", item, str(exc))
-    evs = list(task.events())
+    # a stream holding its creation record alone (a new item) has nothing more to read
+    evs = list(task.events()) if writer.next_seq > 1 else []
     epoch = 1 + max((int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0)
     me = os.getpid()
     host, started, boot = _ident()
@@ -165,9 +173,11 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
         "epoch": epoch, "pid": me, "host": host, "start_time": started, "boot_id": boot,
         "backlog": backlog, "item": item,
     }  # fmt: skip
-    stream.append("lease.acquired", lease, expected_seq=stream.next_seq)
+    # made durable with the next durable record (an attempt's start, or the result): until
+    # then nothing outside acts on it, and the lock, not the record, is what excludes others
+    stream.append("lease.acquired", lease, expected_seq=writer.next_seq, defer=True)
     # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
-    guard = _Guard(task, conn, epoch, item)
+    guard = _Guard(task, conn, epoch, item, asks)
     released = False
     try:
         if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
@@ -209,7 +219,7 @@ def run_item(task: Task, conn: Connection, item: str, backlog: str, payload: Any
 
 
 def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
-    """The worker's loop (a forked process): ``("item", item, task, backlog, payload)`` in, one answer out per item.
+    """The worker's loop (a forked process): ``("item", item, task, backlog, payload, asks)`` in, an answer out.
 
     The ledger object is the parent's; a forked child owns none of its task handles, so
     every task it asks for is a new handle whose first write takes the lock properly.
@@ -225,8 +235,10 @@ def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
             return
         if msg[0] == "quit":
             return
-        _, item, task_id, backlog, payload = msg
-        answer = run_item(ledger.task(task_id), conn, item, backlog, payload, fn)
+        if msg[0] == "stop":  # told after its item ended: nothing is running to stop
+            continue
+        _, item, task_id, backlog, payload, asks = msg
+        answer = run_item(ledger.task(task_id), conn, item, backlog, payload, fn, asks=asks)
         conn.send(answer)
 
 

@@ -382,13 +382,20 @@ class StreamWriter:
         *,
         expected_seq: int | None = None,
         sync: bool = False,
+        defer: bool = False,
         data_json: bytes | None = None,
     ) -> Event:
         """Append one event; durable on return unless inside a batch (then at its end, or now with ``sync``).
 
+        ``defer=True`` writes it now (every reader sees it) and leaves it to this writer's
+        next sync: the next append outside a batch, a batch's end, :meth:`sync` or the
+        close. Only for a record nothing outside acts on before a later durable one: a
+        power cut can lose it only together with everything after it.
         ``data_json`` is ``data`` already encoded by :func:`encode_data` (callers that
         checked it pass it, so the data is serialised once).
         """
+        if sync and defer:
+            raise ValueError("an append is synced now (sync=True) or left to the next sync (defer=True), not both")
         if data_json is None:
             check_kind(kind)
             data_json = encode_data(data)
@@ -415,7 +422,8 @@ class StreamWriter:
             stamp = utc_now()
             line = encode_line(kind, data_json, self._head, self._seq, stamp)
             try:
-                self._lease_append(line, self._seq, sync=sync or not self._batch_depth.get(threading.get_ident()))
+                durable = sync or not (defer or self._batch_depth.get(threading.get_ident()))
+                self._lease_append(line, self._seq, sync=durable)
             except OSError as exc:
                 self._poison(exc)
                 raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc
