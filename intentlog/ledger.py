@@ -223,7 +223,6 @@ class Ledger:
         """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
         from .fork import fork_task
 
-        self._folder_only("fork")
         return self.task(fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk))
 
     def repair(

@@ -9,7 +9,9 @@ epochs, :mod:`intentlog.backlog.leases`) and ``backlog`` (its view), and the ope
 decisions (``accept``, ``approve``, ``reject``, ``reconcile``, ``fail``, ``unblock``: each
 an append through the stream's lease, fenced by the store like every append) read and
 write through the storage seams. ``report`` reads through the seams only (the page a
-folder holding the same streams and objects gives, byte for byte; nothing written, no probe).
+folder holding the same streams and objects gives, byte for byte; nothing written, no probe),
+``fork`` creates the new task's stream there in one conditional create, and ``--dry-run``
+copies the task's streams from the store to a private folder.
 Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
 folder and run the command there.
@@ -33,7 +35,7 @@ __all__ = ["ON_STORE", "check_on_store", "seal_store", "verify_store"]
 ON_STORE: Final = frozenset(
     {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge", "run", "backlog"}
     | {"accept", "approve", "reject", "reconcile", "fail", "unblock"}  # appends through the stream's lease
-    | {"report"}  # reads through the seams only (nothing written, no probe)
+    | {"report", "fork"}  # report reads through the seams only; fork creates the new stream there
 )
 
 
