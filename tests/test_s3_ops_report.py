@@ -44,7 +44,8 @@ def pair(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
         for name in ("first", "second"):
             data = f"the {name} object's bytes".encode()
             refs[name] = {"digest": ledger.artifacts.put(data).digest, "size": len(data), "media_type": "text/plain"}
-        ledger.task("objects").append("note", refs)
+        big = ledger.artifacts.put(b"z" * 5000).digest  # named by a bare digest: no size in the record
+        ledger.task("objects").append("note", refs | {"big": big})
     url = s3_server.ledger_url(monkeypatch)
     merge(copy, url)
     monkeypatch.chdir(tmp_path)
@@ -84,6 +85,7 @@ def test_the_store_gives_the_folder_page_byte_for_byte(pair: tuple[Path, str], n
     assert on_store.html == on_folder.html, "the same streams and objects give the same bytes"
     assert on_store.tasks == on_folder.tasks and len(on_store.tasks) >= 4
     assert on_store.verify_ok and on_store.counts == on_folder.counts
+    assert "<td>4.9 KiB</td>" in on_store.html.decode(), "an object too large to show: its real size, both sides"
     with intentlog.open(url, create=False) as ledger:  # a Ledger opened on the store renders the same
         assert render(ledger, ["unknown"]) == render(folder, ["unknown"])
     assert snapshot(url) == before, "nothing was written to the store"
