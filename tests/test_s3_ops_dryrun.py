@@ -163,3 +163,22 @@ def test_a_real_decision_on_the_store_runs_the_fencing_probe_first(store: str, m
     assert snapshot(store) == before, "a store that cannot fence gets nothing written"
     code, out = real("--root", store, "accept", TASK)
     assert code == 1 and snapshot(store) == before, out
+
+
+def test_approve_and_reject_dry_runs_and_a_changed_request_refused(store: str, dry: Any) -> None:
+    with intentlog.open(store) as ledger:
+        ledger.task("a").request_approval("ship", "ship it?", binds="blake3:" + "0" * 64)
+    before = snapshot(store)
+    code, out = dry("--root", store, "approve", "a", "ship", "--by", "alice", "--dry-run", "--json")
+    assert code == 0, out
+    approved = _event(out)
+    assert approved[0] == "approval.decided" and approved[2]["decision"] == "approve"
+    code, out = dry("--root", store, "reject", "a", "ship", "--by", "bob", "--dry-run", "--json")
+    assert code == 0 and _event(out)[2]["decision"] == "reject", out
+    wrong = ["approve", "a", "ship", "--hash", "blake3:" + "1" * 64]
+    refused = dry("--root", store, *wrong, "--dry-run")
+    assert refused[0] == 1, refused
+    assert snapshot(store) == before
+    assert real("--root", store, *wrong) == refused, "the same refusal, word for word"
+    code, out = real("--root", store, "approve", "a", "ship", "--by", "alice", "--json")
+    assert code == 0 and _event(out) == approved, out

@@ -104,7 +104,7 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
         if kept is not None and len(kept) < MAX_EVENTS:
             kept.append(ev)
     if read.failure is not None:
-        return TaskData(task, UNREADABLE, UNREADABLE, f"tasks/{task}.jsonl: {read.failure}", 0, None, kept)
+        return TaskData(task, UNREADABLE, UNREADABLE, read.failure, 0, None, kept)
     p = read.problem
     if p is not None and (p.suspect or not p.torn):
         problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}"

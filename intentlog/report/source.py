@@ -55,7 +55,7 @@ class Stream:
 
     After iterating ``events``: ``count`` events were trusted; ``problem`` is the first bad
     line (None when the whole stream is good); ``failure`` an error that stopped the read
-    (the stream cannot be opened, or segments that do not make one stream).
+    (the stream cannot be opened, or segments that do not make one stream), as the page shows it.
     """
 
     events: Iterator[Event]
@@ -104,7 +104,7 @@ class FolderSource(ReportSource):
             try:
                 yield from scan
             except (OSError, IntentlogError) as exc:
-                out.failure = str(exc)
+                out.failure = f"tasks/{task}.jsonl: {exc}"
             out.count, out.problem = scan.count, scan.problem
 
         out.events = events()
