@@ -14,7 +14,12 @@
   check the copied prefix against the original (:func:`check_fork`).
 
 The new stream is written to a temp file, fsynced and linked into ``tasks/`` in one
-step: it exists whole or not at all, and an existing task is never overwritten. The
+step: it exists whole or not at all, and an existing task is never overwritten. On an
+object-store ledger (the ledger's ``remote_streams``) the original is read through the
+stream seam and the fork is created there in one conditional create of its first segment
+(``If-None-Match: *``): whole or absent, refused when the id exists; the artifacts are
+already shared on the store, and a damaged original (a bad line, or segments that do not
+make one stream) is :class:`CorruptStream` with nothing written, as on a folder. The
 original is only read (no lock), so it stays byte-identical. Artifact refs stay valid:
 the store is shared and inline payloads are copied with their events. Running the script
 against the new task then replays the copied calls from the record and runs the forked
@@ -24,15 +29,16 @@ call -- with changed input, if the script changed it -- as a new call.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ._digest import digest_bytes
 from ._fsutil import makedirs_durable, publish_chunks
-from .errors import CorruptStream, EffectUnknown, IntentlogError, UnknownCall, UsageError
+from .errors import CorruptStream, EffectUnknown, IntentlogError, LedgerError, UnknownCall, UsageError
 from .eventlog.canonical import dumps
 from .eventlog.format import (
     FORMAT,
     TASK_CREATED,
+    Event,
     LineError,
     check_task_id,
     encode_line,
@@ -46,6 +52,7 @@ from .stream import read_events
 
 if TYPE_CHECKING:
     from ._types import StreamLayout
+    from .eventlog.storage import StreamStorage
 
 __all__ = ["check_fork", "fork_task"]
 
@@ -73,11 +80,62 @@ def _lines(path: Any) -> Iterator[tuple[bytes, Any]]:
         yield line, ev
 
 
+def _stored_lines(data: bytes, where: str) -> Iterator[tuple[bytes, Any]]:
+    """Every line of a stream read from an object store, with its parsed event; any bad line raises.
+
+    A store has no torn tail (a segment is whole or absent): a line that fails its checks,
+    the last one included, is damage (:class:`CorruptStream`), never skipped.
+    """
+    prev: str | None = None
+    for seq, line in enumerate(data.splitlines(keepends=True)):
+        if not line.endswith(b"\n"):
+            raise CorruptStream(where, seq + 1, "the stream ends in an incomplete line (a stored segment is damaged)")
+        try:
+            ev = parse_line(line, seq, prev)
+        except LineError as exc:
+            raise CorruptStream(where, seq + 1, exc.reason) from None
+        prev = ev.digest
+        yield line, ev
+
+
+def _remote(layout: StreamLayout) -> StreamStorage | None:
+    """The streams of a ledger on an object store (a :class:`~intentlog.Ledger`'s ``remote_streams``), else None."""
+    remote = getattr(layout, "remote_streams", None)
+    return cast("StreamStorage | None", remote)
+
+
+def _where(layout: StreamLayout, task_id: str) -> str:
+    remote = _remote(layout)
+    where = getattr(remote, "where", None)
+    return str(where(task_id)) if callable(where) else str(layout.stream_path(task_id))
+
+
+def _exists(layout: StreamLayout, task_id: str) -> bool:
+    remote = _remote(layout)
+    if remote is None:
+        return layout.stream_path(task_id).exists()
+    return task_id in remote.names()
+
+
+def _source(layout: StreamLayout, task_id: str) -> Iterator[tuple[bytes, Any]]:
+    """The trusted lines of ``task_id``'s stream with their events: from the folder, or read through the seam."""
+    remote = _remote(layout)
+    if remote is None:
+        return _lines(layout.stream_path(task_id))
+    return _stored_lines(remote.read(task_id), _where(layout, task_id))
+
+
+def _events(layout: StreamLayout, task_id: str) -> Iterator[Event]:
+    if _remote(layout) is None:
+        return read_events(layout.stream_path(task_id), layout.tasks_dir)
+    return (ev for _, ev in _source(layout, task_id))
+
+
 def _cut(layout: StreamLayout, task_id: str, from_call: str) -> tuple[int, str, list[CallState]]:
     """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), the key, and
     the calls the copy drops whose effect is unknown (a re-run of the fork would send them again)."""
     fold = WorkStateFold(task_id)
-    for ev in read_events(layout.stream_path(task_id), layout.tasks_dir):
+    for ev in _events(layout, task_id):
         fold.apply(ev)
     ws = fold.result()
     if from_call in ws.calls:
@@ -106,7 +164,7 @@ def default_fork_id(ledger: StreamLayout, task_id: str) -> str:
     while True:
         candidate = f"{task_id}.fork-{n}"
         check_task_id(candidate)
-        if not ledger.stream_path(candidate).exists():
+        if not _exists(ledger, candidate):
             return candidate
         n += 1
 
@@ -138,14 +196,12 @@ def fork_task(
         raise UsageError(f"note must be a string, not {type(note).__name__}")
     if not isinstance(accept_risk, bool):
         raise UsageError(f"accept_risk must be True or False, not {accept_risk!r}")
-    src_path = ledger.stream_path(task_id)
-    if not src_path.exists():
+    if not _exists(ledger, task_id):
         raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
     target = check_task_id(new_id) if new_id is not None else default_fork_id(ledger, task_id)
     if target == task_id:
         raise UsageError("a fork needs a new task id, not the original's")
-    dest = ledger.stream_path(target)
-    if dest.exists():
+    if _exists(ledger, target):
         raise UsageError(f"task {target!r} already exists in {ledger.root}; name another with --as")
     cut, key, unknown = _cut(ledger, task_id, from_call)
     if unknown and not accept_risk:
@@ -172,7 +228,7 @@ def fork_task(
         )
         prev = digest_bytes(created)
         yield created
-        for line, ev in _lines(src_path):
+        for line, ev in _source(ledger, task_id):
             if ev.seq == 0:
                 stream.append(str(ev.data.get("stream")))
             if ev.seq == upto:
@@ -185,7 +241,7 @@ def fork_task(
             prev = digest_bytes(copy)
             yield copy
         if not head:  # pragma: no cover - the cut lies inside the trusted record read above
-            raise IntentlogError(f"{src_path}: the record ends before seq {upto}; cannot fork")
+            raise IntentlogError(f"{_where(ledger, task_id)}: the record ends before seq {upto}; cannot fork")
         forked = {
             "from_task": task_id,
             "from_call": from_call,
@@ -200,10 +256,32 @@ def fork_task(
             forked["unknown"] = [c.call_id for c in unknown]
         yield encode_line("task.forked", dumps(forked), prev, upto + 1, utc_now())
 
+    remote = _remote(ledger)
+    if remote is not None:
+        _create_stored(remote, target, [line[:-1] for line in chunks()], ledger.root)
+        return target
     makedirs_durable(ledger.tmp_dir)
-    if not publish_chunks(chunks(), dest, tmp_dir=ledger.tmp_dir, mode=0o644):
+    if not publish_chunks(chunks(), ledger.stream_path(target), tmp_dir=ledger.tmp_dir, mode=0o644):
         raise UsageError(f"task {target!r} was created meanwhile in {ledger.root}; name another")
     return target
+
+
+def _create_stored(remote: StreamStorage, target: str, records: list[bytes], root: object) -> None:
+    """Create the fork on the store in one conditional create: whole or absent, never over another stream.
+
+    A create refused because the stream exists is ours only if it holds our very records
+    (a retried put whose answer was lost: line 0 carries a fresh random stream id, so no
+    other writer's stream can match); else another writer created the id first.
+    """
+    try:
+        remote.create(target, records)
+    except LedgerError:
+        try:
+            held = remote.read(target)
+        except (FileNotFoundError, IntentlogError):
+            held = None
+        if held != b"".join(r + b"\n" for r in records):
+            raise UsageError(f"task {target!r} was created meanwhile in {root}; name another") from None
 
 
 def check_fork(ledger: StreamLayout, task_id: str) -> list[str]:
@@ -216,7 +294,7 @@ def check_fork(ledger: StreamLayout, task_id: str) -> list[str]:
     check_task_id(task_id)
     copied: list[tuple[bytes, Any]] = []
     forked: dict[str, Any] | None = None
-    for line, ev in _lines(ledger.stream_path(task_id)):
+    for line, ev in _source(ledger, task_id):
         if ev.kind == "task.forked":
             forked = ev.data
             break
@@ -230,13 +308,13 @@ def check_fork(ledger: StreamLayout, task_id: str) -> list[str]:
     if len(copied) != upto:
         problems.append(f"the fork copies {len(copied)} events but says upto_seq {upto}")
     try:
-        src_path = ledger.stream_path(check_task_id(origin))
+        check_task_id(origin)
     except IntentlogError as exc:
         return [*problems, f"the original {origin!r} cannot be named: {exc}"]
-    if not src_path.exists():
+    if not _exists(ledger, origin):
         return [*problems, f"the original {origin!r} is not in this ledger"]
     mine = iter(copied)
-    for line, ev in _lines(src_path):
+    for line, ev in _source(ledger, origin):
         if ev.seq == upto and ev.digest != forked.get("from_head"):
             recorded = forked.get("from_head")
             problems.append(f"the original's seq {upto} hashes to {ev.digest}, the fork recorded {recorded}")

@@ -223,7 +223,6 @@ class Ledger:
         """Start a new task from ``task_id``'s record before ``from_call``; see :func:`intentlog.fork.fork_task`."""
         from .fork import fork_task
 
-        self._folder_only("fork")
         return self.task(fork_task(self, task_id, from_call, new_id, note=note, accept_risk=accept_risk))
 
     def repair(
@@ -243,12 +242,18 @@ class Ledger:
         ``accept_resend`` too: then ``"accepted": "damage+resend"`` and ``"started"`` list
         them. Takes the writer lock
         (:class:`~intentlog.errors.TaskBusy` if another process holds it); ``dry_run``
-        reads only and says what would be moved.
+        reads only and says what would be moved. On an object-store ledger nothing is ever
+        moved: a clean stream is ``"none"``, damage is :class:`~intentlog.errors.CorruptStream`
+        naming it (:func:`intentlog.storerepair.check_stored_stream`), nothing written.
         """
         check_bool(accept_damage, "accept_damage")
         check_bool(accept_resend, "accept_resend")
         check_bool(dry_run, "dry_run")
-        self._folder_only("repair")
+        if self.storage is not None:  # no torn tail on a store: its damage is named and refused, nothing written
+            from .storerepair import check_stored_stream
+
+            check_stored_stream(self.storage, self.location, check_task_id(task_id))
+            return RepairReport(task_id, "none")
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):
@@ -285,14 +290,6 @@ class Ledger:
 
         drop_entry(self.root, task_id)  # the cut may reach under the view cache's entry: let it be rebuilt
         return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
-
-    def _folder_only(self, doing: str) -> None:
-        """Refuse (``UsageError``, nothing written) what an object-store ledger does not do yet."""
-        if self.storage is not None:
-            raise UsageError(
-                f"{self.location}: {doing} does not run on an object-store ledger yet (a stored segment is whole "
-                f"or absent: nothing to repair); merge it to a folder (intentlog.merge) and {doing} there"
-            )
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted."""

@@ -223,6 +223,8 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog.sessions": (3, "features"),
     "intentlog.turns": (3, "features"),  # a session's turns: Turn, and a turn being asked
     "intentlog.fork": (3, "features"),
+    # repair on an object-store ledger: names the damage and refuses it, writing nothing
+    "intentlog.storerepair": (3, "features"),
     "intentlog.heads": (3, "features"),
     "intentlog.checker": (3, "features"),
     "intentlog.checker.*": (3, "features"),

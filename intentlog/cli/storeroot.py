@@ -8,7 +8,12 @@ fencing probe), ``run`` (a backlog on the store: its leases are the streams' lea
 epochs, :mod:`intentlog.backlog.leases`) and ``backlog`` (its view), and the operator's
 decisions (``accept``, ``approve``, ``reject``, ``reconcile``, ``fail``, ``unblock``: each
 an append through the stream's lease, fenced by the store like every append) read and
-write through the storage seams. Every other command is refused
+write through the storage seams. ``report`` reads through the seams only (the page a
+folder holding the same streams and objects gives, byte for byte; nothing written, no probe),
+``fork`` creates the new task's stream there in one conditional create, and ``--dry-run``
+copies the task's streams from the store to a private folder; ``repair`` there finds
+nothing to repair or refuses the damage it names, writing nothing.
+Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
 folder and run the command there.
 """
@@ -31,6 +36,7 @@ __all__ = ["ON_STORE", "check_on_store", "seal_store", "verify_store"]
 ON_STORE: Final = frozenset(
     {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge", "run", "backlog"}
     | {"accept", "approve", "reject", "reconcile", "fail", "unblock"}  # appends through the stream's lease
+    | {"report", "fork", "repair"}  # report reads through the seams; fork creates there; repair names damage
 )
 
 

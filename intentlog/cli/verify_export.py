@@ -234,6 +234,10 @@ def repair(c: Ctx, task: str, accept_damage: bool, accept_resend: bool, dry_run:
     lines record an attempt.started (a send that began) is refused until you also pass
     --accept-resend: a re-run may send those calls again.
 
+    On an s3:// root nothing is moved, whatever the flags: a store keeps no torn tail,
+    so a clean stream has nothing to repair and anything else is damage, named and
+    refused (exit 1) with nothing written; restore the task's segments from a copy.
+
     \b
     Example:
       intentlog repair chapter-16 --dry-run
@@ -243,7 +247,10 @@ def repair(c: Ctx, task: str, accept_damage: bool, accept_resend: bool, dry_run:
     if accept_resend and not accept_damage:
         raise UsageError("--accept-resend only widens --accept-damage: pass both, or neither")
     with c.ledger() as ledger:
-        require_task(c, ledger, task)
+        if ledger.storage is None:
+            require_task(c, ledger, task)
+        elif check_task_id(task) not in ledger.task_ids():  # listed, not read: the read is the repair's to judge
+            raise NotFound(f"no task {task!r} in {ledger.location}; see 'intentlog tasks'")
         report = ledger.repair(task, accept_damage=accept_damage, accept_resend=accept_resend, dry_run=dry_run)
     if as_json:
         emit_json({**report.to_json(), "dry_run": dry_run})

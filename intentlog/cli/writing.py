@@ -13,7 +13,7 @@ from typing import Any
 import click
 import orjson
 
-from ..errors import IntentlogError, UnknownCall, UsageError
+from ..errors import IntentlogError, UnknownCall
 from ..eventlog.format import Event
 from ..fork import default_fork_id
 from ..ledger import Ledger, open_ledger
@@ -45,21 +45,24 @@ def _writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: bool
 
     A dry run performs the very library call on the copy (so every check and refusal is the
     real one) and the real folder is never opened for writing: its bytes stay unchanged.
-    A stream that is a link is refused: nothing outside the ledger is read or written.
+    A stream that is a link is refused: nothing outside the ledger is read or written. On an
+    object-store ledger the copy is made from the store through the seams (:func:`_copy_from_store`)
+    and nothing is written to the store.
     """
-    ledger = c.ledger()
+    # a decision writes: on a store, opened as a writer, so the store must pass the fencing probe first
+    ledger = c.ledger(create=c.url is not None and not dry_run)
     if not dry_run:
         with ledger:
             yield ledger
         return
-    if c.url is not None:
-        raise UsageError(
-            f"--dry-run does not run on an object-store ledger ({c.url}) yet; nothing was read or written: "
-            f"copy the ledger to a folder (merge {c.url} DIR) and dry-run there"
-        )
     tmp = Path(tempfile.mkdtemp(prefix="intentlog-dry-run."))
     try:
         copy = open_ledger(tmp / "ledger", create=True)
+        if ledger.storage is not None:
+            _copy_from_store(ledger, copy, tasks)
+            with copy:
+                yield copy
+            return
         for tid in tasks:
             src = ledger.stream_path(tid)
             if src.is_symlink():
@@ -79,6 +82,30 @@ def _writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: bool
             yield copy
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_from_store(ledger: Ledger, copy: Ledger, tasks: Sequence[str]) -> None:
+    """Copy ``tasks``' streams from the store into the private folder ``copy``, through the seams only.
+
+    Each stream's bytes as :meth:`~intentlog.s3.ObjectStreams.read` gives them (segments
+    that do not make one stream raise ``CorruptStream`` here, as the real command's read
+    does), and the store's seals as one ``heads.json`` (the furthest head any seal recorded
+    for each task: every seal is a lower bound), so the copy's writer checks the stream
+    against them. Nothing is written to the store; no probe runs (the store is opened to read).
+    """
+    from ..heads.codec import encode_heads
+    from ..s3.seals import stored_heads
+
+    assert ledger.storage is not None
+    for tid in tasks:
+        try:
+            data = ledger.storage.streams.read(tid)
+        except FileNotFoundError:
+            continue  # no stream: the library call on the copy says what the real one would
+        copy.stream_path(tid).write_bytes(data)
+    heads = stored_heads(ledger.storage.client)
+    if heads is not None:
+        (copy.root / "heads.json").write_bytes(encode_heads(heads))
 
 
 def _known_call(ledger: Ledger, task: str, call: str) -> None:

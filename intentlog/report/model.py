@@ -1,31 +1,29 @@
-"""What a report shows, read from a ledger folder: each task's state, events, artifacts and checks.
+"""What a report shows, read from a ledger: each task's state, events, artifacts and checks.
 
-Reads only: streams through :class:`~intentlog.eventlog.reader.StreamScan` (no lock is
-taken, no lock is probed: the report is of the record alone, so the same folder always
-gives the same report), small payloads inline in events or from ``objects/`` (never
-through a link, and shown only when their bytes hash to their digest). The operator state
+Reads only, through a :class:`~intentlog.report.source.ReportSource` (a folder, or an
+object-store ledger through its seams): streams checked line by line (no lock is taken,
+no lock is probed: the report is of the record alone, so the same record always gives
+the same report), small payloads inline in events or from ``objects/`` (on a folder never
+through a link; shown only when their bytes hash to their digest). The operator state
 is the one :func:`~intentlog.projections.status.status_of` names everywhere else.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
-from .._digest import DIGEST_PREFIX, digest_bytes, is_digest
+from .._digest import DIGEST_PREFIX, digest_bytes
 from ..artifacts.inline import inline_bytes
 from ..checker.report import ERROR, Problem, VerifyReport
-from ..errors import ArtifactError, IntentlogError
+from ..errors import ArtifactError
 from ..eventlog.format import Event
-from ..eventlog.reader import StreamScan
 from ..projections.operator import OperatorFold
 from ..projections.status import TaskStatus, status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import EXPORT, walk
+from .source import ReportSource
 
 __all__ = [
     "MAX_EVENTS",
@@ -94,34 +92,32 @@ class TaskData:
         return sum(1 for p in self.verify if p.severity == ERROR)
 
 
-def read_task(root: Path, task: str, *, keep_events: bool) -> TaskData:
+def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData:
     """Fold one task's stream (keeping its first :data:`MAX_EVENTS` events when ``keep_events``)."""
-    path = root / "tasks" / f"{task}.jsonl"
     work = WorkStateFold(task)
     ops = OperatorFold()
     kept: list[Event] | None = [] if keep_events else None
-    try:
-        scan = StreamScan(path)
-        for ev in scan:
-            work.apply(ev)
-            ops.apply(ev)
-            if kept is not None and len(kept) < MAX_EVENTS:
-                kept.append(ev)
-    except (OSError, IntentlogError) as exc:
-        return TaskData(task, UNREADABLE, UNREADABLE, f"tasks/{task}.jsonl: {exc}", 0, None, kept)
-    p = scan.problem
+    read = source.stream(task)
+    for ev in read.events:
+        work.apply(ev)
+        ops.apply(ev)
+        if kept is not None and len(kept) < MAX_EVENTS:
+            kept.append(ev)
+    if read.failure is not None:
+        return TaskData(task, UNREADABLE, UNREADABLE, read.failure, 0, None, kept)
+    p = read.problem
     if p is not None and (p.suspect or not p.torn):
         problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}"
-        return TaskData(task, UNREADABLE, UNREADABLE, problem, scan.count, None, kept)
+        return TaskData(task, UNREADABLE, UNREADABLE, problem, read.count, None, kept)
     ws = work.result()
     st = status_of(task, ws, ops.result(ws), running=False)
     if p is not None:
         problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
-        return TaskData(task, st.state, "torn tail", problem, scan.count, st, kept)
-    return TaskData(task, st.state, "ok", None, scan.count, st, kept)
+        return TaskData(task, st.state, "torn tail", problem, read.count, st, kept)
+    return TaskData(task, st.state, "ok", None, read.count, st, kept)
 
 
-def collect_artifacts(root: Path, events: Iterable[Event]) -> list[Artifact]:
+def collect_artifacts(source: ReportSource, events: Iterable[Event]) -> list[Artifact]:
     """Every artifact the events name, in the order first named, with small payloads checked."""
     inline: dict[str, bytes] = {}
     found: dict[str, tuple[int | None, str | None, str]] = {}
@@ -144,57 +140,29 @@ def collect_artifacts(root: Path, events: Iterable[Event]) -> list[Artifact]:
                     )
             elif digest not in found:
                 found[digest] = (None, None, where)
-    return [_artifact(root, d, size, media, where, inline) for d, (size, media, where) in found.items()]
+    return [_artifact(source, d, size, media, where, inline) for d, (size, media, where) in found.items()]
 
 
 def _artifact(
-    root: Path, digest: str, size: int | None, media: str | None, where: str, inline: Mapping[str, bytes]
+    source: ReportSource, digest: str, size: int | None, media: str | None, where: str, inline: Mapping[str, bytes]
 ) -> Artifact:
     data = inline.get(digest)
     if data is not None:
         return Artifact(digest, size if size is not None else len(data), media, where, data, None)
     if size is not None and size > PAYLOAD_MAX:
         return Artifact(digest, size, media, where, None, _too_large(digest))
-    raw = _read_object(root, digest)
-    if raw is None:
+    got = source.payload(digest, PAYLOAD_MAX)
+    if got.kind == "absent":
         return Artifact(digest, size, media, where, None, "not in objects/ (see the verify result)")
-    if len(raw) > PAYLOAD_MAX:
-        return Artifact(digest, len(raw), media, where, None, _too_large(digest))
-    if digest_bytes(raw) != digest:
+    if got.kind == "large":
+        return Artifact(digest, got.size, media, where, None, _too_large(digest))
+    if got.kind == "bad" or got.data is None:
         return Artifact(digest, size, media, where, None, "its bytes do not hash to its digest: not shown")
-    return Artifact(digest, len(raw), media, where, raw, None)
+    return Artifact(digest, len(got.data), media, where, got.data, None)
 
 
 def _too_large(digest: str) -> str:
     return f"larger than {PAYLOAD_MAX} bytes: intentlog show {digest}"
-
-
-def _read_object(root: Path, digest: str) -> bytes | None:
-    """At most PAYLOAD_MAX + 1 bytes of an object in ``objects/``, never through a link (None: absent)."""
-    if not is_digest(digest):
-        return None
-    hexd = digest[len(DIGEST_PREFIX) :]
-    path = root / "objects" / hexd[:2] / hexd[2:]
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device is never read
-            return None
-        chunks: list[bytes] = []
-        n = 0
-        while n <= PAYLOAD_MAX:
-            chunk = os.read(fd, PAYLOAD_MAX + 1 - n)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            n += len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def attach_verify(tasks: Mapping[str, TaskData], report: VerifyReport) -> list[Problem]:

@@ -19,7 +19,11 @@ Guarantees:
   payloads of at most :data:`~intentlog.report.model.PAYLOAD_MAX` bytes.
 * **Read-only.** It reads streams and objects without a lock and without probing writer
   locks (the report is of the record), and runs :func:`~intentlog.checker.verify_path`,
-  which changes nothing.
+  which changes nothing. On an object-store ledger (a :class:`~intentlog.Ledger` opened on
+  ``s3://``, or the URL itself) it reads through the two seams only and runs
+  :func:`~intentlog.checker.verify_storage` against every seal: nothing is written to the
+  store and no probe runs. The same streams and objects give the same bytes as a folder's
+  page, except that a store has no torn tail (:mod:`intentlog.report.source`).
 """
 
 from __future__ import annotations
@@ -32,14 +36,13 @@ from typing import Any, Final, Protocol, final
 
 from .._args import check_names
 from ..checker.report import VerifyReport
-from ..checker.verify import verify_path
 from ..errors import NotALedger, UsageError
 from ..eventlog.format import check_task_id
-from ..eventlog.listing import task_ids
 from .backlog import backlog_section, check_backlog
 from .html import CSP, SCRIPT, STYLE, commands, esc, table
 from .model import TaskData, attach_verify, collect_artifacts, read_task
 from .sections import state_badge, task_detail, verify_block
+from .source import FolderSource, ReportSource, StoreSource
 
 __all__ = ["DEFAULT_DETAIL", "REPORT_FORMAT", "ReportResult", "render", "render_report"]
 
@@ -80,14 +83,23 @@ class ReportResult:
         }
 
 
-def _root_of(source: Source) -> tuple[Path, Path | None]:
+def _source_of(source: Source) -> tuple[ReportSource, Path | None]:
+    """The reads behind ``source``, and the folder it is (None: a store, read through its seams)."""
     if isinstance(source, (str, os.PathLike)):
-        return Path(os.fspath(source)), None
+        text = os.fspath(source)
+        if isinstance(text, str) and text.startswith("s3://"):
+            from ..s3 import connect
+
+            return StoreSource(connect(text, write=False), text.rstrip("/")), None  # no probe: it only reads
+        return FolderSource(Path(text)), Path(text)
     root = getattr(source, "root", None)
     if not isinstance(root, Path):
         raise TypeError(f"render() takes a ledger or a folder path, not {type(source).__name__}")
+    storage = getattr(source, "storage", None)
+    if storage is not None:  # a Ledger opened on an object store
+        return StoreSource(storage, str(getattr(source, "location", root))), None
     ws = getattr(source, "workspace", None)
-    return root, ws if isinstance(ws, Path) else None
+    return FolderSource(root, ws if isinstance(ws, Path) else None), root
 
 
 def render(
@@ -118,44 +130,44 @@ def render_report(
     title: str | None = None,
     note: str | None = None,
 ) -> ReportResult:
-    """Render the report of ``source`` (a :class:`~intentlog.Ledger` or a ledger / bundle folder).
+    """Render the report of ``source`` (a :class:`~intentlog.Ledger`, a ledger / bundle folder, or ``s3://B/P``).
 
     ``tasks`` limits it to those tasks (each shown in detail); default every task.
     ``backlog`` is a backlog's operator view as ``intentlog backlog --json`` prints it
     (``counts`` per state, ``items`` with ``item``, ``task``, ``state``, ``reason``,
     ``next_step``). ``detail`` bounds the detail sections (None: every task). ``hint``
     rewrites each command shown (the CLI adds ``--root PATH``). ``verify`` is a check
-    already run (an export passes its check of the bundle); else :func:`verify_path` runs.
+    already run (an export passes its check of the bundle); else the source's check runs.
     ``title`` and ``note`` head the page.
 
     Raises :class:`NotALedger` when the folder is not a ledger, :class:`UsageError` for a
     named task with no stream or a malformed backlog view, ``InvalidTaskId``; writes nothing.
     """
-    root, workspace = _root_of(source)
+    src, root = _source_of(source)
     names = check_names(tasks, "tasks")
     if detail is not None and (type(detail) is not int or detail < 0):
         raise ValueError(f"detail must be a count of tasks (0 or more) or None, not {detail!r}")
     if backlog is not None:
         check_backlog(backlog)
-    if not (root / "intentlog.json").is_file():
+    if root is not None and not (root / "intentlog.json").is_file():
         raise NotALedger(str(root), "holds no intentlog.json; pass the ledger root (or a bundle folder)")
-    present = task_ids(root)
+    present = src.names()
     if names:
         for t in names:
             check_task_id(t)
             if t not in present:
-                raise UsageError(f"no task {t!r} in {root / 'tasks'}; 'intentlog tasks' lists the tasks there")
+                raise UsageError(f"no task {t!r} in {src.where()}; 'intentlog tasks' lists the tasks there")
         selected = sorted(set(names))
     else:
         selected = present
-    report = verify if verify is not None else verify_path(root, selected if names else None, workspace=workspace)
-    rows = {t: read_task(root, t, keep_events=False) for t in selected}
+    report = verify if verify is not None else src.verify(selected if names else None)
+    rows = {t: read_task(src, t, keep_events=False) for t in selected}
     folder = attach_verify(rows, report)
     detailed = _pick(rows, detail, named=bool(names))
     for t in detailed:
-        full = read_task(root, t, keep_events=True)
+        full = read_task(src, t, keep_events=True)
         full.verify = rows[t].verify
-        full.artifacts = collect_artifacts(root, full.detail or [])
+        full.artifacts = collect_artifacts(src, full.detail or [])
         rows[t] = full
     counts: dict[str, int] = {}
     for r in rows.values():
