@@ -133,7 +133,8 @@ def _events(layout: StreamLayout, task_id: str) -> Iterator[Event]:
 
 def _cut(layout: StreamLayout, task_id: str, from_call: str) -> tuple[int, str, list[CallState]]:
     """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), the key, and
-    the calls the copy drops whose effect is unknown (a re-run of the fork would send them again)."""
+    every call whose effect is unknown, whether the copy drops it (a re-run of the fork would send it
+    again) or copies it (the fork and the original would each hold the same unknown attempt)."""
     fold = WorkStateFold(task_id)
     for ev in _events(layout, task_id):
         fold.apply(ev)
@@ -154,7 +155,9 @@ def _cut(layout: StreamLayout, task_id: str, from_call: str) -> tuple[int, str, 
             "after it, so the copy would lose their attempts and a re-run would send them again; "
             "fork from an earlier call"
         )
-    unknown = [c for c in ws.calls.values() if c.first_seq >= cut and c.provider_effect == "unknown"]
+    # dropped (a re-run of the fork sends it again) or copied (the fork then holds the same
+    # unknown attempt as the original, and settling each on its own, --resend, pays twice)
+    unknown = [c for c in ws.calls.values() if c.provider_effect == "unknown"]
     return cut, key, unknown
 
 
@@ -185,11 +188,14 @@ def fork_task(
     :class:`UnknownCall` for a call or key the task does not have, :class:`UsageError`
     when the task does not exist or ``new_id`` does; writes nothing then.
 
-    A fork never re-sends an unknown effect blind: when a call the copy leaves out (the
-    forked one, or any later one) has an attempt whose effect is unknown, running the
-    script on the fork would send it again, so :class:`EffectUnknown` is raised and
-    nothing is written -- reconcile it in the original first. ``accept_risk=True`` forks
-    anyway and records the risk in ``task.forked`` (``accept_risk: true, unknown: [calls]``).
+    A fork never re-sends an unknown effect blind, nor doubles one: when a call the copy
+    leaves out (the forked one, or any later one) has an attempt whose effect is unknown,
+    running the script on the fork would send it again; when a call the copy keeps has
+    one, the fork and the original would each hold that attempt, and settling each on its
+    own (``reconcile --resend``) could pay twice. Either way :class:`EffectUnknown` is
+    raised and nothing is written -- reconcile it in the original first.
+    ``accept_risk=True`` forks anyway and records the risk in ``task.forked``
+    (``accept_risk: true, unknown: [calls]``).
     """
     check_task_id(task_id)
     if note is not None and not isinstance(note, str):
@@ -206,13 +212,23 @@ def fork_task(
     cut, key, unknown = _cut(ledger, task_id, from_call)
     if unknown and not accept_risk:
         first = unknown[0]
-        names = ", ".join(f"{c.call_id} (key {c.key!r})" for c in unknown)
+        dropped = [c for c in unknown if c.first_seq >= cut]
+        copied = [c for c in unknown if c.first_seq < cut]
+        why = []
+        if dropped:
+            names = ", ".join(f"{c.call_id} (key {c.key!r})" for c in dropped)
+            why.append(f"drops {names}, whose effect is unknown, so running the script on the fork would send it again")
+        if copied:
+            names = ", ".join(f"{c.call_id} (key {c.key!r})" for c in copied)
+            why.append(
+                f"copies {names}, whose effect is unknown, so the fork and the original would each hold that "
+                "attempt and settling each on its own could pay twice"
+            )
         as_new = f" --as {new_id}" if new_id is not None else ""
         raise EffectUnknown(
             call_id=first.call_id,
             key=first.key,
-            reason=f"forking {task_id!r} before {from_call!r} drops {names}, whose effect is unknown, so running "
-            "the script on the fork would send it again",
+            reason=f"forking {task_id!r} before {from_call!r} " + "; it ".join(why),
             next_operation=RECONCILE_EFFECT,
             detail=f"reconcile it in the original first ('intentlog reconcile {task_id} {first.call_id} --served' "
             "or '--not-served'), or fork accepting the duplicate risk, which the new task records "

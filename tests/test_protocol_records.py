@@ -94,6 +94,27 @@ def test_a_fork_never_resends_an_unknown_effect(ledger: intentlog.Ledger, tmp_pa
     assert receipts(tmp_path) == 3  # the accepted duplicate, and only with the risk recorded
 
 
+def test_a_fork_never_copies_an_unknown_effect_unsaid(ledger: intentlog.Ledger, tmp_path: Path) -> None:
+    """A fork from a call AFTER an unknown effect would hold that same unknown attempt: settled in each task on
+    its own (reconcile --resend), the provider could be paid twice. Refused, nothing written; with accept_risk the
+    fork is made and records the copied call among its risks."""
+    task = ledger.task("t")
+    with pytest.raises(intentlog.EffectUnknown):
+        task.effect("a", {**REQ, "idempotency_key": "a"}, dies_after_receipt(tmp_path))
+    task.effect("b", {**REQ, "idempotency_key": "b"}, answers(tmp_path), interpret=parse)
+    assert receipts(tmp_path) == 2
+    before = snapshot(ledger.root)
+    with pytest.raises(intentlog.EffectUnknown, match=r"copies call-1.*pay twice") as info:
+        ledger.fork("t", "b", "t.v2")
+    assert "intentlog reconcile t call-1" in str(info.value)
+    assert snapshot(ledger.root) == before
+    fork = ledger.fork("t", "b", "t.v2", accept_risk=True)
+    forked = [e["data"] for e in disk_events(fork.path) if e["kind"] == "task.forked"]
+    assert forked[0]["accept_risk"] is True and forked[0]["unknown"] == ["call-1"]
+    fork.close()
+    both_verifiers_pass(ledger.root, tmp_path)
+
+
 def test_a_fork_after_reconciliation_needs_no_risk(ledger: intentlog.Ledger, tmp_path: Path) -> None:
     """Once the unknown effect is reconciled (not served), forking before it is plain: nothing to accept."""
     task = ledger.task("t")
