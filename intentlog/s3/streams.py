@@ -47,6 +47,7 @@ import orjson
 from ..errors import Conflict, CorruptStream, LeaseLost, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
 from ..eventlog.reader import MAX_LINE
+from .bounds import SealReader, seal_refusal
 from .client import ObjectClient
 
 __all__ = ["CHECKPOINT_EVERY", "ObjectLease", "ObjectStreams", "Segment"]
@@ -141,6 +142,7 @@ class ObjectStreams:
         #: the leases held through this handle, by stream: its reads see their buffered records
         self._held: dict[str, ObjectLease] = {}
         self._held_mutex = threading.Lock()
+        self._seals = SealReader(client)
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -177,6 +179,7 @@ class ObjectStreams:
         first, theirs stands and this one leases it like any other).
         """
         check_task_id(name)
+        self.check_seal(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
         while True:
@@ -209,6 +212,25 @@ class ObjectStreams:
             if now - start >= wait:
                 raise TaskBusy(name, self.where(name), None)
             time.sleep(_POLL)
+
+    def check_seal(self, name: str) -> None:
+        """Refuse a stream behind what any seal recorded for it (``CorruptStream``, as a folder's writer does).
+
+        The seals are listed once (one LIST; each seal object got once per handle) and,
+        only when one seals ``name``, the stream is read and judged
+        (:func:`~intentlog.s3.bounds.seal_refusal`): fewer events than sealed, another
+        digest at the sealed seq, another stream id, or gone while sealed. Nothing is written.
+        """
+        bound = self._seals.bounds().get(name)
+        if bound is None:
+            return
+        try:
+            data: bytes | None = self.read(name)
+        except FileNotFoundError:
+            data = None
+        refused = seal_refusal(self.where(name), data, bound)
+        if refused is not None:
+            raise refused
 
     def read(self, name: str, offset: int = 0) -> bytes:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
