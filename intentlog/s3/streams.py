@@ -39,99 +39,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from types import TracebackType
-
-import orjson
 
 from ..errors import Conflict, CorruptStream, LeaseLost, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
-from ..eventlog.reader import MAX_LINE
 from .bounds import SealReader, seal_refusal
 from .client import ObjectClient
+from .segcache import Part, SegmentCache, continues
+from .segments import DIGITS, WIDTH, Segment, checked_records, decode_segment, describes, is_number, segment_key
 
 __all__ = ["CHECKPOINT_EVERY", "ObjectLease", "ObjectStreams", "Segment"]
 
 #: A checkpoint object is created after every segment whose number is a multiple of this.
 CHECKPOINT_EVERY = 64
-_WIDTH = 12
 _POLL = 0.05
 _READERS = 8
-_DIGITS = frozenset("0123456789")
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A segment's header: what the object at ``seg`` says about itself and the records it holds."""
-
-    kind: str  # "create" | "lease" | "data" | "release"
-    seg: int
-    seq: int  # records in the stream before this segment
-    off: int  # bytes of records in the stream before this segment
-    epoch: int
-    holder: str
-    n: int = 0  # records in this segment
-    size: int = 0  # bytes of records in this segment
-
-    @property
-    def held(self) -> bool:
-        """True when the stream is leased after this segment (a lease or a holder's data)."""
-        return self.kind in ("lease", "data")
-
-    @property
-    def end_seq(self) -> int:
-        return self.seq + self.n
-
-    @property
-    def end_off(self) -> int:
-        return self.off + self.size
-
-    def encode(self, records: Sequence[bytes] = ()) -> bytes:
-        head = {"v": 1, "t": self.kind, "seg": self.seg, "seq": self.seq, "off": self.off, "epoch": self.epoch}
-        head |= {"holder": self.holder, "n": len(records)}
-        return orjson.dumps(head) + b"\n" + b"".join(r + b"\n" for r in records)
-
-
-def _decode(where: str, seg: int, body: bytes) -> tuple[Segment, bytes]:
-    head_line, nl, payload = body.partition(b"\n")
-    try:
-        head = orjson.loads(head_line) if nl else {}
-        kind, number, seq, off = head["t"], head["seg"], head["seq"], head["off"]
-        epoch, holder, n = head["epoch"], head["holder"], head["n"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        raise CorruptStream(where, 1, "not a stream segment (its header line is unreadable)") from None
-    ok = kind in ("create", "lease", "data", "release") and number == seg and payload.count(b"\n") == n
-    if not ok or (payload and not payload.endswith(b"\n")):
-        raise CorruptStream(where, 1, f"the segment header does not describe segment {seg} and its records")
-    if (kind == "create") != (seg == 0):
-        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment: a stream is created at segment 0 only")
-    if kind in ("lease", "release") and payload:
-        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment carrying records: only data segments do")
-    return Segment(kind, seg, seq, off, epoch, holder, n, len(payload)), payload
-
-
-def _is_number(text: str) -> bool:
-    """Exactly 12 ASCII digits: a segment number as this module writes it."""
-    return len(text) == _WIDTH and set(text) <= _DIGITS
-
-
-def _checked(records: Sequence[bytes]) -> list[bytes]:
-    """The records as a list, each one line of bytes no longer than a stream line may be."""
-    for r in records:
-        if not isinstance(r, bytes) or b"\n" in r:
-            raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
-        if len(r) >= MAX_LINE:
-            raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
-    return list(records)
-
-
-def _describes(point: tuple[int, int, int], first: Segment, offset: int) -> bool:
-    """Whether checkpoint ``point`` (segment, seq and offset after it) is true of ``first``, the segment it names."""
-    return (first.seg, first.end_seq, first.end_off) == point and first.off <= offset
-
-
-def _segment_key(name: str, seg: int) -> str:
-    return f"tasks/{name}/s/{seg:0{_WIDTH}d}"
 
 
 class ObjectStreams:
@@ -143,6 +65,8 @@ class ObjectStreams:
         self._held: dict[str, ObjectLease] = {}
         self._held_mutex = threading.Lock()
         self._seals = SealReader(client)
+        #: the segments read or created through this handle, by stream (checked against the tail on every use)
+        self._cache = SegmentCache()
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -156,10 +80,12 @@ class ObjectStreams:
     def create(self, name: str, records: Sequence[bytes] = ()) -> None:
         """Make the stream holding ``records`` in one conditional create (its segment 0)."""
         check_task_id(name)
-        recs = _checked(records)
+        recs = checked_records(records)
         head = Segment("create", 0, 0, 0, 0, "", len(recs), sum(len(r) + 1 for r in recs))
-        if not self.client.create(_segment_key(name, 0), head.encode(recs)):
+        body = head.encode(recs)
+        if not self.client.create(segment_key(name, 0), body):
             raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
+        self._cache.put(name, [Part(head, body[body.index(b"\n") + 1 :], len(body))])
 
     def lease(
         self,
@@ -179,6 +105,7 @@ class ObjectStreams:
         first, theirs stands and this one leases it like any other).
         """
         check_task_id(name)
+        self._cache.drop(name)  # a writer's open reads the stream afresh, as a folder's writer scans its file
         self.check_seal(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
@@ -202,7 +129,8 @@ class ObjectStreams:
             if not tail.held or stale:
                 token = secrets.token_hex(8)
                 lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
-                if self.client.create(_segment_key(name, lease.seg), lease.encode()):
+                if self.client.create(segment_key(name, lease.seg), lease.encode()):
+                    self.remember(name, lease, b"", len(lease.encode()))
                     self.checkpoint_after(name, lease)
                     held = ObjectLease(self, name, lease)
                     with self._held_mutex:
@@ -239,16 +167,54 @@ class ObjectStreams:
         with self._held_mutex:
             held = self._held.get(name)
         last, pending = held.pending() if held is not None else (None, b"")
-        point = self._checkpoint_below(name, offset, last)
-        parts = self._fetch_from(name, point[0], last) if point is not None else []
-        if point is None or not parts or not _describes(point, parts[0][0], offset):
-            parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+        parts = self._cached(name, offset, last)
+        if parts is None:
+            point = self._checkpoint_below(name, offset, last)
+            parts = self._fetch_from(name, point[0], last) if point is not None else []
+            if point is None or not parts or not describes(point, parts[0].head, offset):
+                parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+            self._cache.put(name, parts)
         if not parts:
             raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
-        base = parts[0][0].off  # <= offset: 0, or a checkpointed segment that starts at or before it
-        return (b"".join(payload for _, payload in parts) + pending)[offset - base :]
+        base = parts[0].head.off  # <= offset: 0, or a checkpointed segment that starts at or before it
+        return (b"".join(p.payload for p in parts) + pending)[offset - base :]
 
-    def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[tuple[Segment, bytes]]:
+    def remember(self, name: str, seg: Segment, payload: bytes, size: int) -> None:
+        """Keep ``seg``, just created through this handle, after the cached segments (when they end just before it)."""
+        self._cache.extend(name, seg.seg - 1, [Part(seg, payload, size)])
+
+    def _cached(self, name: str, offset: int, last: int | None) -> list[Part] | None:
+        """The stream's segments from the cache, up to ``last`` (this handle's writer) or the tail; None: read afresh.
+
+        A writer's own tail is known: no request. Otherwise one LIST from the first cached
+        segment: every cached segment must still be listed, with the size it had, and the
+        segments after them are fetched and checked to continue the chain; anything else
+        drops the cache (the read starts afresh and says what is wrong).
+        """
+        run = self._cache.get(name)
+        if run is None or run[0].head.off > offset:
+            return None
+        top = run[-1]
+        if last is not None and top.head.seg >= last:
+            return [p for p in run if p.head.seg <= last]
+        listing = self._listing(name, run[0].head.seg)
+        fresh: list[Part] | None = None
+        if listing[: len(run)] == [(p.head.seg, p.size) for p in run]:
+            numbers = [n for n, _ in listing[len(run) :] if last is None or n <= last]
+            try:
+                fresh = self._fetch_all(name, numbers)
+            except CorruptStream:
+                fresh = None  # the fresh read says what is wrong
+            sizes = dict(listing)
+            if fresh and (not continues(top.head, fresh[0].head) or any(p.size != sizes[p.head.seg] for p in fresh)):
+                fresh = None
+        if fresh is None:
+            self._cache.drop(name)
+            return None
+        self._cache.extend(name, top.head.seg, fresh)
+        return run + fresh
+
+    def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[Part]:
         """The segments from ``start`` (or 0) up to ``last`` (or the tail), checked; none listed: ``[]``."""
         numbers = self._segment_numbers(name, start)
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
@@ -265,19 +231,32 @@ class ObjectStreams:
         return [n for n in self.client.folders("tasks") if TASK_ID_RE.match(n)]
 
     def _exists(self, name: str) -> bool:
-        return self.client.get(_segment_key(name, 0)) is not None
+        return self.client.get(segment_key(name, 0)) is not None
 
     # -- the tail and the segments -------------------------------------------------------
 
     def tail(self, name: str) -> Segment:
-        """The stream's last segment (``FileNotFoundError`` if the stream does not exist)."""
+        """The stream's last segment (``FileNotFoundError`` if the stream does not exist).
+
+        With segments of the stream cached: one LIST from the first of them (and a GET per
+        segment after them, kept); else two LISTs and one GET, from the last checkpoint
+        (the segment then kept, to start from next time).
+        """
+        run = self._cache.get(name)
+        if run is not None:
+            parts = self._cached(name, run[0].head.off, None)
+            if parts:
+                return parts[-1].head
         start = self._last_checkpoint(name)
         last = self._last_listed(name, start)
         if last is None and start is not None:  # nothing from the checkpoint on: it is past the tail (a lie)
             last = self._last_listed(name, None)
         if last is None:
             raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
-        return self.segment(name, last)[0]
+        part = self._load(name, last)
+        if run is None:
+            self._cache.put(name, [part])  # reads from its offset on, and the tail again, start from it
+        return part.head
 
     def _last_listed(self, name: str, start: int | None) -> int | None:
         """The last segment number listed from ``start`` (included) or from 0; None when none is."""
@@ -286,18 +265,23 @@ class ObjectStreams:
 
     def segment(self, name: str, seg: int) -> tuple[Segment, bytes]:
         """Segment ``seg``'s header and records (``CorruptStream`` when it is missing or unreadable)."""
-        key = _segment_key(name, seg)
+        part = self._load(name, seg)
+        return part.head, part.payload
+
+    def _load(self, name: str, seg: int) -> Part:
+        key = segment_key(name, seg)
         body = self.client.get(key)
         if body is None:
             raise CorruptStream(self.client.describe(key), 1, "a listed segment is missing")
-        return _decode(self.client.describe(key), seg, body)
+        head, payload = decode_segment(self.client.describe(key), seg, body)
+        return Part(head, payload, len(body))
 
     def _checkpoints(self, name: str) -> list[tuple[int, int, int]]:
         """The checkpoints named ``SEGNO.SEQ.OFFSET`` in ASCII digits (others are not checkpoints: ignored)."""
         found = []
         for key, _ in self.client.scan(f"tasks/{name}/c"):
             parts = key.rsplit("/", 1)[1].split(".")
-            if len(parts) == 3 and _is_number(parts[0]) and all(p and set(p) <= _DIGITS for p in parts[1:]):
+            if len(parts) == 3 and is_number(parts[0]) and all(p and set(p) <= DIGITS for p in parts[1:]):
                 found.append((int(parts[0]), int(parts[1]), int(parts[2])))
         return sorted(found)
 
@@ -312,7 +296,7 @@ class ObjectStreams:
     def checkpoint_after(self, name: str, seg: Segment) -> None:
         """Create the checkpoint after ``seg`` when its number calls for one (a hint: reads work without it)."""
         if seg.seg % CHECKPOINT_EVERY == 0 and seg.seg:
-            key = f"tasks/{name}/c/{seg.seg:0{_WIDTH}d}.{seg.end_seq}.{seg.end_off}"
+            key = f"tasks/{name}/c/{seg.seg:0{WIDTH}d}.{seg.end_seq}.{seg.end_off}"
             try:
                 self.client.create(key, b"")
             except LedgerError:
@@ -320,27 +304,34 @@ class ObjectStreams:
 
     def _segment_numbers(self, name: str, start: int | None) -> list[int]:
         """Segment numbers from ``start`` (the checkpointed one, included) or from 0, in order."""
-        after = _segment_key(name, start - 1) if start else None
+        return [n for n, _ in self._listing(name, start)]
+
+    def _listing(self, name: str, start: int | None) -> list[tuple[int, int]]:
+        """``(number, object size)`` of the segments from ``start`` (included) or from 0, in order."""
+        after = segment_key(name, start - 1) if start else None
         numbers = []
-        for key, _ in self.client.scan(f"tasks/{name}/s", after):
+        for key, size in self.client.scan(f"tasks/{name}/s", after):
             text = key.rsplit("/", 1)[1]
-            if not _is_number(text):
+            if not is_number(text):
                 raise CorruptStream(
-                    self.client.describe(key), 1, f"not a segment: {text!r} is not a {_WIDTH}-digit segment number; "
+                    self.client.describe(key), 1, f"not a segment: {text!r} is not a {WIDTH}-digit segment number; "
                     "remove the stray object (the store's own tools) or restore the stream from a copy"
                 )
-            numbers.append(int(text))
+            numbers.append((int(text), size))
         return numbers
 
-    def _fetch_all(self, name: str, numbers: list[int]) -> list[tuple[Segment, bytes]]:
+    def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
         """The segments, fetched in parallel, each checked to continue the one before."""
         if not numbers:
             return []
-        with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
-            parts = list(pool.map(lambda n: self.segment(name, n), numbers))
+        if len(numbers) == 1:
+            parts = [self._load(name, numbers[0])]
+        else:
+            with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
+                parts = list(pool.map(lambda n: self._load(name, n), numbers))
         prev: Segment | None = None
-        for expected, (head, _) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
-            where = self.client.describe(_segment_key(name, head.seg))
+        for expected, (head, _, _) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
+            where = self.client.describe(segment_key(name, head.seg))
             if head.seg != expected:
                 raise CorruptStream(where, 1, f"segment {expected} is missing: the stream has a hole")
             if prev is not None and (head.seq, head.off) != (prev.end_seq, prev.end_off):
@@ -407,7 +398,7 @@ class ObjectLease:
         """
         if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
             raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
-        recs = _checked(records)
+        recs = checked_records(records)
         with self._mutex:
             self._check_state()
             if expected_seq != self.next_seq:
@@ -445,7 +436,7 @@ class ObjectLease:
         size = sum(len(r) + 1 for r in records)
         seg = Segment("data", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder, len(records), size)
         body = seg.encode(records)
-        key = _segment_key(self.name, seg.seg)
+        key = segment_key(self.name, seg.seg)
         client = self._streams.client
         try:
             stored = client.create(key, body) or client.get(key) == body  # a retried put of ours is ours
@@ -458,6 +449,7 @@ class ObjectLease:
             self._streams._forget(self.name, self)
             raise LeaseLost(self.name, client.describe(key), self._epoch)
         self._last = seg
+        self._streams.remember(self.name, seg, body[body.index(b"\n") + 1 :], len(body))
         self._streams.checkpoint_after(self.name, seg)
 
     def release(self) -> None:
@@ -488,7 +480,8 @@ class ObjectLease:
             self._state = "released"
             mark = Segment("release", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder)
             try:
-                if self._streams.client.create(_segment_key(self.name, mark.seg), mark.encode()):
+                if self._streams.client.create(segment_key(self.name, mark.seg), mark.encode()):
+                    self._streams.remember(self.name, mark, b"", len(mark.encode()))
                     self._streams.checkpoint_after(self.name, mark)
             except LedgerError:
                 pass  # the lease stays recorded as held: the next writer takes it over (take_over_after)
