@@ -79,6 +79,9 @@ class ObjectStreams:
 
     def create(self, name: str, records: Sequence[bytes] = ()) -> None:
         """Make the stream holding ``records`` in one conditional create (its segment 0)."""
+        self._create(name, records)
+
+    def _create(self, name: str, records: Sequence[bytes]) -> Segment:
         check_task_id(name)
         recs = checked_records(records)
         head = Segment("create", 0, 0, 0, 0, "", len(recs), sum(len(r) + 1 for r in recs))
@@ -86,6 +89,7 @@ class ObjectStreams:
         if not self.client.create(segment_key(name, 0), body):
             raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
         self._cache.put(name, [Part(head, body[body.index(b"\n") + 1 :], len(body))])
+        return head
 
     def lease(
         self,
@@ -109,14 +113,15 @@ class ObjectStreams:
         self.check_seal(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
+        made: Segment | None = None  # the stream's creation, just put by this writer: its tail, known
         while True:
             try:
-                tail = self.tail(name)
+                tail, made = made or self.tail(name), None
             except FileNotFoundError:
                 if create is None:
                     raise
                 try:
-                    self.create(name, [create()])
+                    made = self._create(name, [create()])
                 except LedgerError:
                     if not self._exists(name):
                         raise
