@@ -27,6 +27,12 @@ listing from 0). An object under ``s/`` whose name is not 12 ASCII digits, a ``l
 ``release`` segment carrying records, and a ``create`` segment anywhere but at number 0
 are :class:`~intentlog.errors.CorruptStream`.
 
+Before a lease is taken the store's seals are checked (:meth:`ObjectStreams.check_seal`,
+:mod:`intentlog.s3.bounds`): a stream behind what any seal recorded is refused, nothing
+written. A handle keeps the segments it read and created (:mod:`intentlog.s3.segcache`),
+checked against a listing on every use: a re-read GETs only new segments, and the holder
+of the lease reads its own stream with no request; every lease reads the stream afresh.
+
 Guarantees: those of the seam. An append is durable when the store acknowledged its put; a
 put whose answer was lost and retried is recognised (the stored bytes are this writer's own
 segment) rather than mistaken for a lost lease.
