@@ -164,3 +164,10 @@ def test_the_seals_are_listed_once_per_lease_not_per_append(store: str) -> None:
     ledger.close()
     assert counting.lists["heads"] == 1, counting.lists
     assert [e.data for e in task.events()][-1] == {"within": 4}
+
+
+def test_the_accepted_repairs_are_the_folders() -> None:
+    from intentlog.eventlog.damage import ACCEPTED as FOLDER
+    from intentlog.s3.bounds import ACCEPTED as STORE
+
+    assert STORE == FOLDER

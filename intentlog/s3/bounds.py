@@ -24,18 +24,20 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..errors import CorruptStream, LedgerError
-from ..eventlog.damage import ACCEPTED
 from ..eventlog.format import TASK_CREATED
 from ..eventlog.remote import events_in
 from ..heads.codec import StreamHead, decode_heads
 from .client import ObjectClient
 
-__all__ = ["SEALS", "Bound", "SealReader", "furthest_heads", "seal_key", "seal_number", "seal_refusal"]
+__all__ = ["ACCEPTED", "SEALS", "Bound", "SealReader", "furthest_heads", "seal_key", "seal_number", "seal_refusal"]
 
 #: The folder holding the numbered seal objects.
 SEALS: Final = "heads"
 _WIDTH: Final = 12
 _DIGITS: Final = frozenset("0123456789")
+#: ``stream.repaired``'s ``accepted`` values, as :data:`intentlog.eventlog.damage.ACCEPTED` (not imported from
+#: there: that module reaches the folder writer's file helpers, which the checker must never reach)
+ACCEPTED: Final = ("damage", "damage+resend")
 
 #: A task's bound: where the seal that recorded it is, and the head it recorded.
 Bound = tuple[str, StreamHead]
