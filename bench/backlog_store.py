@@ -53,7 +53,10 @@ def step(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class Counting:
-    """An ObjectClient that appends one line per request (``PUT``, ``GET``, ``HEAD``, ``LIST``) to ``log``."""
+    """An ObjectClient that appends one line per request (``PUT``, ``GET``, ``HEAD``, ``LIST``) to ``log``.
+
+    The ETag-aware calls are passed through too (the S3 client has them; the streams' cache uses them).
+    """
 
     def __init__(self, inner: Any, log: str) -> None:
         self.inner, self.log = inner, log
@@ -77,6 +80,18 @@ class Counting:
         self._count("GET")
         got: bytes | None = self.inner.get(key)
         return got
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        self._count("PUT")
+        return self.inner.create_tagged(key, data)  # type: ignore[no-any-return]
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        self._count("GET")
+        return self.inner.get_tagged(key)  # type: ignore[no-any-return]
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        self._count("LIST")
+        return iter(list(self.inner.scan_tagged(folder, start_after)))
 
     def head(self, key: str) -> int | None:
         self._count("HEAD")

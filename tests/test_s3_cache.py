@@ -2,14 +2,16 @@
 
 Reads through a handle with a warm cache must give exactly the bytes a fresh handle reads
 -- under appends by another writer, across a lease take-over, after a segment is deleted
-or replaced -- and the cache must never hide damage ``verify`` finds (it reads through a
-handle of its own; the next lease reads afresh too). A writer holding the lease knows its
-tail: its reads make no request at all. Real SeaweedFS for the concrete cases; the
+or replaced (even by other bytes of the same size: the listing's ETag tells) -- and the
+cache must never hide damage ``verify`` finds (it reads through a handle of its own; the
+next lease reads afresh too). A writer holding the lease knows its tail: its reads make no
+request at all. A client without ETags: only the holder reads from the cache. Real SeaweedFS for the concrete cases; the
 in-process store for the property (hypothesis), where hundreds of histories are cheap.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +31,23 @@ from intentlog.ledger import Ledger
 from intentlog.s3 import ObjectLease, ObjectStreams, S3Client, on_client, parse_s3_url
 
 
+class Tagged(MemoryClient):
+    """The in-process store naming each object by an ETag (the MD5 of its bytes, as SeaweedFS and S3 do)."""
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        return self.create(key, data), hashlib.md5(data).hexdigest()
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        data = self.get(key)
+        return None if data is None else (data, hashlib.md5(data).hexdigest())
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        for key, size in self.scan(folder, start_after):
+            yield key, size, hashlib.md5(self.objects[key]).hexdigest()
+
+
 class Counting:
-    """An ObjectClient that counts its requests by kind."""
+    """An ObjectClient that counts its requests by kind (ETags passed through)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.calls = inner, Counter[str]()
@@ -46,6 +63,18 @@ class Counting:
         self.calls["GET"] += 1
         got: bytes | None = self.inner.get(key)
         return got
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        self.calls["PUT"] += 1
+        return self.inner.create_tagged(key, data)  # type: ignore[no-any-return]
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        self.calls["GET"] += 1
+        return self.inner.get_tagged(key)  # type: ignore[no-any-return]
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        self.calls["LIST"] += 1
+        return iter(list(self.inner.scan_tagged(folder, start_after)))
 
     def head(self, key: str) -> int | None:
         self.calls["HEAD"] += 1
@@ -143,8 +172,10 @@ def test_the_cache_never_hides_damage_verify_finds(url: str) -> None:
         client = client_of(url)
         seg = next(k for k in segments(client, "d") if b'"data":{"v":1}' in (client.get(k) or b""))
         body = client.get(seg) or b""
-        client.delete(seg)  # the same size, other bytes: what a listing cannot tell apart
+        client.delete(seg)  # the same size, other bytes: only the ETag tells
         assert client.create(seg, body.replace(b'"data":{"v":1}', b'"data":{"v":7}'))
+        with pytest.raises(CorruptStream):
+            list(ledger.task("d").events())  # the cached handle too: the listing names the object by another ETag
         found = verify_ledger(ledger)
         assert "error" in {p.severity for p in found.problems}, "verify reads afresh: the edit is found"
         with pytest.raises(CorruptStream):
@@ -188,7 +219,7 @@ OPS = st.lists(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_cached_reads_are_byte_identical_to_fresh_ones(ops: list[tuple[str, int]]) -> None:
-    client = MemoryClient()
+    client = Tagged()
     writers = {"a": ObjectStreams(client), "b": ObjectStreams(client)}
     leases: dict[str, ObjectLease | None] = {"a": None, "b": None}
     reader = ObjectStreams(client)
@@ -226,8 +257,11 @@ def test_cached_reads_are_byte_identical_to_fresh_ones(ops: list[tuple[str, int]
             key = keys[n % len(keys)]
             if op == "hole":
                 client.delete(key)
-            else:
+            elif n % 2:
                 client.objects[key] = b"junk %d\n" % n
+            else:  # other bytes of the same size: only the ETag tells
+                body = client.objects[key]
+                client.objects[key] = body[:-2] + (b"x\n" if body[-2:] != b"x\n" else b"y\n")
             damaged = True
         fresh = ObjectStreams(client)
         size = len(fresh.read("t")) if outcome(fresh, "t")[0] == "bytes" else 0
@@ -238,3 +272,17 @@ def test_cached_reads_are_byte_identical_to_fresh_ones(ops: list[tuple[str, int]
         for w, lease in leases.items():
             if lease is not None and not lease.dirty and not damaged and lease.next_seq == stored:
                 assert writers[w].read("t") == fresh.read("t"), "a holder's own reads, from its cache"
+
+
+def test_without_etags_only_the_holder_of_the_lease_reads_from_the_cache() -> None:
+    """A client that names no ETags cannot tell a replaced segment of one size: readers then read afresh."""
+    client = MemoryClient()
+    writer, reader = ObjectStreams(client), ObjectStreams(client)
+    writer.create("t", [b"r0"])
+    with writer.lease("t") as lease:
+        lease.append([b"r1"], expected_seq=1)
+        assert writer.read("t") == b"r0\nr1\n"
+    assert reader.read("t") == b"r0\nr1\n"
+    key = next(k for k, body in client.objects.items() if body.endswith(b"r1\n"))
+    client.objects[key] = client.objects[key].replace(b"r1", b"r9")  # the same size
+    assert reader.read("t") == b"r0\nr9\n", "read afresh: the replaced bytes are what the store holds"

@@ -3,18 +3,19 @@
 A segment object is created once (``If-None-Match: *``) and never replaced, so the bytes of
 the segments an :class:`~intentlog.s3.streams.ObjectStreams` handle has read and checked
 stay what they were -- unless the object is deleted and created again (gc, or damage). The
-cache is derived data and never trusted on its own (DESIGN §11): each use lists the stream
-from the first segment it holds (one LIST) and is dropped, the read starting afresh,
-unless the listing still shows every segment it holds, each with the size it had, and
-every segment after them continues the chain (:func:`continues`: seq and offset; a lease
-one epoch up; data and release under the lease before them). A writer holding the lease
-knows its own tail (the segments it created are added as it creates them), so its reads
-make no request at all (as a folder's writer does not scan its file again before each
-append); and every lease starts afresh (as a folder's writer scans its file when it opens).
-
-What a cache cannot see -- a segment it holds deleted and created again with other bytes
-of the same size -- the next lease sees, and every fresh handle: ``verify`` and ``seal``
-read through a handle of their own, and any other process reads the stream afresh.
+cache is derived data and never trusted on its own (DESIGN §11): a reader that does not
+hold the lease uses it only with a client that names objects by ETag
+(:class:`~intentlog.s3.client.TaggedClient`), and each use lists the stream from the first
+segment it holds (one LIST): the cache is dropped, the read starting afresh, unless the
+listing still shows every segment it holds with the size and ETag it had when read or
+created (a segment deleted and created again with other bytes, of any size, has another
+ETag), and every segment after them continues the chain (:func:`continues`: seq and
+offset; a lease one epoch up; data and release under the lease before them). A writer
+holding the lease knows its own tail (the segments it created are added as it creates
+them), so its reads make no request at all (as a folder's writer does not scan its file
+again before each append). A lease checks the cache like any reader (a folder's writer
+scans its file when it opens); without ETags it starts afresh. ``verify`` and ``seal``
+read through a handle of their own.
 :class:`SegmentCache` keeps at most :data:`CACHE_BYTES` of records per handle (the streams
 used longest ago dropped first).
 """
@@ -35,11 +36,12 @@ CACHE_BYTES: Final = 64 << 20
 
 
 class Part(NamedTuple):
-    """One segment as read: its header, its records' bytes, the object's size (what a listing says)."""
+    """One segment as read: its header, its records' bytes, the object's size and ETag (what a listing says)."""
 
     head: Segment
     payload: bytes
     size: int
+    tag: str | None = None  # the object's ETag, from the create or get that gave these bytes
 
 
 def continues(prev: Segment, head: Segment) -> bool:

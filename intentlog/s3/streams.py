@@ -30,8 +30,8 @@ are :class:`~intentlog.errors.CorruptStream`.
 Before a lease is taken the store's seals are checked (:meth:`ObjectStreams.check_seal`,
 :mod:`intentlog.s3.bounds`): a stream behind what any seal recorded is refused, nothing
 written. A handle keeps the segments it read and created (:mod:`intentlog.s3.segcache`),
-checked against a listing on every use: a re-read GETs only new segments, and the holder
-of the lease reads its own stream with no request; every lease reads the stream afresh.
+checked against a listing (sizes and ETags) on every use: a re-read GETs only new segments,
+and the holder of the lease reads its own stream with no request.
 
 Guarantees: those of the seam. An append is durable when the store acknowledged its put; a
 put whose answer was lost and retried is recognised (the stored bytes are this writer's own
@@ -43,14 +43,14 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 
-from ..errors import Conflict, CorruptStream, LeaseLost, LedgerError, TaskBusy, UsageError
+from ..errors import CorruptStream, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
 from .bounds import SealReader, seal_refusal
-from .client import ObjectClient
+from .client import ObjectClient, TaggedClient
+from .lease import ObjectLease
 from .segcache import Part, SegmentCache, continues
 from .segments import DIGITS, WIDTH, Segment, checked_records, decode_segment, describes, is_number, segment_key
 
@@ -73,6 +73,8 @@ class ObjectStreams:
         self._seals = SealReader(client)
         #: the segments read or created through this handle, by stream (checked against the tail on every use)
         self._cache = SegmentCache()
+        #: whether the client names objects by ETag: only then does a reader not holding the lease use the cache
+        self._tagged = isinstance(client, TaggedClient)
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -92,10 +94,17 @@ class ObjectStreams:
         recs = checked_records(records)
         head = Segment("create", 0, 0, 0, 0, "", len(recs), sum(len(r) + 1 for r in recs))
         body = head.encode(recs)
-        if not self.client.create(segment_key(name, 0), body):
+        created, tag = self.put_segment(segment_key(name, 0), body)
+        if not created:
             raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
-        self._cache.put(name, [Part(head, body[body.index(b"\n") + 1 :], len(body))])
+        self._cache.put(name, [Part(head, body[body.index(b"\n") + 1 :], len(body), tag)])
         return head
+
+    def put_segment(self, key: str, body: bytes) -> tuple[bool, str | None]:
+        """A conditional create; whether it stored ``body`` and, when the client says, the object's ETag."""
+        if isinstance(self.client, TaggedClient):
+            return self.client.create_tagged(key, body)
+        return self.client.create(key, body), None
 
     def lease(
         self,
@@ -115,7 +124,8 @@ class ObjectStreams:
         first, theirs stands and this one leases it like any other).
         """
         check_task_id(name)
-        self._cache.drop(name)  # a writer's open reads the stream afresh, as a folder's writer scans its file
+        if not self._tagged:  # without ETags a writer's open reads the stream afresh, as a folder's scans its file
+            self._cache.drop(name)
         self.check_seal(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
@@ -140,8 +150,9 @@ class ObjectStreams:
             if not tail.held or stale:
                 token = secrets.token_hex(8)
                 lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
-                if self.client.create(segment_key(name, lease.seg), lease.encode()):
-                    self.remember(name, lease, b"", len(lease.encode()))
+                created, tag = self.put_segment(segment_key(name, lease.seg), lease.encode())
+                if created:
+                    self.remember(name, lease, b"", len(lease.encode()), tag)
                     self.checkpoint_after(name, lease)
                     held = ObjectLease(self, name, lease)
                     with self._held_mutex:
@@ -190,15 +201,16 @@ class ObjectStreams:
         base = parts[0].head.off  # <= offset: 0, or a checkpointed segment that starts at or before it
         return (b"".join(p.payload for p in parts) + pending)[offset - base :]
 
-    def remember(self, name: str, seg: Segment, payload: bytes, size: int) -> None:
+    def remember(self, name: str, seg: Segment, payload: bytes, size: int, tag: str | None = None) -> None:
         """Keep ``seg``, just created through this handle, after the cached segments (when they end just before it)."""
-        self._cache.extend(name, seg.seg - 1, [Part(seg, payload, size)])
+        self._cache.extend(name, seg.seg - 1, [Part(seg, payload, size, tag)])
 
     def _cached(self, name: str, offset: int, last: int | None) -> list[Part] | None:
         """The stream's segments from the cache, up to ``last`` (this handle's writer) or the tail; None: read afresh.
 
-        A writer's own tail is known: no request. Otherwise one LIST from the first cached
-        segment: every cached segment must still be listed, with the size it had, and the
+        A writer's own tail is known: no request. Otherwise (only with a client that gives
+        ETags) one LIST from the first cached segment: every cached segment must still be
+        listed, with the size and ETag it had, and the
         segments after them are fetched and checked to continue the chain; anything else
         drops the cache (the read starts afresh and says what is wrong).
         """
@@ -208,16 +220,20 @@ class ObjectStreams:
         top = run[-1]
         if last is not None and top.head.seg >= last:
             return [p for p in run if p.head.seg <= last]
+        if not self._tagged or any(p.tag is None for p in run):
+            return None  # without ETags a listing cannot tell a replaced segment of one size: read afresh
         listing = self._listing(name, run[0].head.seg)
         fresh: list[Part] | None = None
-        if listing[: len(run)] == [(p.head.seg, p.size) for p in run]:
-            numbers = [n for n, _ in listing[len(run) :] if last is None or n <= last]
+        if listing[: len(run)] == [(p.head.seg, p.size, p.tag) for p in run]:
+            numbers = [n for n, _, _ in listing[len(run) :] if last is None or n <= last]
             try:
                 fresh = self._fetch_all(name, numbers)
             except CorruptStream:
                 fresh = None  # the fresh read says what is wrong
-            sizes = dict(listing)
-            if fresh and (not continues(top.head, fresh[0].head) or any(p.size != sizes[p.head.seg] for p in fresh)):
+            seen = {n: (size, tag) for n, size, tag in listing}
+            if fresh and (
+                not continues(top.head, fresh[0].head) or any((p.size, p.tag) != seen[p.head.seg] for p in fresh)
+            ):
                 fresh = None
         if fresh is None:
             self._cache.drop(name)
@@ -232,7 +248,7 @@ class ObjectStreams:
             numbers = [n for n in numbers if n <= last]
         return self._fetch_all(name, numbers)
 
-    def _forget(self, name: str, lease: ObjectLease) -> None:
+    def forget(self, name: str, lease: ObjectLease) -> None:
         """``lease`` no longer holds ``name`` through this handle (released or lost)."""
         with self._held_mutex:
             if self._held.get(name) is lease:
@@ -281,11 +297,16 @@ class ObjectStreams:
 
     def _load(self, name: str, seg: int) -> Part:
         key = segment_key(name, seg)
-        body = self.client.get(key)
+        tag: str | None = None
+        if isinstance(self.client, TaggedClient):
+            got = self.client.get_tagged(key)
+            body, tag = (None, None) if got is None else got
+        else:
+            body = self.client.get(key)
         if body is None:
             raise CorruptStream(self.client.describe(key), 1, "a listed segment is missing")
         head, payload = decode_segment(self.client.describe(key), seg, body)
-        return Part(head, payload, len(body))
+        return Part(head, payload, len(body), tag)
 
     def _checkpoints(self, name: str) -> list[tuple[int, int, int]]:
         """The checkpoints named ``SEGNO.SEQ.OFFSET`` in ASCII digits (others are not checkpoints: ignored)."""
@@ -315,20 +336,25 @@ class ObjectStreams:
 
     def _segment_numbers(self, name: str, start: int | None) -> list[int]:
         """Segment numbers from ``start`` (the checkpointed one, included) or from 0, in order."""
-        return [n for n, _ in self._listing(name, start)]
+        return [n for n, _, _ in self._listing(name, start)]
 
-    def _listing(self, name: str, start: int | None) -> list[tuple[int, int]]:
-        """``(number, object size)`` of the segments from ``start`` (included) or from 0, in order."""
+    def _listing(self, name: str, start: int | None) -> list[tuple[int, int, str | None]]:
+        """``(number, object size, ETag)`` of the segments from ``start`` (included) or from 0, in order."""
         after = segment_key(name, start - 1) if start else None
+        folder = f"tasks/{name}/s"
+        if isinstance(self.client, TaggedClient):
+            listed: Iterator[tuple[str, int, str | None]] = self.client.scan_tagged(folder, after)
+        else:
+            listed = ((key, size, None) for key, size in self.client.scan(folder, after))
         numbers = []
-        for key, size in self.client.scan(f"tasks/{name}/s", after):
+        for key, size, tag in listed:
             text = key.rsplit("/", 1)[1]
             if not is_number(text):
                 raise CorruptStream(
                     self.client.describe(key), 1, f"not a segment: {text!r} is not a {WIDTH}-digit segment number; "
                     "remove the stray object (the store's own tools) or restore the stream from a copy"
                 )
-            numbers.append((int(text), size))
+            numbers.append((int(text), size, tag))
         return numbers
 
     def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
@@ -341,7 +367,7 @@ class ObjectStreams:
             with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
                 parts = list(pool.map(lambda n: self._load(name, n), numbers))
         prev: Segment | None = None
-        for expected, (head, _, _) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
+        for expected, (head, *_) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
             where = self.client.describe(segment_key(name, head.seg))
             if head.seg != expected:
                 raise CorruptStream(where, 1, f"segment {expected} is missing: the stream has a hole")
@@ -353,152 +379,3 @@ class ObjectStreams:
                 raise CorruptStream(where, 1, "the stream's first segment is not its creation")
             prev = head
         return parts
-
-
-class ObjectLease:
-    """A held lease on one object-store stream: appends are conditional creates at the next number.
-
-    Group commit: records appended with ``sync=False`` are buffered and put, with whatever
-    the next synced append brings, as ONE segment by the next :meth:`sync` (or synced
-    append). Until then they are counted (:attr:`next_seq`) and readable through the
-    :class:`ObjectStreams` that granted the lease (its :meth:`~ObjectStreams.read` adds
-    them after the stored segments), but not stored: another handle does not see them, a
-    crash loses them, and a holder fenced before its sync never stores them (the put is
-    refused whole: :class:`~intentlog.errors.LeaseLost`, the buffer dropped).
-    """
-
-    #: a buffer this large is put at once, before its sync (one segment stays one GET to read)
-    FLUSH_BYTES = 4 << 20
-
-    def __init__(self, streams: ObjectStreams, name: str, lease: Segment) -> None:
-        self._streams = streams
-        self.name = name
-        self._last = lease
-        self._epoch = lease.epoch
-        self._holder = lease.holder
-        self._state = "held"  # "held" | "released" | "lost" | "poisoned"
-        self._mutex = threading.RLock()
-        self._buf: list[bytes] = []
-        self._buf_size = 0
-
-    @property
-    def epoch(self) -> int:
-        """This lease's epoch: one more than the lease before it."""
-        return self._epoch
-
-    @property
-    def next_seq(self) -> int:
-        return self._last.end_seq + len(self._buf)
-
-    @property
-    def dirty(self) -> bool:
-        """Whether records were appended that no sync has put yet."""
-        return bool(self._buf)
-
-    def pending(self) -> tuple[int, bytes]:
-        """The last segment this lease stored and the buffered records' bytes after it (one snapshot)."""
-        with self._mutex:
-            return self._last.seg, b"".join(r + b"\n" for r in self._buf)
-
-    def append(self, records: Sequence[bytes], *, expected_seq: int, sync: bool = True) -> int:
-        """Append ``records`` at ``expected_seq``: one conditional create of the next segment.
-
-        With ``sync=False`` the records are buffered (see the class): the put happens at the
-        next :meth:`sync` or synced append, which stores the buffer and its own records as
-        one segment. Returns the new next seq.
-        """
-        if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
-            raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
-        recs = checked_records(records)
-        with self._mutex:
-            self._check_state()
-            if expected_seq != self.next_seq:
-                raise Conflict(self.name, expected_seq, self.next_seq)
-            self._buf.extend(recs)
-            self._buf_size += sum(len(r) + 1 for r in recs)
-            if sync or self._buf_size >= self.FLUSH_BYTES:
-                self._put_buffer()
-            return self.next_seq
-
-    def sync(self) -> None:
-        """Put the buffered records as one segment; a lost or failed lease says so (nothing to put: no request)."""
-        with self._mutex:
-            if self._state == "released":
-                return  # nothing buffered: a release puts what was
-            self._check_state()
-            self._put_buffer()
-
-    def _check_state(self) -> None:
-        where = self._streams.where(self.name)
-        if self._state == "lost":
-            raise LeaseLost(self.name, where, self._epoch)
-        if self._state == "poisoned":
-            raise LedgerError(f"{where}: an append failed; lease the stream again to see what it holds")
-        if self._state != "held":
-            raise LedgerError(f"{where}: the lease was {self._state}; lease the stream again to append")
-
-    def _put_buffer(self) -> None:
-        """One conditional create of the next segment holding the buffer. Holds the mutex."""
-        records, self._buf, self._buf_size = self._buf, [], 0
-        if not records:
-            return
-        where = self._streams.where(self.name)
-        last = self._last
-        size = sum(len(r) + 1 for r in records)
-        seg = Segment("data", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder, len(records), size)
-        body = seg.encode(records)
-        key = segment_key(self.name, seg.seg)
-        client = self._streams.client
-        try:
-            stored = client.create(key, body) or client.get(key) == body  # a retried put of ours is ours
-        except LedgerError as exc:
-            self._state = "poisoned"  # the put's outcome is unknown: the next lease reads the tail again
-            self._streams._forget(self.name, self)
-            raise LedgerError(f"{where}: append failed ({exc}); lease the stream again to see what it holds") from exc
-        if not stored:
-            self._state = "lost"  # fenced: the records buffered are dropped, never stored
-            self._streams._forget(self.name, self)
-            raise LeaseLost(self.name, client.describe(key), self._epoch)
-        self._last = seg
-        self._streams.remember(self.name, seg, body[body.index(b"\n") + 1 :], len(body))
-        self._streams.checkpoint_after(self.name, seg)
-
-    def release(self) -> None:
-        """Put what is buffered, then write the ``release`` segment (idempotent; a lost lease writes nothing).
-
-        When the buffered records cannot be put because the lease was taken over, they are
-        not stored and :class:`~intentlog.errors.LeaseLost` says so (never a silent loss).
-        """
-        with self._mutex:
-            if self._state in ("released", "lost"):
-                return
-            if self._state == "held" and self._buf:
-                try:
-                    self._put_buffer()  # what was appended is stored, as a folder's release leaves it written
-                except LedgerError:
-                    pass  # poisoned: the put's outcome is unknown (looked at below)
-            self._streams._forget(self.name, self)
-            last = self._last
-            if self._state == "poisoned":
-                try:
-                    last = self._streams.tail(self.name)
-                except (LedgerError, CorruptStream, FileNotFoundError):
-                    self._state = "released"
-                    return
-                if (last.epoch, last.holder) != (self._epoch, self._holder) or not last.held:
-                    self._state = "released"
-                    return
-            self._state = "released"
-            mark = Segment("release", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder)
-            try:
-                if self._streams.client.create(segment_key(self.name, mark.seg), mark.encode()):
-                    self._streams.remember(self.name, mark, b"", len(mark.encode()))
-                    self._streams.checkpoint_after(self.name, mark)
-            except LedgerError:
-                pass  # the lease stays recorded as held: the next writer takes it over (take_over_after)
-
-    def __enter__(self) -> ObjectLease:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.release()
