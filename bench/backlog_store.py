@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,15 +53,19 @@ def step(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class Counting:
-    """An ObjectClient that appends one line per request (``PUT``, ``GET``, ``HEAD``, ``LIST``) to ``log``."""
+    """An ObjectClient that appends one line per request (``PUT``, ``GET``, ``HEAD``, ``LIST``) to ``log``.
+
+    The ETag-aware calls are passed through too (the S3 client has them; the streams' cache uses them).
+    """
 
     def __init__(self, inner: Any, log: str) -> None:
         self.inner, self.log = inner, log
 
     def _count(self, op: str) -> None:
+        line = f"{op} {_site()}" if os.environ.get("BENCH_SITES") else op
         fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, op.encode() + b"\n")
+            os.write(fd, line.encode() + b"\n")
         finally:
             os.close(fd)
 
@@ -75,6 +80,18 @@ class Counting:
         self._count("GET")
         got: bytes | None = self.inner.get(key)
         return got
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        self._count("PUT")
+        return self.inner.create_tagged(key, data)  # type: ignore[no-any-return]
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        self._count("GET")
+        return self.inner.get_tagged(key)  # type: ignore[no-any-return]
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        self._count("LIST")
+        return iter(list(self.inner.scan_tagged(folder, start_after)))
 
     def head(self, key: str) -> int | None:
         self._count("HEAD")
@@ -92,6 +109,14 @@ class Counting:
     def delete(self, key: str) -> None:
         self._count("DELETE")
         self.inner.delete(key)
+
+
+def _site() -> str:
+    """The request's call site: the innermost intentlog frames above the client, ``module.function`` each."""
+    stack = traceback.extract_stack()[:-3]
+    frames = [f for f in stack if "/intentlog/" in f.filename and "/s3/client" not in f.filename]
+    names = [f"{Path(f.filename).stem}.{f.name}" for f in frames[-int(os.environ.get("BENCH_SITES", "4")) :]]
+    return "<".join(reversed(names)) or "?"
 
 
 def open_counted(log: str, url: str) -> Any:
@@ -147,7 +172,12 @@ def bench_workers(base: Path, server_url: str, args: argparse.Namespace, workers
             ledger.close()
             if r == 0:
                 with open(log, encoding="ascii") as f:
-                    counts = Counter(line.strip() for line in f)
+                    lines = [line.split() for line in f]
+                counts = Counter(parts[0] for parts in lines)
+                if os.environ.get("BENCH_SITES"):  # --sites: requests per call site, most first
+                    sites = Counter(" ".join(parts) for parts in lines)
+                    n = args.items * args.effects
+                    out[f"store_w{workers}_sites"] = {k: round(v / n, 2) for k, v in sites.most_common(25)}
             with intentlog.open(Path(tempfile.mkdtemp(dir=base)) / "ledger") as folder:
                 folder_s.append(one_run(folder, cluster.scheduler_address, args.items, args.effects, workers, None))
     finally:
@@ -173,7 +203,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--puts", type=int, default=300)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sites", action="store_true", help="also print the requests per effect of each call site")
     args = ap.parse_args()
+    if args.sites:
+        os.environ["BENCH_SITES"] = "4"  # frames per site; the cluster's workers inherit it
     try:
         import distributed  # noqa: F401
 

@@ -155,6 +155,9 @@ class Backlog:
         time; ``max_attempts`` how many step failures before the item is failed (None: no
         limit). ``inactivity`` and ``max_duration`` (seconds) override the run's limits for
         this item. Another payload under an existing id raises :class:`PayloadChanged`.
+        On a store, the backlog stream's lease a SIGKILLed supervisor left is taken back
+        once the stream stood still :data:`~intentlog.backlog.leases.BACKLOG_STALE` s here
+        (its holder fenced); a live holder is waited for, never taken (also :meth:`add_many`).
         """
         entry = self._entry(item_id, payload, priority, not_before, max_attempts, inactivity, max_duration)
         return self._add_entries([entry])[0]
@@ -211,6 +214,7 @@ class Backlog:
 
     def _add_entries(self, entries: list[dict[str, Any]]) -> list[ItemRecord]:
         t = self.task
+        leases.claim_stale(t)  # on a store: the lease a SIGKILLed supervisor left, taken back once it stood still
         with t.stream.mutex:
             try:
                 t.stream.open_writer()  # the lock first: the fold below is then the whole stream

@@ -8,6 +8,11 @@ with `obstore <https://developmentseed.org/obstore/>`_ (chosen on measured merit
 2 x boto3's speed per request and a twentieth of its import time, docs/scale-out.md), which
 is imported on first use only: a missing ``s3`` extra raises an error naming it.
 
+:class:`TaggedClient` is what a client offers when its store names each object by an
+ETag (the S3 client does): the same get, create and listing, each with the ETag, so a
+reader that kept an object's bytes can tell from a listing whether the object is still
+the one it read (:mod:`intentlog.s3.segcache`).
+
 Configuration is the standard AWS environment (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL`` for another server;
 ``AWS_ALLOW_HTTP=true`` for a plain-http one). Errors from the client are translated
@@ -20,11 +25,11 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import LedgerError, UsageError
 
-__all__ = ["ObjectClient", "S3Client", "S3Location", "parse_s3_url"]
+__all__ = ["ObjectClient", "S3Client", "S3Location", "TaggedClient", "parse_s3_url"]
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -81,6 +86,20 @@ class ObjectClient(Protocol):
         """Remove the object at ``key`` (no error if there is none)."""
 
 
+@runtime_checkable
+class TaggedClient(Protocol):
+    """The ETag-aware operations: a create, get and listing that also say each object's ETag."""
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        """Whether ``data`` was stored (If-None-Match: *), and the stored object's ETag."""
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        """The object's bytes and ETag, None if there is none."""
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        """``(key, size, etag)`` of every object under ``folder/``, in key order, after ``start_after`` if given."""
+
+
 def _obstore() -> Any:
     try:
         import obstore
@@ -135,19 +154,29 @@ class S3Client:
         return LedgerError(f"{self.describe(key)}: {what} failed: {first}; check the AWS_* settings and the server")
 
     def create(self, key: str, data: bytes) -> bool:
+        return self.create_tagged(key, data)[0]
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        """:meth:`create`, and the ETag the store gave the object it stored (None if refused or not given)."""
         errors = self._obstore.exceptions
         try:
-            self._obstore.put(self._store, self.location.key(key), data, mode="create", use_multipart=False)
+            put = self._obstore.put(self._store, self.location.key(key), data, mode="create", use_multipart=False)
         except (errors.AlreadyExistsError, errors.PreconditionError):
-            return False
+            return False, None
         except Exception as exc:  # a transport or server error: the outcome is unknown
             raise self._fail("a conditional put", key, exc) from exc
-        return True
+        return True, put.get("e_tag")
 
     def get(self, key: str) -> bytes | None:
+        got = self.get_tagged(key)
+        return None if got is None else got[0]
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        """:meth:`get`, and the ETag of the object those bytes are (the one a listing names it by)."""
         errors = self._obstore.exceptions
         try:
-            return bytes(self._obstore.get(self._store, self.location.key(key)).bytes())
+            result = self._obstore.get(self._store, self.location.key(key))
+            return bytes(result.bytes()), result.meta.get("e_tag")
         except (errors.NotFoundError, FileNotFoundError):
             return None
         except Exception as exc:
@@ -163,13 +192,18 @@ class S3Client:
             raise self._fail("a head", key, exc) from exc
 
     def scan(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int]]:
+        for key, size, _ in self.scan_tagged(folder, start_after):
+            yield key, size
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        """:meth:`scan`, each object with its ETag (what tells two objects of one size apart)."""
         base = self.location.key(folder)
         cut = len(self.location.prefix) + 1 if self.location.prefix else 0
         offset = self.location.key(start_after) if start_after is not None else None
         try:
             for batch in self._obstore.list(self._store, prefix=base, offset=offset, chunk_size=1000):
                 for meta in sorted(batch, key=lambda m: m["path"]):
-                    yield meta["path"][cut:], int(meta["size"])
+                    yield meta["path"][cut:], int(meta["size"]), meta.get("e_tag")
         except Exception as exc:
             raise self._fail("a list", folder, exc) from exc
 

@@ -32,33 +32,21 @@ from typing import Final
 from ..errors import CorruptStream, LedgerError
 from ..eventlog.format import TASK_CREATED
 from ..eventlog.remote import events_in
-from ..heads.codec import StreamHead, decode_heads, encode_heads
+from ..heads.codec import StreamHead, encode_heads
+from .bounds import SEALS, furthest_heads, seal_number
+from .bounds import seal_key as _key
 from .client import ObjectClient
 from .streams import ObjectStreams
 
 __all__ = ["SEALS", "all_seals", "combine_seals", "create_seal", "latest_seal", "seal_store", "stored_heads"]
 
-#: The folder holding the numbered seal objects.
-SEALS: Final = "heads"
 _WIDTH: Final = 12
 _ATTEMPTS: Final = 64
 _LAST: Final = 10**_WIDTH - 1
-_DIGITS: Final = frozenset("0123456789")
-
-
-def _number(key: str) -> int | None:
-    """The seal number a key names: exactly 12 ASCII digits then ``.json``, else None (not a seal)."""
-    name = key.rsplit("/", 1)[-1]
-    stem = name[: -len(".json")] if name.endswith(".json") else ""
-    return int(stem) if len(stem) == _WIDTH and set(stem) <= _DIGITS else None
 
 
 def _numbers(client: ObjectClient) -> list[int]:
-    return sorted(n for k, _ in client.scan(SEALS) if (n := _number(k)) is not None)
-
-
-def _key(number: int) -> str:
-    return f"{SEALS}/{number:0{_WIDTH}d}.json"
+    return sorted(n for k, _ in client.scan(SEALS) if (n := seal_number(k)) is not None)
 
 
 def all_seals(client: ObjectClient) -> list[tuple[str, bytes]]:
@@ -78,35 +66,9 @@ def combine_seals(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, StreamH
     or that contradicts an earlier one (another stream id for a task, or another digest at
     the same seq), is a problem message; the well-formed seals still count. Of the heads
     recorded for a task the one with the highest seq is returned (the first recorded on a
-    tie): every seal is a lower bound, none replaces another.
+    tie): every seal is a lower bound, none replaces another (:func:`~intentlog.s3.bounds.furthest_heads`).
     """
-    furthest: dict[str, tuple[str, StreamHead]] = {}
-    seen: dict[tuple[str, int], tuple[str, StreamHead]] = {}
-    problems: list[str] = []
-    for where, data in seals:
-        try:
-            heads = decode_heads(data, where=where)
-        except LedgerError as exc:
-            problems.append(str(exc))
-            continue
-        for task, h in heads.items():
-            first = furthest.get(task)
-            same = seen.get((task, h.seq))
-            if first is not None and first[1].stream != h.stream:
-                problems.append(
-                    f"{where} seals task {task!r} as stream {h.stream!r} but {first[0]} sealed it as stream "
-                    f"{first[1].stream!r}: the seals contradict each other; restore the stream and seals from a copy"
-                )
-                continue
-            if same is not None and same[1].head != h.head:
-                problems.append(
-                    f"{where} seals task {task!r} at seq {h.seq} as {h.head} but {same[0]} sealed seq {h.seq} as "
-                    f"{same[1].head}: the seals contradict each other; restore the stream and the seals from a copy"
-                )
-                continue
-            seen.setdefault((task, h.seq), (where, h))
-            if first is None or h.seq > first[1].seq:
-                furthest[task] = (where, h)
+    furthest, problems = furthest_heads(seals)
     return {task: h for task, (_, h) in furthest.items()}, problems
 
 

@@ -27,6 +27,12 @@ listing from 0). An object under ``s/`` whose name is not 12 ASCII digits, a ``l
 ``release`` segment carrying records, and a ``create`` segment anywhere but at number 0
 are :class:`~intentlog.errors.CorruptStream`.
 
+Before a lease is taken the store's seals are checked (:meth:`ObjectStreams.check_seal`,
+:mod:`intentlog.s3.bounds`): a stream behind what any seal recorded is refused, nothing
+written. A handle keeps the segments it read and created (:mod:`intentlog.s3.segcache`),
+checked against a listing (sizes and ETags) on every use: a re-read GETs only new segments,
+and the holder of the lease reads its own stream with no request.
+
 Guarantees: those of the seam. An append is durable when the store acknowledged its put; a
 put whose answer was lost and retried is recognised (the stored bytes are this writer's own
 segment) rather than mistaken for a lost lease.
@@ -37,100 +43,23 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from types import TracebackType
 
-import orjson
-
-from ..errors import Conflict, CorruptStream, LeaseLost, LedgerError, TaskBusy, UsageError
+from ..errors import CorruptStream, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
-from ..eventlog.reader import MAX_LINE
-from .client import ObjectClient
+from .bounds import SealReader, seal_refusal
+from .client import ObjectClient, TaggedClient
+from .lease import ObjectLease
+from .segcache import Part, SegmentCache, continues
+from .segments import DIGITS, WIDTH, Segment, checked_records, decode_segment, describes, is_number, segment_key
 
 __all__ = ["CHECKPOINT_EVERY", "ObjectLease", "ObjectStreams", "Segment"]
 
 #: A checkpoint object is created after every segment whose number is a multiple of this.
 CHECKPOINT_EVERY = 64
-_WIDTH = 12
 _POLL = 0.05
 _READERS = 8
-_DIGITS = frozenset("0123456789")
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A segment's header: what the object at ``seg`` says about itself and the records it holds."""
-
-    kind: str  # "create" | "lease" | "data" | "release"
-    seg: int
-    seq: int  # records in the stream before this segment
-    off: int  # bytes of records in the stream before this segment
-    epoch: int
-    holder: str
-    n: int = 0  # records in this segment
-    size: int = 0  # bytes of records in this segment
-
-    @property
-    def held(self) -> bool:
-        """True when the stream is leased after this segment (a lease or a holder's data)."""
-        return self.kind in ("lease", "data")
-
-    @property
-    def end_seq(self) -> int:
-        return self.seq + self.n
-
-    @property
-    def end_off(self) -> int:
-        return self.off + self.size
-
-    def encode(self, records: Sequence[bytes] = ()) -> bytes:
-        head = {"v": 1, "t": self.kind, "seg": self.seg, "seq": self.seq, "off": self.off, "epoch": self.epoch}
-        head |= {"holder": self.holder, "n": len(records)}
-        return orjson.dumps(head) + b"\n" + b"".join(r + b"\n" for r in records)
-
-
-def _decode(where: str, seg: int, body: bytes) -> tuple[Segment, bytes]:
-    head_line, nl, payload = body.partition(b"\n")
-    try:
-        head = orjson.loads(head_line) if nl else {}
-        kind, number, seq, off = head["t"], head["seg"], head["seq"], head["off"]
-        epoch, holder, n = head["epoch"], head["holder"], head["n"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        raise CorruptStream(where, 1, "not a stream segment (its header line is unreadable)") from None
-    ok = kind in ("create", "lease", "data", "release") and number == seg and payload.count(b"\n") == n
-    if not ok or (payload and not payload.endswith(b"\n")):
-        raise CorruptStream(where, 1, f"the segment header does not describe segment {seg} and its records")
-    if (kind == "create") != (seg == 0):
-        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment: a stream is created at segment 0 only")
-    if kind in ("lease", "release") and payload:
-        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment carrying records: only data segments do")
-    return Segment(kind, seg, seq, off, epoch, holder, n, len(payload)), payload
-
-
-def _is_number(text: str) -> bool:
-    """Exactly 12 ASCII digits: a segment number as this module writes it."""
-    return len(text) == _WIDTH and set(text) <= _DIGITS
-
-
-def _checked(records: Sequence[bytes]) -> list[bytes]:
-    """The records as a list, each one line of bytes no longer than a stream line may be."""
-    for r in records:
-        if not isinstance(r, bytes) or b"\n" in r:
-            raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
-        if len(r) >= MAX_LINE:
-            raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
-    return list(records)
-
-
-def _describes(point: tuple[int, int, int], first: Segment, offset: int) -> bool:
-    """Whether checkpoint ``point`` (segment, seq and offset after it) is true of ``first``, the segment it names."""
-    return (first.seg, first.end_seq, first.end_off) == point and first.off <= offset
-
-
-def _segment_key(name: str, seg: int) -> str:
-    return f"tasks/{name}/s/{seg:0{_WIDTH}d}"
 
 
 class ObjectStreams:
@@ -141,6 +70,11 @@ class ObjectStreams:
         #: the leases held through this handle, by stream: its reads see their buffered records
         self._held: dict[str, ObjectLease] = {}
         self._held_mutex = threading.Lock()
+        self._seals = SealReader(client)
+        #: the segments read or created through this handle, by stream (checked against the tail on every use)
+        self._cache = SegmentCache()
+        #: whether the client names objects by ETag: only then does a reader not holding the lease use the cache
+        self._tagged = isinstance(client, TaggedClient)
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -153,11 +87,24 @@ class ObjectStreams:
 
     def create(self, name: str, records: Sequence[bytes] = ()) -> None:
         """Make the stream holding ``records`` in one conditional create (its segment 0)."""
+        self._create(name, records)
+
+    def _create(self, name: str, records: Sequence[bytes]) -> Segment:
         check_task_id(name)
-        recs = _checked(records)
+        recs = checked_records(records)
         head = Segment("create", 0, 0, 0, 0, "", len(recs), sum(len(r) + 1 for r in recs))
-        if not self.client.create(_segment_key(name, 0), head.encode(recs)):
+        body = head.encode(recs)
+        created, tag = self.put_segment(segment_key(name, 0), body)
+        if not created:
             raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
+        self._cache.put(name, [Part(head, body[body.index(b"\n") + 1 :], len(body), tag)])
+        return head
+
+    def put_segment(self, key: str, body: bytes) -> tuple[bool, str | None]:
+        """A conditional create; whether it stored ``body`` and, when the client says, the object's ETag."""
+        if isinstance(self.client, TaggedClient):
+            return self.client.create_tagged(key, body)
+        return self.client.create(key, body), None
 
     def lease(
         self,
@@ -177,16 +124,20 @@ class ObjectStreams:
         first, theirs stands and this one leases it like any other).
         """
         check_task_id(name)
+        if not self._tagged:  # without ETags a writer's open reads the stream afresh, as a folder's scans its file
+            self._cache.drop(name)
+        self.check_seal(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
+        made: Segment | None = None  # the stream's creation, just put by this writer: its tail, known
         while True:
             try:
-                tail = self.tail(name)
+                tail, made = made or self.tail(name), None
             except FileNotFoundError:
                 if create is None:
                     raise
                 try:
-                    self.create(name, [create()])
+                    made = self._create(name, [create()])
                 except LedgerError:
                     if not self._exists(name):
                         raise
@@ -199,7 +150,9 @@ class ObjectStreams:
             if not tail.held or stale:
                 token = secrets.token_hex(8)
                 lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
-                if self.client.create(_segment_key(name, lease.seg), lease.encode()):
+                created, tag = self.put_segment(segment_key(name, lease.seg), lease.encode())
+                if created:
+                    self.remember(name, lease, b"", len(lease.encode()), tag)
                     self.checkpoint_after(name, lease)
                     held = ObjectLease(self, name, lease)
                     with self._held_mutex:
@@ -210,6 +163,25 @@ class ObjectStreams:
                 raise TaskBusy(name, self.where(name), None)
             time.sleep(_POLL)
 
+    def check_seal(self, name: str) -> None:
+        """Refuse a stream behind what any seal recorded for it (``CorruptStream``, as a folder's writer does).
+
+        The seals are listed once (one LIST; each seal object got once per handle) and,
+        only when one seals ``name``, the stream is read and judged
+        (:func:`~intentlog.s3.bounds.seal_refusal`): fewer events than sealed, another
+        digest at the sealed seq, another stream id, or gone while sealed. Nothing is written.
+        """
+        bound = self._seals.bounds().get(name)
+        if bound is None:
+            return
+        try:
+            data: bytes | None = self.read(name)
+        except FileNotFoundError:
+            data = None
+        refused = seal_refusal(self.where(name), data, bound)
+        if refused is not None:
+            raise refused
+
     def read(self, name: str, offset: int = 0) -> bytes:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise UsageError(f"offset must be an int >= 0, not {offset!r}")
@@ -217,23 +189,66 @@ class ObjectStreams:
         with self._held_mutex:
             held = self._held.get(name)
         last, pending = held.pending() if held is not None else (None, b"")
-        point = self._checkpoint_below(name, offset, last)
-        parts = self._fetch_from(name, point[0], last) if point is not None else []
-        if point is None or not parts or not _describes(point, parts[0][0], offset):
-            parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+        parts = self._cached(name, offset, last)
+        if parts is None:
+            point = self._checkpoint_below(name, offset, last)
+            parts = self._fetch_from(name, point[0], last) if point is not None else []
+            if point is None or not parts or not describes(point, parts[0].head, offset):
+                parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+            self._cache.put(name, parts)
         if not parts:
             raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
-        base = parts[0][0].off  # <= offset: 0, or a checkpointed segment that starts at or before it
-        return (b"".join(payload for _, payload in parts) + pending)[offset - base :]
+        base = parts[0].head.off  # <= offset: 0, or a checkpointed segment that starts at or before it
+        return (b"".join(p.payload for p in parts) + pending)[offset - base :]
 
-    def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[tuple[Segment, bytes]]:
+    def remember(self, name: str, seg: Segment, payload: bytes, size: int, tag: str | None = None) -> None:
+        """Keep ``seg``, just created through this handle, after the cached segments (when they end just before it)."""
+        self._cache.extend(name, seg.seg - 1, [Part(seg, payload, size, tag)])
+
+    def _cached(self, name: str, offset: int, last: int | None) -> list[Part] | None:
+        """The stream's segments from the cache, up to ``last`` (this handle's writer) or the tail; None: read afresh.
+
+        A writer's own tail is known: no request. Otherwise (only with a client that gives
+        ETags) one LIST from the first cached segment: every cached segment must still be
+        listed, with the size and ETag it had, and the
+        segments after them are fetched and checked to continue the chain; anything else
+        drops the cache (the read starts afresh and says what is wrong).
+        """
+        run = self._cache.get(name)
+        if run is None or run[0].head.off > offset:
+            return None
+        top = run[-1]
+        if last is not None and top.head.seg >= last:
+            return [p for p in run if p.head.seg <= last]
+        if not self._tagged or any(p.tag is None for p in run):
+            return None  # without ETags a listing cannot tell a replaced segment of one size: read afresh
+        listing = self._listing(name, run[0].head.seg)
+        fresh: list[Part] | None = None
+        if listing[: len(run)] == [(p.head.seg, p.size, p.tag) for p in run]:
+            numbers = [n for n, _, _ in listing[len(run) :] if last is None or n <= last]
+            try:
+                fresh = self._fetch_all(name, numbers)
+            except CorruptStream:
+                fresh = None  # the fresh read says what is wrong
+            seen = {n: (size, tag) for n, size, tag in listing}
+            if fresh and (
+                not continues(top.head, fresh[0].head) or any((p.size, p.tag) != seen[p.head.seg] for p in fresh)
+            ):
+                fresh = None
+        if fresh is None:
+            self._cache.drop(name)
+            return None
+        self._cache.extend(name, top.head.seg, fresh)
+        return run + fresh
+
+    def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[Part]:
         """The segments from ``start`` (or 0) up to ``last`` (or the tail), checked; none listed: ``[]``."""
         numbers = self._segment_numbers(name, start)
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
             numbers = [n for n in numbers if n <= last]
         return self._fetch_all(name, numbers)
 
-    def _forget(self, name: str, lease: ObjectLease) -> None:
+    def forget(self, name: str, lease: ObjectLease) -> None:
         """``lease`` no longer holds ``name`` through this handle (released or lost)."""
         with self._held_mutex:
             if self._held.get(name) is lease:
@@ -243,19 +258,32 @@ class ObjectStreams:
         return [n for n in self.client.folders("tasks") if TASK_ID_RE.match(n)]
 
     def _exists(self, name: str) -> bool:
-        return self.client.get(_segment_key(name, 0)) is not None
+        return self.client.get(segment_key(name, 0)) is not None
 
     # -- the tail and the segments -------------------------------------------------------
 
     def tail(self, name: str) -> Segment:
-        """The stream's last segment (``FileNotFoundError`` if the stream does not exist)."""
+        """The stream's last segment (``FileNotFoundError`` if the stream does not exist).
+
+        With segments of the stream cached: one LIST from the first of them (and a GET per
+        segment after them, kept); else two LISTs and one GET, from the last checkpoint
+        (the segment then kept, to start from next time).
+        """
+        run = self._cache.get(name)
+        if run is not None:
+            parts = self._cached(name, run[0].head.off, None)
+            if parts:
+                return parts[-1].head
         start = self._last_checkpoint(name)
         last = self._last_listed(name, start)
         if last is None and start is not None:  # nothing from the checkpoint on: it is past the tail (a lie)
             last = self._last_listed(name, None)
         if last is None:
             raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
-        return self.segment(name, last)[0]
+        part = self._load(name, last)
+        if run is None:
+            self._cache.put(name, [part])  # reads from its offset on, and the tail again, start from it
+        return part.head
 
     def _last_listed(self, name: str, start: int | None) -> int | None:
         """The last segment number listed from ``start`` (included) or from 0; None when none is."""
@@ -264,18 +292,28 @@ class ObjectStreams:
 
     def segment(self, name: str, seg: int) -> tuple[Segment, bytes]:
         """Segment ``seg``'s header and records (``CorruptStream`` when it is missing or unreadable)."""
-        key = _segment_key(name, seg)
-        body = self.client.get(key)
+        part = self._load(name, seg)
+        return part.head, part.payload
+
+    def _load(self, name: str, seg: int) -> Part:
+        key = segment_key(name, seg)
+        tag: str | None = None
+        if isinstance(self.client, TaggedClient):
+            got = self.client.get_tagged(key)
+            body, tag = (None, None) if got is None else got
+        else:
+            body = self.client.get(key)
         if body is None:
             raise CorruptStream(self.client.describe(key), 1, "a listed segment is missing")
-        return _decode(self.client.describe(key), seg, body)
+        head, payload = decode_segment(self.client.describe(key), seg, body)
+        return Part(head, payload, len(body), tag)
 
     def _checkpoints(self, name: str) -> list[tuple[int, int, int]]:
         """The checkpoints named ``SEGNO.SEQ.OFFSET`` in ASCII digits (others are not checkpoints: ignored)."""
         found = []
         for key, _ in self.client.scan(f"tasks/{name}/c"):
             parts = key.rsplit("/", 1)[1].split(".")
-            if len(parts) == 3 and _is_number(parts[0]) and all(p and set(p) <= _DIGITS for p in parts[1:]):
+            if len(parts) == 3 and is_number(parts[0]) and all(p and set(p) <= DIGITS for p in parts[1:]):
                 found.append((int(parts[0]), int(parts[1]), int(parts[2])))
         return sorted(found)
 
@@ -290,7 +328,7 @@ class ObjectStreams:
     def checkpoint_after(self, name: str, seg: Segment) -> None:
         """Create the checkpoint after ``seg`` when its number calls for one (a hint: reads work without it)."""
         if seg.seg % CHECKPOINT_EVERY == 0 and seg.seg:
-            key = f"tasks/{name}/c/{seg.seg:0{_WIDTH}d}.{seg.end_seq}.{seg.end_off}"
+            key = f"tasks/{name}/c/{seg.seg:0{WIDTH}d}.{seg.end_seq}.{seg.end_off}"
             try:
                 self.client.create(key, b"")
             except LedgerError:
@@ -298,27 +336,39 @@ class ObjectStreams:
 
     def _segment_numbers(self, name: str, start: int | None) -> list[int]:
         """Segment numbers from ``start`` (the checkpointed one, included) or from 0, in order."""
-        after = _segment_key(name, start - 1) if start else None
+        return [n for n, _, _ in self._listing(name, start)]
+
+    def _listing(self, name: str, start: int | None) -> list[tuple[int, int, str | None]]:
+        """``(number, object size, ETag)`` of the segments from ``start`` (included) or from 0, in order."""
+        after = segment_key(name, start - 1) if start else None
+        folder = f"tasks/{name}/s"
+        if isinstance(self.client, TaggedClient):
+            listed: Iterator[tuple[str, int, str | None]] = self.client.scan_tagged(folder, after)
+        else:
+            listed = ((key, size, None) for key, size in self.client.scan(folder, after))
         numbers = []
-        for key, _ in self.client.scan(f"tasks/{name}/s", after):
+        for key, size, tag in listed:
             text = key.rsplit("/", 1)[1]
-            if not _is_number(text):
+            if not is_number(text):
                 raise CorruptStream(
-                    self.client.describe(key), 1, f"not a segment: {text!r} is not a {_WIDTH}-digit segment number; "
+                    self.client.describe(key), 1, f"not a segment: {text!r} is not a {WIDTH}-digit segment number; "
                     "remove the stray object (the store's own tools) or restore the stream from a copy"
                 )
-            numbers.append(int(text))
+            numbers.append((int(text), size, tag))
         return numbers
 
-    def _fetch_all(self, name: str, numbers: list[int]) -> list[tuple[Segment, bytes]]:
+    def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
         """The segments, fetched in parallel, each checked to continue the one before."""
         if not numbers:
             return []
-        with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
-            parts = list(pool.map(lambda n: self.segment(name, n), numbers))
+        if len(numbers) == 1:
+            parts = [self._load(name, numbers[0])]
+        else:
+            with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
+                parts = list(pool.map(lambda n: self._load(name, n), numbers))
         prev: Segment | None = None
-        for expected, (head, _) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
-            where = self.client.describe(_segment_key(name, head.seg))
+        for expected, (head, *_) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
+            where = self.client.describe(segment_key(name, head.seg))
             if head.seg != expected:
                 raise CorruptStream(where, 1, f"segment {expected} is missing: the stream has a hole")
             if prev is not None and (head.seq, head.off) != (prev.end_seq, prev.end_off):
@@ -329,150 +379,3 @@ class ObjectStreams:
                 raise CorruptStream(where, 1, "the stream's first segment is not its creation")
             prev = head
         return parts
-
-
-class ObjectLease:
-    """A held lease on one object-store stream: appends are conditional creates at the next number.
-
-    Group commit: records appended with ``sync=False`` are buffered and put, with whatever
-    the next synced append brings, as ONE segment by the next :meth:`sync` (or synced
-    append). Until then they are counted (:attr:`next_seq`) and readable through the
-    :class:`ObjectStreams` that granted the lease (its :meth:`~ObjectStreams.read` adds
-    them after the stored segments), but not stored: another handle does not see them, a
-    crash loses them, and a holder fenced before its sync never stores them (the put is
-    refused whole: :class:`~intentlog.errors.LeaseLost`, the buffer dropped).
-    """
-
-    #: a buffer this large is put at once, before its sync (one segment stays one GET to read)
-    FLUSH_BYTES = 4 << 20
-
-    def __init__(self, streams: ObjectStreams, name: str, lease: Segment) -> None:
-        self._streams = streams
-        self.name = name
-        self._last = lease
-        self._epoch = lease.epoch
-        self._holder = lease.holder
-        self._state = "held"  # "held" | "released" | "lost" | "poisoned"
-        self._mutex = threading.RLock()
-        self._buf: list[bytes] = []
-        self._buf_size = 0
-
-    @property
-    def epoch(self) -> int:
-        """This lease's epoch: one more than the lease before it."""
-        return self._epoch
-
-    @property
-    def next_seq(self) -> int:
-        return self._last.end_seq + len(self._buf)
-
-    @property
-    def dirty(self) -> bool:
-        """Whether records were appended that no sync has put yet."""
-        return bool(self._buf)
-
-    def pending(self) -> tuple[int, bytes]:
-        """The last segment this lease stored and the buffered records' bytes after it (one snapshot)."""
-        with self._mutex:
-            return self._last.seg, b"".join(r + b"\n" for r in self._buf)
-
-    def append(self, records: Sequence[bytes], *, expected_seq: int, sync: bool = True) -> int:
-        """Append ``records`` at ``expected_seq``: one conditional create of the next segment.
-
-        With ``sync=False`` the records are buffered (see the class): the put happens at the
-        next :meth:`sync` or synced append, which stores the buffer and its own records as
-        one segment. Returns the new next seq.
-        """
-        if isinstance(expected_seq, bool) or not isinstance(expected_seq, int):
-            raise UsageError(f"expected_seq must be an int, not {expected_seq!r}")
-        recs = _checked(records)
-        with self._mutex:
-            self._check_state()
-            if expected_seq != self.next_seq:
-                raise Conflict(self.name, expected_seq, self.next_seq)
-            self._buf.extend(recs)
-            self._buf_size += sum(len(r) + 1 for r in recs)
-            if sync or self._buf_size >= self.FLUSH_BYTES:
-                self._put_buffer()
-            return self.next_seq
-
-    def sync(self) -> None:
-        """Put the buffered records as one segment; a lost or failed lease says so (nothing to put: no request)."""
-        with self._mutex:
-            if self._state == "released":
-                return  # nothing buffered: a release puts what was
-            self._check_state()
-            self._put_buffer()
-
-    def _check_state(self) -> None:
-        where = self._streams.where(self.name)
-        if self._state == "lost":
-            raise LeaseLost(self.name, where, self._epoch)
-        if self._state == "poisoned":
-            raise LedgerError(f"{where}: an append failed; lease the stream again to see what it holds")
-        if self._state != "held":
-            raise LedgerError(f"{where}: the lease was {self._state}; lease the stream again to append")
-
-    def _put_buffer(self) -> None:
-        """One conditional create of the next segment holding the buffer. Holds the mutex."""
-        records, self._buf, self._buf_size = self._buf, [], 0
-        if not records:
-            return
-        where = self._streams.where(self.name)
-        last = self._last
-        size = sum(len(r) + 1 for r in records)
-        seg = Segment("data", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder, len(records), size)
-        body = seg.encode(records)
-        key = _segment_key(self.name, seg.seg)
-        client = self._streams.client
-        try:
-            stored = client.create(key, body) or client.get(key) == body  # a retried put of ours is ours
-        except LedgerError as exc:
-            self._state = "poisoned"  # the put's outcome is unknown: the next lease reads the tail again
-            self._streams._forget(self.name, self)
-            raise LedgerError(f"{where}: append failed ({exc}); lease the stream again to see what it holds") from exc
-        if not stored:
-            self._state = "lost"  # fenced: the records buffered are dropped, never stored
-            self._streams._forget(self.name, self)
-            raise LeaseLost(self.name, client.describe(key), self._epoch)
-        self._last = seg
-        self._streams.checkpoint_after(self.name, seg)
-
-    def release(self) -> None:
-        """Put what is buffered, then write the ``release`` segment (idempotent; a lost lease writes nothing).
-
-        When the buffered records cannot be put because the lease was taken over, they are
-        not stored and :class:`~intentlog.errors.LeaseLost` says so (never a silent loss).
-        """
-        with self._mutex:
-            if self._state in ("released", "lost"):
-                return
-            if self._state == "held" and self._buf:
-                try:
-                    self._put_buffer()  # what was appended is stored, as a folder's release leaves it written
-                except LedgerError:
-                    pass  # poisoned: the put's outcome is unknown (looked at below)
-            self._streams._forget(self.name, self)
-            last = self._last
-            if self._state == "poisoned":
-                try:
-                    last = self._streams.tail(self.name)
-                except (LedgerError, CorruptStream, FileNotFoundError):
-                    self._state = "released"
-                    return
-                if (last.epoch, last.holder) != (self._epoch, self._holder) or not last.held:
-                    self._state = "released"
-                    return
-            self._state = "released"
-            mark = Segment("release", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder)
-            try:
-                if self._streams.client.create(_segment_key(self.name, mark.seg), mark.encode()):
-                    self._streams.checkpoint_after(self.name, mark)
-            except LedgerError:
-                pass  # the lease stays recorded as held: the next writer takes it over (take_over_after)
-
-    def __enter__(self) -> ObjectLease:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.release()

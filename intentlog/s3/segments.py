@@ -1,0 +1,99 @@
+"""A stream segment on an object store: its header line, how it is decoded and checked, its key.
+
+Each segment object is one header line -- what it is (``create``, ``lease``, ``data``,
+``release``), its number, the seq and byte offset it starts at, the lease epoch and holder,
+how many records follow -- then the records of one append. :func:`decode_segment` refuses
+(:class:`~intentlog.errors.CorruptStream`) an object that does not describe itself and its
+records exactly. Pure: no store is touched here (:mod:`intentlog.s3.streams` does that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import orjson
+
+from ..errors import CorruptStream, UsageError
+from ..eventlog.reader import MAX_LINE
+
+__all__ = ["DIGITS", "WIDTH", "Segment", "checked_records", "decode_segment", "describes", "is_number", "segment_key"]
+
+#: digits in a segment number
+WIDTH: Final = 12
+DIGITS: Final = frozenset("0123456789")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A segment's header: what the object at ``seg`` says about itself and the records it holds."""
+
+    kind: str  # "create" | "lease" | "data" | "release"
+    seg: int
+    seq: int  # records in the stream before this segment
+    off: int  # bytes of records in the stream before this segment
+    epoch: int
+    holder: str
+    n: int = 0  # records in this segment
+    size: int = 0  # bytes of records in this segment
+
+    @property
+    def held(self) -> bool:
+        """True when the stream is leased after this segment (a lease or a holder's data)."""
+        return self.kind in ("lease", "data")
+
+    @property
+    def end_seq(self) -> int:
+        return self.seq + self.n
+
+    @property
+    def end_off(self) -> int:
+        return self.off + self.size
+
+    def encode(self, records: Sequence[bytes] = ()) -> bytes:
+        head = {"v": 1, "t": self.kind, "seg": self.seg, "seq": self.seq, "off": self.off, "epoch": self.epoch}
+        head |= {"holder": self.holder, "n": len(records)}
+        return orjson.dumps(head) + b"\n" + b"".join(r + b"\n" for r in records)
+
+
+def decode_segment(where: str, seg: int, body: bytes) -> tuple[Segment, bytes]:
+    head_line, nl, payload = body.partition(b"\n")
+    try:
+        head = orjson.loads(head_line) if nl else {}
+        kind, number, seq, off = head["t"], head["seg"], head["seq"], head["off"]
+        epoch, holder, n = head["epoch"], head["holder"], head["n"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise CorruptStream(where, 1, "not a stream segment (its header line is unreadable)") from None
+    ok = kind in ("create", "lease", "data", "release") and number == seg and payload.count(b"\n") == n
+    if not ok or (payload and not payload.endswith(b"\n")):
+        raise CorruptStream(where, 1, f"the segment header does not describe segment {seg} and its records")
+    if (kind == "create") != (seg == 0):
+        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment: a stream is created at segment 0 only")
+    if kind in ("lease", "release") and payload:
+        raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment carrying records: only data segments do")
+    return Segment(kind, seg, seq, off, epoch, holder, n, len(payload)), payload
+
+
+def is_number(text: str) -> bool:
+    """Exactly 12 ASCII digits: a segment number as this module writes it."""
+    return len(text) == WIDTH and set(text) <= DIGITS
+
+
+def checked_records(records: Sequence[bytes]) -> list[bytes]:
+    """The records as a list, each one line of bytes no longer than a stream line may be."""
+    for r in records:
+        if not isinstance(r, bytes) or b"\n" in r:
+            raise UsageError(f"a record is bytes without a newline, not {r[:40]!r}; nothing was written")
+        if len(r) >= MAX_LINE:
+            raise UsageError(f"a record of {len(r)} bytes is longer than a stream line may be ({MAX_LINE} bytes)")
+    return list(records)
+
+
+def describes(point: tuple[int, int, int], first: Segment, offset: int) -> bool:
+    """Whether checkpoint ``point`` (segment, seq and offset after it) is true of ``first``, the segment it names."""
+    return (first.seg, first.end_seq, first.end_off) == point and first.off <= offset
+
+
+def segment_key(name: str, seg: int) -> str:
+    return f"tasks/{name}/s/{seg:0{WIDTH}d}"
