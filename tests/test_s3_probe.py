@@ -45,6 +45,28 @@ def test_a_store_that_ignores_if_none_match_fails_both_checks_and_is_refused_for
     assert fake.objects == {}, "nothing of a ledger written to a refused store"
 
 
+def test_a_store_opened_to_read_is_probed_before_its_first_write() -> None:
+    """Opened to read (no probe), then written to: the probe runs before the first segment or object, refused."""
+    fake = MemoryClient(fencing=False, name="read-then-write")
+    storage = on_client(fake, write=False)  # reads never probe
+    assert fake.objects == {}
+    with pytest.raises(StoreRefused):
+        storage.streams.create("t")
+    with pytest.raises(StoreRefused):
+        storage.objects.put(b"evidence")
+    with pytest.raises(StoreRefused):
+        storage.streams.lease("t", create=lambda: b"{}")
+    assert fake.objects == {}, "nothing written to a store that cannot fence"
+
+
+def test_a_fencing_store_opened_to_read_is_probed_once_then_written() -> None:
+    fake = MemoryClient(fencing=True, name="read-then-write-ok")
+    storage = on_client(fake, write=False)
+    storage.streams.create("t")
+    storage.objects.put(b"evidence")
+    assert sorted(k.split("/")[0] for k in fake.objects) == ["objects", "tasks"]
+
+
 def test_a_fencing_store_is_opened_for_writing() -> None:
     fake = MemoryClient(fencing=True, name="fences")
     storage = on_client(fake, write=True)

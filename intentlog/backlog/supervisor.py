@@ -124,7 +124,12 @@ class Supervisor:
         if self.batching:
             self.begin()
         ev = self.backlog.task.stream.append(kind, data, sync=durable)
-        self.fold.apply(ev)
+        if ev.seq == self.fold.seq + 1:
+            self.fold.apply(ev)
+        else:  # another process (add, unblock) appended while this one did not hold the lock: fold it all again
+            self.fold = BacklogFold()
+            for e in self.backlog.task.events():
+                self.fold.apply(e)
         return ev
 
     def begin(self) -> None:
@@ -162,9 +167,14 @@ class Supervisor:
             self.fold = f
         self.closed_size = size
 
-    def release_backlog_lock(self) -> None:
-        """Let ``add`` and ``unblock`` in: the backlog's lock is held at most about a second at a time."""
-        if time.monotonic() - self.last_close > 1.0:
+    def release_backlog_lock(self, *, now: bool = False) -> None:
+        """Let ``add`` and ``unblock`` in: the backlog's lock is held at most about a second at a time.
+
+        On a store that bound is what keeps a live supervisor's lease from being taken as
+        stale (``add``, ``unblock`` and the next ``run`` take a lease whose stream stood still
+        for 5 s): ``now`` gives it back at once, before work that reads for long.
+        """
+        if now or time.monotonic() - self.last_close > 1.0:
             self.end()
             self.refresh()  # what others appended before this process took the lock last
             t = self.backlog.task
@@ -214,6 +224,7 @@ class Supervisor:
         task's stream, never from the cache.
         """
         reservations: list[tuple[float, dict[str, float]]] = []
+        self.release_backlog_lock(now=True)  # reading every item task can take longer than a lease may stand still
         ordered = self.fold.ordered()
         need = [rec.task for rec in ordered if not (rec.done or rec.failed is not None)]
         got = read_returned_and_reserved(self.backlog.ledger, self.backlog.name, need)
@@ -227,6 +238,7 @@ class Supervisor:
             if returned and read_item_task(self.backlog.ledger, rec.task).extras.returned:
                 self.record("backlog.item_done", {"item": rec.item, "task": rec.task, "found": "in the task's record"})
                 self.settled[rec.item] = "done"
+                self.release_backlog_lock()
         self.book.load(reservations)
 
     # -- the loop --------------------------------------------------------------------
@@ -251,7 +263,9 @@ class Supervisor:
             if self.exhausted is not None and not any(w.item for w in self.pool):
                 return
             if self.until_idle and self.idle():
-                return
+                self.refresh()  # an item added meanwhile (by another process) is run before the run calls it idle
+                if self.idle():
+                    return
 
     def spawn(self) -> None:
         while len(self.pool) < self.workers:

@@ -48,10 +48,22 @@ class ObjectStorage:
 
 
 def on_client(client: ObjectClient, *, write: bool = True) -> ObjectStorage:
-    """Both seams over ``client``; with ``write`` the store must pass the probe first (``StoreRefused``)."""
+    """Both seams over ``client``; the store must pass the probe (``StoreRefused``) before anything is written.
+
+    With ``write`` the probe runs now; without, before the first segment or object the seams
+    put (once per process and store), so a ledger opened to read that is then written to is
+    probed all the same.
+    """
     if write:
         require_fencing(client)
-    return ObjectStorage(client, ObjectStreams(client), ObjectArtifacts(client))
+        return ObjectStorage(client, ObjectStreams(client), ObjectArtifacts(client))
+
+    def probe() -> None:
+        require_fencing(client)
+
+    return ObjectStorage(
+        client, ObjectStreams(client, before_write=probe), ObjectArtifacts(client, before_write=probe)
+    )
 
 
 def connect(url: str, *, write: bool = True, env: dict[str, str] | None = None) -> ObjectStorage:

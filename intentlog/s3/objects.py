@@ -13,7 +13,7 @@ re-put changes nothing at all (retention's grace period counts from the first pu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .._digest import DIGEST_PREFIX, check_digest, digest_bytes
 from ..artifacts.objects import ObjectStat
@@ -28,8 +28,10 @@ _NAME_RE = re.compile(r"^objects/([0-9a-f]{2})/([0-9a-f]{62})$")
 class ObjectArtifacts:
     """:class:`~intentlog.artifacts.objects.ObjectStore` on an object store's conditional create."""
 
-    def __init__(self, client: ObjectClient) -> None:
+    def __init__(self, client: ObjectClient, *, before_write: Callable[[], None] | None = None) -> None:
         self.client = client
+        #: called before every put (a store opened to read runs its fencing probe there)
+        self.before_write = before_write
 
     def __repr__(self) -> str:
         return f"ObjectArtifacts({self.client.describe('objects')!r})"
@@ -45,6 +47,8 @@ class ObjectArtifacts:
             raise UsageError(f"an object is bytes, not {type(data).__name__}; nothing was stored")
         data = bytes(data)
         digest = digest_bytes(data)
+        if self.before_write is not None:
+            self.before_write()
         self.client.create(self.key_for(digest), data)  # refused: the same bytes are there already
         return digest
 

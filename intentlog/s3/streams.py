@@ -65,8 +65,10 @@ _READERS = 8
 class ObjectStreams:
     """:class:`~intentlog.eventlog.storage.StreamStorage` over an object store's conditional create."""
 
-    def __init__(self, client: ObjectClient) -> None:
+    def __init__(self, client: ObjectClient, *, before_write: Callable[[], None] | None = None) -> None:
         self.client = client
+        #: called before every segment this handle puts (a store opened to read runs its fencing probe there)
+        self.before_write = before_write
         #: the leases held through this handle, by stream: its reads see their buffered records
         self._held: dict[str, ObjectLease] = {}
         self._held_mutex = threading.Lock()
@@ -101,7 +103,13 @@ class ObjectStreams:
         return head
 
     def put_segment(self, key: str, body: bytes) -> tuple[bool, str | None]:
-        """A conditional create; whether it stored ``body`` and, when the client says, the object's ETag."""
+        """A conditional create; whether it stored ``body`` and, when the client says, the object's ETag.
+
+        Every segment of every stream (a creation, a lease, an append, a release) is put here,
+        after :attr:`before_write`.
+        """
+        if self.before_write is not None:
+            self.before_write()
         if isinstance(self.client, TaggedClient):
             return self.client.create_tagged(key, body)
         return self.client.create(key, body), None
