@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, final
 
+from .errors import CorruptStream
+from .eventlog.format import Event
 from .eventlog.reader import StreamScan
+from .eventlog.remote import events_in
 from .heads.codec import StreamHead
 
 __all__ = [
@@ -25,9 +28,11 @@ __all__ = [
     "GC_STARTED",
     "GcDeletion",
     "finished_data",
+    "fold_deletions",
     "read_gc_deletions",
     "retired_by_gc",
     "started_task",
+    "store_gc_deletions",
 ]
 
 GC_LOG: Final = "gc.jsonl"
@@ -93,33 +98,9 @@ def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
         return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
     if not stat.S_ISREG(st.st_mode):
         return {}, f"{GC_LOG} is a symbolic link or not a regular file, so it was not read"
-    out: dict[str, GcDeletion] = {}
     scan = StreamScan(path)
     try:
-        for ev in scan:
-            if ev.kind == GC_STARTED:
-                for t in ev.data.get("tasks") or []:
-                    if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("events")) is int:
-                        stream, head = t.get("stream"), t.get("head")
-                        out[t["task"]] = GcDeletion(
-                            t["task"],
-                            stream if isinstance(stream, str) else None,
-                            head if isinstance(head, str) else None,
-                            t["events"],
-                            ev.ts,
-                            ev.seq,
-                            False,
-                        )
-            elif ev.kind == GC_FINISHED:
-                started = ev.data.get("started")
-                for name in ev.data.get("deleted") or []:
-                    d = out.get(name) if isinstance(name, str) else None
-                    if d is not None and d.seq == started:
-                        out[name] = replace(d, finished=True)
-                for skipped in ev.data.get("skipped") or []:
-                    left = skipped.get("task") if isinstance(skipped, dict) else None
-                    if isinstance(left, str) and left in out and out[left].seq == started:
-                        del out[left]  # left in place after all
+        out = fold_deletions(scan)
     except OSError as exc:
         return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
     p = scan.problem
@@ -128,6 +109,50 @@ def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
         # a line is written) is a crash's, repaired by the next gc; anything else is damage
         return {}, f"{GC_LOG} line {p.line}: {p.reason}"
     return out, None
+
+
+def store_gc_deletions(data: bytes | None, where: str) -> tuple[dict[str, GcDeletion], str | None]:
+    """:func:`read_gc_deletions` over the bytes of an object store's gc log (None: there is none).
+
+    A store's segments are whole, so any line that fails its checks is damage: the log is
+    then untrusted and no deletion is excused, as for a damaged ``gc.jsonl``.
+    """
+    if data is None:
+        return {}, None
+    try:
+        return fold_deletions(events_in(data, where)), None
+    except CorruptStream as exc:
+        return {}, f"{where} line {exc.line}: {exc.reason}"
+
+
+def fold_deletions(events: Iterable[Event]) -> dict[str, GcDeletion]:
+    """The deletions a gc log's events record (latest per task); a task a run left in place is dropped."""
+    out: dict[str, GcDeletion] = {}
+    for ev in events:
+        if ev.kind == GC_STARTED:
+            for t in ev.data.get("tasks") or []:
+                if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("events")) is int:
+                    stream, head = t.get("stream"), t.get("head")
+                    out[t["task"]] = GcDeletion(
+                        t["task"],
+                        stream if isinstance(stream, str) else None,
+                        head if isinstance(head, str) else None,
+                        t["events"],
+                        ev.ts,
+                        ev.seq,
+                        False,
+                    )
+        elif ev.kind == GC_FINISHED:
+            started = ev.data.get("started")
+            for name in ev.data.get("deleted") or []:
+                d = out.get(name) if isinstance(name, str) else None
+                if d is not None and d.seq == started:
+                    out[name] = replace(d, finished=True)
+            for skipped in ev.data.get("skipped") or []:
+                left = skipped.get("task") if isinstance(skipped, dict) else None
+                if isinstance(left, str) and left in out and out[left].seq == started:
+                    del out[left]  # left in place after all
+    return out
 
 
 def retired_by_gc(root: str | os.PathLike[str], task: str, sealed: StreamHead) -> bool:

@@ -10,7 +10,8 @@ decisions (``accept``, ``approve``, ``reject``, ``reconcile``, ``fail``, ``unblo
 an append through the stream's lease, fenced by the store like every append) read and
 write through the storage seams. Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
-folder and run the command there.
+folder and run the command there. ``gc`` and ``keep`` plan, delete and mark through the
+seams, under the store's gc log lease (:mod:`intentlog.retention.storeapply`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = ["ON_STORE", "check_on_store", "seal_store", "verify_store"]
 ON_STORE: Final = frozenset(
     {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge", "run", "backlog"}
     | {"accept", "approve", "reject", "reconcile", "fail", "unblock"}  # appends through the stream's lease
+    | {"gc", "keep"}  # retention through the seams; the gc log, keep marks and gc lock are the store's gc log
 )
 
 
@@ -51,11 +53,15 @@ def verify_store(url: str, tasks: Sequence[str] | None = None) -> VerifyReport:
     """Verify the ledger at ``url`` through its seams (nothing written, no probe, no local copy)."""
     from ..checker import verify_storage
     from ..s3 import connect
+    from ..s3.retire import store_gc_log
     from ..s3.seals import all_seals
 
     storage = connect(url, write=False)
     seals = all_seals(storage.client)  # every seal is a lower bound, not only the newest
-    return verify_storage(storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seals=seals)
+    return verify_storage(
+        storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seals=seals,
+        gc_log=store_gc_log(storage.client),
+    )
 
 
 def seal_store(url: str) -> tuple[str, bytes]:

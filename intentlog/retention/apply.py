@@ -41,6 +41,7 @@ def apply_gc(
     now: _dt.datetime | None = None,
     wait: float = 0.0,
     max_tracked: int = MAX_TRACKED,
+    take_over_after: float | None = None,
 ) -> GcResult:
     """Re-plan under the ledger's gc lock and carry out exactly that plan.
 
@@ -53,6 +54,12 @@ def apply_gc(
     durable in ``gc.jsonl``; then streams go (each under its writer lock), then blobs;
     then ``gc.finished``. Raises :class:`GcRefused` for a refused plan or when another gc
     holds the lock (after ``wait`` seconds).
+
+    On a ledger on an object store the lock is the store's gc log lease, and
+    ``take_over_after`` (seconds) takes it from a gc whose log has not moved for that long
+    on this process's clock (a killed gc's lease stays recorded as held; the old holder, if
+    alive, is fenced by its next put). A folder's gc lock dies with its holder: there it is
+    not needed. See :mod:`intentlog.retention.storeapply`.
     """
     if plan is not None and not isinstance(plan, GcPlan):
         raise WrongType(f"plan must be a GcPlan from plan_gc(), not {type(plan).__name__} {plan!r}")
@@ -64,20 +71,33 @@ def apply_gc(
         plan.policy if plan is not None else resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
     )
     when = plan.now if plan is not None else check_now(now)
+    if take_over_after is not None:
+        take_over_after = check_seconds(take_over_after, "take_over_after")
+    if ledger.storage is not None:
+        from .storeapply import apply_on_store
+
+        return apply_on_store(
+            ledger.storage, policy, when, plan, wait=wait, take_over_after=take_over_after, max_tracked=max_tracked
+        )
     with gc_lock(ledger, wait=wait):
         _restore_moved(ledger)
         current = make_plan(ledger, policy, when, max_tracked=max_tracked)
-        if plan is not None and current.deletions() != plan.deletions():
-            raise GcRefused(
-                f"the ledger changed since the preview: it would now delete {len(current.expired)} task(s) and "
-                f"{len(current.blobs)} blob(s), the preview said {len(plan.expired)} and {len(plan.blobs)}; "
-                "re-run the preview and apply that"
-            )
-        if current.refused is not None:
-            raise GcRefused(f"gc refused: {current.refused}")
+        check_replan(current, plan)
         if current.empty:
             return GcResult(current, (), (), (), (), (), 0, None)
         return _carry_out(ledger, current)
+
+
+def check_replan(current: GcPlan, preview: GcPlan | None) -> None:
+    """Refuse (:class:`GcRefused`) a re-plan that is refused, or that deletes other than its preview said."""
+    if preview is not None and current.deletions() != preview.deletions():
+        raise GcRefused(
+            f"the ledger changed since the preview: it would now delete {len(current.expired)} task(s) and "
+            f"{len(current.blobs)} blob(s), the preview said {len(preview.expired)} and {len(preview.blobs)}; "
+            "re-run the preview and apply that"
+        )
+    if current.refused is not None:
+        raise GcRefused(f"gc refused: {current.refused}")
 
 
 def _carry_out(ledger: Ledger, plan: GcPlan) -> GcResult:

@@ -84,6 +84,7 @@ class ExpiredBlob:
     digest: str
     size: int
     mtime_ns: int = field(default=0, compare=False, repr=False)
+    touches: int = field(default=0, compare=False, repr=False)  # on a store: writers' touches the plan saw
 
     def to_json(self) -> dict[str, Any]:
         return {"digest": self.digest, "size": self.size}

@@ -308,6 +308,12 @@ class ObjectStreams:
                     "remove the stray object (the store's own tools) or restore the stream from a copy"
                 )
             numbers.append(int(text))
+        if not start and numbers and numbers[0] != 0:  # listed from 0: keys without a creation are no stream
+            raise CorruptStream(
+                self.client.describe(_segment_key(name, 0)), 1, "segment 0 is missing: these segments are no "
+                "stream (what is left of one gc deleted, or a put a fenced writer made after it); 'intentlog gc "
+                "--apply' removes them"
+            )
         return numbers
 
     def _fetch_all(self, name: str, numbers: list[int]) -> list[tuple[Segment, bytes]]:
