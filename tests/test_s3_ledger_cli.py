@@ -104,7 +104,7 @@ def test_a_damaged_segment_fails_verify(store: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["gc"], ["repair", TASK], ["report", "--out", "r.html"], ["fork", "t2", "--from", TASK], ["keep", TASK]]
+    "command", [["repair", TASK], ["report", "--out", "r.html"], ["fork", "t2", "--from", TASK]]
 )
 def test_commands_not_on_the_store_yet_are_refused_writing_nothing(store: str, command: list[str]) -> None:
     before = keys(store)
