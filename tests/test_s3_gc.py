@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
 import orjson
@@ -191,3 +190,60 @@ def test_a_leased_task_is_busy_and_a_writer_after_the_preview_refuses_the_apply(
     assert result.deleted == ("b",) and keys(url, "tasks/a")
     writer.close()
     assert apply_gc(ledger, now=LATER).deleted == ("a",)
+
+
+def test_a_backlogs_unfinished_item_is_kept_on_the_store_as_in_the_folder(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backlog_steps import serve
+
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(tmp_path / "receipts.jsonl"))
+    root = tmp_path / "l"
+    with intentlog.open(root) as led:
+        b = led.backlog("nb")
+        b.add("x", {"item": "x", "effects": 1})
+        b.add("y", {"item": "y", "effects": 1})
+        item_task = b.task_id("x")
+        led.task(item_task).effect("e0", {"pkey": "x:0"}, serve)  # paid, then the run died before the backlog knew
+        led.task("other").append("note", {})
+    merge(root, url)
+    on_folder = plan_gc(intentlog.open(root), max_age="1d", now=LATER)
+    on_store = plan_gc(intentlog.open(url, create=False), max_age="1d", now=LATER)
+    assert on_store.render() == on_folder.render()
+    kept = {k.task: k.rule for k in on_store.kept}
+    assert kept[item_task] == "backlog" and kept["nb.backlog"] == "backlog"
+    assert [t.task for t in on_store.expired] == ["other"]
+    result = apply_gc(intentlog.open(url), max_age="1d", now=LATER)
+    assert result.deleted == ("other",) and keys(url, f"tasks/{item_task}")
+
+
+def test_gc_apply_and_keep_on_the_command_line(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("a").append("note", {})
+        ledger.task("b").append("note", {})
+        ledger.artifacts.put(BIG)
+    runner = CliRunner()
+    r = runner.invoke(main, ["--root", url, "keep", "a", "--note", "audit"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["--root", url, "gc", "--max-age", "0s", "--grace", "0s", "--apply", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["deleted"] == ["b"] and doc["blobs_deleted"] == 1 and doc["log"]["seq"] > 0
+    assert keys(url, "tasks/b") == [] and keys(url, "objects") == []
+    r = runner.invoke(main, ["--root", url, "gc", "--take-over-after", "1s"])
+    assert r.exit_code == 2 and "--take-over-after goes with --apply" in r.output
+
+
+def test_a_re_put_touches_the_object_and_gc_keeps_only_the_latest_touch(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("a").append("note", {})
+        digest = ledger.artifacts.put(BIG).digest
+        for _ in range(3):
+            ledger.artifacts.put(BIG)  # the same bytes: refused creates, three touches
+    assert len(keys(url, "gc/touch")) == 3
+    keep(intentlog.open(url), "a")
+    plan = plan_gc(intentlog.open(url), grace="1h")
+    assert plan.blobs == () and plan.blobs_in_grace == 1  # touched just now: in its grace period
+    apply_gc(intentlog.open(url), grace="1h")
+    assert len(keys(url, "gc/touch")) == 1  # the latest dates it; the others are swept
+    assert digest in {b.digest for b in plan_gc(intentlog.open(url), now=LATER).blobs}

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -24,13 +25,14 @@ from pathlib import Path
 
 import pytest
 import s3_server
+from click.testing import CliRunner
 
 import intentlog
 from intentlog.checker import verify_ledger
+from intentlog.cli import main
 from intentlog.errors import CorruptStream
 from intentlog.eventlog.remote import events_in
-from intentlog.retention import GcRefused, apply_gc, keep, plan_gc
-from intentlog.retention import storeapply
+from intentlog.retention import GcRefused, apply_gc, keep, plan_gc, storeapply
 from intentlog.s3 import ObjectArtifacts, ObjectStreams, S3Client, parse_s3_url
 from intentlog.s3.retire import dying_key, read_log
 
@@ -103,6 +105,8 @@ def test_a_fenced_holders_put_after_gc_is_no_stream_and_the_next_gc_removes_it(u
         ObjectStreams(client_of(url)).read("t")
     report = verify_ledger(intentlog.open(url, create=False))
     assert report.ok and report.tasks == 1, [p.to_json() for p in report.problems]
+    listed = CliRunner().invoke(main, ["--root", url, "tasks", "--json"])
+    assert {t["task"]: t["stream"] for t in json.loads(listed.stdout)}.get("t") in (None, "unreadable")
     # a new task under the id is refused, naming what to do
     with pytest.raises(CorruptStream, match="gc --apply"):
         intentlog.open(url).task("t").append("note", {"new": 1})

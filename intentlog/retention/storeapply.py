@@ -7,7 +7,8 @@ The order, and why (docs/scale-out.md, *Retention on the store*):
    was killed (its lease stays recorded as held).
 2. **Sweep** what a killed gc left: its dying markers; what is left of streams the log
    records deleting (segment 0 gone); and streams it had leased for deletion
-   (``gc.leased``) and not yet deleted. Recorded as ``gc.swept``.
+   (``gc.leased``) and not yet deleted; and every touch but each object's latest.
+   Recorded as ``gc.swept``.
 3. **Re-plan** under the lease (every stream read) and check it against the preview.
 4. ``gc.started``: every task and blob about to go, durable before anything is deleted.
 5. **Lease every expired stream** (a writer holding it: skipped, as a folder skips a locked
@@ -43,6 +44,7 @@ from ..gclog import GC_STARTED
 from ..s3.objects import ObjectArtifacts
 from ..s3.retire import (
     LOG_STREAM,
+    compact_touches,
     delete_stream,
     log_streams,
     orphans,
@@ -155,8 +157,9 @@ def _sweep(source: StoreSource, log: StreamWriter) -> None:
             if tail.kind == "lease" and tail.epoch == leased[name]:  # the killed gc's own lease: nothing after it
                 delete_stream(client, name)
                 swept.append(name)
-    if swept or markers:
-        log.append(GC_SWEPT, {"tasks": swept, "markers": len(markers)})
+    touches = compact_touches(client)
+    if swept or markers or touches:
+        log.append(GC_SWEPT, {"tasks": swept, "markers": len(markers), "touches": touches})
 
 
 def _unfinished_leases(events: list[Any]) -> dict[str, int]:

@@ -45,6 +45,7 @@ __all__ = [
     "TOUCHED",
     "SubClient",
     "TimedClient",
+    "compact_touches",
     "delete_stream",
     "dying_key",
     "leftovers",
@@ -250,6 +251,30 @@ def retire_object(client: ObjectClient, digest: str, key: str, touches: int, tok
             client.delete(marker)
         except LedgerError:
             pass  # a marker left behind is removed by the next gc (writers wait for it a bounded time)
+
+
+def compact_touches(client: ObjectClient) -> int:
+    """Delete every touch but each object's latest (which alone dates it); how many went.
+
+    Only ever called under the gc log's lease, before a plan: a writer's touch made
+    meanwhile is newer than the listing and stays.
+    """
+    if not isinstance(client, TimedClient):
+        return 0
+    latest: dict[str, tuple[int, str]] = {}
+    extra: list[str] = []
+    for key, _, mtime in client.scan_times(TOUCHED):
+        hexd = key.split("/")[2] if key.count("/") >= 3 else key
+        prev = latest.get(hexd)
+        if prev is None or mtime >= prev[0]:
+            if prev is not None:
+                extra.append(prev[1])
+            latest[hexd] = (mtime, key)
+        else:
+            extra.append(key)
+    for key in extra:
+        client.delete(key)
+    return len(extra)
 
 
 def stale_markers(client: ObjectClient) -> list[str]:
