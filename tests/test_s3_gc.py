@@ -247,3 +247,26 @@ def test_a_re_put_touches_the_object_and_gc_keeps_only_the_latest_touch(url: str
     apply_gc(intentlog.open(url), grace="1h")
     assert len(keys(url, "gc/touch")) == 1  # the latest dates it; the others are swept
     assert digest in {b.digest for b in plan_gc(intentlog.open(url), now=LATER).blobs}
+
+
+def test_a_store_that_cannot_fence_is_refused_before_gc_or_keep_writes() -> None:
+    from s3_server import MemoryClient
+
+    from intentlog.errors import StoreRefused
+    from intentlog.ledger import Ledger
+    from intentlog.s3 import on_client
+
+    good = MemoryClient(name="fences")
+    with Ledger(Path("mem"), storage=on_client(good, write=False), location="mem") as ledger:
+        ledger.task("a").append("note", {})
+        ledger.task("b").append("note", {})
+    fake = MemoryClient(fencing=False, name="no-fence")
+    fake.objects = dict(good.objects)
+    ledger = Ledger(Path("mem"), storage=on_client(fake, write=False), location="mem")
+    assert [t.task for t in plan_gc(ledger, now=LATER, max_age="1d").expired] == ["a", "b"]  # reading is fine
+    before = dict(fake.objects)
+    with pytest.raises(StoreRefused):
+        apply_gc(ledger, now=LATER)
+    with pytest.raises(StoreRefused):
+        keep(ledger, "a")
+    assert {k: v for k, v in fake.objects.items() if not k.startswith("_probe/")} == before

@@ -42,6 +42,7 @@ from ..eventlog.remote import events_in
 from ..eventlog.writer import StreamWriter
 from ..gclog import GC_STARTED
 from ..s3.objects import ObjectArtifacts
+from ..s3.probe import require_fencing
 from ..s3.retire import (
     LOG_STREAM,
     compact_touches,
@@ -90,8 +91,13 @@ class _LogStorage:
 
 
 def log_writer(storage: ObjectStorage, *, wait: float, take_over_after: float | None = None) -> StreamWriter:
-    """The gc log's writer, open: its lease held (:class:`GcRefused` when another gc or keep holds it)."""
+    """The gc log's writer, open: its lease held (:class:`GcRefused` when another gc or keep holds it).
+
+    Everything gc and keep write goes through this lease, so the store must fence writers
+    first (the probe, once per process: ``StoreRefused``, nothing written).
+    """
     client = storage.client
+    require_fencing(client)
     log = StreamWriter(
         path=Path(client.describe(f"gc/{LOG_STREAM}.jsonl")),
         task_id="gc",
