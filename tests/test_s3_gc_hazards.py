@@ -211,3 +211,36 @@ def test_sigkill_mid_apply_leaves_a_store_that_verifies_and_a_rerun_finishes(url
     assert sorted(ObjectStreams(client_of(url)).names()) == ["stays"]
     final = verify_ledger(intentlog.open(url, create=False))
     assert final.ok and final.tasks == 1, [p.to_json() for p in final.problems]
+
+
+@pytest.mark.parametrize("writer", ["holds", "appended"])
+def test_a_writer_between_the_plan_and_the_delete_keeps_its_stream_and_its_blobs(url: str, writer: str) -> None:
+    """The apply's own re-plan said delete; a writer then leases the stream (or appends and releases)."""
+    with intentlog.open(url) as ledger:
+        digest = ledger.artifacts.put(BLOB).digest
+        ledger.task("a").append("note", {"report": digest})
+        ledger.task("b").append("note", {})
+    keep(intentlog.open(url), "b")
+    opened: list[intentlog.Ledger] = []
+    real = storeapply.plan_from
+
+    def then_a_writer(*args: object, **kwargs: object) -> object:
+        plan = real(*args, **kwargs)  # type: ignore[arg-type]
+        w = intentlog.open(url)
+        w.task("a").append("note", {"late": True})
+        if writer == "appended":
+            w.close()
+        opened.append(w)
+        return plan
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storeapply, "plan_from", then_a_writer)
+        result = apply_gc(intentlog.open(url), now=LATER)
+    why = "a writer opened it after the plan" if writer == "holds" else "it changed after the plan"
+    assert [t for t, _ in result.skipped] == ["a"] and why in result.skipped[0][1]
+    assert result.deleted == () and result.blobs_deleted == ()  # the blob it names is spared too
+    assert [ev.kind for ev in intentlog.open(url, create=False).task("a").events()][-1] == "note"
+    assert ObjectArtifacts(client_of(url)).get(digest) == BLOB
+    for w in opened:
+        w.close()
+    assert verify_ledger(intentlog.open(url, create=False)).ok

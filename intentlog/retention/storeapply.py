@@ -29,6 +29,7 @@ is what is left of a stream gc deleted, and the next apply removes it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import secrets
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream, GcRefused, LedgerError, TaskBusy
 from ..eventlog.remote import events_in
 from ..eventlog.writer import StreamWriter
-from ..gclog import GC_STARTED
+from ..gclog import GC_FINISHED, GC_STARTED
 from ..s3.objects import ObjectArtifacts
 from ..s3.probe import require_fencing
 from ..s3.retire import (
@@ -53,9 +54,9 @@ from ..s3.retire import (
     stale_markers,
 )
 from ..s3.streams import ObjectLease, ObjectStreams
-from .apply import check_replan
+from .apply import bytes_freed, check_replan, finished_fields, started_data
 from .plan import plan_from
-from .policy import GcPolicy, format_ts
+from .policy import GcPolicy
 from .report import ExpiredBlob, ExpiredTask, GcPlan, GcResult
 from .scan import collect_digests
 from .storescan import StoreSource
@@ -178,7 +179,7 @@ def _unfinished_leases(events: list[Any]) -> dict[str, int]:
             for t in ev.data.get("tasks") or []:
                 if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("epoch")) is int:
                     open_runs[ev.data["started"]][t["task"]] = t["epoch"]
-        elif ev.kind == "gc.finished":
+        elif ev.kind == GC_FINISHED:
             open_runs.pop(ev.data.get("started"), None)
     out: dict[str, int] = {}
     for run in open_runs.values():
@@ -188,24 +189,7 @@ def _unfinished_leases(events: list[Any]) -> dict[str, int]:
 
 def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult:
     client = source.client
-    started = log.append(
-        GC_STARTED,
-        {
-            "now": format_ts(plan.now),
-            "policy": plan.policy.to_json(),
-            "tasks": [t.to_json() for t in plan.expired],
-            "blobs": {
-                "count": len(plan.blobs),
-                "bytes": plan.blob_bytes_freed,
-                "digests": [b.digest for b in plan.blobs],
-            },
-            "evacuate": [e.digest for e in plan.evacuate],
-            "bytes_before": plan.bytes_before,
-            "bytes_freed": plan.bytes_freed,
-            "bytes_after": plan.bytes_after,
-            "incomplete": list(plan.incomplete),
-        },
-    )
+    started = log.append(GC_STARTED, started_data(plan))
     evac = {e.digest for e in plan.evacuate}
     objects = ObjectArtifacts(client)
     leases: list[tuple[str, ObjectLease]] = []
@@ -233,27 +217,12 @@ def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult
     if skipped:
         blobs = _spare_referenced(source, [t for t, _ in skipped], blobs)
     blobs_deleted, restored = _delete_blobs(source, blobs)
-    gone, moved = set(deleted), set(evacuated)
-    sizes = {b.digest: b.size for b in plan.blobs}
-    freed = sum(t.size for t in plan.expired if t.task in gone)
-    freed += sum(sizes[d] for d in blobs_deleted)
-    freed -= sum(e.size for e in plan.evacuate if e.digest in moved)
-    finished = log.append(
-        "gc.finished",
-        {
-            "started": started.seq,
-            "deleted": deleted,
-            "skipped": [{"task": t, "reason": r} for t, r in skipped],
-            "blobs_deleted": len(blobs_deleted),
-            "restored": restored,
-            "evacuated": evacuated,
-            "bytes_freed": freed,
-        },
-    )
-    return GcResult(
-        plan, tuple(deleted), tuple(skipped), tuple(blobs_deleted), tuple(restored), tuple(evacuated), freed,
-        finished.seq,
+    result = GcResult(
+        plan, tuple(deleted), tuple(skipped), tuple(blobs_deleted), tuple(restored), tuple(evacuated),
+        bytes_freed(plan, deleted, blobs_deleted, evacuated), None,
     )  # fmt: skip
+    finished = log.append(GC_FINISHED, finished_fields(result, started.seq))
+    return dataclasses.replace(result, log_seq=finished.seq)
 
 
 def _take(streams: ObjectStreams, t: ExpiredTask) -> tuple[ObjectLease | None, str | None]:
