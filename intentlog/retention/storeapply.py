@@ -69,6 +69,8 @@ __all__ = ["GC_LEASED", "GC_SWEPT", "apply_on_store", "log_writer"]
 
 GC_LEASED = "gc.leased"
 GC_SWEPT = "gc.swept"
+#: where a store's apply is recorded, as a result names it (the keys of the gc log's stream)
+LOG_FILE = f"gc/tasks/{LOG_STREAM}"
 
 
 class _LogStorage:
@@ -222,7 +224,7 @@ def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult
         bytes_freed(plan, deleted, blobs_deleted, evacuated), None,
     )  # fmt: skip
     finished = log.append(GC_FINISHED, finished_fields(result, started.seq))
-    return dataclasses.replace(result, log_seq=finished.seq)
+    return dataclasses.replace(result, log_seq=finished.seq, log_file=LOG_FILE)
 
 
 def _take(streams: ObjectStreams, t: ExpiredTask) -> tuple[ObjectLease | None, str | None]:
