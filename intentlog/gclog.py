@@ -24,8 +24,12 @@ from .heads.codec import StreamHead
 
 __all__ = [
     "GC_FINISHED",
+    "GC_LEASED",
+    "GC_LEASING",
     "GC_LOG",
     "GC_STARTED",
+    "GC_SWEPT",
+    "check_shape",
     "GcDeletion",
     "finished_data",
     "fold_deletions",
@@ -38,6 +42,10 @@ __all__ = [
 GC_LOG: Final = "gc.jsonl"
 GC_STARTED: Final = "gc.started"
 GC_FINISHED: Final = "gc.finished"
+#: a store's gc log: the leases gc is about to take (with its holder token), taken, and what a killed gc left, removed
+GC_LEASING: Final = "gc.leasing"
+GC_LEASED: Final = "gc.leased"
+GC_SWEPT: Final = "gc.swept"
 
 
 # -- writing: the fields the decoder below reads, built in one place ------------------
@@ -103,6 +111,8 @@ def read_gc_deletions(root: Path) -> tuple[dict[str, GcDeletion], str | None]:
         out = fold_deletions(scan)
     except OSError as exc:
         return {}, f"{GC_LOG} cannot be read ({exc.strerror or exc})"
+    except CorruptStream as exc:
+        return {}, f"{GC_LOG} line {exc.line}: {exc.reason}"
     p = scan.problem
     if p is not None and (p.suspect or not (p.torn or p.incomplete)):
         # a torn tail (garbage with nothing event-like after it: what a power cut leaves while
@@ -115,25 +125,57 @@ def store_gc_deletions(data: bytes | None, where: str) -> tuple[dict[str, GcDele
     """:func:`read_gc_deletions` over the bytes of an object store's gc log (None: there is none).
 
     A store's segments are whole, so any line that fails its checks is damage: the log is
-    then untrusted and no deletion is excused, as for a damaged ``gc.jsonl``.
+    then untrusted and no deletion is excused, as for a damaged ``gc.jsonl``. On a store a
+    task counts as deleted only once a record says its deletion was carried out
+    (``gc.leased``, ``gc.finished`` or ``gc.swept`` naming it): ``gc.started`` alone, what a
+    gc killed before it touched anything leaves, excuses nothing.
     """
     if data is None:
         return {}, None
     try:
-        return fold_deletions(events_in(data, where)), None
+        return fold_deletions(events_in(data, where), where, carried_out=True), None
     except CorruptStream as exc:
         return {}, f"{where} line {exc.line}: {exc.reason}"
 
 
-def fold_deletions(events: Iterable[Event]) -> dict[str, GcDeletion]:
-    """The deletions a gc log's events record (latest per task); a task a run left in place is dropped."""
+#: the data fields a gc log event must have the shape of (missing is allowed; another type is damage)
+_SHAPES: Final[dict[str, dict[str, type | tuple[type, ...]]]] = {
+    GC_STARTED: {"tasks": list, "blobs": dict},
+    GC_FINISHED: {"started": int, "deleted": list, "skipped": list},
+    GC_LEASING: {"started": int, "tasks": list},
+    GC_LEASED: {"started": int, "tasks": list},
+    GC_SWEPT: {"tasks": list},
+}
+
+
+def check_shape(ev: Event, where: str) -> None:
+    """``CorruptStream`` when a gc log event's fields are not of the types gc writes (a well-chained forgery or bug)."""
+    for key, want in _SHAPES.get(ev.kind, {}).items():
+        value = ev.data.get(key)
+        if value is not None and (not isinstance(value, want) or isinstance(value, bool)):
+            raise CorruptStream(
+                where,
+                ev.seq + 1,
+                f"{ev.kind} field {key!r} is {type(value).__name__}, not what gc writes; the gc log is not trusted",
+            )
+
+
+def fold_deletions(events: Iterable[Event], where: str = GC_LOG, *, carried_out: bool = False) -> dict[str, GcDeletion]:
+    """The deletions a gc log's events record (latest per task); a task a run left in place is dropped.
+
+    With ``carried_out`` (a store's log) a ``gc.started`` entry counts only once a
+    ``gc.leased`` / ``gc.finished`` / ``gc.swept`` names it. A wrong-shaped event:
+    ``CorruptStream`` (:func:`check_shape`).
+    """
     out: dict[str, GcDeletion] = {}
+    pending: dict[str, GcDeletion] = {}
     for ev in events:
+        check_shape(ev, where)
         if ev.kind == GC_STARTED:
             for t in ev.data.get("tasks") or []:
                 if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("events")) is int:
                     stream, head = t.get("stream"), t.get("head")
-                    out[t["task"]] = GcDeletion(
+                    new = GcDeletion(
                         t["task"],
                         stream if isinstance(stream, str) else None,
                         head if isinstance(head, str) else None,
@@ -142,10 +184,17 @@ def fold_deletions(events: Iterable[Event]) -> dict[str, GcDeletion]:
                         ev.seq,
                         False,
                     )
+                    (pending if carried_out else out)[new.task] = new
+        elif ev.kind in (GC_LEASED, GC_SWEPT) and carried_out:
+            for t in ev.data.get("tasks") or []:
+                name = t.get("task") if isinstance(t, dict) else t
+                done = pending.get(name) if isinstance(name, str) else None
+                if done is not None and (ev.kind == GC_SWEPT or done.seq == ev.data.get("started")):
+                    out[done.task] = done
         elif ev.kind == GC_FINISHED:
             started = ev.data.get("started")
             for name in ev.data.get("deleted") or []:
-                d = out.get(name) if isinstance(name, str) else None
+                d = (pending.get(name) or out.get(name)) if isinstance(name, str) else None
                 if d is not None and d.seq == started:
                     out[name] = replace(d, finished=True)
             for skipped in ev.data.get("skipped") or []:

@@ -27,7 +27,7 @@ from intentlog.eventlog.remote import events_in
 from intentlog.merge import merge
 from intentlog.refs import INLINE, walk
 from intentlog.retention import GcRefused, apply_gc, keep, kept_tasks, plan_gc, unkeep
-from intentlog.s3 import S3Client, parse_s3_url
+from intentlog.s3 import ObjectStreams, S3Client, parse_s3_url
 from intentlog.s3.retire import read_log
 from intentlog.s3.seals import create_seal
 
@@ -42,6 +42,16 @@ def url(monkeypatch: pytest.MonkeyPatch) -> str:
 
 def client_of(url: str) -> S3Client:
     return S3Client(parse_s3_url(url))
+
+
+def assert_retired(url: str, name: str) -> bool:
+    """What gc leaves of a stream on a store: segment 0 and lease segments only, and no task for a reader."""
+    left = keys(url, f"tasks/{name}")
+    streams = ObjectStreams(client_of(url))
+    assert left and left[0].endswith("/s/000000000000"), left
+    assert all(streams.segment(name, int(k[-12:]))[0].kind == "lease" for k in left[1:]), left
+    assert name not in intentlog.open(url, create=False).task_ids()
+    return True
 
 
 def keys(url: str, folder: str) -> list[str]:
@@ -121,13 +131,15 @@ def test_apply_on_the_store_deletes_what_a_folder_deletes_and_logs_it(url: str, 
     assert on_store.deleted == on_folder.deleted == ("old-1", "old-2")
     assert on_store.blobs_deleted == on_folder.blobs_deleted and len(on_store.blobs_deleted) == 2
     assert on_store.evacuated == on_folder.evacuated and on_store.bytes_freed == on_folder.bytes_freed
-    assert keys(url, "tasks/old-1") == [] and keys(url, "tasks/old-2") == []
+    assert_retired(url, "old-1") and assert_retired(url, "old-2")
     after_objects = set(keys(url, "objects"))
     assert len(before_objects - after_objects) == 2 and len(after_objects - before_objects) == 1  # evacuated
     data = read_log(client_of(url))
     assert data is not None
     kinds = [ev.kind for ev in events_in(data, "gc log")]
-    assert kinds == ["task.created", "gc.kept", "gc.kept", "gc.started", "gc.leased", "gc.finished"]
+    assert "gc.heartbeat" in kinds  # gc proved its lease before its deletes
+    kinds = [k for k in kinds if k != "gc.heartbeat"]
+    assert kinds == ["task.created", "gc.kept", "gc.kept", "gc.started", "gc.leasing", "gc.leased", "gc.finished"]
     started = next(ev for ev in events_in(data, "gc log") if ev.kind == "gc.started")
     assert [t["task"] for t in started.data["tasks"]] == ["old-1", "old-2"]
     # verify reads the store's gc log as a folder's gc.jsonl: deleted on purpose, not lost
@@ -142,8 +154,11 @@ def test_apply_on_the_store_deletes_what_a_folder_deletes_and_logs_it(url: str, 
     out = tmp_path / "bundle"
     export_bundle(url, out=out)
     assert sorted(p.name for p in (out / "tasks").iterdir()) == ["audit.jsonl", "kept.jsonl", "unknown.jsonl"]
-    # a new task under a deleted id starts cleanly, and the seal does not bind it (gc's log says so)
-    ledger.task("old-1").append("note", {"again": True})
+    # a deleted id is not used again on a store (a holder gc fenced may still put at its numbers)
+    left = keys(url, "tasks/old-1")
+    with pytest.raises(intentlog.LedgerError, match="a task id gc deleted on a store is never used again"):
+        ledger.task("old-1").append("note", {"again": True})
+    assert keys(url, "tasks/old-1") == left  # refused: nothing written
     ledger.close()
     report = verify_ledger(intentlog.open(url, create=False))
     assert report.ok, [p.to_json() for p in report.problems]
@@ -229,7 +244,7 @@ def test_gc_apply_and_keep_on_the_command_line(url: str) -> None:
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["deleted"] == ["b"] and doc["blobs_deleted"] == 1 and doc["log"]["file"] == "gc/tasks/log"
-    assert keys(url, "tasks/b") == [] and keys(url, "objects") == []
+    assert assert_retired(url, "b") and keys(url, "objects") == []
     r = runner.invoke(main, ["--root", url, "gc", "--take-over-after", "1s"])
     assert r.exit_code == 2 and "--take-over-after goes with --apply" in r.output
 

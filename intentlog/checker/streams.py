@@ -50,11 +50,12 @@ class StreamChecks(CheckerState):
             self.add(ERROR, "link", f"the stream is {exc}, so it was not read", task=task)
         except CorruptStream as exc:  # read through a seam: its segments do not make one stream
             d = self.seams.gc_deleted.get(task) if self.seams is not None else None
-            if d is not None and _left_by_gc(exc):
+            left = self.seams is not None and task in self.seams.gc_leftovers
+            if d is not None and (_left_by_gc(exc) or left):
                 self.add(
                     INFO, "deleted_by_gc", f"what is left of the stream gc deleted at {d.ts} (the gc log's seq "
-                    f"{d.seq}): {exc.reason}; not a stream, never read as one; run 'intentlog gc --apply' to "
-                    "remove it", task=task,
+                    f"{d.seq}): {exc.reason}; not a stream, never read as one (the numbers a fenced writer "
+                    "could still put at are kept for ever, so its id is not used again)", task=task,
                 )
                 self._stream = None
                 return s

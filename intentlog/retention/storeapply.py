@@ -32,16 +32,17 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._digest import DIGEST_PREFIX
 from ..artifacts.inline import inline_bytes
-from ..errors import ArtifactError, CorruptStream, GcRefused, LedgerError, TaskBusy
+from ..errors import ArtifactError, CorruptStream, GcRefused, LeaseLost, LedgerError, TaskBusy
 from ..eventlog.remote import events_in
 from ..eventlog.writer import StreamWriter
-from ..gclog import GC_FINISHED, GC_STARTED
+from ..gclog import GC_FINISHED, GC_LEASED, GC_LEASING, GC_STARTED, GC_SWEPT, check_shape
 from ..s3.objects import ObjectArtifacts
 from ..s3.probe import require_fencing
 from ..s3.retire import (
@@ -53,7 +54,7 @@ from ..s3.retire import (
     retire_object,
     stale_markers,
 )
-from ..s3.streams import ObjectLease, ObjectStreams
+from ..s3.streams import GC_HOLDER, ObjectLease, ObjectStreams
 from .apply import bytes_freed, check_replan, finished_fields, started_data
 from .plan import plan_from
 from .policy import GcPolicy
@@ -65,10 +66,13 @@ if TYPE_CHECKING:
     from ..eventlog.storage import StreamLease
     from ..s3 import ObjectStorage
 
-__all__ = ["GC_LEASED", "GC_SWEPT", "apply_on_store", "log_writer"]
+__all__ = ["BEAT_AFTER", "GC_LEASED", "GC_SWEPT", "apply_on_store", "log_writer"]
 
-GC_LEASED = "gc.leased"
-GC_SWEPT = "gc.swept"
+GC_HEARTBEAT = "gc.heartbeat"
+#: a delete more than this many seconds (gc's monotonic clock) after gc last proved its lease proves it again first
+BEAT_AFTER = 1.0
+#: and at least once per this many deletes
+BEAT_EVERY = 32
 #: where a store's apply is recorded, as a result names it (the keys of the gc log's stream)
 LOG_FILE = f"gc/tasks/{LOG_STREAM}"
 
@@ -155,7 +159,7 @@ def _sweep(source: StoreSource, log: StreamWriter) -> None:
     retired = source.retired()
     swept: list[str] = []
     for name in source.streams.names():
-        if name in retired and orphans(client, name) is not None:
+        if name in retired and orphans(client, name) is not None:  # what an older gc left: no segment 0
             delete_stream(client, name)
             swept.append(name)
         elif name in leased:
@@ -163,30 +167,66 @@ def _sweep(source: StoreSource, log: StreamWriter) -> None:
                 tail = source.streams.tail(name)
             except (CorruptStream, LedgerError, FileNotFoundError):
                 continue
-            if tail.kind == "lease" and tail.epoch == leased[name]:  # the killed gc's own lease: nothing after it
-                delete_stream(client, name)
+            epoch, holder = leased[name]
+            own = tail.holder == holder if holder is not None else tail.holder.startswith(GC_HOLDER)
+            # the killed gc's own lease, nothing after it; what it left of the stream is deleted once
+            mine = tail.kind == "lease" and tail.epoch == epoch and own
+            if mine and (delete_stream(client, name) or name not in retired):
                 swept.append(name)
     touches = compact_touches(client)
     if swept or markers or touches:
         log.append(GC_SWEPT, {"tasks": swept, "markers": len(markers), "touches": touches})
 
 
-def _unfinished_leases(events: list[Any]) -> dict[str, int]:
-    """Stream -> the epoch a gc run that never finished leased it at for deletion."""
-    open_runs: dict[int, dict[str, int]] = {}
+def _unfinished_leases(events: list[Any]) -> dict[str, tuple[int, str | None]]:
+    """Stream -> (epoch, holder token) a gc run that never finished leased it at, or was about to, for deletion.
+
+    A wrong-shaped event: :class:`GcRefused` (the log is not trusted; nothing is deleted).
+    """
+    open_runs: dict[int, dict[str, tuple[int, str | None]]] = {}
     for ev in events:
+        try:
+            check_shape(ev, LOG_FILE)
+        except CorruptStream as exc:
+            raise GcRefused(f"gc refused: {exc}; nothing was deleted") from None
+        started = ev.data.get("started")
         if ev.kind == GC_STARTED:
             open_runs[ev.seq] = {}
-        elif ev.kind == GC_LEASED and ev.data.get("started") in open_runs:
+        elif ev.kind in (GC_LEASING, GC_LEASED) and started in open_runs:
+            holder = ev.data.get("holder")
             for t in ev.data.get("tasks") or []:
                 if isinstance(t, dict) and isinstance(t.get("task"), str) and type(t.get("epoch")) is int:
-                    open_runs[ev.data["started"]][t["task"]] = t["epoch"]
-        elif ev.kind == GC_FINISHED:
-            open_runs.pop(ev.data.get("started"), None)
-    out: dict[str, int] = {}
+                    open_runs[started][t["task"]] = (t["epoch"], holder if isinstance(holder, str) else None)
+        elif ev.kind == GC_FINISHED and started is not None:
+            open_runs.pop(started, None)
+    out: dict[str, tuple[int, str | None]] = {}
     for run in open_runs.values():
         out.update(run)
     return out
+
+
+class _Heartbeat:
+    """gc proving it still holds the gc log's lease (a fenced put) before its deletes: a stalled gc stops."""
+
+    def __init__(self, log: StreamWriter, started: int) -> None:
+        self.log = log
+        self.started = started
+        self.count = BEAT_EVERY  # the first delete proves the lease first
+        self.last = time.monotonic()
+
+    def check(self) -> None:
+        """Prove the lease when the last proof is ``BEAT_AFTER`` s old or ``BEAT_EVERY`` deletes ago; else nothing."""
+        if self.count >= BEAT_EVERY or time.monotonic() - self.last > BEAT_AFTER:
+            try:
+                self.log.append(GC_HEARTBEAT, {"started": self.started})
+            except LeaseLost as exc:
+                raise GcRefused(
+                    f"gc stopped: another gc took the store's gc log lease over while this one stood still ({exc}); "
+                    "nothing more was deleted by this one: the other gc finishes the work"
+                ) from exc
+            self.last = time.monotonic()
+            self.count = 0
+        self.count += 1
 
 
 def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult:
@@ -197,8 +237,12 @@ def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult
     leases: list[tuple[str, ObjectLease]] = []
     skipped: list[tuple[str, str]] = []
     evacuated: list[str] = []
+    holder = GC_HOLDER + secrets.token_hex(8)
+    if plan.expired:  # recorded first: a gc killed between a lease and gc.leased is finished by the next
+        intended = [{"task": t.task, "epoch": (t.ident[2] if len(t.ident) == 3 else -1) + 1} for t in plan.expired]
+        log.append(GC_LEASING, {"started": started.seq, "holder": holder, "tasks": intended})
     for t in plan.expired:
-        lease, why = _take(source.streams, t)
+        lease, why = _take(source.streams, t, holder)
         if lease is not None and evac:
             why = _evacuate(source, objects, t.task, evac, evacuated)
             if why is not None:
@@ -208,17 +252,17 @@ def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult
         else:
             skipped.append((t.task, why or "it could not be leased"))
     if leases:
-        log.append(
-            GC_LEASED, {"started": started.seq, "tasks": [{"task": n, "epoch": lz.epoch} for n, lz in leases]}
-        )
+        log.append(GC_LEASED, {"started": started.seq, "tasks": [{"task": n, "epoch": lz.epoch} for n, lz in leases]})
+    beat = _Heartbeat(log, started.seq)
     deleted: list[str] = []
     for name, _ in leases:
+        beat.check()
         delete_stream(client, name)
         deleted.append(name)
     blobs = list(plan.blobs)
     if skipped:
         blobs = _spare_referenced(source, [t for t, _ in skipped], blobs)
-    blobs_deleted, restored = _delete_blobs(source, blobs)
+    blobs_deleted, restored = _delete_blobs(source, blobs, beat)
     result = GcResult(
         plan, tuple(deleted), tuple(skipped), tuple(blobs_deleted), tuple(restored), tuple(evacuated),
         bytes_freed(plan, deleted, blobs_deleted, evacuated), None,
@@ -227,10 +271,10 @@ def _carry_out(source: StoreSource, log: StreamWriter, plan: GcPlan) -> GcResult
     return dataclasses.replace(result, log_seq=finished.seq, log_file=LOG_FILE)
 
 
-def _take(streams: ObjectStreams, t: ExpiredTask) -> tuple[ObjectLease | None, str | None]:
-    """The expired stream's lease, when it is still the stream the plan saw; else why it stays."""
+def _take(streams: ObjectStreams, t: ExpiredTask, holder: str) -> tuple[ObjectLease | None, str | None]:
+    """The expired stream's lease (held as ``holder``), when it is still the stream the plan saw; else why it stays."""
     try:
-        lease = streams.lease(t.task, wait=0)
+        lease = streams.lease(t.task, wait=0, holder=holder)
     except TaskBusy:
         return None, "a writer opened it after the plan (its lease is held)"
     except FileNotFoundError:
@@ -278,13 +322,15 @@ def _spare_referenced(source: StoreSource, tasks: list[str], blobs: list[Expired
     return [b for b in blobs if bytes.fromhex(b.digest[len(DIGEST_PREFIX) :]) not in refs]
 
 
-def _delete_blobs(source: StoreSource, blobs: list[ExpiredBlob]) -> tuple[list[str], list[str]]:
-    """Each blob behind a dying marker, spared when a writer touched it since the plan."""
+def _delete_blobs(source: StoreSource, blobs: list[ExpiredBlob], beat: _Heartbeat) -> tuple[list[str], list[str]]:
+    """Each blob behind a dying marker, spared when a writer touched it since the plan; the lease proved first."""
     deleted: list[str] = []
     restored: list[str] = []
     token = secrets.token_hex(8)
     for b in blobs:
-        verdict = retire_object(source.client, b.digest, ObjectArtifacts.key_for(b.digest), b.touches, token)
+        verdict = retire_object(
+            source.client, b.digest, ObjectArtifacts.key_for(b.digest), b.touches, token, beat.check
+        )
         if verdict == "deleted":
             deleted.append(b.digest)
         elif verdict == "restored":

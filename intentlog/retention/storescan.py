@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import CorruptStream, IntentlogError, LedgerError
 from ..eventlog.format import Event
 from ..eventlog.remote import events_in
-from ..gclog import fold_deletions
+from ..gclog import GcDeletion, fold_deletions
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
 from ..projections.operator import OperatorFold
 from ..projections.status import status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import INLINE, walk
 from ..s3.objects import ObjectArtifacts
-from ..s3.retire import object_times, orphans, read_log
+from ..s3.retire import leftovers, object_times, read_log
 from ..s3.streams import ObjectStreams
 from .marks import KeepMark, protected_by
 from .policy import GcPolicy
@@ -98,12 +98,12 @@ class StoreSource:
     def keep_marks(self) -> dict[str, KeepMark]:
         return marks_in(self.log_events())
 
-    def retired(self) -> set[str]:
-        """The tasks the gc log records deleting (the plan leaves what is left of them out)."""
+    def retired(self) -> dict[str, GcDeletion]:
+        """The tasks the gc log records deleting, carried out (the plan leaves what is left of them out)."""
         try:
-            return set(fold_deletions(self.log_events()))
+            return fold_deletions(self.log_events(), self.client.describe("gc/"), carried_out=True)
         except IntentlogError:
-            return set()
+            return {}
 
     def scan(
         self,
@@ -121,7 +121,7 @@ class StoreSource:
             names = sorted(self.streams.names())
         except LedgerError as exc:
             raise IntentlogError(f"cannot list the streams of {self.client.describe('tasks')}: {exc}") from exc
-        self.leftovers = [n for n in names if n in retired and orphans(self.client, n) is not None]
+        self.leftovers = leftovers(self.client, names, retired)
         names = [n for n in names if n not in set(self.leftovers)]
         scan.stream_names = len(names)
         needed = self._backlog_needs(names)
@@ -219,4 +219,3 @@ class StoreSource:
 
     def has_object(self, digest: str) -> bool:
         return self.client.head(ObjectArtifacts.key_for(digest)) is not None
-

@@ -29,11 +29,13 @@ there, then checks the object is still there (else stores it again):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final, Protocol, runtime_checkable
 
 from .._digest import DIGEST_PREFIX
 from ..errors import CorruptStream, LedgerError
+from ..eventlog.remote import events_in
 from ..gclog import GcDeletion, store_gc_deletions
 from .client import ObjectClient
 from .streams import ObjectStreams
@@ -48,6 +50,8 @@ __all__ = [
     "compact_touches",
     "delete_stream",
     "dying_key",
+    "fenced_numbers",
+    "live_names",
     "leftovers",
     "log_streams",
     "object_times",
@@ -126,7 +130,9 @@ def read_log(client: ObjectClient) -> bytes | None:
         return None
 
 
-def store_gc_log(client: ObjectClient) -> tuple[dict[str, GcDeletion], str | None, frozenset[str]]:
+def store_gc_log(
+    client: ObjectClient, names: list[str] | None = None
+) -> tuple[dict[str, GcDeletion], str | None, frozenset[str]]:
     """What the store's gc log records deleting (latest per task), what is wrong with it, and the leftovers.
 
     The leftovers are the stream names that are what is left of a stream the log records
@@ -141,12 +147,37 @@ def store_gc_log(client: ObjectClient) -> tuple[dict[str, GcDeletion], str | Non
     deleted, problem = store_gc_deletions(data, where)
     if problem is not None or not deleted:
         return deleted, problem, frozenset()
-    return deleted, None, frozenset(leftovers(client, ObjectStreams(client).names(), deleted))
+    listed = ObjectStreams(client).names() if names is None else names
+    return deleted, None, frozenset(leftovers(client, listed, deleted))
 
 
 def leftovers(client: ObjectClient, names: list[str], deleted: dict[str, GcDeletion]) -> list[str]:
-    """The names in ``names`` that are what is left of a stream the gc log records deleting (no segment 0)."""
-    return [n for n in names if n in deleted and orphans(client, n) is not None]
+    """The names in ``names`` that are what is left of a stream the gc log records deleting.
+
+    That is: no segment 0 (what an older gc left), or a segment 0 that begins the very
+    stream the log names (its ``task.created`` stream id is the deleted one's: what
+    :func:`delete_stream` keeps). One GET per name the log names; no task for any reader.
+    """
+    return [n for n in names if n in deleted and _left_of(client, n, deleted[n])]
+
+
+def _left_of(client: ObjectClient, name: str, d: GcDeletion) -> bool:
+    try:
+        _, payload = ObjectStreams(client).segment(name, 0)
+    except CorruptStream:
+        return not client.get(f"tasks/{name}/s/{0:012d}")  # missing: no stream; unreadable: not gc's to excuse
+    try:
+        first = next(events_in(payload, name), None)
+    except CorruptStream:
+        return False
+    return first is not None and first.seq == 0 and first.data.get("stream") == d.stream
+
+
+def live_names(client: ObjectClient) -> list[str]:
+    """The store's task streams without what is left of those its gc log records deleting (a damaged log: all)."""
+    names = ObjectStreams(client).names()
+    left = store_gc_log(client, names)[2]
+    return [n for n in names if n not in left]
 
 
 # -- streams --------------------------------------------------------------------------
@@ -158,21 +189,50 @@ def stream_keys(client: ObjectClient, name: str) -> list[str]:
 
 
 def delete_stream(client: ObjectClient, name: str) -> int:
-    """Delete every key of the stream: checkpoints, then segment 0, then the other segments. How many keys went.
+    """Delete the stream's keys but the numbers a fenced holder may still put at. How many keys went.
 
-    After the first segment delete what is left is never a stream (segment 0 is gone), so
-    a reader cannot take a shorter stream for the whole one, nor a later orphan for a stream.
+    Kept: segment 0 (so the id is never created again: a retired id is not reused on a
+    store), every *take-over* lease segment (a ``lease`` whose predecessor is a ``lease`` or
+    ``data`` segment, or is gone: the number the holder it fenced targets next), and a
+    last segment that is a lease (gc's own, its tail: writers are refused it). A fenced
+    holder's next put therefore always finds its number taken (``LeaseLost``), before and
+    after gc. Deleted: checkpoints, then the other segments in order (segment 1 first: from
+    the first delete on what is left has a hole, never a shorter stream). A stream with no
+    segment 0 (what an older gc left) goes whole.
     """
     keys = stream_keys(client, name)
-    segments = [k for k in keys if _SEGMENT_RE.search(k)]
-    others = [k for k in keys if k not in set(segments)]
-    for key in [*others, *segments]:  # segment 0 sorts first among the segments
+    numbers = {int(m.group(1)): k for k in keys if (m := _SEGMENT_RE.search(k))}
+    others = [k for k in keys if not _SEGMENT_RE.search(k)]
+    kept = fenced_numbers(client, name, sorted(numbers)) if 0 in numbers else set()
+    gone = [*others, *(numbers[n] for n in sorted(numbers) if n not in kept)]
+    for key in gone:
         client.delete(key)
-    # a store that keeps folders (SeaweedFS's filer) would still list the name: remove them too
-    # (a delete of a folder that holds anything removes nothing; on S3 these keys do not exist)
-    for folder in (f"tasks/{name}/c", f"tasks/{name}/s", f"tasks/{name}"):
-        client.delete(folder)
-    return len(keys)
+    if not kept:  # a store that keeps folders (SeaweedFS's filer) would still list the name: remove them too
+        for folder in (f"tasks/{name}/c", f"tasks/{name}/s", f"tasks/{name}"):
+            client.delete(folder)  # a delete of a folder that holds anything removes nothing
+    return len(gone)
+
+
+def fenced_numbers(client: ObjectClient, name: str, numbers: list[int]) -> set[int]:
+    """The numbers of ``name`` kept for ever: 0, take-over leases, a lease at the tail (:func:`delete_stream`)."""
+    streams = ObjectStreams(client)
+
+    def kind(n: int) -> str | None:
+        try:
+            return streams.segment(name, n)[0].kind
+        except CorruptStream:
+            return None  # gone or unreadable: nothing is known of it
+
+    with ThreadPoolExecutor(min(8, max(1, len(numbers)))) as pool:
+        kinds = dict(zip(numbers, pool.map(kind, numbers), strict=True))
+    kept = {0}
+    for n in numbers[1:]:
+        k, before = kinds[n], kinds.get(n - 1)
+        if k is None or (k == "lease" and (before is None or before in ("lease", "data"))):
+            kept.add(n)  # a take-over (or what cannot be told from one): a fenced holder's number
+    if numbers and kinds[numbers[-1]] == "lease":
+        kept.add(numbers[-1])
+    return kept
 
 
 def orphans(client: ObjectClient, name: str) -> list[str] | None:
@@ -226,7 +286,14 @@ def object_times(client: ObjectClient) -> Iterator[tuple[str, int, int, int]]:
         yield DIGEST_PREFIX + hexd, size, mtime if mtime < 0 else max(mtime, last), n
 
 
-def retire_object(client: ObjectClient, digest: str, key: str, touches: int, token: str) -> str:
+def retire_object(
+    client: ObjectClient,
+    digest: str,
+    key: str,
+    touches: int,
+    token: str,
+    before_delete: Callable[[], None] | None = None,
+) -> str:
     """Delete the object at ``key`` unless a writer touched it since the plan saw ``touches`` touches.
 
     ``"deleted"``, ``"restored"`` (touched since: kept), ``"gone"`` (not there), or
@@ -242,6 +309,8 @@ def retire_object(client: ObjectClient, digest: str, key: str, touches: int, tok
             return "restored"
         if client.head(key) is None:
             return "gone"
+        if before_delete is not None:
+            before_delete()  # gc proves it still holds its lease (a stalled gc stops here)
         client.delete(key)
         for t in found:
             client.delete(t)

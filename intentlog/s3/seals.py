@@ -34,6 +34,7 @@ from ..eventlog.format import TASK_CREATED
 from ..eventlog.remote import events_in
 from ..heads.codec import StreamHead, decode_heads, encode_heads
 from .client import ObjectClient
+from .retire import live_names
 from .streams import ObjectStreams
 
 __all__ = ["SEALS", "all_seals", "combine_seals", "create_seal", "latest_seal", "seal_store", "stored_heads"]
@@ -168,7 +169,7 @@ def create_seal(client: ObjectClient) -> tuple[str, bytes]:
                 "nothing was sealed; a seal there was not numbered by 'intentlog seal' -- copy the ledger to a "
                 "new prefix (merge) and seal it there"
             )
-        data = encode_heads({task: _head(streams, task) for task in streams.names()})
+        data = encode_heads({task: _head(streams, task) for task in live_names(client)})  # gc's leftovers: no task
         if client.create(_key(number), data):
             return client.describe(_key(number)), data
     raise LedgerError(f"{client.describe(SEALS)}: {_ATTEMPTS} other seals were created meanwhile; seal again")

@@ -49,7 +49,7 @@ from ..eventlog.format import TASK_ID_RE, check_task_id
 from ..eventlog.reader import MAX_LINE
 from .client import ObjectClient
 
-__all__ = ["CHECKPOINT_EVERY", "ObjectLease", "ObjectStreams", "Segment"]
+__all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Segment"]
 
 #: A checkpoint object is created after every segment whose number is a multiple of this.
 CHECKPOINT_EVERY = 64
@@ -57,6 +57,8 @@ _WIDTH = 12
 _POLL = 0.05
 _READERS = 8
 _DIGITS = frozenset("0123456789")
+#: a lease whose holder token starts so is gc's: never taken over by a writer (a retired stream keeps it as its tail)
+GC_HOLDER = "gc-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,7 @@ class ObjectStreams:
         wait: float = 0.0,
         create: Callable[[], bytes] | None = None,
         take_over_after: float | None = None,
+        holder: str | None = None,
     ) -> ObjectLease:
         """The writer lease, waiting up to ``wait`` s for a holder to release it (``TaskBusy`` then).
 
@@ -192,12 +195,17 @@ class ObjectStreams:
                         raise
                 create = None  # created (by this writer or another): lease it
                 continue
+            if tail.kind == "lease" and tail.holder.startswith(GC_HOLDER):  # gc is deleting it, or deleted it
+                raise LedgerError(
+                    f"{self.where(name)}: gc holds this stream's lease (it deleted the task or is deleting it): a task "
+                    "id gc deleted on a store is never used again, choose another; nothing was written"
+                )
             now = time.monotonic()
             if seen is None or seen[0] != tail.seg:
                 seen = (tail.seg, now)
             stale = take_over_after is not None and now - seen[1] >= take_over_after
             if not tail.held or stale:
-                token = secrets.token_hex(8)
+                token = holder if holder is not None else secrets.token_hex(8)
                 lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
                 if self.client.create(_segment_key(name, lease.seg), lease.encode()):
                     self.checkpoint_after(name, lease)
