@@ -208,11 +208,14 @@ def retired_by_gc(root: str | os.PathLike[str], task: str, sealed: StreamHead) -
     """True when a trusted ``gc.jsonl`` records deleting exactly the stream ``heads.json`` seals for ``task``.
 
     The seal then binds only a stream with that stream id (gc may have left it in place
-    after all); a stream created under the id afterwards is a new task, not a rewrite.
+    after all); a stream created under the id afterwards is a new task, not a rewrite. Only a
+    run that recorded its end (``gc.finished`` naming the task) counts: a run killed after
+    ``gc.started`` may have deleted nothing, and a swapped stream is then a replacement.
     """
     deleted, problem = read_gc_deletions(Path(root))
     d = deleted.get(task)
-    return problem is None and d is not None and d.matches(sealed)
+    # a run killed after gc.started may have touched nothing: only its recorded end excuses a swap
+    return problem is None and d is not None and d.finished and d.matches(sealed)
 
 
 # -- reading files, read-only -----------------------------------------------------------

@@ -332,3 +332,166 @@ def test_a_writer_between_the_plan_and_the_delete_keeps_its_stream_and_its_blobs
     for w in opened:
         w.close()
     assert verify_ledger(intentlog.open(url, create=False)).ok
+
+
+STALLED = """
+    import datetime as dt, sys
+    import intentlog
+    from intentlog.retention import apply_gc, storeapply
+    url, at, where = sys.argv[1], dt.datetime.fromisoformat(sys.argv[2]), sys.argv[3]
+    real = getattr(storeapply, where)
+    def stalled(*args):
+        if where == "retire_object" or args[1] == "old-2":
+            print("stalled", flush=True)
+            sys.stdin.readline()  # this gc stands still here (a long pause) while another takes its lease
+        return real(*args)
+    setattr(storeapply, where, stalled)
+    try:
+        apply_gc(intentlog.open(url), now=at)
+        print("finished", flush=True)
+    except Exception as exc:
+        print("stopped", type(exc).__name__, flush=True)
+"""
+
+
+def test_a_stalled_gc_taken_over_deletes_no_new_task(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        for name in ("old-1", "old-2"):
+            ledger.task(name).append("note", {"n": name})
+        ledger.task("stays").append("note", {})
+    keep(intentlog.open(url), "stays")
+    stalled = child(STALLED, url, LATER.isoformat(), "delete_stream")
+    assert stalled.stdout is not None and stalled.stdin is not None
+    assert stalled.stdout.readline().strip() == "stalled"
+    time.sleep(1.2)  # longer than BEAT_AFTER: the stalled gc proves its lease before its next delete
+    apply_gc(intentlog.open(url), now=LATER, take_over_after=0)  # finishes old-2 (the stalled gc leased it)
+    assert "gc.swept" in log_kinds(url)
+    left = assert_retired(url, "old-2")
+    with pytest.raises(LedgerError, match="never used again"):  # no new task under the id to delete
+        intentlog.open(url).task("old-2").append("note", {"new": 1})
+    stalled.stdin.write("go\n")
+    stalled.stdin.flush()
+    # its delete finds nothing more to delete (the id is retired), then its next put is fenced
+    assert stalled.stdout.readline().split()[0] == "stopped"
+    assert stalled.wait(30) == 0
+    assert keys(url, "tasks/old-2") == left and keys(url, "tasks/stays")
+    assert verify_ledger(intentlog.open(url, create=False)).ok
+
+
+def test_a_stalled_gc_taken_over_does_not_delete_an_object_stored_again(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("stays").append("note", {})
+        digest = ledger.artifacts.put(BLOB).digest  # named by nothing: past its grace at LATER
+    keep(intentlog.open(url), "stays")
+    stalled = child(STALLED, url, LATER.isoformat(), "retire_object")
+    assert stalled.stdout is not None and stalled.stdin is not None
+    assert stalled.stdout.readline().strip() == "stalled"
+    assert len(apply_gc(intentlog.open(url), now=LATER, take_over_after=0).blobs_deleted) == 1
+    with intentlog.open(url) as ledger:  # stored again (a fresh create: no touch) and named by a kept task
+        ref = ledger.artifacts.put(BLOB)
+        assert ref.digest == digest
+        ledger.task("stays").append("note", {"receipt": ref.to_json()})
+    time.sleep(1.2)  # the stalled gc's last proof of its lease is older than BEAT_AFTER
+    stalled.stdin.write("go\n")
+    stalled.stdin.flush()
+    assert stalled.stdout.readline().split() == ["stopped", "GcRefused"]
+    assert stalled.wait(30) == 0
+    assert ObjectArtifacts(client_of(url)).get(digest) == BLOB
+    assert verify_ledger(intentlog.open(url, create=False)).ok
+
+
+KILLED_AT = """
+    import datetime as dt, os, signal, sys
+    import intentlog
+    from intentlog.retention import apply_gc, storeapply
+    url, at, when = sys.argv[1], dt.datetime.fromisoformat(sys.argv[2]), sys.argv[3]
+    real = storeapply._take
+    def take(*args):
+        if when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)  # gc.started written, the stream not touched
+        out = real(*args)
+        os.kill(os.getpid(), signal.SIGKILL)  # leased, gc.leased not yet written
+    storeapply._take = take
+    apply_gc(intentlog.open(url), now=at)
+"""
+
+
+def test_a_gc_killed_before_it_touched_a_stream_excuses_no_swap_of_it(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        for i in range(3):
+            ledger.task("t").append("note", {"amount": 100 + i})
+        ledger.task("stays").append("note", {})
+    keep(intentlog.open(url), "stays")
+    proc = child(KILLED_AT, url, LATER.isoformat(), "before")
+    proc.communicate(timeout=60)
+    assert proc.returncode == -9
+    assert "gc.started" in log_kinds(url)
+    client = client_of(url)
+    create_seal(client)  # t sealed as it stands
+    for key in keys(url, "tasks/t"):  # t's sealed stream swapped for another one, by hand
+        client.delete(key)
+    for folder in ("tasks/t/s", "tasks/t"):
+        client.delete(folder)
+    with intentlog.open(url) as ledger:
+        ledger.task("t").append("note", {"amount": 999999})
+    report = verify_ledger(intentlog.open(url, create=False))
+    assert not report.ok
+    assert "heads" in [p.code for p in report.problems if p.task == "t" and p.severity == "error"]
+
+
+def test_a_gc_killed_between_a_lease_and_its_record_is_finished_by_the_next(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("old-1").append("note", {})
+        ledger.task("stays").append("note", {})
+    keep(intentlog.open(url), "stays")
+    proc = child(KILLED_AT, url, LATER.isoformat(), "after")
+    proc.communicate(timeout=60)
+    assert proc.returncode == -9
+    assert ObjectStreams(client_of(url)).tail("old-1").kind == "lease"  # the dead gc's lease
+    assert "gc.leased" not in log_kinds(url)
+    apply_gc(intentlog.open(url), now=LATER, take_over_after=0)
+    left = assert_retired(url, "old-1")
+    assert log_kinds(url).count("gc.swept") == 1
+    apply_gc(intentlog.open(url), now=LATER, take_over_after=0)  # nothing more to do: nothing more recorded
+    assert keys(url, "tasks/old-1") == left and log_kinds(url).count("gc.swept") == 1
+    report = verify_ledger(intentlog.open(url, create=False))
+    assert report.ok and report.tasks == 1, [p.to_json() for p in report.problems]
+
+
+@pytest.mark.parametrize(
+    ("kind", "data"),
+    [
+        ("gc.started", {"tasks": 5}),
+        ("gc.finished", {"started": [], "deleted": 3}),
+        ("gc.leased", {"started": {}, "tasks": []}),
+    ],
+)
+def test_a_wrong_shaped_gc_log_event_is_a_gc_log_problem(url: str, kind: str, data: dict[str, object]) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("stays").append("note", {})
+    log = storeapply.log_writer(intentlog.open(url).storage, wait=5)  # type: ignore[arg-type]
+    log.append(kind, data, sync=True)
+    log.close()
+    before = keys(url, "")
+    report = verify_ledger(intentlog.open(url, create=False))
+    assert [p.code for p in report.problems if p.severity == "error"] == ["gc_log"]
+    with pytest.raises(GcRefused, match="not what gc writes"):
+        apply_gc(intentlog.open(url), now=LATER, take_over_after=0)
+    outside_log = [k for k in keys(url, "") if not k.startswith("gc/tasks/log/")]
+    assert outside_log == [k for k in before if not k.startswith("gc/tasks/log/")]  # nothing deleted
+
+
+def test_a_seal_then_gc_then_the_id_again_is_refused_and_the_seals_verify(url: str) -> None:
+    with intentlog.open(url) as ledger:
+        ledger.task("t").append("note", {})
+        ledger.task("stays").append("note", {})
+    keep(intentlog.open(url), "stays")
+    client = client_of(url)
+    create_seal(client)
+    assert apply_gc(intentlog.open(url), now=LATER).deleted == ("t",)
+    with pytest.raises(LedgerError, match="never used again"):
+        intentlog.open(url).task("t").append("note", {"new": 1})
+    create_seal(client)
+    report = verify_ledger(intentlog.open(url, create=False))
+    assert report.ok, [p.to_json() for p in report.problems]
+    assert [p.code for p in report.problems if p.task == "t"] == ["deleted_by_gc"]
