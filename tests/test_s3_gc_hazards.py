@@ -1,9 +1,13 @@
 """gc on the store against what can go wrong: a fenced holder's late put, a writer re-putting a blob, SIGKILL.
 
-* A **fenced holder** (a real process whose lease was taken while it waited) puts after
-  gc deleted its stream: the key is free again, so the put succeeds. What it leaves has no
-  segment 0: no reader takes it for a stream, ``verify`` passes, a new task under the id
-  is refused naming gc, and the next apply removes it; then the id starts cleanly.
+* A **fenced holder** (a real process whose lease was taken while it waited or was
+  stopped) resumes after gc retired its stream: its next put is refused (``LeaseLost``;
+  nothing stored, no second payment), since gc keeps segment 0 and every take-over lease;
+  the id is never used again; readers, seal and merge skip what is left.
+* A **stalled gc** whose gc log was taken over deletes no new task (there is none) and no
+  object stored again since (its heartbeat is fenced); a **killed gc** excuses no swap
+  (``gc.started`` alone is no deletion), and one killed between a lease and its record is
+  finished by the next; a wrong-shaped gc log event is a ``gc_log`` problem.
 * A **writer re-putting a blob** gc is about to delete touches it (the store cannot
   refresh an mtime): gc spares it; a writer meeting gc's dying marker waits, then finds
   the object gone and stores it again. A put that returned leaves the object stored.

@@ -15,16 +15,18 @@ The order, and why (docs/scale-out.md, *Retention on the store*):
    task), check it is the planned one (its lease epoch is the planned tail's plus one and
    it holds as many records: nothing was appended since), copy out inline bytes a kept task
    needs, then record ``gc.leased`` (each stream and the epoch gc holds it at).
-6. **Delete** each leased stream: checkpoints, segment 0, then the other segments (from the
-   first delete on, what is left is no stream for any reader).
+6. **Retire** each leased stream: every number a fenced holder may put at is kept, the rest
+   deleted (from the first delete on, what is left is no stream for any reader).
 7. **Objects**: each behind a dying marker, spared when a writer touched it since the plan.
 8. ``gc.finished``.
 
 A stream gc holds the lease of is never appended to by anyone else: a writer's put at a
-number gc's lease took is refused. A *fenced* holder (its lease taken before gc came)
-puts at a number that was taken too; once gc has deleted that number, its put succeeds --
-an orphan segment with no segment 0: no reader takes it for a stream, ``verify`` says it
-is what is left of a stream gc deleted, and the next apply removes it.
+number gc's lease took is refused, and no writer leases or takes over gc's lease (its holder
+token starts with ``GC_HOLDER``). A *fenced* holder (its lease taken before gc came) puts at
+the number of the take-over lease that fenced it, which gc keeps for ever
+(:func:`~intentlog.s3.retire.delete_stream`): refused, before and after gc. Before its
+deletes gc proves it still holds the gc log's lease (``gc.heartbeat``, see
+:class:`_Heartbeat`): a stalled gc whose lease was taken over stops.
 """
 
 from __future__ import annotations

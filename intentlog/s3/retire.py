@@ -9,12 +9,13 @@ task-stream format (``gc.started`` / ``gc.finished`` exactly as in ``gc.jsonl``,
 second gc (or ``keep``) gets :class:`~intentlog.errors.TaskBusy`, a gc whose lease was
 taken over is fenced by its next put.
 
-Deleting a stream (:func:`delete_stream`) removes its checkpoints, then segment 0, then
-the other segments in order: from the first delete on, what is left is no stream at all
-(segment 0 is missing: :class:`~intentlog.errors.CorruptStream` for every reader), never a
-shorter stream a reader could take for the whole. A fenced holder's late put, which now
-succeeds because its key is gone, is the same kind of orphan; the next gc deletes it
-(:func:`orphans`).
+Retiring a stream (:func:`delete_stream`) keeps every number a fenced holder may still put
+at -- segment 0, each take-over lease, gc's own lease (the tail) -- and deletes the rest,
+segment 1 first (from the first delete on what is left has a hole: never a shorter stream).
+A holder whose lease was taken over while it stood still therefore finds its next number
+taken for ever (``LeaseLost``), and the id is never used again on a store (segment 0 stays,
+and no writer leases or takes over gc's lease). Readers tell what is left by the gc log
+(:func:`leftovers`: the deletion carried out, segment 0 beginning the very stream it names).
 
 Deleting an object (:func:`retire_object`) keeps the folder's guarantee that a writer who
 stored bytes gc is about to delete never names a missing object: gc first creates a

@@ -177,7 +177,8 @@ class ObjectStreams:
         is fenced by its next put. ``FileNotFoundError`` if the stream does not exist, unless
         ``create`` is given: the stream is then created holding the record it returns (one
         conditional create: it appears whole or not at all; when another writer created it
-        first, theirs stands and this one leases it like any other).
+        first, theirs stands and this one leases it like any other). ``holder``: the lease's
+        token (gc's start with :data:`GC_HOLDER`; a stream whose tail is gc's lease is refused).
         """
         check_task_id(name)
         start = time.monotonic()
