@@ -292,7 +292,11 @@ class Ledger:
         return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
 
     def task_ids(self) -> list[str]:
-        """Every task with a stream, sorted."""
+        """Every task with a stream, sorted (on a store: not what is left of a stream its gc deleted)."""
+        if self.storage is not None:
+            from .s3.retire import live_names
+
+            return live_names(self.storage.client)
         return self.streams.names()
 
     def stream_path(self, task_id: str) -> Path:

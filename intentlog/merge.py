@@ -93,11 +93,22 @@ def _check_chain(where: str, lines: list[bytes]) -> None:
             raise CorruptStream(where, seq + 1, f"{exc.reason}; nothing was merged") from None
 
 
+def _live(storage: StreamStorage) -> list[str]:
+    """The side's tasks; on a store without what is left of the streams its gc deleted (no task)."""
+    from .s3.streams import ObjectStreams
+
+    if isinstance(storage, ObjectStreams):
+        from .s3.retire import live_names
+
+        return live_names(storage.client)
+    return storage.names()
+
+
 def plan_merge(src: StreamStorage, src_objects: ObjectStore, dst: StreamStorage, dst_objects: ObjectStore) -> MergePlan:
     """Decide the merge, reading both sides and writing nothing (``CorruptStream`` for a broken chain)."""
     plan = MergePlan()
     have = set(dst.names())
-    for name in src.names():
+    for name in _live(src):
         ours, torn = _lines(src.read(name))
         if torn:
             plan.torn.append(name)

@@ -103,12 +103,23 @@ def test_a_damaged_segment_fails_verify(store: str) -> None:
     assert orjson.loads(out)[0]["stream"] == "unreadable", out
 
 
-@pytest.mark.parametrize(
-    "command", [["gc"], ["keep", TASK]]
-)
-def test_commands_not_on_the_store_yet_are_refused_writing_nothing(store: str, command: list[str]) -> None:
+def test_every_command_that_opens_a_ledger_runs_on_the_store() -> None:
+    """Nothing is refused on an s3:// root any more but the demo, which makes its own folders and opens no --root."""
+    from intentlog.cli.app import main
+    from intentlog.cli.storeroot import ON_STORE
+
+    assert set(main.commands) - ON_STORE == {"demo"}
+
+
+def test_a_command_not_wired_for_the_store_is_refused_writing_nothing(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal stays for whatever comes next: here ``keep`` taken off the list, exit 2, nothing written."""
+    import intentlog.cli.storeroot as storeroot
+
+    monkeypatch.setattr(storeroot, "ON_STORE", storeroot.ON_STORE - {"keep"})
     before = keys(store)
-    code, out = run("--root", store, *command)
+    code, out = run("--root", store, "keep", TASK)
     assert code == 2, out
     assert "does not run on an object-store ledger" in out and f"merge {store} DIR" in out
     assert keys(store) == before and os.listdir(".") == []

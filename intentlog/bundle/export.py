@@ -186,7 +186,11 @@ class _Exporter:
             )
         if scan.last is None or scan.head is None or stream_id is None:
             raise CorruptStream(str(src), 1, "the stream is empty; not exported")
-        retired = self.seams is None and sealed is not None and retired_by_gc(self.root, task, sealed)
+        if self.seams is None:
+            retired = sealed is not None and retired_by_gc(self.root, task, sealed)
+        else:  # the store's gc log
+            d = self.seams.gc_deleted.get(task)
+            retired = sealed is not None and self.seams.gc_problem is None and d is not None and d.matches(sealed)
         if sealed is not None and sealed.stream != stream_id and retired:
             sealed = None  # gc deleted the sealed stream (gc.jsonl says so); this one is a new task
         if sealed is not None and (sealed.stream != stream_id or at_sealed != sealed.head):
@@ -346,7 +350,7 @@ def export_bundle(
         present = task_ids(root_path)
         where = str(root_path / "tasks")
     else:
-        present = sorted(check_task_id(n) for n in seams.streams.names())
+        present = sorted(check_task_id(n) for n in seams.streams.names() if n not in seams.gc_leftovers)
         where = seams.where
     if names is None:
         names = present
@@ -421,9 +425,10 @@ def _store_seams(root: str) -> Seams | None:
     if not root.startswith("s3://"):
         return None
     from ..s3 import connect
+    from ..s3.retire import store_gc_log
 
     storage = connect(root, write=False)
-    return Seams(storage.streams, storage.objects, root)
+    return Seams(storage.streams, storage.objects, root, *store_gc_log(storage.client))
 
 
 def _store_heads(url: str | os.PathLike[str]) -> dict[str, StreamHead]:

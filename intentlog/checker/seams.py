@@ -14,11 +14,12 @@ What a store does not keep is not looked for there: no links, no ``intentlog.jso
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import ArtifactMissing, DigestMismatch, IntentlogError
+from ..gclog import GcDeletion
 
 __all__ = ["ObjectReads", "Seams", "StreamReads"]
 
@@ -48,11 +49,19 @@ class ObjectReads(Protocol):
 
 @dataclass(frozen=True)
 class Seams:
-    """A ledger's two seams and where they are (for the report's root)."""
+    """A ledger's two seams and where they are (for the report's root).
+
+    ``gc_deleted`` / ``gc_problem``: what the store's gc log records deleting, and what is
+    wrong with the log (a folder's ``gc.jsonl``, read the same way: :mod:`intentlog.gclog`).
+    """
 
     streams: StreamReads
     objects: ObjectReads
     where: str
+    gc_deleted: Mapping[str, GcDeletion] = field(default_factory=dict)
+    gc_problem: str | None = None
+    #: names that are what is left of a stream gc deleted (no segment 0): not tasks, not exported
+    gc_leftovers: frozenset[str] = frozenset()
 
     def lines(self, task: str) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every line of the stream (``CorruptStream`` from the seam propagates)."""

@@ -165,7 +165,8 @@ class CheckerState:
     def list_tasks(self) -> list[str]:
         if self.seams is not None:
             try:
-                return sorted(check_task_id(n) for n in self.seams.streams.names())
+                left = self.seams.gc_leftovers  # what is left of streams gc deleted: no tasks
+                return sorted(check_task_id(n) for n in self.seams.streams.names() if n not in left)
             except OSError as exc:
                 self.add(ERROR, "io", f"cannot list the streams of {self.seams.where}: {exc}")
                 return []

@@ -49,11 +49,29 @@ class StreamChecks(CheckerState):
         except NotRegular as exc:
             self.add(ERROR, "link", f"the stream is {exc}, so it was not read", task=task)
         except CorruptStream as exc:  # read through a seam: its segments do not make one stream
+            d = self.seams.gc_deleted.get(task) if self.seams is not None else None
+            left = self.seams is not None and task in self.seams.gc_leftovers
+            if d is not None and (_left_by_gc(exc) or left):
+                self.add(
+                    INFO, "deleted_by_gc", f"what is left of the stream gc deleted at {d.ts} (the gc log's seq "
+                    f"{d.seq}): {exc.reason}; not a stream, never read as one (the numbers a fenced writer "
+                    "could still put at are kept for ever, so its id is not used again)", task=task,
+                )
+                self._stream = None
+                return s
             self.add(
                 ERROR, "segments", f"{exc}: its stored segments do not make one stream, so its events were not "
                 "checked; restore the segments from a copy", task=task,
             )
         except OSError as exc:
+            d = self.seams.gc_deleted.get(task) if self.seams is not None else None
+            if d is not None and isinstance(exc, FileNotFoundError):  # a store's empty folder, after gc
+                self.add(
+                    INFO, "deleted_by_gc", f"deleted by gc at {d.ts} (the gc log's seq {d.seq}); its empty folder "
+                    "is still listed: 'intentlog gc --apply' removes it", task=task,
+                )
+                self._stream = None
+                return s
             self.add(ERROR, "io", f"cannot read the stream: {exc.strerror or exc}", task=task)
         self._stream = None
         if s.suppressed:
@@ -204,7 +222,11 @@ class StreamChecks(CheckerState):
 
     def _compare_head(self, s: StreamFacts, sealed: StreamHead) -> None:
         where = {"task": s.task, "seq": sealed.seq}
-        retired = self.seams is None and retired_by_gc(self.root, s.task, sealed)  # a store keeps no gc log
+        if self.seams is None:
+            retired = retired_by_gc(self.root, s.task, sealed)
+        else:  # the store's gc log, read by the caller
+            d = self.seams.gc_deleted.get(s.task)
+            retired = self.seams.gc_problem is None and d is not None and d.matches(sealed)
         if s.stream_id != sealed.stream and s.stream_id is not None and retired:
             self.add(
                 INFO,
@@ -368,3 +390,8 @@ def _torn_from(start: tuple[int, int, str], last: int) -> str:
     if start[0] == last:
         return ""
     return f" (lines {start[0]}-{last} from byte {start[1]})"
+
+
+def _left_by_gc(exc: CorruptStream) -> bool:
+    """Whether a store's stream fails as what a gc delete leaves: its segment 0 is missing."""
+    return "segment 0 is missing" in exc.reason

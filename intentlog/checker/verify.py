@@ -72,6 +72,7 @@ def verify_storage(
     progress: Progress | None = None,
     seal: tuple[str, bytes] | None = None,
     seals: Sequence[tuple[str, bytes]] | None = None,
+    gc_log: tuple[dict[str, GcDeletion], str | None, frozenset[str]] | None = None,
 ) -> VerifyReport:
     """The same checks over a ledger kept behind the storage seams (an object store); changes nothing.
 
@@ -86,14 +87,19 @@ def verify_storage(
     seal recorded for it, and seals that contradict each other are a ``heads`` ``ERROR``
     (:func:`intentlog.s3.seals.combine_seals`). ``seal`` is one seal alone (the same as
     ``seals=[seal]``). Without either the ``heads`` note says a truncated tail cannot be
-    seen. ``where`` is the report's root (the store's URL).
+    seen. ``where`` is the report's root (the store's URL). ``gc_log`` is what the store's gc
+    log records deleting, what is wrong with it, and the names that are what is left of a
+    stream it deleted (:func:`intentlog.s3.retire.store_gc_log`), read as a folder's
+    ``gc.jsonl`` is: a sealed stream gc deleted is ``deleted_by_gc``, not lost; what is left
+    of one (its segment 0 gone, an empty folder) is no task.
     """
     tasks = check_names(tasks, "tasks")
     if seal is not None and seals is not None:
         raise UsageError("pass seal or seals, not both (seals=[seal] is the same as seal)")
     found = list(seals) if seals is not None else [seal] if seal is not None else []
     ws = Path(workspace) if workspace is not None else None
-    checker = Checker(Path(where), ws, progress, Seams(streams, objects, where))
+    gc_deleted, gc_problem, left = gc_log if gc_log is not None else ({}, None, frozenset[str]())
+    checker = Checker(Path(where), ws, progress, Seams(streams, objects, where, gc_deleted, gc_problem, left))
     heads: dict[str, StreamHead] | None = None
     if found:
         from ..s3.seals import combine_seals  # pure: reads no store
@@ -101,7 +107,7 @@ def verify_storage(
         heads, wrong = combine_seals(found)
         for message in wrong:
             checker.add(ERROR, "heads", message)
-    return _run(checker, where, where, tasks, heads, {}, None)
+    return _run(checker, where, where, tasks, heads, gc_deleted, gc_problem)
 
 
 def _run(
@@ -190,11 +196,13 @@ def verify_ledger(
     """
     storage = ledger.storage
     if storage is not None:
+        from ..s3.retire import store_gc_log
         from ..s3.seals import all_seals
         from ..s3.streams import ObjectStreams
 
         return verify_storage(  # a handle of its own: what the store holds, never this process's unsynced buffer
             ObjectStreams(storage.client), storage.objects, tasks, where=ledger.location,
             workspace=ledger.workspace, progress=progress, seals=all_seals(storage.client),
+            gc_log=store_gc_log(storage.client),
         )
     return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)

@@ -77,10 +77,24 @@ def _check_size(ctx: click.Context, param: click.Parameter, value: str | None) -
     is_flag=True,
     help="Delete: re-plan under the ledger's gc lock and carry out exactly that plan (recorded in gc.jsonl).",
 )
+@click.option(
+    "--take-over-after",
+    callback=_check_duration,
+    help="On an object store: take the gc lock from a gc whose log stood still this long (30s, 5m): "
+    "a killed gc leaves it held. A folder's lock dies with its holder.",
+)
 @json_option
 @pass_ctx
 @handle_errors
-def gc(c: Ctx, max_age: str | None, max_size: str | None, grace: str | None, do_apply: bool, as_json: bool) -> None:
+def gc(
+    c: Ctx,
+    max_age: str | None,
+    max_size: str | None,
+    grace: str | None,
+    do_apply: bool,
+    take_over_after: str | None,
+    as_json: bool,
+) -> None:
     """Delete old task streams and unreferenced artifacts; without --apply, only print the plan.
 
     Never deleted: a task with an unknown effect or paused for review, a task marked with
@@ -92,11 +106,14 @@ def gc(c: Ctx, max_age: str | None, max_size: str | None, grace: str | None, do_
       intentlog gc                          # the plan: what would go, why, the bytes freed
       intentlog gc --max-age 14d --apply    # carry it out
     """
-    from ..retention import apply_gc, plan_gc
+    from ..retention import apply_gc, parse_duration, plan_gc
 
     ledger = c.ledger()
+    if take_over_after is not None and not do_apply:
+        raise click.UsageError("--take-over-after goes with --apply")
     if do_apply:
-        result = apply_gc(ledger, max_age=max_age, max_size=max_size, grace=grace)
+        taker = None if take_over_after is None else parse_duration(take_over_after, what="--take-over-after")
+        result = apply_gc(ledger, max_age=max_age, max_size=max_size, grace=grace, take_over_after=taker)
         _write(result.iter_json() if as_json else None, result.iter_render())
         return
     progress = progress_for("gc: scanned") if not as_json else None

@@ -15,7 +15,8 @@ copies the task's streams from the store to a private folder; ``repair`` there f
 nothing to repair or refuses the damage it names, writing nothing.
 Every other command is refused
 before anything is read or written, naming what to do instead: merge the ledger to a
-folder and run the command there.
+folder and run the command there. ``gc`` and ``keep`` plan, delete and mark through the
+seams, under the store's gc log lease (:mod:`intentlog.retention.storeapply`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ ON_STORE: Final = frozenset(
     {"init", "tasks", "status", "log", "show", "verify", "export", "seal", "doctor", "merge", "run", "backlog"}
     | {"accept", "approve", "reject", "reconcile", "fail", "unblock"}  # appends through the stream's lease
     | {"report", "fork", "repair"}  # report reads through the seams; fork creates there; repair names damage
+    | {"gc", "keep"}  # retention through the seams; the gc log, keep marks and gc lock are the store's gc log
 )
 
 
@@ -57,11 +59,15 @@ def verify_store(url: str, tasks: Sequence[str] | None = None) -> VerifyReport:
     """Verify the ledger at ``url`` through its seams (nothing written, no probe, no local copy)."""
     from ..checker import verify_storage
     from ..s3 import connect
+    from ..s3.retire import store_gc_log
     from ..s3.seals import all_seals
 
     storage = connect(url, write=False)
     seals = all_seals(storage.client)  # every seal is a lower bound, not only the newest
-    return verify_storage(storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seals=seals)
+    return verify_storage(
+        storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seals=seals,
+        gc_log=store_gc_log(storage.client),
+    )
 
 
 def seal_store(url: str) -> tuple[str, bytes]:

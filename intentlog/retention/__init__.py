@@ -41,6 +41,12 @@ writer reopened in between is skipped and its references kept. A blob is first *
 into ``tmp/`` and its mtime compared with the planned one: a writer that re-put it in the
 meantime refreshed it (then it is moved back), and a writer that comes later finds it gone
 and stores it again. Moved blobs left by a crash are put back by the next apply.
+
+On an object store the same plan is made through the storage seams (:mod:`.source`,
+:mod:`.storescan`), and the apply (:mod:`.storeapply`) holds the store's gc log lease
+instead of ``gc.lock``, each stream's lease instead of its writer lock, and a dying
+marker per object instead of the move aside; keep marks are events in that log
+(:mod:`.storekeep`).
 """
 
 from __future__ import annotations

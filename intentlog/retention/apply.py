@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import os
 import re
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._args import check_count, check_seconds
 from .._digest import DIGEST_PREFIX
@@ -18,6 +20,7 @@ from ..errors import ArtifactError, GcRefused, IntentlogError, TaskBusy, UsageEr
 from ..eventlog.lock import WriterLock
 from ..eventlog.reader import StreamScan
 from ..eventlog.writer import StreamWriter
+from ..gclog import finished_data
 from .marks import gc_lock
 from .plan import inline_payloads, make_plan
 from .policy import GC_LOG, MAX_TRACKED, check_now, format_ts, resolve_policy
@@ -41,6 +44,7 @@ def apply_gc(
     now: _dt.datetime | None = None,
     wait: float = 0.0,
     max_tracked: int = MAX_TRACKED,
+    take_over_after: float | None = None,
 ) -> GcResult:
     """Re-plan under the ledger's gc lock and carry out exactly that plan.
 
@@ -53,6 +57,12 @@ def apply_gc(
     durable in ``gc.jsonl``; then streams go (each under its writer lock), then blobs;
     then ``gc.finished``. Raises :class:`GcRefused` for a refused plan or when another gc
     holds the lock (after ``wait`` seconds).
+
+    On a ledger on an object store the lock is the store's gc log lease, and
+    ``take_over_after`` (seconds) takes it from a gc whose log has not moved for that long
+    on this process's clock (a killed gc's lease stays recorded as held; the old holder, if
+    alive, is fenced by its next put). A folder's gc lock dies with its holder: there it is
+    not needed. See :mod:`intentlog.retention.storeapply`.
     """
     if plan is not None and not isinstance(plan, GcPlan):
         raise WrongType(f"plan must be a GcPlan from plan_gc(), not {type(plan).__name__} {plan!r}")
@@ -64,20 +74,33 @@ def apply_gc(
         plan.policy if plan is not None else resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
     )
     when = plan.now if plan is not None else check_now(now)
+    if take_over_after is not None:
+        take_over_after = check_seconds(take_over_after, "take_over_after")
+    if ledger.storage is not None:
+        from .storeapply import apply_on_store
+
+        return apply_on_store(
+            ledger.storage, policy, when, plan, wait=wait, take_over_after=take_over_after, max_tracked=max_tracked
+        )
     with gc_lock(ledger, wait=wait):
         _restore_moved(ledger)
         current = make_plan(ledger, policy, when, max_tracked=max_tracked)
-        if plan is not None and current.deletions() != plan.deletions():
-            raise GcRefused(
-                f"the ledger changed since the preview: it would now delete {len(current.expired)} task(s) and "
-                f"{len(current.blobs)} blob(s), the preview said {len(plan.expired)} and {len(plan.blobs)}; "
-                "re-run the preview and apply that"
-            )
-        if current.refused is not None:
-            raise GcRefused(f"gc refused: {current.refused}")
+        check_replan(current, plan)
         if current.empty:
             return GcResult(current, (), (), (), (), (), 0, None)
         return _carry_out(ledger, current)
+
+
+def check_replan(current: GcPlan, preview: GcPlan | None) -> None:
+    """Refuse (:class:`GcRefused`) a re-plan that is refused, or that deletes other than its preview said."""
+    if preview is not None and current.deletions() != preview.deletions():
+        raise GcRefused(
+            f"the ledger changed since the preview: it would now delete {len(current.expired)} task(s) and "
+            f"{len(current.blobs)} blob(s), the preview said {len(preview.expired)} and {len(preview.blobs)}; "
+            "re-run the preview and apply that"
+        )
+    if current.refused is not None:
+        raise GcRefused(f"gc refused: {current.refused}")
 
 
 def _carry_out(ledger: Ledger, plan: GcPlan) -> GcResult:
@@ -91,24 +114,7 @@ def _carry_out(ledger: Ledger, plan: GcPlan) -> GcResult:
     makedirs_durable(ledger.tmp_dir)
     log.open(wait=10.0)
     try:
-        started = log.append(
-            "gc.started",
-            {
-                "now": format_ts(plan.now),
-                "policy": plan.policy.to_json(),
-                "tasks": [t.to_json() for t in plan.expired],
-                "blobs": {
-                    "count": len(plan.blobs),
-                    "bytes": plan.blob_bytes_freed,
-                    "digests": [b.digest for b in plan.blobs],
-                },
-                "evacuate": [e.digest for e in plan.evacuate],
-                "bytes_before": plan.bytes_before,
-                "bytes_freed": plan.bytes_freed,
-                "bytes_after": plan.bytes_after,
-                "incomplete": list(plan.incomplete),
-            },
-        )
+        started = log.append("gc.started", started_data(plan))
         evac = {e.digest for e in plan.evacuate}
         deleted: list[str] = []
         skipped: list[tuple[str, str]] = []
@@ -130,34 +136,54 @@ def _carry_out(ledger: Ledger, plan: GcPlan) -> GcResult:
                 f"({exc.filename or ledger.root}); {GC_LOG} seq {started.seq} lists what it set out to delete; "
                 "fix the cause and run gc again (blobs moved aside are put back first)"
             ) from exc
-        gone, moved = set(deleted), set(evacuated)
-        sizes = {b.digest: b.size for b in plan.blobs}
-        freed = sum(t.size for t in plan.expired if t.task in gone)
-        freed += sum(sizes[d] for d in blobs_deleted)
-        freed -= sum(e.size for e in plan.evacuate if e.digest in moved)
-        finished = log.append(
-            "gc.finished",
-            {
-                "started": started.seq,
-                "deleted": deleted,
-                "skipped": [{"task": t, "reason": r} for t, r in skipped],
-                "blobs_deleted": len(blobs_deleted),
-                "restored": restored,
-                "evacuated": evacuated,
-                "bytes_freed": freed,
-            },
-        )
+        result = GcResult(
+            plan, tuple(deleted), tuple(skipped), tuple(blobs_deleted), tuple(restored), tuple(evacuated),
+            bytes_freed(plan, deleted, blobs_deleted, evacuated), None,
+        )  # fmt: skip
+        finished = log.append("gc.finished", finished_fields(result, started.seq))
     finally:
         log.close()
-    return GcResult(
-        plan,
-        tuple(deleted),
-        tuple(skipped),
-        tuple(blobs_deleted),
-        tuple(restored),
-        tuple(evacuated),
-        freed,
-        finished.seq,
+    return dataclasses.replace(result, log_seq=finished.seq)
+
+
+def started_data(plan: GcPlan) -> dict[str, Any]:
+    """``gc.started``: the clock, the policy, every task and blob about to go (a folder's and a store's alike)."""
+    return {
+        "now": format_ts(plan.now),
+        "policy": plan.policy.to_json(),
+        "tasks": [t.to_json() for t in plan.expired],
+        "blobs": {
+            "count": len(plan.blobs),
+            "bytes": plan.blob_bytes_freed,
+            "digests": [b.digest for b in plan.blobs],
+        },
+        "evacuate": [e.digest for e in plan.evacuate],
+        "bytes_before": plan.bytes_before,
+        "bytes_freed": plan.bytes_freed,
+        "bytes_after": plan.bytes_after,
+        "incomplete": list(plan.incomplete),
+    }
+
+
+def bytes_freed(plan: GcPlan, deleted: Sequence[str], blobs: Sequence[str], evacuated: Sequence[str]) -> int:
+    """What an apply freed: the streams and blobs it deleted, less the inline bytes it copied out."""
+    gone, moved = set(deleted), set(evacuated)
+    sizes = {b.digest: b.size for b in plan.blobs}
+    freed = sum(t.size for t in plan.expired if t.task in gone)
+    freed += sum(sizes[d] for d in blobs)
+    return freed - sum(e.size for e in plan.evacuate if e.digest in moved)
+
+
+def finished_fields(result: GcResult, started: int) -> dict[str, Any]:
+    """``gc.finished``: what the run closing ``started`` (the seq of its ``gc.started``) did."""
+    return finished_data(
+        started,
+        result.deleted,
+        result.skipped,
+        blobs_deleted=len(result.blobs_deleted),
+        restored=list(result.restored),
+        evacuated=list(result.evacuated),
+        bytes_freed=result.bytes_freed,
     )
 
 

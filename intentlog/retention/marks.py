@@ -85,7 +85,15 @@ def _keep_path(ledger: Ledger) -> Path:
 
 
 def kept_tasks(ledger: Ledger) -> dict[str, KeepMark]:
-    """The tasks marked with :func:`keep`, by id. Raises :class:`IntentlogError` for a damaged ``keep.json``."""
+    """The tasks marked with :func:`keep`, by id. Raises :class:`IntentlogError` for a damaged ``keep.json``.
+
+    On an object store the marks are the gc log's ``gc.kept`` / ``gc.released`` events
+    (:mod:`intentlog.retention.storekeep`); a damaged log raises the same way.
+    """
+    if ledger.storage is not None:
+        from .storescan import StoreSource
+
+        return StoreSource(ledger.storage).keep_marks()
     path = _keep_path(ledger)
     try:
         with os.fdopen(open_nofollow(path, os.O_RDONLY | _O_NONBLOCK, what="the keep marks (keep.json)"), "rb") as f:
@@ -137,6 +145,10 @@ def keep(ledger: Ledger, task_id: str, note: str | None = None, *, wait: float =
     check_seconds(wait, "wait")
     if note is not None and not isinstance(note, str):
         raise UsageError(f"a keep note must be a string, not {type(note).__name__}")
+    if ledger.storage is not None:
+        from .storekeep import keep_on_store
+
+        return keep_on_store(ledger.storage, ledger.location, task_id, note, wait=wait)
     if not ledger.stream_path(task_id).exists():
         raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
     with gc_lock(ledger, wait=wait):
@@ -151,6 +163,10 @@ def unkeep(ledger: Ledger, task_id: str, *, wait: float = 30.0) -> bool:
     """Remove the keep mark of ``task_id``; False if it had none (then nothing is written)."""
     check_task_id(task_id)
     check_seconds(wait, "wait")
+    if ledger.storage is not None:
+        from .storekeep import unkeep_on_store
+
+        return unkeep_on_store(ledger.storage, task_id, wait=wait)
     with gc_lock(ledger, wait=wait):
         marks = kept_tasks(ledger)
         if marks.pop(task_id, None) is None:

@@ -7,21 +7,22 @@ import heapq
 import os
 import stat
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._args import check_count
 from .._digest import DIGEST_PREFIX
 from .._fsutil import check_real_dir
-from ..errors import ArtifactError, IntentlogError
+from ..errors import ArtifactError, IntentlogError, LedgerError
 from ..eventlog.reader import StreamScan
 from ..refs import INLINE, walk
-from .marks import kept_tasks
+from .marks import KeepMark, kept_tasks
 from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, parse_ts, resolve_policy
 from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan
 from .rows import LAST_TS, KeptTasks, expired_task
 from .scan import NEVER, Candidate, Progress, Scan, micros, scan_tasks
+from .source import GcSource
 
 _RUN = 4096  # tasks sorted at a time for the deletion order
 
@@ -69,6 +70,51 @@ def _check_layout(ledger: Ledger) -> None:
             raise IntentlogError(f"{path}: {exc.strerror}; move it aside and run gc again") from exc
 
 
+class FolderSource:
+    """:class:`~intentlog.retention.source.GcSource` over a ledger folder: ``tasks/``, ``objects/``, ``keep.json``."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def check_layout(self) -> None:
+        _check_layout(self.ledger)
+
+    def keep_marks(self) -> dict[str, KeepMark]:
+        return kept_tasks(self.ledger)
+
+    def scan(
+        self,
+        now: _dt.datetime,
+        policy: GcPolicy,
+        marks: Mapping[str, KeepMark],
+        *,
+        limit: int,
+        progress: Progress | None,
+        preview: bool,
+    ) -> Scan:
+        # a preview may take unchanged streams from the view cache's index; the plan apply carries out reads them all
+        return scan_tasks(self.ledger, now, policy, marks, limit=limit, progress=progress, use_index=preview)
+
+    def objects(self) -> Iterator[tuple[str, int, int, int]]:
+        for digest, size, mtime_ns in _iter_objects(self.ledger):
+            yield digest, size, mtime_ns, 0
+
+    def inline_payloads(self, task: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        return inline_payloads(self.ledger.tasks_dir / f"{task}.jsonl")
+
+    def has_object(self, digest: str) -> bool:
+        return self.ledger.artifacts.path_for(digest).exists()
+
+
+def gc_source(ledger: Ledger) -> GcSource:
+    """What gc reads ``ledger`` through: its folder, or the object store it lives on."""
+    if ledger.storage is not None:
+        from .storescan import StoreSource
+
+        return StoreSource(ledger.storage)
+    return FolderSource(ledger)
+
+
 def make_plan(
     ledger: Ledger,
     policy: GcPolicy,
@@ -78,15 +124,27 @@ def make_plan(
     progress: Progress | None = None,
     preview: bool = False,
 ) -> GcPlan:
-    _check_layout(ledger)
+    return plan_from(gc_source(ledger), policy, now, max_tracked=max_tracked, progress=progress, preview=preview)
+
+
+def plan_from(
+    source: GcSource,
+    policy: GcPolicy,
+    now: _dt.datetime,
+    *,
+    max_tracked: int,
+    progress: Progress | None = None,
+    preview: bool = False,
+) -> GcPlan:
+    """The plan over ``source``: the same rules, rows and bytes whatever holds the streams and objects."""
+    source.check_layout()
     refused: str | None = None
     try:
-        marks = kept_tasks(ledger)
+        marks = source.keep_marks()
     except IntentlogError as exc:
         marks = {}
         refused = f"{exc}; which tasks are kept is unknown, so nothing may be deleted"
-    # a preview may take unchanged streams from the view cache's index; the plan apply carries out reads them all
-    scan = scan_tasks(ledger, now, policy, marks, limit=max_tracked, progress=progress, use_index=preview)
+    scan = source.scan(now, policy, marks, limit=max_tracked, progress=progress, preview=preview)
     incomplete = tuple(scan.incomplete)
 
     # the deletion order: eligible tasks, oldest last activity first (ties by id)
@@ -106,15 +164,15 @@ def make_plan(
     object_bytes = 0
     now_ns = int(now.timestamp() * 1e9)
     grace_ns = int(policy.grace * 1e9)
-    for digest, size, mtime_ns in _iter_objects(ledger):
+    for digest, size, mtime_ns, touches in source.objects():
         object_bytes += size
         key = bytes.fromhex(digest[len(DIGEST_PREFIX) :])
         owner = scan.refs.get(key)
         if owner == NEVER:
             continue
         r = 0 if owner is None else rank[owner]
-        in_grace = now_ns - mtime_ns < grace_ns
-        candidates.append(Candidate(r, digest, size, mtime_ns, in_grace))
+        in_grace = mtime_ns < 0 or now_ns - mtime_ns < grace_ns  # a time the store cannot say: in grace
+        candidates.append(Candidate(r, digest, size, mtime_ns, in_grace, touches))
         if not in_grace and not incomplete:
             freed_at[r] += size
 
@@ -139,10 +197,10 @@ def make_plan(
             in_grace_n += 1
             in_grace_bytes += c.size
         elif not incomplete:
-            blobs.append(ExpiredBlob(c.digest, c.size, c.mtime_ns))
+            blobs.append(ExpiredBlob(c.digest, c.size, c.mtime_ns, c.touches))
     blobs.sort(key=lambda b: b.digest)
 
-    evacuate = _plan_evacuations(ledger, scan, expired, k, rank, incomplete=bool(incomplete))
+    evacuate = _plan_evacuations(source, scan, expired, k, rank, incomplete=bool(incomplete))
 
     notes: list[str] = []
     final_after = before - sum(t.size for t in expired) - sum(b.size for b in blobs) + sum(e.size for e in evacuate)
@@ -238,7 +296,7 @@ def inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, di
 
 
 def _plan_evacuations(
-    ledger: Ledger, scan: Scan, expired: list[ExpiredTask], k: int, rank: Sequence[int], *, incomplete: bool
+    source: GcSource, scan: Scan, expired: list[ExpiredTask], k: int, rank: Sequence[int], *, incomplete: bool
 ) -> list[Evacuation]:
     """Inline payloads of expiring streams that a kept stream still needs, and nothing else holds.
 
@@ -255,10 +313,9 @@ def _plan_evacuations(
     out: list[Evacuation] = []
     chosen: set[str] = set()
     for t in expired:
-        path = ledger.tasks_dir / f"{t.task}.jsonl"
         try:
-            payloads = list(_evacuation_candidates(path))
-        except OSError:
+            payloads = list(_evacuation_candidates(source.inline_payloads(t.task)))
+        except (OSError, LedgerError):
             continue  # the apply re-checks each stream under its lock
         for digest, size in payloads:
             if digest in chosen:
@@ -267,16 +324,16 @@ def _plan_evacuations(
             needed = incomplete or not scan.tracking or survives(scan.refs.get(key))
             if not needed or (scan.tracking and survives(scan.held.get(key))):
                 continue
-            if ledger.artifacts.path_for(digest).exists():
+            if source.has_object(digest):
                 continue
             chosen.add(digest)
             out.append(Evacuation(digest, size, t.task))
     return out
 
 
-def _evacuation_candidates(path: Path) -> Iterator[tuple[str, int]]:
+def _evacuation_candidates(payloads: Iterator[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, int]]:
     seen: set[str] = set()
-    for digest, ref in inline_payloads(path):
+    for digest, ref in payloads:
         size = ref.get("size")
         if digest not in seen and isinstance(size, int) and not isinstance(size, bool):
             seen.add(digest)

@@ -84,6 +84,7 @@ class ExpiredBlob:
     digest: str
     size: int
     mtime_ns: int = field(default=0, compare=False, repr=False)
+    touches: int = field(default=0, compare=False, repr=False)  # on a store: writers' touches the plan saw
 
     def to_json(self) -> dict[str, Any]:
         return {"digest": self.digest, "size": self.size}
@@ -266,6 +267,8 @@ class GcResult:
     evacuated: tuple[str, ...]
     bytes_freed: int
     log_seq: int | None
+    #: where the run is recorded: ``gc.jsonl`` in a folder, the gc log's stream on a store
+    log_file: str = field(default=GC_LOG, compare=False)
 
     @property
     def exact(self) -> bool:
@@ -289,7 +292,7 @@ class GcResult:
             "evacuated": list(self.evacuated),
             "bytes_freed": self.bytes_freed,
             "exact": self.exact,
-            "log": None if self.log_seq is None else {"file": GC_LOG, "seq": self.log_seq},
+            "log": None if self.log_seq is None else {"file": self.log_file, "seq": self.log_seq},
         }
 
     def render(self) -> str:
@@ -305,7 +308,7 @@ class GcResult:
             return
         lines.append(
             f"deleted {len(self.deleted)} task stream(s) and {len(self.blobs_deleted)} blob(s), "
-            f"freed {format_size(self.bytes_freed)}; recorded in {GC_LOG} (seq {self.log_seq})"
+            f"freed {format_size(self.bytes_freed)}; recorded in {self.log_file} (seq {self.log_seq})"
         )
         for t, why in self.skipped:
             lines.append(f"skipped {t}: {why}")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..ledger import Ledger
 
 
-_TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
+TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CHUNK = 1 << 20
@@ -106,7 +106,7 @@ def file_ident(st: os.stat_result) -> tuple[int, int, int]:
 
 
 @dataclass(slots=True)
-class _TaskInfo:
+class TaskInfo:
     task: str
     size: int = 0
     ident: tuple[int, int, int] = (0, 0, 0)
@@ -233,7 +233,7 @@ def _scan_names(
             with contextlib.suppress(OSError):
                 scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
             continue
-        info = _TaskInfo(tid)
+        info = TaskInfo(tid)
         index = len(scan.rows)
         refs: set[bytes] = set()
         held: set[bytes] = set()
@@ -241,18 +241,25 @@ def _scan_names(
         scan.stream_bytes += info.size
         if readable:
             _classify(ledger, info, now, policy, marks, needed)
-        _record(scan, info)
-        if not readable:
-            continue  # refs unknown: recorded as incomplete
-        eligible = info.rule is None
-        if scan.tracking:
-            _note_digests(scan, scan.refs, refs, index, eligible=eligible, limit=limit)
-        if scan.tracking:
-            _note_digests(scan, scan.held, held, index, eligible=eligible, limit=limit)
+        settle(scan, info, refs, held, readable=readable, index=index, limit=limit)
     join.commit()
 
 
-def _record(scan: Scan, info: _TaskInfo) -> None:
+def settle(
+    scan: Scan, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool, index: int, limit: int
+) -> None:
+    """Record a scanned task and, when it could be read, the digests it names and holds."""
+    _record(scan, info)
+    if not readable:
+        return  # refs unknown: recorded as incomplete
+    eligible = info.rule is None
+    if scan.tracking:
+        _note_digests(scan, scan.refs, refs, index, eligible=eligible, limit=limit)
+    if scan.tracking:
+        _note_digests(scan, scan.held, held, index, eligible=eligible, limit=limit)
+
+
+def _record(scan: Scan, info: TaskInfo) -> None:
     """Append the task's record to ``scan.rows`` and its ordering facts to the columns."""
     eligible = info.rule is None and info.last_dt is not None
     scan.rows.append(
@@ -269,7 +276,7 @@ def _record(scan: Scan, info: _TaskInfo) -> None:
 
 def _from_index(
     ledger: Ledger,
-    info: _TaskInfo,
+    info: TaskInfo,
     refs: set[bytes],
     held: set[bytes],
     join: IndexJoin,
@@ -319,14 +326,14 @@ def _gc_entry(v: Any) -> list[Any] | None:
         return None
     if not all(x is None or type(x) is str for x in (head, stream, protected)):
         return None
-    if last_ts is not None and (type(last_ts) is not str or _TS_RE.match(last_ts) is None):
+    if last_ts is not None and (type(last_ts) is not str or TS_RE.match(last_ts) is None):
         return None
     if type(state) is not str or state not in OPERATOR_STATES:
         return None
     return v
 
 
-def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
+def _scan_one(ledger: Ledger, info: TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
     """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
     path = ledger.tasks_dir / f"{info.task}.jsonl"
     where = f"tasks/{info.task}.jsonl"
@@ -342,7 +349,7 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
             ops.apply(ev)
             if ev.seq == 0 and isinstance(ev.data.get("stream"), str):
                 info.stream = ev.data["stream"]
-            if _TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
+            if TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
                 latest = ev.ts
             collect_digests(ev.data, refs, held)
         p = s.problem
@@ -383,13 +390,37 @@ def _scan_one(ledger: Ledger, info: _TaskInfo, refs: set[bytes], held: set[bytes
 
 def _classify(
     ledger: Ledger,
-    info: _TaskInfo,
+    info: TaskInfo,
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
     needed: Mapping[str, str],
 ) -> None:
-    """Decide whether a readable task may be deleted at all (``info.rule`` None) or why not."""
+    """:func:`classify` with the folder's probe of the task's writer lock."""
+
+    def busy(task: str) -> str | None:
+        if _lock_held(os.path.join(ledger.tasks_dir, f"{task}.jsonl.lock")):
+            return "open for writing: a process holds its writer lock"
+        return None
+
+    classify(info, now, policy, marks, needed, busy)
+
+
+#: ``busy(task)``: why the task is open for writing right now (its writer lock, its lease), or None.
+Busy = Callable[[str], str | None]
+
+
+def classify(
+    info: TaskInfo,
+    now: _dt.datetime,
+    policy: GcPolicy,
+    marks: Mapping[str, KeepMark],
+    needed: Mapping[str, str],
+    busy: Busy,
+) -> None:
+    """Decide whether a readable task may be deleted at all (``info.rule`` None) or why not.
+
+    ``busy`` is asked only of a task otherwise eligible (idle past the grace period)."""
     if info.rule is not None:
         return
     mark = marks.get(info.task)
@@ -418,8 +449,9 @@ def _classify(
         info.rule = "grace"
         info.detail = f"last activity {info.last_ts}, within the grace period ({format_duration(policy.grace)})"
         return
-    if _lock_held(os.path.join(ledger.tasks_dir, f"{info.task}.jsonl.lock")):
-        info.rule, info.detail = "busy", "open for writing: a process holds its writer lock"
+    held = busy(info.task)
+    if held is not None:
+        info.rule, info.detail = "busy", held
 
 
 @dataclass(slots=True)
@@ -429,3 +461,4 @@ class Candidate:
     size: int
     mtime_ns: int
     in_grace: bool
+    touches: int = 0  # on a store: the writers' touches seen (a new one since the plan spares it)

@@ -207,6 +207,18 @@ class S3Client:
         except Exception as exc:
             raise self._fail("a list", folder, exc) from exc
 
+    def scan_times(self, folder: str) -> Iterator[tuple[str, int, int]]:
+        """``(key, size, mtime_ns)`` under ``folder/``, in key order: ``scan`` with the store's last-modified time."""
+        base = self.location.key(folder)
+        cut = len(self.location.prefix) + 1 if self.location.prefix else 0
+        try:
+            for batch in self._obstore.list(self._store, prefix=base, chunk_size=1000):
+                for meta in sorted(batch, key=lambda m: m["path"]):
+                    when = meta["last_modified"]
+                    yield meta["path"][cut:], int(meta["size"]), int(when.timestamp() * 1_000_000) * 1000
+        except Exception as exc:
+            raise self._fail("a list", folder, exc) from exc
+
     def folders(self, folder: str) -> list[str]:
         try:
             result = self._obstore.list_with_delimiter(self._store, prefix=self.location.key(folder))

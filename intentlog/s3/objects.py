@@ -7,22 +7,33 @@ key (an object store's put is atomic: a reader sees the whole object or none), s
 writers of the same bytes store them once; a get checks the bytes against their name.
 
 An object store cannot refresh an object's modification time without rewriting it, so a
-re-put changes nothing at all (retention's grace period counts from the first put).
+re-put of bytes already there *touches* them instead: it creates ``gc/touch/<hex>/<token>``
+(retention's grace period counts from the latest put or touch, as a folder's from the
+file's mtime, which a re-put refreshes). It then waits while a gc's dying marker
+(``gc/dying/<hex>``) is there and checks the object is still there, storing it again if a
+gc deleted it meanwhile: a put that returns leaves the object stored and either touched
+after every gc plan that could delete it, or stored anew (:mod:`intentlog.s3.retire`).
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+import time
 from collections.abc import Callable, Iterator
 
 from .._digest import DIGEST_PREFIX, check_digest, digest_bytes
 from ..artifacts.objects import ObjectStat
-from ..errors import ArtifactMissing, DigestMismatch, UsageError
+from ..errors import ArtifactMissing, DigestMismatch, LedgerError, UsageError
 from .client import ObjectClient
+from .retire import dying_key, touch_key
 
 __all__ = ["ObjectArtifacts"]
 
 _NAME_RE = re.compile(r"^objects/([0-9a-f]{2})/([0-9a-f]{62})$")
+#: How long a re-put waits for a gc's dying marker to go (a gc holds one for three requests).
+DYING_WAIT = 30.0
+_POLL = 0.05
 
 
 class ObjectArtifacts:
@@ -49,8 +60,29 @@ class ObjectArtifacts:
         digest = digest_bytes(data)
         if self.before_write is not None:
             self.before_write()
-        self.client.create(self.key_for(digest), data)  # refused: the same bytes are there already
+        key = self.key_for(digest)
+        if self.client.create(key, data):
+            return digest  # a new object: no gc plan saw it
+        self._refresh(digest, key, data)  # the same bytes are there already: touch them
         return digest
+
+    def _refresh(self, digest: str, key: str, data: bytes) -> None:
+        """Touch existing bytes, wait out a gc deleting them, store them again if one did."""
+        deadline = time.monotonic() + DYING_WAIT
+        while True:
+            self.client.create(touch_key(digest, secrets.token_hex(8)), b"")
+            while self.client.head(dying_key(digest)) is not None:
+                if time.monotonic() >= deadline:
+                    raise LedgerError(
+                        f"{self.client.describe(key)}: a gc has been deleting this object for {DYING_WAIT:.0f} s "
+                        f"(its marker {self.client.describe(dying_key(digest))} stays); nothing was stored: if no "
+                        "gc is running, run 'intentlog gc --apply' (it clears what a killed gc left), then put again"
+                    )
+                time.sleep(_POLL)
+            if self.client.head(key) is not None:
+                return
+            if self.client.create(key, data):
+                return
 
     def get(self, digest: str) -> bytes:
         key = self.key_for(digest)

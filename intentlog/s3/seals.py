@@ -36,6 +36,7 @@ from ..heads.codec import StreamHead, encode_heads
 from .bounds import SEALS, furthest_heads, seal_number
 from .bounds import seal_key as _key
 from .client import ObjectClient
+from .retire import live_names
 from .streams import ObjectStreams
 
 __all__ = ["SEALS", "all_seals", "combine_seals", "create_seal", "latest_seal", "seal_store", "stored_heads"]
@@ -130,7 +131,7 @@ def create_seal(client: ObjectClient) -> tuple[str, bytes]:
                 "nothing was sealed; a seal there was not numbered by 'intentlog seal' -- copy the ledger to a "
                 "new prefix (merge) and seal it there"
             )
-        data = encode_heads({task: _head(streams, task) for task in streams.names()})
+        data = encode_heads({task: _head(streams, task) for task in live_names(client)})  # gc's leftovers: no task
         if client.create(_key(number), data):
             return client.describe(_key(number)), data
     raise LedgerError(f"{client.describe(SEALS)}: {_ATTEMPTS} other seals were created meanwhile; seal again")

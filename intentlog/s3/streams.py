@@ -54,12 +54,14 @@ from .lease import ObjectLease
 from .segcache import Part, SegmentCache, continues
 from .segments import DIGITS, WIDTH, Segment, checked_records, decode_segment, describes, is_number, segment_key
 
-__all__ = ["CHECKPOINT_EVERY", "ObjectLease", "ObjectStreams", "Segment"]
+__all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Segment"]
 
 #: A checkpoint object is created after every segment whose number is a multiple of this.
 CHECKPOINT_EVERY = 64
 _POLL = 0.05
 _READERS = 8
+#: a lease whose holder token starts so is gc's: never taken over by a writer (a retired stream keeps it as its tail)
+GC_HOLDER = "gc-"
 
 
 class ObjectStreams:
@@ -121,6 +123,7 @@ class ObjectStreams:
         wait: float = 0.0,
         create: Callable[[], bytes] | None = None,
         take_over_after: float | None = None,
+        holder: str | None = None,
     ) -> ObjectLease:
         """The writer lease, waiting up to ``wait`` s for a holder to release it (``TaskBusy`` then).
 
@@ -129,7 +132,8 @@ class ObjectStreams:
         is fenced by its next put. ``FileNotFoundError`` if the stream does not exist, unless
         ``create`` is given: the stream is then created holding the record it returns (one
         conditional create: it appears whole or not at all; when another writer created it
-        first, theirs stands and this one leases it like any other).
+        first, theirs stands and this one leases it like any other). ``holder``: the lease's
+        token (gc's start with :data:`GC_HOLDER`; a stream whose tail is gc's lease is refused).
         """
         check_task_id(name)
         if not self._tagged:  # without ETags a writer's open reads the stream afresh, as a folder's scans its file
@@ -151,12 +155,17 @@ class ObjectStreams:
                         raise
                 create = None  # created (by this writer or another): lease it
                 continue
+            if tail.kind == "lease" and tail.holder.startswith(GC_HOLDER):  # gc is deleting it, or deleted it
+                raise LedgerError(
+                    f"{self.where(name)}: gc holds this stream's lease (it deleted the task or is deleting it): a task "
+                    "id gc deleted on a store is never used again, choose another; nothing was written"
+                )
             now = time.monotonic()
             if seen is None or seen[0] != tail.seg:
                 seen = (tail.seg, now)
             stale = take_over_after is not None and now - seen[1] >= take_over_after
             if not tail.held or stale:
-                token = secrets.token_hex(8)
+                token = holder if holder is not None else secrets.token_hex(8)
                 lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
                 created, tag = self.put_segment(segment_key(name, lease.seg), lease.encode())
                 if created:
@@ -363,6 +372,12 @@ class ObjectStreams:
                     "remove the stray object (the store's own tools) or restore the stream from a copy"
                 )
             numbers.append((int(text), size, tag))
+        if not start and numbers and numbers[0][0] != 0:  # listed from 0: keys without a creation are no stream
+            raise CorruptStream(
+                self.client.describe(segment_key(name, 0)), 1, "segment 0 is missing: these segments are no "
+                "stream (what is left of one gc deleted, or a put a fenced writer made after it); 'intentlog gc "
+                "--apply' removes them"
+            )
         return numbers
 
     def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
