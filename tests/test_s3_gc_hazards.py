@@ -436,8 +436,13 @@ def test_a_gc_killed_before_it_touched_a_stream_excuses_no_swap_of_it(url: str) 
         client.delete(key)
     for folder in ("tasks/t/s", "tasks/t"):
         client.delete(folder)
-    with intentlog.open(url) as ledger:
-        ledger.task("t").append("note", {"amount": 999999})
+    with intentlog.open(url) as ledger, pytest.raises(intentlog.CorruptStream, match="the stream is gone but"):
+        ledger.task("t").append("note", {"amount": 999999})  # the writer refuses to create a sealed stream again
+    from intentlog.eventlog.canonical import dumps
+    from intentlog.eventlog.format import FORMAT, TASK_CREATED, encode_line, utc_now
+
+    other = encode_line(TASK_CREATED, dumps({"format": FORMAT, "stream": "ab" * 16, "task": "t"}), None, 0, utc_now())
+    ObjectStreams(client).create("t", [other[:-1]])  # so another stream stands there, put by hand past the writer
     report = verify_ledger(intentlog.open(url, create=False))
     assert not report.ok
     assert "heads" in [p.code for p in report.problems if p.task == "t" and p.severity == "error"]

@@ -138,16 +138,19 @@ class ObjectStreams:
         check_task_id(name)
         if not self._tagged:  # without ETags a writer's open reads the stream afresh, as a folder's scans its file
             self._cache.drop(name)
-        self.check_seal(name)
         start = time.monotonic()
         seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
         made: Segment | None = None  # the stream's creation, just put by this writer: its tail, known
+        sealed = False  # whether the seals were checked (once: after gc's refusal, before any put)
         while True:
             try:
                 tail, made = made or self.tail(name), None
             except FileNotFoundError:
                 if create is None:
                     raise
+                if not sealed:
+                    self.check_seal(name)  # a sealed stream that is gone is refused, never created again
+                    sealed = True
                 try:
                     made = self._create(name, [create()])
                 except LedgerError:
@@ -160,6 +163,9 @@ class ObjectStreams:
                     f"{self.where(name)}: gc holds this stream's lease (it deleted the task or is deleting it): a task "
                     "id gc deleted on a store is never used again, choose another; nothing was written"
                 )
+            if not sealed:
+                self.check_seal(name)
+                sealed = True
             now = time.monotonic()
             if seen is None or seen[0] != tail.seg:
                 seen = (tail.seg, now)
@@ -261,6 +267,12 @@ class ObjectStreams:
     def _fetch_from(self, name: str, start: int | None, last: int | None) -> list[Part]:
         """The segments from ``start`` (or 0) up to ``last`` (or the tail), checked; none listed: ``[]``."""
         numbers = self._segment_numbers(name, start)
+        if start is None and numbers and numbers[0] != 0:  # read from 0: keys without a creation are no stream
+            raise CorruptStream(
+                self.client.describe(segment_key(name, 0)), 1, "segment 0 is missing: these segments are no "
+                "stream (what is left of one gc deleted, or a put a fenced writer made after it); 'intentlog gc "
+                "--apply' removes them"
+            )
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
             numbers = [n for n in numbers if n <= last]
         return self._fetch_all(name, numbers)
@@ -372,12 +384,6 @@ class ObjectStreams:
                     "remove the stray object (the store's own tools) or restore the stream from a copy"
                 )
             numbers.append((int(text), size, tag))
-        if not start and numbers and numbers[0][0] != 0:  # listed from 0: keys without a creation are no stream
-            raise CorruptStream(
-                self.client.describe(segment_key(name, 0)), 1, "segment 0 is missing: these segments are no "
-                "stream (what is left of one gc deleted, or a put a fenced writer made after it); 'intentlog gc "
-                "--apply' removes them"
-            )
         return numbers
 
     def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
