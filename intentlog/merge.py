@@ -50,6 +50,7 @@ class MergePlan:
     diverged: list[tuple[str, int]] = field(default_factory=list)
     objects: list[str] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)  # sources whose torn last line was not copied
+    retired: list[str] = field(default_factory=list)  # tasks gc retired in an object-store destination: not copied
 
     @property
     def events(self) -> int:
@@ -73,6 +74,7 @@ class MergeResult:
             "objects_copied": len(p.objects),
             "events_copied": p.events,
             "torn_tails_skipped": p.torn,
+            "retired_in_destination": p.retired,
             "verified": None if self.verify is None else self.verify.ok,
         }
 
@@ -115,6 +117,10 @@ def plan_merge(src: StreamStorage, src_objects: ObjectStore, dst: StreamStorage,
         if name not in have:
             _check_chain(f"{src!r} task {name!r}", ours)
             plan.create[name] = ours
+            continue
+        retired = getattr(dst, "retired", None)
+        if callable(retired) and retired(name):  # a store never uses a retired id again: nothing to copy into
+            plan.retired.append(name)
             continue
         theirs, _ = _lines(dst.read(name))
         common = min(len(ours), len(theirs))
@@ -192,8 +198,10 @@ def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResu
 
         open_ledger(d_path, create=True)  # a new destination becomes a ledger only now: nothing on refusal
     apply_merge(plan, s_streams, s_objects, d_streams, d_objects)
-    from .checker.verify import verify_path, verify_storage
+    from .checker.verify import verify_path, verify_stored
 
     if d_path is not None:
         return MergeResult(plan, verify_path(d_path))
-    return MergeResult(plan, verify_storage(d_streams, d_objects, where=os.fspath(dst)))
+    client = getattr(d_streams, "client", None)
+    assert client is not None, "a destination that is not a folder is an object store"
+    return MergeResult(plan, verify_stored(client, d_objects, where=os.fspath(dst)))  # its seals and gc log too

@@ -271,6 +271,8 @@ def item_view(
 
     if extras is not None and extras.returned:
         return view(DONE, None, "nothing: the item is done")
+    if rec.done and extras is not None and not extras.events:  # its task is gone: gc removes a done item's task
+        return view(DONE, "the backlog recorded it done; its task was removed since (gc)", "nothing: the item is done")
     if rec.failed is not None or (st is not None and st.state == FAILED):
         why = rec.failed if rec.failed is not None else (st.reason if st is not None else None)
         return view(ITEM_FAILED, why, f"nothing: the item failed; see intentlog log {rec.task}")

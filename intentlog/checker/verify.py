@@ -20,6 +20,7 @@ from .streams import StreamChecks
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
+    from ..s3.client import ObjectClient
 
 __all__ = ["verify_ledger", "verify_path", "verify_storage"]
 
@@ -196,13 +197,32 @@ def verify_ledger(
     """
     storage = ledger.storage
     if storage is not None:
-        from ..s3.retire import store_gc_log
-        from ..s3.seals import all_seals
-        from ..s3.streams import ObjectStreams
-
-        return verify_storage(  # a handle of its own: what the store holds, never this process's unsynced buffer
-            ObjectStreams(storage.client), storage.objects, tasks, where=ledger.location,
-            workspace=ledger.workspace, progress=progress, seals=all_seals(storage.client),
-            gc_log=store_gc_log(storage.client),
+        return verify_stored(
+            storage.client, storage.objects, tasks, where=ledger.location, workspace=ledger.workspace, progress=progress
         )
     return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)
+
+
+def verify_stored(
+    client: ObjectClient,
+    objects: ObjectReads,
+    tasks: Sequence[str] | None = None,
+    *,
+    where: str,
+    workspace: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """:func:`verify_storage` of a ledger on an object store, as every command checks one.
+
+    Its streams read through a handle of its own (what the store holds: never a cache or
+    this process's unsynced buffer), against every seal (each a lower bound) and the
+    store's gc log (what gc retired is no task). Nothing written, no probe.
+    """
+    from ..s3.retire import store_gc_log
+    from ..s3.seals import all_seals
+    from ..s3.streams import ObjectStreams
+
+    return verify_storage(
+        ObjectStreams(client), objects, tasks, where=where, workspace=workspace, progress=progress,
+        seals=all_seals(client), gc_log=store_gc_log(client),
+    )  # fmt: skip

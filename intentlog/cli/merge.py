@@ -48,6 +48,8 @@ def merge(src: str, dst: str, as_json: bool) -> None:
         )
         for name in p.torn:
             click.echo(f"  {name}: its torn last line in {src} was not copied (run 'intentlog repair' there)")
+        for name in p.retired:
+            click.echo(f"  {name}: gc retired it in {dst} (an id a store never uses again): not copied")
         if result.verify is not None:
             click.echo(result.verify.summary())
     sys.exit(EXIT_OK if ok else EXIT_PROBLEMS)

@@ -57,17 +57,11 @@ def check_on_store(url: str) -> None:
 
 def verify_store(url: str, tasks: Sequence[str] | None = None) -> VerifyReport:
     """Verify the ledger at ``url`` through its seams (nothing written, no probe, no local copy)."""
-    from ..checker import verify_storage
+    from ..checker.verify import verify_stored
     from ..s3 import connect
-    from ..s3.retire import store_gc_log
-    from ..s3.seals import all_seals
 
     storage = connect(url, write=False)
-    seals = all_seals(storage.client)  # every seal is a lower bound, not only the newest
-    return verify_storage(
-        storage.streams, storage.objects, list(tasks) if tasks else None, where=url, seals=seals,
-        gc_log=store_gc_log(storage.client),
-    )
+    return verify_stored(storage.client, storage.objects, list(tasks) if tasks else None, where=url)
 
 
 def seal_store(url: str) -> tuple[str, bytes]:

@@ -159,7 +159,9 @@ class StoreSource(ReportSource):
         self.location = location
 
     def names(self) -> list[str]:
-        return self.storage.streams.names()
+        from ..s3.retire import live_names
+
+        return live_names(self.storage.client)  # what is left of a stream gc retired is no task
 
     def where(self) -> str:
         return self.location
@@ -202,10 +204,8 @@ class StoreSource(ReportSource):
         return Payload("ok", len(data), data)
 
     def verify(self, tasks: Sequence[str] | None) -> VerifyReport:
-        from ..checker.verify import verify_storage
-        from ..s3.seals import all_seals
+        from ..checker.verify import verify_stored
 
-        seals = all_seals(self.storage.client)  # every seal is a lower bound, as verify on the store reads them
-        return verify_storage(
-            self.storage.streams, self.storage.objects, list(tasks) if tasks else None, where=self.location, seals=seals
-        )
+        # as verify on the store checks it: every seal a lower bound, what gc retired no task
+        wanted = list(tasks) if tasks else None
+        return verify_stored(self.storage.client, self.storage.objects, wanted, where=self.location)

@@ -214,15 +214,35 @@ class ObjectStreams:
         last, pending = held.pending() if held is not None else (None, b"")
         parts = self._cached(name, offset, last)
         if parts is None:
-            point = self._checkpoint_below(name, offset, last)
-            parts = self._fetch_from(name, point[0], last) if point is not None else []
-            if point is None or not parts or not describes(point, parts[0].head, offset):
-                parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+            try:
+                point = self._checkpoint_below(name, offset, last)
+                parts = self._fetch_from(name, point[0], last) if point is not None else []
+                if point is None or not parts or not describes(point, parts[0].head, offset):
+                    parts = self._fetch_from(name, None, last)  # no hint, or one that lies (forged or stale): from 0
+            except CorruptStream:
+                if last is None and self.retired(name):
+                    raise FileNotFoundError(
+                        f"{self.where(name)}: no such stream (gc deleted it; its id is never used again)"
+                    ) from None
+                raise
             self._cache.put(name, parts)
         if not parts:
             raise FileNotFoundError(f"{self.where(name)}: no such stream (create it first)")
         base = parts[0].head.off  # <= offset: 0, or a checkpointed segment that starts at or before it
         return (b"".join(p.payload for p in parts) + pending)[offset - base :]
+
+    def retired(self, name: str) -> bool:
+        """Whether ``name``'s tail is gc's lease: gc deleted the stream (or is deleting it) and keeps what is left.
+
+        Readers then find no stream (``FileNotFoundError``), as in a folder once gc removed the
+        file; writers are refused by :meth:`lease`. ``verify`` does not take this for granted:
+        it judges what is left against the store's gc log.
+        """
+        try:
+            tail = self.tail(name)
+        except (CorruptStream, FileNotFoundError):
+            return False
+        return tail.kind == "lease" and tail.holder.startswith(GC_HOLDER)
 
     def remember(self, name: str, seg: Segment, payload: bytes, size: int, tag: str | None = None) -> None:
         """Keep ``seg``, just created through this handle, after the cached segments (when they end just before it)."""
