@@ -50,7 +50,8 @@ def test_a_backlog_whose_done_items_gc_retired_still_views_and_runs(url: str) ->
         assert bl.add("i0", {"item": "i0", "effects": 1}).done  # the same item again: done, nothing to run
         bl.add("i1", {"item": "i1", "effects": 1})
         view = bl.run(step, until_idle=True)
-        assert view.counts["done"] == 2 and view.counts["queued"] == 0, (view.counts, [(i.item, i.state, i.reason) for i in view.items])
+        rows = [(i.item, i.state, i.reason) for i in view.items]
+        assert view.counts["done"] == 2 and view.counts["queued"] == 0, rows
     assert sorted(_keys()) == ["i0:0", "i1:0"]  # each paid once
 
 
