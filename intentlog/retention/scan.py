@@ -10,7 +10,7 @@ import re
 import stat
 import sys
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .. import viewcache
 from .._digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
-from ..eventlog.format import check_task_id
+from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
 from ..projections.operator import OperatorFold
 from ..projections.status import OPERATOR_STATES, status_of
@@ -333,6 +333,31 @@ def _gc_entry(v: Any) -> list[Any] | None:
     return v
 
 
+def fold_for_gc(
+    info: TaskInfo, events: Iterable[Event], refs: set[bytes], held: set[bytes]
+) -> tuple[WorkStateFold, OperatorFold, str | None, Event | None]:
+    """One pass over a task's events as gc reads them, whatever holds the stream.
+
+    Its work state and operator folds, its latest well-formed timestamp and its last event;
+    the stream id of its creation record is set on ``info``, and the digests it names are
+    added to ``refs`` (and those of inline payloads to ``held``).
+    """
+    fold = WorkStateFold(info.task)
+    ops = OperatorFold()
+    latest: str | None = None
+    last: Event | None = None
+    for ev in events:
+        fold.apply(ev)
+        ops.apply(ev)
+        if ev.seq == 0 and isinstance(ev.data.get("stream"), str):
+            info.stream = ev.data["stream"]
+        if TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
+            latest = ev.ts
+        collect_digests(ev.data, refs, held)
+        last = ev
+    return fold, ops, latest, last
+
+
 def _scan_one(ledger: Ledger, info: TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
     """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
     path = ledger.tasks_dir / f"{info.task}.jsonl"
@@ -341,17 +366,7 @@ def _scan_one(ledger: Ledger, info: TaskInfo, refs: set[bytes], held: set[bytes]
         before = os.stat(path)
         info.size = before.st_size
         s = StreamScan(path)
-        fold = WorkStateFold(info.task)
-        ops = OperatorFold()
-        latest: str | None = None
-        for ev in s:
-            fold.apply(ev)
-            ops.apply(ev)
-            if ev.seq == 0 and isinstance(ev.data.get("stream"), str):
-                info.stream = ev.data["stream"]
-            if TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
-                latest = ev.ts
-            collect_digests(ev.data, refs, held)
+        fold, ops, latest, _ = fold_for_gc(info, s, refs, held)
         p = s.problem
         if p is not None and p.incomplete:
             digests_in_file_tail(path, p.offset, refs)  # an append that never returned: keep what it names

@@ -30,16 +30,14 @@ from ..eventlog.format import Event
 from ..eventlog.remote import events_in
 from ..gclog import GcDeletion, fold_deletions
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
-from ..projections.operator import OperatorFold
 from ..projections.status import status_of
-from ..projections.workstate import WorkStateFold
 from ..refs import INLINE, walk
 from ..s3.objects import ObjectArtifacts
 from ..s3.retire import leftovers, object_times, read_log
 from ..s3.streams import ObjectStreams
 from .marks import KeepMark, protected_by
 from .policy import GcPolicy
-from .scan import TS_RE, Progress, Scan, TaskInfo, classify, collect_digests, settle
+from .scan import Progress, Scan, TaskInfo, classify, fold_for_gc, settle
 
 if TYPE_CHECKING:
     from ..s3 import ObjectStorage
@@ -153,19 +151,8 @@ class StoreSource:
         try:
             tail = self.streams.tail(info.task)
             data = self._read(info.task)
-            fold = WorkStateFold(info.task)
-            ops = OperatorFold()
-            latest: str | None = None
-            count, head = 0, None
-            for ev in events_in(data, where):
-                fold.apply(ev)
-                ops.apply(ev)
-                if ev.seq == 0 and isinstance(ev.data.get("stream"), str):
-                    info.stream = ev.data["stream"]
-                if TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
-                    latest = ev.ts
-                collect_digests(ev.data, refs, inline)
-                count, head = ev.seq + 1, ev.digest
+            fold, ops, latest, last = fold_for_gc(info, events_in(data, where), refs, inline)
+            count, head = (last.seq + 1, last.digest) if last is not None else (0, None)
         except CorruptStream as exc:
             info.rule, info.detail = "unreadable", f"line {exc.line}: {exc.reason}; run 'intentlog verify'"
             scan.incomplete.append(f"{where} line {exc.line}: {exc.reason}")
