@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from intentlog.errors import LedgerError
-from intentlog.s3 import S3Client, S3Location
+from intentlog.s3 import S3Client, S3Location, parse_s3_url
 from intentlog.s3.local import LocalSeaweed, find_weed, start_seaweedfs
 
 BUCKET = "intentlog-tests"
@@ -66,6 +66,22 @@ def fresh_client(location: S3Location | None = None) -> S3Client:
     """A client on the run's server, under ``location`` (a fresh prefix by default)."""
     server = seaweed()
     return S3Client(location or fresh_location(), env=server.env())
+
+
+def client_of(url: str) -> S3Client:
+    """A client on ``s3://BUCKET/PREFIX`` (the AWS variables of the test, as :func:`ledger_url` set them)."""
+    return S3Client(parse_s3_url(url))
+
+
+def snapshot(url: str, under: str = "") -> dict[str, bytes]:
+    """Every key under the ledger's prefix (or its folder ``under``) with its bytes: what a test compares after."""
+    client = client_of(url)
+    out = {}
+    for key, _ in client.scan(under):
+        data = client.get(key)
+        assert data is not None
+        out[key] = data
+    return out
 
 
 class MemoryClient:

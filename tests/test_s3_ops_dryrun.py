@@ -17,6 +17,7 @@ import pytest
 import s3_server
 from click.testing import CliRunner
 from effect_child import KEY, TASK, request, review
+from s3_server import snapshot
 
 import intentlog
 import intentlog.s3
@@ -42,16 +43,6 @@ def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     work.mkdir()
     monkeypatch.chdir(work)
     return url
-
-
-def snapshot(url: str) -> dict[str, bytes]:
-    client = S3Client(parse_s3_url(url))
-    out = {}
-    for key, _ in client.scan(""):
-        data = client.get(key)
-        assert data is not None
-        out[key] = data
-    return out
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import orjson
 import pytest
 import s3_server
 from click.testing import CliRunner
+from s3_server import snapshot
 
 import intentlog
 import intentlog.s3
@@ -51,16 +52,6 @@ def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     work.mkdir()
     monkeypatch.chdir(work)
     return url
-
-
-def snapshot(url: str, under: str = "") -> dict[str, bytes]:
-    client = S3Client(parse_s3_url(url))
-    out = {}
-    for key, _ in client.scan(under):
-        data = client.get(key)
-        assert data is not None
-        out[key] = data
-    return out
 
 
 def events(url: str, task: str) -> list[dict[str, Any]]:

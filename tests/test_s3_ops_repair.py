@@ -20,13 +20,14 @@ import orjson
 import pytest
 import s3_server
 from click.testing import CliRunner
+from s3_server import client_of, snapshot
 
 import intentlog
 import intentlog.s3
 from intentlog.cli import main
 from intentlog.demo.provider import SyntheticProvider, read_receipts
 from intentlog.errors import CorruptStream
-from intentlog.s3 import S3Client, Segment, parse_s3_url
+from intentlog.s3 import Segment
 
 FLAGS = (
     [], ["--accept-damage"], ["--accept-damage", "--accept-resend"], ["--dry-run"], ["--accept-damage", "--dry-run"],
@@ -65,20 +66,6 @@ def _patched(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def _no_probe(*_a: object, **_k: object) -> None:
     raise AssertionError("repair ran the fencing probe: it must only read")
-
-
-def client_of(url: str) -> S3Client:
-    return S3Client(parse_s3_url(url))
-
-
-def snapshot(url: str) -> dict[str, bytes]:
-    client = client_of(url)
-    out = {}
-    for key, _ in client.scan(""):
-        data = client.get(key)
-        assert data is not None
-        out[key] = data
-    return out
 
 
 def run(*args: str) -> tuple[int, str]:

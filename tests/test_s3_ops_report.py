@@ -20,13 +20,13 @@ import pytest
 import s3_server
 from click.testing import CliRunner
 from report_ledger import build
+from s3_server import client_of, snapshot
 
 import intentlog.s3
 from intentlog._digest import digest_bytes
 from intentlog.cli import main
 from intentlog.merge import merge
 from intentlog.report import render, render_report
-from intentlog.s3 import S3Client, parse_s3_url
 
 
 @pytest.fixture(scope="module")
@@ -50,21 +50,6 @@ def pair(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
     merge(copy, url)
     monkeypatch.chdir(tmp_path)
     return copy, url
-
-
-def client_of(url: str) -> S3Client:
-    return S3Client(parse_s3_url(url))
-
-
-def snapshot(url: str) -> dict[str, bytes]:
-    """Every key under the prefix with its bytes."""
-    client = client_of(url)
-    out = {}
-    for key, _ in client.scan(""):
-        data = client.get(key)
-        assert data is not None
-        out[key] = data
-    return out
 
 
 @pytest.fixture
