@@ -194,7 +194,7 @@ class TaskStream:
     def seal(self) -> SealedHead | None:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
         if self.remote is not None:
-            return None  # a store's seal (heads/N.json) is compared by verify and export, not yet by the writer
+            return None  # a store's seals (heads/N.json) are checked by its own lease (ObjectStreams.check_seal)
         from .gclog import retired_by_gc
         from .heads.codec import read_heads_at
 

@@ -195,10 +195,9 @@ class StreamWriter:
         """Lease the stream on a non-folder storage, read it whole and check every line.
 
         A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
-        repair or quarantine there; a seal is not kept there yet: refused).
+        repair or quarantine there). A store's seals are checked by the storage's own lease
+        (``ObjectStreams.lease``), before anything is written.
         """
-        if self.seal is not None:
-            raise LedgerError(f"{self.path}: sealed heads (heads.json) are not supported on this storage yet")
         lease = store.lease(self._name, wait=wait, create=self._created_record)
         try:
             self._poisoned, self._fenced = None, None
