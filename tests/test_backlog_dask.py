@@ -86,6 +86,38 @@ def test_every_item_done_on_dask_one_receipt_per_key(tmp_path: Path, receipts: P
     assert _cli(root, "verify").returncode == 0
 
 
+def test_the_engine_failing_while_carrying_an_item_never_hangs_the_run(
+    tmp_path: Path, receipts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A carry that raises (the Dask client failing, say) used to end the slot's thread, and the supervisor then
+    waited for that item's answer for ever. The item stays queued, is carried again, and is done once."""
+    from intentlog.backlog import dask_engine
+
+    real = dask_engine._DaskSlot.carry
+    failed: list[str] = []
+
+    def flaky(self: Any, item: str, *args: Any) -> tuple[Any, ...]:
+        if not failed:
+            failed.append(item)
+            raise RuntimeError("the scheduler went away")
+        return real(self, item, *args)
+
+    monkeypatch.setattr(dask_engine._DaskSlot, "carry", flaky)
+    ledger = intentlog.open(tmp_path / "led")
+    bl = ledger.backlog("jobs")
+    bl.add_many([{"item": f"i{n}", "payload": {"item": f"i{n}", "effects": 1}} for n in range(2)])
+    result: dict[str, Any] = {}
+    run = threading.Thread(
+        target=lambda: result.update(view=bl.run(effects_step, workers=1, engine=_engine(1), until_idle=True))
+    )
+    run.start()
+    run.join(timeout=90)
+    assert not run.is_alive(), "the run hung after the engine failed"
+    assert failed and result["view"].counts["done"] == 2
+    assert _receipt_counts(receipts) == {"i0:0": 1, "i1:0": 1}
+    ledger.close()
+
+
 def _kill_mid_effect(root: Path, receipts: Path, victim: str, done: threading.Event, out: dict[str, Any]) -> None:
     """SIGKILL the Dask worker holding ``victim`` once its attempt started and before the provider served."""
     ledger = intentlog.open(root)

@@ -35,6 +35,7 @@ import secrets
 import signal
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from multiprocessing import Pipe
@@ -228,7 +229,15 @@ class _DaskSlot:
                 if msg[0] == "quit":
                     return
                 _, item, task_id, backlog, payload = msg[:5]  # a Dask task always asks for its grants
-                self.child.send(self.carry(item, task_id, backlog, payload))
+                try:
+                    answer = self.carry(item, task_id, backlog, payload)
+                except (EOFError, OSError):
+                    raise
+                except Exception as exc:  # the engine failed (not the step): the item stays queued, never hangs
+                    why = f"the Dask engine failed while carrying item {item!r}: {type(exc).__name__}: {exc}"
+                    print(f"intentlog: {why}; the item is taken up again", file=sys.stderr)
+                    answer = ("busy", item, why)  # a task still running elsewhere holds the lease: watched, fenced
+                self.child.send(answer)
         except (EOFError, OSError):
             return
 
