@@ -24,9 +24,11 @@ from .heads.codec import StreamHead
 
 __all__ = [
     "GC_FINISHED",
+    "GC_KEPT",
     "GC_LEASED",
     "GC_LEASING",
     "GC_LOG",
+    "GC_RELEASED",
     "GC_STARTED",
     "GC_SWEPT",
     "check_shape",
@@ -46,6 +48,9 @@ GC_FINISHED: Final = "gc.finished"
 GC_LEASING: Final = "gc.leasing"
 GC_LEASED: Final = "gc.leased"
 GC_SWEPT: Final = "gc.swept"
+#: a store's gc log: ``keep`` and ``keep --remove`` (a folder keeps its marks in keep.json)
+GC_KEPT: Final = "gc.kept"
+GC_RELEASED: Final = "gc.released"
 
 
 # -- writing: the fields the decoder below reads, built in one place ------------------

@@ -30,6 +30,7 @@ from .task import Task
 if TYPE_CHECKING:
     from .backlog import Backlog
     from .eventlog.storage import StreamStorage
+    from .retention.storage import GcStorage
     from .s3 import ObjectStorage
     from .sessions import Session
 
@@ -164,6 +165,19 @@ class Ledger:
     def remote_streams(self) -> StreamStorage | None:
         """The streams when they are not a folder (an object store), else None."""
         return self.storage.streams if self.storage is not None else None
+
+    def gc_storage(self) -> GcStorage:
+        """What gc and keep work through (:mod:`intentlog.retention.storage`): the folder, or the store.
+
+        Built on each call (its reads are its own), so ``import intentlog`` loads no retention module.
+        """
+        if self.storage is not None:
+            from .s3.gcsource import StoreGc
+
+            return StoreGc(self.storage, self.location)
+        from .retention.folder import FolderGc
+
+        return FolderGc(self)
 
     # -- tasks ---------------------------------------------------------------------
 

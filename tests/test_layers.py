@@ -229,6 +229,8 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog.checker": (3, "features"),
     "intentlog.checker.*": (3, "features"),
     "intentlog.retention.*": (3, "features"),
+    # the object store's retention storage: written against the retention seam it implements
+    "intentlog.s3.gcsource": (3, "features"),
     "intentlog.bundle.*": (3, "features"),
     # the HTML report: reads streams, objects and the checker; the bundle export writes one
     "intentlog.report": (3, "features"),
@@ -272,11 +274,6 @@ UPWARD_ALLOWED: set[tuple[str, str, str]] = {
     ("intentlog.http._transport", "intentlog.task", "function"),
     # features (and the disk-reading checker in projections/) take the Ledger instead of the layout and store
     ("intentlog.heads", "intentlog.ledger", "type"),
-    ("intentlog.retention.apply", "intentlog.ledger", "type"),
-    ("intentlog.retention.marks", "intentlog.ledger", "type"),
-    ("intentlog.retention.plan", "intentlog.ledger", "type"),
-    ("intentlog.retention.policy", "intentlog.ledger", "type"),
-    ("intentlog.retention.scan", "intentlog.ledger", "type"),
     ("intentlog.checker.verify", "intentlog.ledger", "type"),
     # the facade names the ledger that hands it out (for typing)
     ("intentlog.task", "intentlog.ledger", "type"),

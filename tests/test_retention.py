@@ -31,6 +31,7 @@ from intentlog.eventlog import canonical
 from intentlog.eventlog.format import encode_line
 from intentlog.eventlog.reader import StreamScan
 from intentlog.retention import GcRefused, apply_gc, keep, kept_tasks, plan_gc, unkeep
+from intentlog.retention import folder as folder_gc
 
 ROOT = Path(__file__).resolve().parents[1]
 TS = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -824,7 +825,7 @@ def test_a_crash_mid_sweep_leaves_moved_blobs_that_the_next_apply_puts_back(ledg
     ledger.task("t").append("note", {"r": ref.to_json()})
     ledger.close()
     src = ledger.artifacts.path_for(ref.digest)
-    os.rename(src, ledger.tmp_dir / retention.apply._moved_name(ref.digest))
+    os.rename(src, ledger.tmp_dir / folder_gc._moved_name(ref.digest))
     apply_gc(ledger)
     assert ledger.artifacts.get(ref.digest) == data
     assert not any(n.endswith(".moved") for n in os.listdir(ledger.tmp_dir))
@@ -873,7 +874,7 @@ def test_a_running_gc_holds_the_lock(ledger: intentlog.Ledger) -> None:
     """A second gc (or a keep) while one holds gc.lock is refused, naming the holder."""
     ledger.task("a").append("note", {})
     ledger.close()
-    with retention.marks.gc_lock(ledger, wait=0), pytest.raises(GcRefused, match="gc or a keep is running"):
+    with folder_gc.gc_lock(ledger, wait=0), pytest.raises(GcRefused, match="gc or a keep is running"):
         apply_gc(ledger)
 
 

@@ -27,10 +27,10 @@ LATER = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=60)
 KILLED = """
     import datetime as dt, os, signal, sys
     import intentlog
-    from intentlog.retention import apply, apply_gc
+    from intentlog.retention import apply_gc, folder
     def killed(*args):
         os.kill(os.getpid(), signal.SIGKILL)  # gc.started is durable; no stream touched yet
-    apply._delete_stream = killed
+    folder._delete_stream = killed
     apply_gc(intentlog.open(sys.argv[1]), now=dt.datetime.fromisoformat(sys.argv[2]))
 """
 

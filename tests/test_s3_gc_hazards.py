@@ -33,14 +33,16 @@ import s3_server
 from click.testing import CliRunner
 
 import intentlog
+from intentlog import retention
 from intentlog.checker import verify_ledger
 from intentlog.cli import main
 from intentlog.errors import LeaseLost, LedgerError
 from intentlog.eventlog.remote import events_in
 from intentlog.heads.codec import decode_heads
 from intentlog.merge import merge
-from intentlog.retention import GcRefused, apply_gc, keep, plan_gc, storeapply
+from intentlog.retention import GcRefused, apply_gc, keep, plan_gc
 from intentlog.s3 import ObjectArtifacts, ObjectStreams, S3Client, parse_s3_url
+from intentlog.s3 import gcsource as storeapply
 from intentlog.s3.retire import dying_key, read_log
 from intentlog.s3.seals import create_seal
 
@@ -314,7 +316,7 @@ def test_a_writer_between_the_plan_and_the_delete_keeps_its_stream_and_its_blobs
         ledger.task("b").append("note", {})
     keep(intentlog.open(url), "b")
     opened: list[intentlog.Ledger] = []
-    real = storeapply.plan_from
+    real = retention.plan.make_plan
 
     def then_a_writer(*args: object, **kwargs: object) -> object:
         plan = real(*args, **kwargs)  # type: ignore[arg-type]
@@ -326,7 +328,7 @@ def test_a_writer_between_the_plan_and_the_delete_keeps_its_stream_and_its_blobs
         return plan
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(storeapply, "plan_from", then_a_writer)
+        mp.setattr(retention.apply, "make_plan", then_a_writer)
         result = apply_gc(intentlog.open(url), now=LATER)
     why = "a writer opened it after the plan" if writer == "holds" else "it changed after the plan"
     assert [t for t, _ in result.skipped] == ["a"] and why in result.skipped[0][1]
@@ -341,7 +343,8 @@ def test_a_writer_between_the_plan_and_the_delete_keeps_its_stream_and_its_blobs
 STALLED = """
     import datetime as dt, sys
     import intentlog
-    from intentlog.retention import apply_gc, storeapply
+    from intentlog.retention import apply_gc
+    from intentlog.s3 import gcsource as storeapply
     url, at, where = sys.argv[1], dt.datetime.fromisoformat(sys.argv[2]), sys.argv[3]
     real = getattr(storeapply, where)
     def stalled(*args):
@@ -407,7 +410,8 @@ def test_a_stalled_gc_taken_over_does_not_delete_an_object_stored_again(url: str
 KILLED_AT = """
     import datetime as dt, os, signal, sys
     import intentlog
-    from intentlog.retention import apply_gc, storeapply
+    from intentlog.retention import apply_gc
+    from intentlog.s3 import gcsource as storeapply
     url, at, when = sys.argv[1], dt.datetime.fromisoformat(sys.argv[2]), sys.argv[3]
     real = storeapply._take
     def take(*args):

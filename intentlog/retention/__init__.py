@@ -28,32 +28,29 @@ in arrays (each task's record goes to a scratch file, see :mod:`.rows`; ``GcPlan
 read back from it as it is iterated) and the sorted listing; it grows with the number of
 distinct digests (32 bytes each, as dict keys, up to ``max_tracked``).
 
-What an apply deletes is recorded *before* it deletes anything, in ``<ledger>/gc.jsonl``:
+What an apply deletes is recorded *before* it deletes anything, in ``<ledger>/gc.jsonl`` (the gc log on a store):
 a hash-chained stream in the task stream format (appended by the same durable writer), a
 ``gc.started`` event listing every task (with its head digest) and blob it is about to
 delete, then a ``gc.finished`` event with what was actually done. An auditor can tell
 deletion from loss; ``verify`` still passes on everything kept.
 
-Concurrency (DESIGN §4 rules 3 and 5): the whole apply -- and :func:`keep` -- hold an
-exclusive ``flock`` on ``<ledger>/gc.lock``. Each expired stream is deleted while holding
-its task's writer lock, after checking the file did not change since the plan; a task a
-writer reopened in between is skipped and its references kept. A blob is first *moved*
-into ``tmp/`` and its mtime compared with the planned one: a writer that re-put it in the
-meantime refreshed it (then it is moved back), and a writer that comes later finds it gone
-and stores it again. Moved blobs left by a crash are put back by the next apply.
+Concurrency (DESIGN §4 rules 3 and 5): the whole apply -- and :func:`keep` -- hold the
+ledger's gc lock. Each expired stream is deleted while held against writers, after
+checking it did not change since the plan; a task a writer reopened in between is skipped
+and its references kept. A blob a writer stores again while gc runs is spared (put back).
 
-On an object store the same plan is made through the storage seams (:mod:`.source`,
-:mod:`.storescan`), and the apply (:mod:`.storeapply`) holds the store's gc log lease
-instead of ``gc.lock``, each stream's lease instead of its writer lock, and a dying
-marker per object instead of the move aside; keep marks are events in that log
-(:mod:`.storekeep`).
+Written once, against one seam (:class:`~intentlog.retention.storage.GcStorage`), with
+two implementations: a folder (:mod:`.folder`: ``gc.lock``, ``keep.json``, each stream
+under its writer lock, each blob moved aside first) and an object store
+(:mod:`intentlog.s3.gcsource`: the store's gc log is the lock, the record and the keep
+marks; each stream under its lease, each object behind a dying marker).
 """
 
 from __future__ import annotations
 
 from ..errors import GcRefused
 from .apply import apply_gc
-from .marks import KeepMark, keep, kept_tasks, unkeep
+from .marks import keep, kept_tasks, unkeep
 from .plan import plan_gc
 from .policy import (
     DEFAULT_GRACE,
@@ -70,6 +67,7 @@ from .policy import (
     resolve_policy,
 )
 from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan, GcResult, KeptTask
+from .rules import KeepMark
 
 __all__ = [
     "DEFAULT_GRACE",

@@ -4,34 +4,24 @@ from __future__ import annotations
 
 import datetime as _dt
 import heapq
-import os
-import stat
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from .._args import check_count
 from .._digest import DIGEST_PREFIX
-from .._fsutil import check_real_dir
-from ..errors import ArtifactError, IntentlogError, LedgerError
-from ..eventlog.reader import StreamScan
-from ..refs import INLINE, walk
-from .marks import KeepMark, kept_tasks
+from ..errors import IntentlogError, LedgerError
 from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, parse_ts, resolve_policy
 from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan
 from .rows import LAST_TS, KeptTasks, expired_task
-from .scan import NEVER, Candidate, Progress, Scan, micros, scan_tasks
-from .source import GcSource
+from .scan import NEVER, Candidate, Progress, Scan, micros
+from .storage import GcLedger, GcStorage
 
 _RUN = 4096  # tasks sorted at a time for the deletion order
 
-if TYPE_CHECKING:
-    from ..ledger import Ledger
-
 
 def plan_gc(
-    ledger: Ledger,
+    ledger: GcLedger,
     *,
     max_age: str | float | _dt.timedelta | None = None,
     max_size: str | int | None = None,
@@ -53,70 +43,13 @@ def plan_gc(
     """
     max_tracked = check_count(max_tracked, "max_tracked")
     policy = resolve_policy(ledger, max_age=max_age, max_size=max_size, grace=grace)
-    return make_plan(ledger, policy, check_now(now), max_tracked=max_tracked, progress=progress, preview=True)
-
-
-def _check_layout(ledger: Ledger) -> None:
-    """The folders gc lists, reads, moves and deletes in are real folders, never links (:class:`LinkRefused`)."""
-    for path, what in (
-        (ledger.tasks_dir, "task streams"),
-        (ledger.root / "objects", "artifact objects (objects/)"),
-        (ledger.tmp_dir, "staging files (tmp/)"),
-        (ledger.quarantine_dir, "quarantined bytes (quarantine/)"),
-    ):
-        try:
-            check_real_dir(path, what=what)
-        except NotADirectoryError as exc:
-            raise IntentlogError(f"{path}: {exc.strerror}; move it aside and run gc again") from exc
-
-
-class FolderSource:
-    """:class:`~intentlog.retention.source.GcSource` over a ledger folder: ``tasks/``, ``objects/``, ``keep.json``."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-
-    def check_layout(self) -> None:
-        _check_layout(self.ledger)
-
-    def keep_marks(self) -> dict[str, KeepMark]:
-        return kept_tasks(self.ledger)
-
-    def scan(
-        self,
-        now: _dt.datetime,
-        policy: GcPolicy,
-        marks: Mapping[str, KeepMark],
-        *,
-        limit: int,
-        progress: Progress | None,
-        preview: bool,
-    ) -> Scan:
-        # a preview may take unchanged streams from the view cache's index; the plan apply carries out reads them all
-        return scan_tasks(self.ledger, now, policy, marks, limit=limit, progress=progress, use_index=preview)
-
-    def objects(self) -> Iterator[tuple[str, int, int, int]]:
-        for digest, size, mtime_ns in _iter_objects(self.ledger):
-            yield digest, size, mtime_ns, 0
-
-    def inline_payloads(self, task: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        return inline_payloads(self.ledger.tasks_dir / f"{task}.jsonl")
-
-    def has_object(self, digest: str) -> bool:
-        return self.ledger.artifacts.path_for(digest).exists()
-
-
-def gc_source(ledger: Ledger) -> GcSource:
-    """What gc reads ``ledger`` through: its folder, or the object store it lives on."""
-    if ledger.storage is not None:
-        from .storescan import StoreSource
-
-        return StoreSource(ledger.storage)
-    return FolderSource(ledger)
+    return make_plan(
+        ledger.gc_storage(), policy, check_now(now), max_tracked=max_tracked, progress=progress, preview=True
+    )
 
 
 def make_plan(
-    ledger: Ledger,
+    source: GcStorage,
     policy: GcPolicy,
     now: _dt.datetime,
     *,
@@ -124,19 +57,11 @@ def make_plan(
     progress: Progress | None = None,
     preview: bool = False,
 ) -> GcPlan:
-    return plan_from(gc_source(ledger), policy, now, max_tracked=max_tracked, progress=progress, preview=preview)
+    """The plan over ``source``: the same rules, rows and bytes whatever holds the streams and objects.
 
-
-def plan_from(
-    source: GcSource,
-    policy: GcPolicy,
-    now: _dt.datetime,
-    *,
-    max_tracked: int,
-    progress: Progress | None = None,
-    preview: bool = False,
-) -> GcPlan:
-    """The plan over ``source``: the same rules, rows and bytes whatever holds the streams and objects."""
+    ``preview``: a plan only shown, which may take unchanged streams from an index; the plan an
+    apply carries out reads every stream.
+    """
     source.check_layout()
     refused: str | None = None
     try:
@@ -273,30 +198,8 @@ def _expired(scan: Scan, idx: int, by_age: bool, now: _dt.datetime, policy: GcPo
     return expired_task(record, why, detail)
 
 
-def _iter_objects(ledger: Ledger) -> Iterator[tuple[str, int, int]]:
-    """``(digest, size, mtime_ns)`` of every object, streaming (ArtifactError on a listing failure)."""
-    store = ledger.artifacts
-    for digest in store.iter_digests():
-        try:
-            st = os.lstat(store.path_for(digest))
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise ArtifactError(f"cannot stat the object {digest}: {exc.strerror or exc}") from exc
-        if stat.S_ISREG(st.st_mode):
-            yield digest, st.st_size, st.st_mtime_ns
-
-
-def inline_payloads(path: Path, fd: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every ``(digest, ref)`` carrying inline bytes in a stream's trusted events (read via ``fd`` if given)."""
-    for ev in StreamScan(path, fd=fd):
-        for digest, ref in walk(ev.data, INLINE):
-            if ref is not None:
-                yield digest, ref
-
-
 def _plan_evacuations(
-    source: GcSource, scan: Scan, expired: list[ExpiredTask], k: int, rank: Sequence[int], *, incomplete: bool
+    source: GcStorage, scan: Scan, expired: list[ExpiredTask], k: int, rank: Sequence[int], *, incomplete: bool
 ) -> list[Evacuation]:
     """Inline payloads of expiring streams that a kept stream still needs, and nothing else holds.
 

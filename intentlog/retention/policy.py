@@ -5,13 +5,21 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from pathlib import Path
+from typing import Any, Final, Protocol, final
 
 from ..errors import UsageError
 from ..eventlog.format import TS_FORMAT, parse_utc
 
-if TYPE_CHECKING:
-    from ..ledger import Ledger
+
+class Configured(Protocol):
+    """What the policy is read from: a ledger's root and its ``intentlog.json`` marker."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def marker(self) -> dict[str, Any]: ...
 
 
 DEFAULT_MAX_AGE: Final = 30 * 86400.0
@@ -27,7 +35,6 @@ KEEP_FILE: Final = "keep.json"
 KEEP_FORMAT: Final = "intentlog-keep/1"
 PLAN_VERSION: Final = "intentlog-gc-plan/1"
 CONFIG_KEY: Final = "retention"
-
 
 
 # -- durations and sizes ---------------------------------------------------------------
@@ -169,7 +176,7 @@ class GcPolicy:
 
 
 def resolve_policy(
-    ledger: Ledger,
+    ledger: Configured,
     *,
     max_age: str | float | _dt.timedelta | None = None,
     max_size: str | int | None = None,

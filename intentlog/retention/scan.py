@@ -13,7 +13,7 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from .. import viewcache
 from .._digest import DIGEST_PREFIX
@@ -27,12 +27,19 @@ from ..refs import DIGEST_BYTES_RE, KEEP, walk
 from ..viewcache import paused_gc
 from ..viewindex import IndexJoin, facts_of
 from .backlogs import backlog_needs
-from .marks import KeepMark, protected_by
 from .policy import GcPolicy, format_duration, parse_ts
 from .rows import TaskRows
+from .rules import KeepMark, protected_by
 
-if TYPE_CHECKING:
-    from ..ledger import Ledger
+
+class Layout(Protocol):
+    """Where a ledger folder keeps what a scan reads: its root (the view cache's index) and ``tasks/``."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def tasks_dir(self) -> Path: ...
 
 
 TS_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\Z")
@@ -173,7 +180,7 @@ Progress = Callable[[str, int, int], None]
 
 
 def scan_tasks(
-    ledger: Ledger,
+    ledger: Layout,
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
@@ -208,7 +215,7 @@ def _task_of(name: str) -> str:
 
 
 def _scan_names(
-    ledger: Ledger,
+    ledger: Layout,
     names: list[str],
     scan: Scan,
     now: _dt.datetime,
@@ -275,7 +282,7 @@ def _record(scan: Scan, info: TaskInfo) -> None:
 
 
 def _from_index(
-    ledger: Ledger,
+    ledger: Layout,
     info: TaskInfo,
     refs: set[bytes],
     held: set[bytes],
@@ -358,7 +365,7 @@ def fold_for_gc(
     return fold, ops, latest, last
 
 
-def _scan_one(ledger: Ledger, info: TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
+def _scan_one(ledger: Layout, info: TaskInfo, refs: set[bytes], held: set[bytes], scan: Scan, join: IndexJoin) -> bool:
     """Read one stream: size, identity, head, latest timestamp, protection, digests. False if unreadable."""
     path = ledger.tasks_dir / f"{info.task}.jsonl"
     where = f"tasks/{info.task}.jsonl"
@@ -404,7 +411,7 @@ def _scan_one(ledger: Ledger, info: TaskInfo, refs: set[bytes], held: set[bytes]
 
 
 def _classify(
-    ledger: Ledger,
+    ledger: Layout,
     info: TaskInfo,
     now: _dt.datetime,
     policy: GcPolicy,
