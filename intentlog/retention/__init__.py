@@ -42,7 +42,7 @@ and its references kept. A blob a writer stores again while gc runs is spared (p
 Written once, against one seam (:class:`~intentlog.retention.storage.GcStorage`), with
 two implementations: a folder (:mod:`.folder`: ``gc.lock``, ``keep.json``, each stream
 under its writer lock, each blob moved aside first) and an object store
-(:mod:`intentlog.s3.gcsource`: the store's gc log is the lock, the record and the keep
+(``StoreGc``, beside the store's seams: the store's gc log is the lock, the record and the keep
 marks; each stream under its lease, each object behind a dying marker).
 """
 

@@ -63,7 +63,7 @@ def apply_gc(
     ``take_over_after`` (seconds) takes it from a gc whose log has not moved for that long
     on this process's clock (a killed gc's lease stays recorded as held; the old holder, if
     alive, is fenced by its next put). A folder's gc lock dies with its holder: there it is
-    not needed. See :mod:`intentlog.s3.gcsource`.
+    not needed.
     """
     if plan is not None and not isinstance(plan, GcPlan):
         raise WrongType(f"plan must be a GcPlan from plan_gc(), not {type(plan).__name__} {plan!r}")

@@ -4,8 +4,8 @@ Retention (the plan, the apply, the keep marks, the report) is written once agai
 :class:`GcStorage`; a ledger hands out its implementation (``Ledger.gc_storage()``), and
 there are exactly two: :class:`~intentlog.retention.folder.FolderGc` (a ledger folder:
 ``tasks/``, ``objects/``, ``keep.json`` and ``gc.jsonl`` under ``gc.lock``) and
-:class:`intentlog.s3.gcsource.StoreGc` (an object store: the same streams and objects
-through its seams; the keep marks, the record and the lock are its gc log). A folder and a
+``StoreGc``, beside the object store's seams (the same streams and objects read through
+them; the keep marks, the record and the lock are the store's gc log). A folder and a
 store holding the same streams and objects give the same plan: the same rows, the same
 bytes printed, and an apply deletes the same tasks and blobs.
 
@@ -41,7 +41,7 @@ class GcSession(Protocol):
 
     @property
     def where(self) -> str:
-        """The ledger, as messages name it (its folder, its ``s3://`` location)."""
+        """The ledger, as messages name it (its folder, its store location)."""
 
     @property
     def log_file(self) -> str:
@@ -89,7 +89,7 @@ class GcStorage(Protocol):
 
     @property
     def where(self) -> str:
-        """The ledger, as messages name it (its folder, its ``s3://`` location)."""
+        """The ledger, as messages name it (its folder, its store location)."""
 
     def check_layout(self) -> None:
         """Refuse (an ``IntentlogError``) a layout gc must not work in (a folder swapped for a link)."""
