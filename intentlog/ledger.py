@@ -29,6 +29,7 @@ from .task import Task
 
 if TYPE_CHECKING:
     from .backlog import Backlog
+    from .checker.seams import LedgerReads
     from .eventlog.storage import StreamStorage
     from .s3 import ObjectStorage
     from .sessions import Session
@@ -164,6 +165,12 @@ class Ledger:
     def remote_streams(self) -> StreamStorage | None:
         """The streams when they are not a folder (an object store), else None."""
         return self.storage.streams if self.storage is not None else None
+
+    def reads(self) -> LedgerReads:
+        """What verify, the report and export read of this ledger (its storage's own; nothing written, no probe)."""
+        from .ledgerreads import reads_on
+
+        return reads_on(self.root, self.storage, self.location, self.workspace)
 
     # -- tasks ---------------------------------------------------------------------
 
