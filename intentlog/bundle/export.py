@@ -10,7 +10,7 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import orjson
 
@@ -276,8 +276,12 @@ def _receipt_names(receipts: Sequence[str | os.PathLike[str]]) -> dict[str, Path
     return out
 
 
+class _HasReads(Protocol):
+    def reads(self) -> LedgerReads: ...
+
+
 def export_bundle(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | _HasReads,
     tasks: Sequence[str] | None = None,
     *,
     out: str | os.PathLike[str] | None = None,
@@ -288,9 +292,11 @@ def export_bundle(
 ) -> ExportResult:
     """Export ``tasks`` (default: every task) of the ledger at ``root`` as an evidence bundle.
 
-    ``root`` is a ledger folder or ``s3://bucket/prefix`` (a ledger on an object store, read
+    ``root`` is a ledger folder, ``s3://bucket/prefix`` (a ledger on an object store, read
     through its seams with the standard AWS settings: nothing is written there; the bundle
-    is a local folder or tar like any other).
+    is a local folder or tar like any other), or an open :class:`~intentlog.Ledger` (read
+    through its own storage). Either way the ledger is read through one
+    :class:`~intentlog.checker.seams.LedgerReads`, so both storages export alike.
 
     ``out`` is a folder that must not exist or be empty; ``tar`` a file that must not
     exist (a plain, deterministic tar of one folder, ``intentlog-bundle/``); give either
@@ -309,7 +315,8 @@ def export_bundle(
     """
     if out is None and tar is None:
         raise UsageError("say where the bundle goes: a folder (out), a tar file (tar), or both")
-    check_path(root, "root")
+    if isinstance(root, (str, os.PathLike)):
+        check_path(root, "root")
     task_list = check_names(tasks, "tasks")
     names = sorted({check_task_id(t) for t in task_list}) if task_list else None
     out_path = check_path(out, "out") if out is not None else None
@@ -320,7 +327,7 @@ def export_bundle(
     if tar_path is not None and (tar_path.is_symlink() or (tar_path.exists() and not tar_path.is_file())):
         raise UsageError(f"{tar_path} exists and is not a file; name a new file for the tar")
     logs = _receipt_names(receipts)
-    reads = open_reads(root)
+    reads = open_reads(root) if isinstance(root, (str, os.PathLike)) else root.reads()
     refuse_links(reads)
     check_marker(reads)
     present = reads.names()

@@ -144,7 +144,9 @@ def render_report(
         check_backlog(backlog)
     try:
         src.reads.marker()  # a folder holds one; a storage that keeps none is a ledger by construction
-    except (OSError, NotRegular) as exc:
+    except NotRegular:
+        pass  # a link (or not a file): the check reports it, and nothing is read through it
+    except OSError as exc:
         raise NotALedger(src.reads.where, "holds no intentlog.json; pass the ledger root (or a bundle folder)") from exc
     present = src.names()
     if names:
