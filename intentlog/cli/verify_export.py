@@ -134,7 +134,7 @@ def export(
     progress = None if as_json else progress_for("exporting")
     try:
         result = export_bundle(
-            c.url if c.url is not None else c.root,  # a store is read through its seams
+            ledger,  # read through its own storage: a folder's files, or a store's seams
             list(tasks) or None,
             out=out,
             tar=tar_file,
@@ -174,7 +174,7 @@ def _reads_of_ledger(c: Ctx) -> LedgerReads:
     """What the root's ledger is read through; refused (exit 1) when there is no ledger, saying how to point at one."""
     from ..ledgerreads import open_reads
 
-    reads = open_reads(c.url if c.url is not None else c.root)
+    reads = open_reads(c.url or c.root)
     try:
         reads.marker()  # a folder holds one; a storage that keeps none is a ledger by construction
     except NotRegular:
