@@ -385,4 +385,3 @@ def _torn_from(start: tuple[int, int, str], last: int) -> str:
     if start[0] == last:
         return ""
     return f" (lines {start[0]}-{last} from byte {start[1]})"
-

@@ -38,6 +38,7 @@ _DIGITS: Final = frozenset("0123456789")
 #: there: that module reaches the folder writer's file helpers, which the checker must never reach)
 ACCEPTED: Final = ("damage", "damage+resend")
 
+
 def seal_number(key: str) -> int | None:
     """The seal number a key names: exactly 12 ASCII digits then ``.json``, else None (not a seal)."""
     name = key.rsplit("/", 1)[-1]
