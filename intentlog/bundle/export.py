@@ -315,8 +315,8 @@ def export_bundle(
     """
     if out is None and tar is None:
         raise UsageError("say where the bundle goes: a folder (out), a tar file (tar), or both")
-    if isinstance(root, (str, os.PathLike)):
-        check_path(root, "root")
+    if isinstance(root, (str, os.PathLike)) or not callable(getattr(root, "reads", None)):
+        check_path(root, "root")  # a location, or refused as the wrong type
     task_list = check_names(tasks, "tasks")
     names = sorted({check_task_id(t) for t in task_list}) if task_list else None
     out_path = check_path(out, "out") if out is not None else None
