@@ -157,3 +157,21 @@ def test_verify_export_and_report_tell_the_same_on_a_store_as_on_a_folder(
         on_store.ledger.close()
     for step in expected:
         assert got[step] == expected[step], f"{other}: {step} differs from the folder's"
+
+
+def test_verify_report_and_export_never_ask_which_storage_they_read() -> None:
+    """No module of the checker, the report or export imports store code or asks whether it has a store."""
+    from test_layers import PKG, imports_of
+
+    files = [f for sub in ("checker", "report", "bundle") for f in sorted((PKG / sub).rglob("*.py"))]
+    files.append(PKG / "verify_bundle.py")
+    imports = [
+        f"{f.relative_to(PKG.parent)} imports {m}"
+        for f in files
+        for m in sorted(imports_of(f))
+        if m == "intentlog.s3" or m.startswith("intentlog.s3.")
+    ]
+    assert imports == []
+    questions = ("storage is not None", "storage is None", "remote is not None", "remote_streams", "seams is not None")
+    asked = [f"{f.relative_to(PKG.parent)}: {q}" for f in files for q in questions if q in f.read_text()]
+    assert asked == []
