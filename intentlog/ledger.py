@@ -29,6 +29,7 @@ from .task import Task
 
 if TYPE_CHECKING:
     from .backlog import Backlog
+    from .checker.seams import LedgerReads
     from .eventlog.storage import StreamStorage
     from .retention.storage import GcStorage
     from .s3 import ObjectStorage
@@ -178,6 +179,12 @@ class Ledger:
         from .retention.folder import FolderGc
 
         return FolderGc(self)
+
+    def reads(self) -> LedgerReads:
+        """What verify, the report and export read of this ledger (its storage's own; nothing written, no probe)."""
+        from .ledgerreads import reads_on
+
+        return reads_on(self.root, self.storage, self.location, self.workspace)
 
     # -- tasks ---------------------------------------------------------------------
 

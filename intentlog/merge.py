@@ -198,7 +198,8 @@ def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResu
 
         open_ledger(d_path, create=True)  # a new destination becomes a ledger only now: nothing on refusal
     apply_merge(plan, s_streams, s_objects, d_streams, d_objects)
-    from .checker.verify import verify_path, verify_stored
+    from .checker.verify import verify_path
+    from .ledgerreads import verify_stored
 
     if d_path is not None:
         return MergeResult(plan, verify_path(d_path))

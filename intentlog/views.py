@@ -369,7 +369,7 @@ def resolve_digest(ledger: Ledger, text: str) -> str:
     needle = want.encode()
     for tid in ledger.task_ids():
         try:
-            data = ledger.streams.read(tid) if ledger.storage is not None else ledger.stream_path(tid).read_bytes()
+            data = ledger.streams.read(tid)  # the stream seam: a folder's file, or a store's segments
         except (OSError, IntentlogError):
             continue
         if needle in data:

@@ -228,6 +228,8 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog.heads": (3, "features"),
     "intentlog.checker": (3, "features"),
     "intentlog.checker.*": (3, "features"),
+    # which reads (a folder's, or a store's seams with its seals and gc log) verify, report and export get
+    "intentlog.ledgerreads": (3, "features"),
     "intentlog.retention.*": (3, "features"),
     # the object store's retention storage: written against the retention seam it implements
     "intentlog.s3.gcsource": (3, "features"),

@@ -10,7 +10,7 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import orjson
 
@@ -19,7 +19,7 @@ from .._digest import is_digest
 from .._fsutil import fsync_dir, makedirs_durable, publish_chunks
 from ..artifacts.inline import inline_bytes
 from ..checker.report import INFO, VerifyReport
-from ..checker.seams import Seams
+from ..checker.seams import LedgerReads
 from ..checker.state import Progress
 from ..errors import (
     ArtifactError,
@@ -29,10 +29,9 @@ from ..errors import (
     UsageError,
 )
 from ..eventlog.format import FORMAT, TASK_CREATED, check_task_id
-from ..eventlog.listing import task_ids
 from ..eventlog.reader import StreamScan
-from ..gclog import retired_by_gc
-from ..heads.codec import HEADS_FILE, StreamHead, encode_heads, read_heads_at
+from ..heads.codec import HEADS_FILE, StreamHead, encode_heads
+from ..ledgerreads import open_reads
 from ..projections.workstate import WorkState, work_state
 from ..refs import EXPORT, walk
 from ..report import REPORT_FILE, render
@@ -53,7 +52,7 @@ from .files import (
     walk_files,
 )
 from .readme import readme_text
-from .source import check_marker, checked_copy, inline_in, read_range, refuse_links, stored_object
+from .source import check_marker, inline_in, read_range, refuse_links
 from .staging import STAGING_SUFFIX, check_out, holds_bundle, remove_stale, same_bytes
 
 _MARKER: Final = orjson.dumps({"format": FORMAT, "hash": "blake3"}, option=orjson.OPT_SORT_KEYS) + b"\n"
@@ -132,12 +131,9 @@ class _Wanted:
 
 
 class _Exporter:
-    def __init__(
-        self, root: Path, staging: Path, sealed: Mapping[str, StreamHead], seams: Seams | None = None
-    ) -> None:
-        self.root = root
-        #: the seams the ledger is read through when it is on an object store, else None (a folder)
-        self.seams = seams
+    def __init__(self, reads: LedgerReads, staging: Path, sealed: Mapping[str, StreamHead]) -> None:
+        #: what the ledger is read through (a folder, or the storage seams)
+        self.reads = reads
         self.staging = staging
         self.sealed = sealed
         self.refs: dict[str, _Wanted] = {}
@@ -156,19 +152,18 @@ class _Exporter:
     # -- streams ----------------------------------------------------------------------
 
     def stream(self, task: str) -> None:
+        """Copy the task's stream as stored, then scan the copy: only a whole, sealed-consistent stream is kept."""
         rel = f"tasks/{task}.jsonl"
-        src = self.root / rel
-        if self.seams is not None:  # the stream's bytes, read through the seam, are staged and scanned there
-            self.publish(rel, (self.seams.streams.read(task),))
-            src = self.staging / rel
+        src = self.reads.stream_where(task)
+        self.publish(rel, self.reads.stream_chunks(task))
         sealed = self.sealed.get(task)
-        scan = StreamScan(src)
+        scan = StreamScan(self.staging / rel)
         stream_id: str | None = None
         at_sealed: str | None = None
         for ev in scan:
             if ev.seq == 0:
                 if ev.kind != TASK_CREATED or type(ev.data.get("stream")) is not str:
-                    raise CorruptStream(str(src), 1, "the stream does not begin with task.created; not exported")
+                    raise CorruptStream(src, 1, "the stream does not begin with task.created; not exported")
                 stream_id = ev.data["stream"]
             if sealed is not None and ev.seq == sealed.seq:
                 at_sealed = ev.digest
@@ -177,7 +172,7 @@ class _Exporter:
         if p is not None:
             what = "a torn tail (an append that never returned)" if p.torn else "damage followed by event lines"
             raise CorruptStream(
-                str(src),
+                src,
                 p.line,
                 f"{p.reason}: {what}; a bundle carries whole streams only, so this task was not exported",
                 hint="opening the task for writing moves a torn tail to quarantine/ and records stream.repaired "
@@ -185,28 +180,18 @@ class _Exporter:
                 "If a writer is appending right now, export again",
             )
         if scan.last is None or scan.head is None or stream_id is None:
-            raise CorruptStream(str(src), 1, "the stream is empty; not exported")
-        if self.seams is None:
-            retired = sealed is not None and retired_by_gc(self.root, task, sealed)
-        else:  # the store's gc log
-            d = self.seams.gc_deleted.get(task)
-            retired = sealed is not None and self.seams.gc_problem is None and d is not None and d.matches(sealed)
+            raise CorruptStream(src, 1, "the stream is empty; not exported")
+        retired = sealed is not None and self.reads.retired(task, sealed)
         if sealed is not None and sealed.stream != stream_id and retired:
-            sealed = None  # gc deleted the sealed stream (gc.jsonl says so); this one is a new task
+            sealed = None  # gc deleted the sealed stream (its gc log says so); this one is a new task
         if sealed is not None and (sealed.stream != stream_id or at_sealed != sealed.head):
             raise LedgerError(
                 f"{src}: the ledger's heads.json sealed seq {sealed.seq} of stream {sealed.stream} as "
                 f"{sealed.head}, but the stream no longer holds that event (truncated, replaced or rewritten); "
                 "not exported: a bundle must not re-anchor evidence its seal contradicts. Run 'intentlog verify'"
             )
-        if self.seams is None:
-            self.publish(rel, read_range(src, scan.end))
-        copy = StreamScan(self.staging / rel)
-        state = work_state(copy, task_id=task)
-        if copy.problem is not None or copy.head != scan.head or copy.count != scan.count:  # pragma: no cover
-            raise CorruptStream(str(src), copy.count + 1, "the stream changed while it was copied; export again")
         self.heads[task] = StreamHead(stream_id, scan.last.seq, scan.head, scan.count)
-        self.states[task] = state
+        self.states[task] = work_state(StreamScan(self.staging / rel), task_id=task)
 
     def collect(self, task: str, seq: int, kind: str, data: dict[str, Any]) -> None:
         """Every ref (checked inline bytes, or a digest whose blob must be exported), bare digest and repair file."""
@@ -249,8 +234,7 @@ class _Exporter:
             if digest not in self.inline:
                 pending[digest] = wanted
         if pending:
-            source = self.seams if self.seams is not None else self.root
-            for digest, data in inline_in(source, other_tasks, set(pending)).items():
+            for digest, data in inline_in(self.reads, other_tasks, set(pending)).items():
                 self.publish(object_rel(digest), (data,))
                 del pending[digest]
         for digest, wanted in pending.items():
@@ -261,26 +245,20 @@ class _Exporter:
         for rel, (digest, size, where) in sorted(self.quarantined.items()):
             if _QUARANTINE_FILE.match(rel) is None:
                 raise ArtifactError(f"{where}: stream.repaired names {rel!r}, not a file in quarantine/; not exported")
-            src = self.root / rel
-            if self.seams is not None or not os.path.lexists(src):  # a store keeps no quarantine/
+            chunks = self.reads.file_chunks(rel, digest, size)
+            if chunks is None:
                 raise ArtifactMissing(digest, f"{where}, which moved a torn tail to {rel}: that file is gone")
-            self.publish(rel, checked_copy(src, digest, size))
+            self.publish(rel, chunks)
 
     def copy_object(self, digest: str, size: int | None, where: str) -> bool:
-        """Copy one blob if the store has it, checking every byte on the way; False if it has not."""
+        """Copy one blob if the ledger has it, checking every byte on the way; False if it has not."""
         rel = object_rel(digest)
-        if self.seams is not None:
-            if (self.staging / rel).exists():
-                return True
-            data = stored_object(self.seams, digest, size, where)
-            if data is not None:
-                self.publish(rel, (data,))
-            return data is not None
-        src = self.root / rel
-        if not os.path.lexists(src):
-            return False  # (a link is refused by the copy, which never reads through one)
-        if not (self.staging / rel).exists():
-            self.publish(rel, checked_copy(src, digest, size, where=where))
+        if (self.staging / rel).exists():
+            return True
+        chunks = self.reads.object_chunks(digest, size, where)
+        if chunks is None:
+            return False
+        self.publish(rel, chunks)
         return True
 
 
@@ -298,8 +276,12 @@ def _receipt_names(receipts: Sequence[str | os.PathLike[str]]) -> dict[str, Path
     return out
 
 
+class _HasReads(Protocol):
+    def reads(self) -> LedgerReads: ...
+
+
 def export_bundle(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | _HasReads,
     tasks: Sequence[str] | None = None,
     *,
     out: str | os.PathLike[str] | None = None,
@@ -310,9 +292,11 @@ def export_bundle(
 ) -> ExportResult:
     """Export ``tasks`` (default: every task) of the ledger at ``root`` as an evidence bundle.
 
-    ``root`` is a ledger folder or ``s3://bucket/prefix`` (a ledger on an object store, read
+    ``root`` is a ledger folder, ``s3://bucket/prefix`` (a ledger on an object store, read
     through its seams with the standard AWS settings: nothing is written there; the bundle
-    is a local folder or tar like any other).
+    is a local folder or tar like any other), or an open :class:`~intentlog.Ledger` (read
+    through its own storage). Either way the ledger is read through one
+    :class:`~intentlog.checker.seams.LedgerReads`, so both storages export alike.
 
     ``out`` is a folder that must not exist or be empty; ``tar`` a file that must not
     exist (a plain, deterministic tar of one folder, ``intentlog-bundle/``); give either
@@ -331,7 +315,8 @@ def export_bundle(
     """
     if out is None and tar is None:
         raise UsageError("say where the bundle goes: a folder (out), a tar file (tar), or both")
-    check_path(root, "root")
+    if isinstance(root, (str, os.PathLike)) or not callable(getattr(root, "reads", None)):
+        check_path(root, "root")  # a location, or refused as the wrong type
     task_list = check_names(tasks, "tasks")
     names = sorted({check_task_id(t) for t in task_list}) if task_list else None
     out_path = check_path(out, "out") if out is not None else None
@@ -342,24 +327,21 @@ def export_bundle(
     if tar_path is not None and (tar_path.is_symlink() or (tar_path.exists() and not tar_path.is_file())):
         raise UsageError(f"{tar_path} exists and is not a file; name a new file for the tar")
     logs = _receipt_names(receipts)
-    root_path = Path(root)
-    seams = _store_seams(os.fspath(root))
-    if seams is None:
-        refuse_links(root_path)
-        check_marker(root_path)
-        present = task_ids(root_path)
-        where = str(root_path / "tasks")
-    else:
-        present = sorted(check_task_id(n) for n in seams.streams.names() if n not in seams.gc_leftovers)
-        where = seams.where
+    reads = open_reads(root) if isinstance(root, (str, os.PathLike)) else root.reads()
+    refuse_links(reads)
+    check_marker(reads)
+    present = reads.names()
     if names is None:
         names = present
         if not names:
-            raise UsageError(f"{where} holds no task to export")
+            raise UsageError(f"{reads.tasks_where} holds no task to export")
     for t in names:
         if t not in present:
-            raise UsageError(f"no task {t!r} in {where}; 'intentlog tasks' lists the tasks there")
-    sealed = (read_heads_at(root_path) or {}) if seams is None else _store_heads(root)
+            raise UsageError(f"no task {t!r} in {reads.tasks_where}; 'intentlog tasks' lists the tasks there")
+    heads, wrong = reads.heads()
+    if wrong:
+        raise LedgerError(wrong[0])
+    sealed = heads or {}
 
     anchor = out_path if out_path is not None else tar_path
     if anchor is None:  # pragma: no cover - checked above
@@ -372,7 +354,7 @@ def export_bundle(
     staging = anchor.absolute().parent / f".{anchor.name}.{os.getpid()}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
     os.mkdir(staging)
     try:
-        ex = _Exporter(root_path, staging, sealed, seams)
+        ex = _Exporter(reads, staging, sealed)
         for i, t in enumerate(names, 1):
             ex.stream(t)
             if progress is not None:
@@ -418,25 +400,6 @@ def export_bundle(
         if staging.exists():
             shutil.rmtree(staging)
     return ExportResult(out_path, tar_path, tuple(names), len(files) + 1, size, report, tuple(removed), tuple(kept))
-
-
-def _store_seams(root: str) -> Seams | None:
-    """The seams of an ``s3://bucket/prefix`` root (read only: no probe), None for a folder."""
-    if not root.startswith("s3://"):
-        return None
-    from ..s3 import connect
-    from ..s3.retire import store_gc_log
-
-    storage = connect(root, write=False)
-    return Seams(storage.streams, storage.objects, root, *store_gc_log(storage.client))
-
-
-def _store_heads(url: str | os.PathLike[str]) -> dict[str, StreamHead]:
-    """The furthest head any seal on the store recorded, by task (each ``heads/N.json`` a lower bound), or none."""
-    from ..s3 import connect
-    from ..s3.seals import stored_heads
-
-    return stored_heads(connect(os.fspath(url), write=False).client) or {}
 
 
 def _report(staging: Path) -> bytes:

@@ -1,8 +1,11 @@
 """The replay checker (DESIGN §7): re-derive everything offline and compare it with the disk.
 
-:func:`verify_path` (or :func:`verify_ledger`) reads a ledger and reports, without
-changing anything -- no write, no lock, no quarantine (:func:`verify_storage` runs the
-same checks through the storage seams, on a ledger kept on an object store: :mod:`.seams`):
+:func:`verify` reads a ledger through its :class:`~intentlog.checker.seams.LedgerReads` and
+reports, without changing anything -- no write, no lock, no quarantine. The run is one,
+whatever keeps the ledger: :func:`verify_path` reads a folder
+(:class:`~intentlog.checker.folder.FolderReads`), :func:`verify_storage` the storage seams
+(:class:`~intentlog.checker.seams.SeamReads`), :func:`verify_ledger` an open ledger
+through its own reads:
 
 * per stream: parse, ``seq`` and ``prev`` of every line (exact bytes, DESIGN §4 rule 6),
   torn tails, and a whole last line that does not chain (a suspect tail);
@@ -23,8 +26,9 @@ their codecs (:mod:`intentlog.heads.codec`, :mod:`intentlog.gclog`).
 
 Layout: :mod:`.verify` (one run), :mod:`.streams` (lines, chain, seal, events),
 :mod:`.artifacts` (bytes, quarantine, workspace, orphans), :mod:`.state` (what a run
-accumulates, folder checks), :mod:`.walk` (read-only file access), :mod:`.report`
-(:class:`Problem`, :class:`VerifyReport`).
+accumulates, the ledger-level checks), :mod:`.seams` (what is read: :class:`LedgerReads`,
+and its seam implementation), :mod:`.folder` (its folder implementation), :mod:`.walk`
+(read-only file access), :mod:`.report` (:class:`Problem`, :class:`VerifyReport`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 from ..gclog import retired_by_gc
 from ..heads.codec import HEADS_FILE, HEADS_FORMAT, StreamHead, decode_heads, encode_heads, read_heads_at
 from .report import CHANGED, ERROR, INFO, VERIFY_VERSION, Problem, VerifyReport
-from .verify import verify_ledger, verify_path, verify_storage
+from .verify import verify, verify_ledger, verify_path, verify_storage
 from .walk import find_links
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "find_links",
     "read_heads_at",
     "retired_by_gc",
+    "verify",
     "verify_ledger",
     "verify_path",
     "verify_storage",

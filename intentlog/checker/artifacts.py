@@ -6,8 +6,7 @@ files are hashed in fixed-size chunks, never followed through a link.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import orjson
 
@@ -17,7 +16,7 @@ from ..errors import ArtifactError, CorruptStream
 from ..projections.schema import is_ref
 from .report import CHANGED, ERROR, INFO, abbr
 from .state import CheckerState
-from .walk import hash_file, iter_objects, object_rel, relative, through_link
+from .walk import hash_file, object_rel, relative, through_link
 
 __all__ = ["ArtifactChecks"]
 
@@ -146,9 +145,7 @@ class ArtifactChecks(CheckerState):
             if self.blocked(rel):
                 continue  # reported as a link
             try:
-                if self.seams is not None:  # a store keeps no quarantine/ (a folder copy of it neither)
-                    raise FileNotFoundError(rel)
-                actual, size = hash_file(self.root / rel, self.buf)
+                actual, size = self.reads.hash_file(rel, self.buf)
             except FileNotFoundError:
                 self.add(
                     ERROR, "artifact_missing", f"the repaired tail was moved to {rel}, which is gone: the evidence "
@@ -168,13 +165,9 @@ class ArtifactChecks(CheckerState):
     def check_unrecorded_quarantine(self) -> None:
         """Files in quarantine/ that no stream.repaired names: worth knowing, never a failure."""
         named = {relative(q.file) for q in self.quarantined}
-        if self.blocked("quarantine") or self.seams is not None:
+        if self.blocked("quarantine"):
             return
-        try:
-            names = sorted(os.listdir(self.root / "quarantine"))
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for name in names:
+        for name in self.reads.quarantine_names():
             rel = f"quarantine/{name}"
             if rel in named:
                 continue
@@ -247,22 +240,14 @@ class ArtifactChecks(CheckerState):
         if self.blocked("objects"):
             return
         try:
-            for digest, size in self._stored_objects():
+            for digest, size in self.reads.stored_objects():
                 if digest in self.needs or digest in self.inline or digest in self.bare:
                     continue
-                if size < 0 and self.seams is not None:
-                    size = self.seams.size(digest)
+                if size < 0:  # not listed with its size: asked for the orphans only
+                    size = self.reads.object_size(digest)
                 self.add(
                     INFO, "orphan_blob", f"{size} bytes referenced by no event: harmless (an interrupted run leaves "
                     "them); garbage collection removes them after a grace period", digest=digest,
                 )
         except OSError as exc:
             self.add(ERROR, "io", f"cannot list objects/: {exc.strerror or exc}; check the folder's permissions")
-
-    def _stored_objects(self) -> Iterator[tuple[str, int]]:
-        """``(digest, size)`` of every stored object; through a seam the size is -1 (asked only for orphans)."""
-        if self.seams is None:
-            yield from iter_objects(self.root)
-            return
-        for digest in self.seams.digests():
-            yield digest, -1

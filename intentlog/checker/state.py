@@ -7,7 +7,6 @@ where, the workspace captures, the quarantined files. :mod:`.streams` and
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +14,11 @@ from typing import Any, Final
 
 import orjson
 
-from .._regular import NotRegular, read_regular
-from ..eventlog.format import FORMAT, check_task_id
+from .._regular import NotRegular
+from ..eventlog.format import FORMAT
 from .report import ERROR, INFO, Problem
-from .seams import Seams
-from .walk import CHUNK_SIZE, find_links, hash_file, iter_regular_lines, lock_holder, through_link
+from .seams import LedgerReads
+from .walk import CHUNK_SIZE, through_link
 
 __all__ = [
     "MAX_PROBLEMS_PER_TASK",
@@ -93,12 +92,9 @@ UNKNOWN: Final = object()
 class CheckerState:
     """The state of one run and the folder-level checks (links, the marker, the task list)."""
 
-    def __init__(
-        self, root: Path, workspace: Path | None, progress: Progress | None, seams: Seams | None = None
-    ) -> None:
-        self.root = root
-        #: the seams the ledger is read through when it is not a folder (an object store), else None
-        self.seams = seams
+    def __init__(self, reads: LedgerReads, workspace: Path | None, progress: Progress | None) -> None:
+        #: what the ledger is read through (a folder, or the storage seams): the run reads nothing else
+        self.reads = reads
         self.workspace = workspace
         self.progress = progress
         self.problems: list[Problem] = []
@@ -135,7 +131,7 @@ class CheckerState:
     def check_links(self) -> None:
         """Every symbolic link in the ledger is a problem, and nothing is read through one (issue 12 item 1)."""
         try:
-            self.links = find_links(self.root)
+            self.links = self.reads.links()
         except OSError as exc:  # pragma: no cover - find_links skips what it cannot list
             self.add(ERROR, "io", f"cannot walk the ledger: {exc}")
             return
@@ -151,11 +147,13 @@ class CheckerState:
         return through_link(rel, self.links) is not None
 
     def check_marker(self) -> None:
-        path = self.root / "intentlog.json"
         if self.blocked("intentlog.json"):
             return
         try:
-            marker = orjson.loads(read_regular(path))
+            data = self.reads.marker()
+            if data is None:
+                return  # none is kept: the storage is a ledger by construction
+            marker = orjson.loads(data)
         except (OSError, NotRegular, orjson.JSONDecodeError) as exc:
             self.add(ERROR, "ledger", f"intentlog.json cannot be read ({exc}); is this a ledger folder?")
             return
@@ -163,53 +161,27 @@ class CheckerState:
             self.add(ERROR, "ledger", f"intentlog.json does not declare format {FORMAT!r}: {marker!r}")
 
     def list_tasks(self) -> list[str]:
-        if self.seams is not None:
-            try:
-                left = self.seams.gc_leftovers  # what is left of streams gc deleted: no tasks
-                return sorted(check_task_id(n) for n in self.seams.streams.names() if n not in left)
-            except OSError as exc:
-                self.add(ERROR, "io", f"cannot list the streams of {self.seams.where}: {exc}")
-                return []
         if self.blocked("tasks"):
             return []
-        try:
-            entries = sorted(e.name for e in os.scandir(self.root / "tasks") if e.name.endswith(".jsonl"))
-        except FileNotFoundError:
+        names, strays, failed = self.reads.listing()
+        if failed is not None:
+            self.add(ERROR, "io", failed)
             return []
-        except OSError as exc:
-            self.add(ERROR, "io", f"cannot list tasks/: {exc.strerror or exc}; check the folder's permissions")
-            return []
-        out = []
-        for name in entries:
-            task = name[: -len(".jsonl")]
-            try:
-                out.append(check_task_id(task))
-            except ValueError:
-                self.add(INFO, "stray", f"tasks/{name} is not named like a task stream; it was not checked")
-        return out
-
-    def _path(self, task: str) -> Path:
-        return self.root / "tasks" / f"{task}.jsonl"
+        for rel in strays:
+            self.add(INFO, "stray", f"{rel} is not named like a task stream; it was not checked")
+        return names
 
     def stream_lines(self, task: str) -> Iterator[tuple[int, bytes]]:
-        """``(offset, line)`` of the task's stream: the folder's file, or the stream read through its seam."""
-        if self.seams is not None:
-            return self.seams.lines(task)
-        return iter_regular_lines(self._path(task))
+        """``(offset, line)`` of the task's stream, as the ledger stores it."""
+        return self.reads.lines(task)
 
     def hash_object(self, digest: str, rel: str) -> tuple[str, int]:
         """What the object ``digest`` (at ``rel`` in a folder) hashes to, and its size; FileNotFoundError if absent."""
-        if self.seams is not None:
-            return self.seams.hash_object(digest)
-        return hash_file(self.root / rel, self.buf)
+        return self.reads.hash_object(digest, rel, self.buf)
 
     def object_exists(self, digest: str, rel: str) -> bool:
-        if self.seams is not None:
-            return self.seams.exists(digest)
-        return (self.root / rel).exists()
+        return self.reads.object_exists(digest, rel)
 
     def _writer(self, task: str) -> int | None:
         """The pid holding ``task``'s writer lock, probed without taking it; None when none is seen."""
-        if self.seams is not None:
-            return None  # a store's lease names no process (and a stored segment is never torn)
-        return lock_holder(self.root / "tasks" / f"{task}.jsonl.lock")
+        return self.reads.writer(task)

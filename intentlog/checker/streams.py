@@ -18,7 +18,7 @@ from .._regular import NotRegular
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream, DigestMismatch, NotSerializable
 from ..eventlog.format import TASK_CREATED, check_kind, is_reserved
-from ..gclog import GC_LOG, retired_by_gc
+from ..gclog import GC_LOG
 from ..heads.codec import StreamHead
 from ..projections.schema import FILE, TaskGraph, check_shape, is_ref, rule_for
 from ..refs import CHECK, CHECK_REFS, walk
@@ -49,9 +49,8 @@ class StreamChecks(CheckerState):
         except NotRegular as exc:
             self.add(ERROR, "link", f"the stream is {exc}, so it was not read", task=task)
         except CorruptStream as exc:  # read through a seam: its segments do not make one stream
-            d = self.seams.gc_deleted.get(task) if self.seams is not None else None
-            left = self.seams is not None and task in self.seams.gc_leftovers
-            if d is not None and (_left_by_gc(exc) or left):
+            d = self.reads.gc_remains(task, exc)
+            if d is not None:
                 self.add(
                     INFO, "deleted_by_gc", f"what is left of the stream gc deleted at {d.ts} (the gc log's seq "
                     f"{d.seq}): {exc.reason}; not a stream, never read as one (the numbers a fenced writer "
@@ -64,8 +63,8 @@ class StreamChecks(CheckerState):
                 "checked; restore the segments from a copy", task=task,
             )
         except OSError as exc:
-            d = self.seams.gc_deleted.get(task) if self.seams is not None else None
-            if d is not None and isinstance(exc, FileNotFoundError):  # a store's empty folder, after gc
+            d = self.reads.gc_remains(task, exc)
+            if d is not None:  # an empty folder, after gc
                 self.add(
                     INFO, "deleted_by_gc", f"deleted by gc at {d.ts} (the gc log's seq {d.seq}); its empty folder "
                     "is still listed: 'intentlog gc --apply' removes it", task=task,
@@ -222,11 +221,7 @@ class StreamChecks(CheckerState):
 
     def _compare_head(self, s: StreamFacts, sealed: StreamHead) -> None:
         where = {"task": s.task, "seq": sealed.seq}
-        if self.seams is None:
-            retired = retired_by_gc(self.root, s.task, sealed)
-        else:  # the store's gc log, read by the caller
-            d = self.seams.gc_deleted.get(s.task)
-            retired = self.seams.gc_problem is None and d is not None and d.matches(sealed)
+        retired = self.reads.retired(s.task, sealed)
         if s.stream_id != sealed.stream and s.stream_id is not None and retired:
             self.add(
                 INFO,
@@ -390,8 +385,3 @@ def _torn_from(start: tuple[int, int, str], last: int) -> str:
     if start[0] == last:
         return ""
     return f" (lines {start[0]}-{last} from byte {start[1]})"
-
-
-def _left_by_gc(exc: CorruptStream) -> bool:
-    """Whether a store's stream fails as what a gc delete leaves: its segment 0 is missing."""
-    return "segment 0 is missing" in exc.reason

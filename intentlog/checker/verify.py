@@ -1,4 +1,9 @@
-"""One run of the replay checker: over a ledger (or bundle) folder, or over the storage seams (a store)."""
+"""One run of the replay checker over a ledger's reads (:class:`~intentlog.checker.seams.LedgerReads`).
+
+:func:`verify` is the one run; :func:`verify_path` (a folder), :func:`verify_storage` (the
+storage seams) and :func:`verify_ledger` (an open ledger, whatever keeps it) only say what
+is read.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,59 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._args import check_names, check_path
-from ..errors import LedgerError, NotALedger, UsageError
+from ..errors import NotALedger, UsageError
 from ..eventlog.format import check_task_id
-from ..gclog import GC_LOG, GcDeletion, read_gc_deletions
-from ..heads.codec import HEADS_FILE, StreamHead, read_heads_at
+from ..gclog import GC_LOG, GcDeletion
+from ..heads.codec import HEADS_FILE, StreamHead
 from .artifacts import ArtifactChecks
+from .folder import FolderReads
 from .report import ERROR, INFO, SEVERITIES, VerifyReport, abbr
-from .seams import ObjectReads, Seams, StreamReads
+from .seams import LedgerReads, ObjectReads, SeamReads, StreamReads
 from .state import Progress
 from .streams import StreamChecks
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
-    from ..s3.client import ObjectClient
 
-__all__ = ["verify_ledger", "verify_path", "verify_storage"]
+__all__ = ["verify", "verify_ledger", "verify_path", "verify_storage"]
 
 
 class Checker(StreamChecks, ArtifactChecks):
     """A whole run: the stream checks, then the byte checks, over one shared state."""
+
+
+def verify(
+    reads: LedgerReads,
+    tasks: Sequence[str] | None = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Check the ledger ``reads`` reads; changes nothing, takes no lock, probes nothing.
+
+    ``tasks`` limits the stream checks to those tasks (orphan blobs are then not looked
+    for: that needs every stream). ``workspace`` is what ``artifact.recorded`` locators
+    are relative to (default: ``reads.default_workspace``, a folder's parent).
+    ``progress(phase, done, total)`` is called as streams, artifacts and workspace files
+    are checked. Raises :class:`InvalidTaskId` or :class:`UsageError` for a named task that
+    has no stream (and was never sealed); everything found wrong is in the report, not raised.
+    The same streams, objects, seals and gc log give the same report whatever keeps them,
+    but for what only a folder can hold (links, ``intentlog.json``, ``quarantine/``, torn tails).
+    """
+    tasks = check_names(tasks, "tasks")
+    ws = Path(workspace) if workspace is not None else reads.default_workspace
+    checker = Checker(reads, ws, progress)
+    checker.check_links()
+    checker.check_marker()
+    heads: dict[str, StreamHead] | None
+    if checker.blocked(HEADS_FILE):
+        heads = {}  # a linked seal: reported, unread
+    else:
+        heads, wrong = reads.heads()
+        for message in wrong:
+            checker.add(ERROR, "heads", message)
+    gc_deleted, gc_problem = reads.gc_log()
+    return _run(checker, reads.where, reads.tasks_where, tasks, heads, gc_deleted, gc_problem)
 
 
 def verify_path(
@@ -36,31 +75,16 @@ def verify_path(
     workspace: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
 ) -> VerifyReport:
-    """Check the ledger (or exported bundle) at ``root``; changes nothing, takes no lock.
+    """:func:`verify` of the ledger (or exported bundle) folder ``root``; changes nothing, takes no lock.
 
-    ``tasks`` limits the stream checks to those tasks (orphan blobs are then not looked
-    for: that needs every stream). ``workspace`` is what ``artifact.recorded`` locators
-    are relative to (default: the parent of ``root``, as for :func:`intentlog.open`).
-    ``progress(phase, done, total)`` is called as streams, artifacts and workspace files
-    are checked. Raises :class:`NotALedger` when ``root`` is not a folder,
-    :class:`InvalidTaskId` or :class:`UsageError` for a named task that has no stream
-    (and was never sealed); everything found wrong is in the report, not raised.
+    ``workspace`` defaults to the parent of ``root``, as for :func:`intentlog.open`. Raises
+    :class:`NotALedger` when ``root`` is not a folder.
     """
     root_path = check_path(root, "root")
     tasks = check_names(tasks, "tasks")
     if not root_path.is_dir():
         raise NotALedger(str(root_path), "is not a folder; pass the ledger root (the folder holding intentlog.json)")
-    ws = Path(workspace) if workspace is not None else root_path.absolute().parent
-    checker = Checker(root_path, ws, progress)
-    checker.check_links()
-    checker.check_marker()
-    try:
-        heads = {} if checker.blocked(HEADS_FILE) else read_heads_at(root_path)  # a linked seal: reported, unread
-    except LedgerError as exc:
-        checker.add(ERROR, "heads", str(exc))
-        heads = {}
-    gc_deleted, gc_problem = read_gc_deletions(root_path)
-    return _run(checker, str(root_path), f"{root_path / 'tasks'}", tasks, heads, gc_deleted, gc_problem)
+    return verify(FolderReads(root_path), tasks, workspace=workspace, progress=progress)
 
 
 def verify_storage(
@@ -75,40 +99,20 @@ def verify_storage(
     seals: Sequence[tuple[str, bytes]] | None = None,
     gc_log: tuple[dict[str, GcDeletion], str | None, frozenset[str]] | None = None,
 ) -> VerifyReport:
-    """The same checks over a ledger kept behind the storage seams (an object store); changes nothing.
+    """:func:`verify` of a ledger kept behind the storage seams (:class:`~intentlog.checker.seams.SeamReads`).
 
-    Streams are read with ``streams.read`` (a store's segments are checked to make one
-    stream there: a hole or a spliced segment is an ``ERROR`` finding, code ``segments``),
-    objects with ``objects.get`` / ``stat`` / ``list``. The findings are the ones a folder
-    holding the same streams and objects gets (``tests/test_s3_verify.py``): what a store
-    does not keep -- links, ``intentlog.json``, ``gc.jsonl``, ``quarantine/`` -- is not
-    looked for. ``seals`` are the store's seals (where each is, and the bytes of its
-    ``heads.json``, in number order: :func:`intentlog.s3.seals.all_seals`): every seal is a
-    lower bound, so each stream is compared like a folder's against the furthest head any
-    seal recorded for it, and seals that contradict each other are a ``heads`` ``ERROR``
-    (:func:`intentlog.s3.seals.combine_seals`). ``seal`` is one seal alone (the same as
-    ``seals=[seal]``). Without either the ``heads`` note says a truncated tail cannot be
-    seen. ``where`` is the report's root (the store's URL). ``gc_log`` is what the store's gc
-    log records deleting, what is wrong with it, and the names that are what is left of a
-    stream it deleted (:func:`intentlog.s3.retire.store_gc_log`), read as a folder's
-    ``gc.jsonl`` is: a sealed stream gc deleted is ``deleted_by_gc``, not lost; what is left
-    of one (its segment 0 gone, an empty folder) is no task.
+    ``seals`` are the seals kept beside the streams (where each is and its ``heads.json``
+    bytes, in number order), each a lower bound; ``seal`` is one alone (``seals=[seal]``).
+    Without either the ``heads`` note says a truncated tail cannot be seen. ``where`` is
+    the report's root. ``gc_log`` is what the gc log records deleting, what is wrong with
+    it, and the names that are what is left of a stream it deleted.
     """
-    tasks = check_names(tasks, "tasks")
     if seal is not None and seals is not None:
         raise UsageError("pass seal or seals, not both (seals=[seal] is the same as seal)")
     found = list(seals) if seals is not None else [seal] if seal is not None else []
-    ws = Path(workspace) if workspace is not None else None
-    gc_deleted, gc_problem, left = gc_log if gc_log is not None else ({}, None, frozenset[str]())
-    checker = Checker(Path(where), ws, progress, Seams(streams, objects, where, gc_deleted, gc_problem, left))
-    heads: dict[str, StreamHead] | None = None
-    if found:
-        from ..s3.seals import combine_seals  # pure: reads no store
-
-        heads, wrong = combine_seals(found)
-        for message in wrong:
-            checker.add(ERROR, "heads", message)
-    return _run(checker, where, where, tasks, heads, gc_deleted, gc_problem)
+    deleted, problem, left = gc_log if gc_log is not None else ({}, None, frozenset[str]())
+    reads = SeamReads(streams, objects, where, found, deleted, problem, left)
+    return verify(reads, tasks, workspace=workspace, progress=progress)
 
 
 def _run(
@@ -191,38 +195,5 @@ def _run(
 def verify_ledger(
     ledger: Ledger, tasks: Sequence[str] | None = None, *, progress: Progress | None = None
 ) -> VerifyReport:
-    """:func:`verify_path` over an open :class:`~intentlog.ledger.Ledger` and its workspace.
-
-    A ledger on an object store is checked through its seams (:func:`verify_storage`).
-    """
-    storage = ledger.storage
-    if storage is not None:
-        return verify_stored(
-            storage.client, storage.objects, tasks, where=ledger.location, workspace=ledger.workspace, progress=progress
-        )
-    return verify_path(ledger.root, tasks, workspace=ledger.workspace, progress=progress)
-
-
-def verify_stored(
-    client: ObjectClient,
-    objects: ObjectReads,
-    tasks: Sequence[str] | None = None,
-    *,
-    where: str,
-    workspace: str | os.PathLike[str] | None = None,
-    progress: Progress | None = None,
-) -> VerifyReport:
-    """:func:`verify_storage` of a ledger on an object store, as every command checks one.
-
-    Its streams read through a handle of its own (what the store holds: never a cache or
-    this process's unsynced buffer), against every seal (each a lower bound) and the
-    store's gc log (what gc retired is no task). Nothing written, no probe.
-    """
-    from ..s3.retire import store_gc_log
-    from ..s3.seals import all_seals
-    from ..s3.streams import ObjectStreams
-
-    return verify_storage(
-        ObjectStreams(client), objects, tasks, where=where, workspace=workspace, progress=progress,
-        seals=all_seals(client), gc_log=store_gc_log(client),
-    )  # fmt: skip
+    """:func:`verify` of an open :class:`~intentlog.ledger.Ledger` (what its storage holds) and its workspace."""
+    return verify(ledger.reads(), tasks, workspace=ledger.workspace, progress=progress)

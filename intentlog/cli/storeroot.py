@@ -57,7 +57,7 @@ def check_on_store(url: str) -> None:
 
 def verify_store(url: str, tasks: Sequence[str] | None = None) -> VerifyReport:
     """Verify the ledger at ``url`` through its seams (nothing written, no probe, no local copy)."""
-    from ..checker.verify import verify_stored
+    from ..ledgerreads import verify_stored
     from ..s3 import connect
 
     storage = connect(url, write=False)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
+from .._regular import NotRegular
 from ..errors import InvalidTaskId, NotALedger, UsageError
 from ..eventlog.format import check_task_id
 from .app import (
@@ -23,6 +24,9 @@ from .app import (
     require_task,
     task_arg,
 )
+
+if TYPE_CHECKING:
+    from ..checker.seams import LedgerReads
 
 # -- checks ---------------------------------------------------------------------------
 
@@ -50,24 +54,8 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
       intentlog verify --bundle bundle
       intentlog verify --bundle bundle.tar
     """
-    from ..checker import verify_path
-
     if bundle is not None and tasks:
         raise click.UsageError("--bundle checks the whole bundle; name no TASK")
-    if bundle is None and c.url is not None:
-        from .storeroot import verify_store
-
-        try:
-            report = verify_store(c.url, tasks)  # the checker over the seams: no local copy
-        except (UsageError, InvalidTaskId) as exc:
-            raise click.UsageError(str(exc)) from exc
-        emit_json(report.to_json()) if as_json else click.echo(report.render())
-        sys.exit(report.exit_code)
-    if bundle is None:
-        _require_ledger(c)
-        for t in tasks:
-            if not (c.root / "tasks" / f"{check_task_id(t)}.jsonl").exists():
-                raise NotFound(f"no task {t!r} in {c.root}; see 'intentlog tasks'")
     progress = progress_for("verifying") if not as_json else None
     try:
         if bundle is not None:
@@ -75,8 +63,15 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
 
             report = check_bundle(bundle, progress=progress)
         else:
-            # verify_path, not open_ledger: a check must not even create the empty folders a git clone lacks
-            report = verify_path(c.root, list(tasks) or None, progress=progress)
+            from ..checker import verify
+
+            # the ledger's reads, not open_ledger: a check must not even create the empty folders a git clone lacks
+            reads = _reads_of_ledger(c)
+            if c.url is None:  # a folder names a task with no stream as not found (exit 1) before reading
+                for t in tasks:
+                    if check_task_id(t) not in reads.names():
+                        raise NotFound(f"no task {t!r} in {c.root}; see 'intentlog tasks'")
+            report = verify(reads, list(tasks) or None, progress=progress)
     except (UsageError, InvalidTaskId) as exc:
         raise click.UsageError(str(exc)) from exc
     if progress is not None:
@@ -139,7 +134,7 @@ def export(
     progress = None if as_json else progress_for("exporting")
     try:
         result = export_bundle(
-            c.url if c.url is not None else c.root,  # a store is read through its seams
+            ledger,  # read through its own storage: a folder's files, or a store's seams
             list(tasks) or None,
             out=out,
             tar=tar_file,
@@ -175,14 +170,18 @@ def _export_summary(c: Ctx, result: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _require_ledger(c: Ctx) -> None:
-    """Refuse (exit 1) a root with no ledger, saying how to point at one."""
-    if c.url is not None:
-        from .storeroot import check_on_store
+def _reads_of_ledger(c: Ctx) -> LedgerReads:
+    """What the root's ledger is read through; refused (exit 1) when there is no ledger, saying how to point at one."""
+    from ..ledgerreads import open_reads
 
-        check_on_store(c.url)  # exit 2 for a command not run on a store yet
-    if not (c.root / "intentlog.json").is_file():
-        raise NotALedger(str(c.root), "no ledger here (no intentlog.json)")
+    reads = open_reads(c.url or c.root)
+    try:
+        reads.marker()  # a folder holds one; a storage that keeps none is a ledger by construction
+    except NotRegular:
+        pass  # a link (or not a file): verify reports it, and reads nothing through it
+    except OSError as exc:
+        raise NotALedger(str(c.root), "no ledger here (no intentlog.json)") from exc
+    return reads
 
 
 @main.command()

@@ -7,7 +7,7 @@ functions and never import the writer.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
@@ -19,7 +19,16 @@ from .._regular import NotRegular, read_regular
 from ..errors import LedgerError
 from ..eventlog.format import check_task_id
 
-__all__ = ["HEADS_FILE", "HEADS_FORMAT", "StreamHead", "decode_heads", "encode_heads", "read_heads_at"]
+__all__ = [
+    "HEADS_FILE",
+    "HEADS_FORMAT",
+    "Bound",
+    "StreamHead",
+    "decode_heads",
+    "encode_heads",
+    "furthest_heads",
+    "read_heads_at",
+]
 
 HEADS_FILE: Final = "heads.json"
 HEADS_FORMAT: Final = "intentlog-heads/1"
@@ -95,3 +104,47 @@ def read_heads_at(root: str | os.PathLike[str]) -> dict[str, StreamHead] | None:
     except OSError as exc:
         raise LedgerError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from exc
     return decode_heads(data, where=str(path))
+
+
+#: A task's bound: where the seal that recorded it is, and the head it recorded.
+Bound = tuple[str, StreamHead]
+
+
+def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound], list[str]]:
+    """For each task the furthest head any seal recorded (and where), and what is wrong with the seals.
+
+    ``seals`` are ``(where, heads.json bytes)`` in number order (an object store's numbered
+    seals; a folder's one ``heads.json`` is a list of one). Every seal is a lower bound: of
+    the heads recorded for a task the one with the highest seq is kept (the first recorded
+    on a tie). A seal that does not parse, or that contradicts an earlier one (another
+    stream id for a task, or another digest at the same seq), is a problem message; the
+    well-formed seals still count. Pure: reads nothing.
+    """
+    furthest: dict[str, Bound] = {}
+    seen: dict[tuple[str, int], Bound] = {}
+    problems: list[str] = []
+    for where, data in seals:
+        try:
+            heads = decode_heads(data, where=where)
+        except LedgerError as exc:
+            problems.append(str(exc))
+            continue
+        for task, h in heads.items():
+            first = furthest.get(task)
+            same = seen.get((task, h.seq))
+            if first is not None and first[1].stream != h.stream:
+                problems.append(
+                    f"{where} seals task {task!r} as stream {h.stream!r} but {first[0]} sealed it as stream "
+                    f"{first[1].stream!r}: the seals contradict each other; restore the stream and seals from a copy"
+                )
+                continue
+            if same is not None and same[1].head != h.head:
+                problems.append(
+                    f"{where} seals task {task!r} at seq {h.seq} as {h.head} but {same[0]} sealed seq {h.seq} as "
+                    f"{same[1].head}: the seals contradict each other; restore the stream and the seals from a copy"
+                )
+                continue
+            seen.setdefault((task, h.seq), (where, h))
+            if first is None or h.seq > first[1].seq:
+                furthest[task] = (where, h)
+    return furthest, problems

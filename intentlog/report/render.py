@@ -18,12 +18,13 @@ Guarantees:
   task). Each detail shows at most :data:`~intentlog.report.model.MAX_EVENTS` events and
   payloads of at most :data:`~intentlog.report.model.PAYLOAD_MAX` bytes.
 * **Read-only.** It reads streams and objects without a lock and without probing writer
-  locks (the report is of the record), and runs :func:`~intentlog.checker.verify_path`,
-  which changes nothing. On an object-store ledger (a :class:`~intentlog.Ledger` opened on
-  ``s3://``, or the URL itself) it reads through the two seams only and runs
-  :func:`~intentlog.checker.verify_storage` against every seal: nothing is written to the
-  store and no probe runs. The same streams and objects give the same bytes as a folder's
-  page, except that a store has no torn tail (:mod:`intentlog.report.source`).
+  locks (the report is of the record), through the ledger's
+  :class:`~intentlog.checker.seams.LedgerReads` only, and runs :func:`~intentlog.checker.verify`
+  over the same reads, which changes nothing. On an object-store ledger (a
+  :class:`~intentlog.Ledger` opened on ``s3://``, or the URL itself) those are its two seams,
+  checked against every seal: nothing is written to the store and no probe runs. The same
+  streams and objects give the same bytes as a folder's page, except that a store has no
+  torn tail (:mod:`intentlog.report.source`).
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Protocol, final
 
 from .._args import check_names
+from .._regular import NotRegular
 from ..checker.report import VerifyReport
+from ..checker.seams import LedgerReads
 from ..errors import NotALedger, UsageError
 from ..eventlog.format import check_task_id
+from ..ledgerreads import open_reads
 from .backlog import backlog_section, check_backlog
 from .html import CSP, SCRIPT, STYLE, commands, esc, table
 from .model import TaskData, attach_verify, collect_artifacts, read_task
 from .sections import state_badge, task_detail, verify_block
-from .source import FolderSource, ReportSource, StoreSource
+from .source import ReportSource
 
 __all__ = ["DEFAULT_DETAIL", "REPORT_FORMAT", "ReportResult", "render", "render_report"]
 
@@ -52,12 +55,11 @@ DEFAULT_DETAIL: Final = 100
 _SETTLED: Final = frozenset({"complete", "awaiting acceptance"})
 
 
-class _HasRoot(Protocol):
-    @property
-    def root(self) -> Path: ...
+class _HasReads(Protocol):
+    def reads(self) -> LedgerReads: ...
 
 
-Source = str | os.PathLike[str] | _HasRoot
+Source = str | os.PathLike[str] | _HasReads
 Hint = Callable[[str], str]
 
 
@@ -83,23 +85,14 @@ class ReportResult:
         }
 
 
-def _source_of(source: Source) -> tuple[ReportSource, Path | None]:
-    """The reads behind ``source``, and the folder it is (None: a store, read through its seams)."""
+def _source_of(source: Source) -> ReportSource:
+    """The reads behind ``source``: a location (a folder or ``s3://B/P``), or an open ledger's own."""
     if isinstance(source, (str, os.PathLike)):
-        text = os.fspath(source)
-        if isinstance(text, str) and text.startswith("s3://"):
-            from ..s3 import connect
-
-            return StoreSource(connect(text, write=False), text.rstrip("/")), None  # no probe: it only reads
-        return FolderSource(Path(text)), Path(text)
-    root = getattr(source, "root", None)
-    if not isinstance(root, Path):
+        return ReportSource(open_reads(source))  # a store only read: no probe
+    reads = getattr(source, "reads", None)
+    if not callable(reads):
         raise TypeError(f"render() takes a ledger or a folder path, not {type(source).__name__}")
-    storage = getattr(source, "storage", None)
-    if storage is not None:  # a Ledger opened on an object store
-        return StoreSource(storage, str(getattr(source, "location", root))), None
-    ws = getattr(source, "workspace", None)
-    return FolderSource(root, ws if isinstance(ws, Path) else None), root
+    return ReportSource(reads())
 
 
 def render(
@@ -143,14 +136,18 @@ def render_report(
     Raises :class:`NotALedger` when the folder is not a ledger, :class:`UsageError` for a
     named task with no stream or a malformed backlog view, ``InvalidTaskId``; writes nothing.
     """
-    src, root = _source_of(source)
+    src = _source_of(source)
     names = check_names(tasks, "tasks")
     if detail is not None and (type(detail) is not int or detail < 0):
         raise ValueError(f"detail must be a count of tasks (0 or more) or None, not {detail!r}")
     if backlog is not None:
         check_backlog(backlog)
-    if root is not None and not (root / "intentlog.json").is_file():
-        raise NotALedger(str(root), "holds no intentlog.json; pass the ledger root (or a bundle folder)")
+    try:
+        src.reads.marker()  # a folder holds one; a storage that keeps none is a ledger by construction
+    except NotRegular:
+        pass  # a link (or not a file): the check reports it, and nothing is read through it
+    except OSError as exc:
+        raise NotALedger(src.reads.where, "holds no intentlog.json; pass the ledger root (or a bundle folder)") from exc
     present = src.names()
     if names:
         for t in names:

@@ -20,13 +20,12 @@ this seal lifts it, as in a folder. Reads only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Final
 
 from ..errors import CorruptStream, LedgerError
 from ..eventlog.format import TASK_CREATED
 from ..eventlog.remote import events_in
-from ..heads.codec import StreamHead, decode_heads
+from ..heads.codec import Bound, furthest_heads
 from .client import ObjectClient
 
 __all__ = ["ACCEPTED", "SEALS", "Bound", "SealReader", "furthest_heads", "seal_key", "seal_number", "seal_refusal"]
@@ -39,9 +38,6 @@ _DIGITS: Final = frozenset("0123456789")
 #: there: that module reaches the folder writer's file helpers, which the checker must never reach)
 ACCEPTED: Final = ("damage", "damage+resend")
 
-#: A task's bound: where the seal that recorded it is, and the head it recorded.
-Bound = tuple[str, StreamHead]
-
 
 def seal_number(key: str) -> int | None:
     """The seal number a key names: exactly 12 ASCII digits then ``.json``, else None (not a seal)."""
@@ -52,42 +48,6 @@ def seal_number(key: str) -> int | None:
 
 def seal_key(number: int) -> str:
     return f"{SEALS}/{number:0{_WIDTH}d}.json"
-
-
-def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound], list[str]]:
-    """For each task the furthest head any seal recorded (and where), and what is wrong with the seals.
-
-    ``seals`` are ``(where, heads.json bytes)`` in number order; see
-    :func:`intentlog.s3.seals.combine_seals`, which is this without the where.
-    """
-    furthest: dict[str, Bound] = {}
-    seen: dict[tuple[str, int], Bound] = {}
-    problems: list[str] = []
-    for where, data in seals:
-        try:
-            heads = decode_heads(data, where=where)
-        except LedgerError as exc:
-            problems.append(str(exc))
-            continue
-        for task, h in heads.items():
-            first = furthest.get(task)
-            same = seen.get((task, h.seq))
-            if first is not None and first[1].stream != h.stream:
-                problems.append(
-                    f"{where} seals task {task!r} as stream {h.stream!r} but {first[0]} sealed it as stream "
-                    f"{first[1].stream!r}: the seals contradict each other; restore the stream and seals from a copy"
-                )
-                continue
-            if same is not None and same[1].head != h.head:
-                problems.append(
-                    f"{where} seals task {task!r} at seq {h.seq} as {h.head} but {same[0]} sealed seq {h.seq} as "
-                    f"{same[1].head}: the seals contradict each other; restore the stream and the seals from a copy"
-                )
-                continue
-            seen.setdefault((task, h.seq), (where, h))
-            if first is None or h.seq > first[1].seq:
-                furthest[task] = (where, h)
-    return furthest, problems
 
 
 class SealReader:
