@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from .._procs import PROC_LOCKS, flock_writer
-from ..errors import ApprovalPending, IntentlogError, ResumeRefused, TaskBusy
+from ..errors import ApprovalPending, IntentlogError, LeaseLost, ResumeRefused, TaskBusy
 from ..eventlog.canonical import dumps
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
@@ -37,10 +37,6 @@ CALLS: Final = "calls"
 
 class Stopping(IntentlogError):
     """The runner is shutting down: this attempt does not start (nothing was sent)."""
-
-
-class LeaseLost(IntentlogError):
-    """This process no longer holds the item task's writer lock: it must not write or send."""
 
 
 class QuotaExhausted(IntentlogError):
@@ -103,10 +99,12 @@ class _Guard:
         me = os.getpid()
         writing = self.task.stream.writing
         st: os.stat_result | None = None
+        where = str(self.task.path)
         if leases.on_store(self.task):
             holder = leases.holder(self.task)
         else:
             lock = self.task.path.with_name(self.task.path.name + ".lock")
+            where = str(lock)
             try:
                 st = os.stat(lock, follow_symlinks=False)
             except OSError:  # the lock file is gone: it excludes no one, whoever locked it
@@ -120,9 +118,9 @@ class _Guard:
                     holder = me if writing else None  # the writer checks its lock file before each sync
         if holder != me or not writing:
             raise LeaseLost(
-                f"item {self.item!r}: lease epoch {self.epoch} is no longer held by this process "
-                f"(the lock's holder is {holder}); nothing is written or sent"
-            )
+                self.task.id, where, self.epoch,
+                why=f"of item {self.item!r} is no longer held by this process (the lock's holder is {holder})",
+            )  # fmt: skip
         if st is not None:
             self.locked = (st.st_dev, st.st_ino)
 
