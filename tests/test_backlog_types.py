@@ -43,3 +43,28 @@ def test_a_lost_folder_lock_is_the_same_lease_lost(tmp_path: Path) -> None:
     assert info.value.task_id == "job" and info.value.epoch == 7
     assert info.value.where.endswith("job.jsonl.lock") and "item 'job'" in str(info.value)
     t.close()
+
+
+def test_one_proc_locks_parser_answers_for_the_backlog_and_the_writer(tmp_path: Path) -> None:
+    from intentlog import _procs
+    from intentlog.backlog import procs
+
+    f = tmp_path / "f"
+    f.write_text("")
+    st = os.stat(f)
+    key = _procs.lock_key(st)
+    table = tmp_path / "locks"
+    table.write_text(
+        f"1: FLOCK  ADVISORY  READ  11 {key} 0 EOF\n"
+        f"2: FLOCK  ADVISORY  WRITE 12 {key} 0 EOF\n"
+        f"2: -> FLOCK  ADVISORY  WRITE 13 {key} 0 EOF\n"
+        "3: POSIX  ADVISORY  WRITE 14 00:00:1 0 EOF\n"
+        "4: FLOCK  ADVISORY  WRITE ? 00:00:2 0 EOF\n"
+    )
+    assert _procs.flock_holders(str(table)) == {key: 12, "00:00:2": -1}
+    assert procs.flock_holders(str(table)) == {key: 12, "00:00:2": -1}
+    assert _procs.flock_writer(st, str(table)) == 12
+    assert procs.lock_key is _procs.lock_key
+    assert procs.flock_holders(str(tmp_path / "none")) is None
+    with pytest.raises(OSError):
+        _procs.flock_writer(st, str(tmp_path / "none"))
