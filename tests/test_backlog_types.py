@@ -68,3 +68,44 @@ def test_one_proc_locks_parser_answers_for_the_backlog_and_the_writer(tmp_path: 
     assert procs.flock_holders(str(tmp_path / "none")) is None
     with pytest.raises(OSError):
         _procs.flock_writer(st, str(tmp_path / "none"))
+
+
+def _backlog_imports() -> dict[str, set[str]]:
+    """Each backlog module to the backlog modules it imports (module level, in functions, for typing alike)."""
+    import ast
+
+    pkg = Path(intentlog.backlog.__file__).parent
+    names = {p.stem for p in pkg.glob("*.py")} - {"__init__"}
+    out: dict[str, set[str]] = {}
+    for name in names:
+        found: set[str] = set()
+        for node in ast.walk(ast.parse((pkg / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    found.add(node.module.split(".")[0])
+                else:
+                    found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("intentlog.backlog."):
+                found.add((node.module or "").split(".")[2])
+        out[name] = found & names
+    return out
+
+
+def test_the_backlog_modules_import_each_other_without_a_cycle() -> None:
+    graph = _backlog_imports()
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        if state.get(m) == 2:
+            return
+        assert state.get(m) != 1, f"import cycle: {' -> '.join((*path, m))}"
+        state[m] = 1
+        for d in sorted(graph[m]):
+            visit(d, (*path, m))
+        state[m] = 2
+        order.append(m)
+
+    for m in sorted(graph):
+        visit(m, ())
+    assert order.index("supervisor") < order.index("core") and order.index("engines") < order.index("dask_engine")

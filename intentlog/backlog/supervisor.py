@@ -45,13 +45,12 @@ from ..eventlog.format import Event
 from . import leases
 from .engines import Engine, LocalEngine, Slot
 from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
-from .model import BacklogFold, ItemRecord, task_extras
+from .model import BacklogFold, BacklogLike, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota, QuotaBook
 
 if TYPE_CHECKING:
     from ..task import Task
-    from .core import Backlog
 
 __all__ = ["Supervisor"]
 
@@ -82,7 +81,7 @@ class _Foreign:
 
 @dataclass
 class Supervisor:
-    backlog: Backlog
+    backlog: BacklogLike
     step: Callable[[Task, Any], Any] | str
     workers: int
     quotas: tuple[Quota, ...]
