@@ -109,3 +109,40 @@ def test_the_backlog_modules_import_each_other_without_a_cycle() -> None:
     for m in sorted(graph):
         visit(m, ())
     assert order.index("supervisor") < order.index("core") and order.index("engines") < order.index("dask_engine")
+
+
+def test_the_messages_are_typed_records_that_read_as_their_wire_tuples() -> None:
+    import pickle
+
+    from intentlog.backlog import messages as m
+
+    done = m.Done("done", "x", {"n": 1})
+    assert done == ("done", "x", {"n": 1}) and done.item == "x" and done.result == {"n": 1}
+    assert pickle.loads(pickle.dumps(done)) == done and type(pickle.loads(pickle.dumps(done))) is m.Done
+    # a plain tuple from an engine written against the tuples becomes its typed message
+    assert type(m.from_slot(("blocked", "x", "awaiting_approval", "why", "cmd"))) is m.Blocked
+    assert m.from_slot(("reserve", "x", {"calls": 1.0})).units == {"calls": 1.0}
+    assert type(m.from_slot(("exhausted", "x", "spent"))) is m.Exhausted
+    assert m.from_slot(done) is done
+    with pytest.raises(ValueError, match="no message of the worker protocol"):
+        m.from_slot(("grant", 1.0))  # a reply, never sent by a slot
+
+
+def test_a_worker_answers_the_supervisor_with_typed_messages(tmp_path: Path) -> None:
+    from intentlog.backlog import messages as m
+    from intentlog.backlog.worker import run_item
+
+    led = intentlog.open(tmp_path / "l")
+    sup, worker = Pipe()
+
+    def step(task: intentlog.Task, payload: object) -> object:
+        return task.effect("e", {"p": 1}, lambda req: b'"ok"', interpret=lambda b: b.decode())
+
+    sup.send(m.Grant("grant", 1.0))  # the reply to the one reservation the step's effect asks for
+    answer = run_item(led.task("b.item.x"), worker, "x", "b", {}, step)
+    assert type(answer) is m.Done and answer == ("done", "x", '"ok"')
+    asked = sup.recv()
+    assert type(asked) is m.Reserve and asked.item == "x" and asked.units == {"calls": 1.0}
+    kinds = [e.kind for e in led.task("b.item.x").events()]
+    assert kinds.index("quota.reserved") == kinds.index("attempt.started") - 1
+    assert not sup.poll()

@@ -45,6 +45,7 @@ from ..eventlog.format import Event
 from . import leases
 from .engines import Engine, LocalEngine, Slot
 from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
+from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, Reserve, Run, Spent, Stop, from_slot
 from .model import BacklogFold, BacklogLike, ItemRecord, task_extras
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota, QuotaBook
@@ -326,7 +327,7 @@ class Supervisor:
             w.task = t
             w.size = leases.progress(t)
             w.asks = self.asks()
-            w.conn.send(("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
+            w.conn.send(Run("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
 
     def asks(self) -> bool:
         """Whether a worker must ask for a grant before each attempt.
@@ -343,7 +344,7 @@ class Supervisor:
         for w in self.pool:
             if w.item is not None and not w.asks:
                 try:
-                    w.conn.send(("stop",))
+                    w.conn.send(Stop("stop"))
                 except OSError:
                     pass  # a worker that is gone starts nothing
                 w.asks = True  # told once
@@ -381,18 +382,19 @@ class Supervisor:
 
     def receive(self, w: _Worker) -> None:
         try:
-            msg = w.conn.recv()
+            msg = from_slot(w.conn.recv())
         except (EOFError, OSError):
             self.lost(w, f"worker {w.proc.pid} exited ({w.proc.exitcode})")
             return
-        kind = msg[0]
-        if kind == "leased":
+        if isinstance(msg, Leased):
             w.progress = time.monotonic()
-        elif kind == "died":  # the engine runs the item again elsewhere: it resumes, never re-runs
-            rec = self.fold.items[msg[1]]
-            self.record("backlog.holder_died", {"item": msg[1], "task": rec.task, "pid": msg[2], "reason": msg[3]})
-        elif kind == "reserve":
-            w.waiting = (msg[1], dict(msg[2]))
+        elif isinstance(msg, Died):  # the engine runs the item again elsewhere: it resumes, never re-runs
+            rec = self.fold.items[msg.item]
+            self.record(
+                "backlog.holder_died", {"item": msg.item, "task": rec.task, "pid": msg.pid, "reason": msg.reason}
+            )
+        elif isinstance(msg, Reserve):
+            w.waiting = (msg.item, dict(msg.units))
             self.grant(w)
         else:
             self.finished(w, msg)
@@ -401,14 +403,14 @@ class Supervisor:
         assert w.waiting is not None
         item, want = w.waiting
         if self.stopping is not None:
-            w.conn.send(("stop",))
+            w.conn.send(Stop("stop"))
             w.waiting = None
             return
         now = time.time()
         blocked = self.book.check(want, now)
         if blocked is None:
             self.book.reserve(want, now)
-            w.conn.send(("grant", now))
+            w.conn.send(Grant("grant", now))
             w.waiting = None
             w.progress = time.monotonic()
             self.waiting_logged = None
@@ -419,7 +421,7 @@ class Supervisor:
             self.exhausted = why
             self.record("backlog.quota_exhausted", {"quota": q.spec(), "item": item})
             self.record("backlog.quota_waiting", {"quota": q.spec(), "until": None, "reason": why})
-            w.conn.send(("exhausted", why))
+            w.conn.send(Spent("exhausted", why))
             w.waiting = None
             return
         if self.waiting_logged != q.name:
@@ -436,24 +438,22 @@ class Supervisor:
                 if w.waiting is not None:
                     w.progress = time.monotonic()  # waiting for a grant is not a stall
 
-    def finished(self, w: _Worker, msg: tuple[Any, ...]) -> None:
-        kind, item = msg[0], msg[1]
+    def finished(self, w: _Worker, msg: Answer) -> None:
+        item = msg.item
         w.item, w.waiting = None, None
         rec = self.fold.items[item]
-        if kind == "done":
+        if isinstance(msg, Done):
             self.record("backlog.item_done", {"item": item, "task": rec.task})
             self.settled[item] = "done"
-        elif kind == "blocked":
-            _, _, state, reason, command = msg
+        elif isinstance(msg, Blocked):
             self.record(
                 "backlog.item_blocked",
-                {"item": item, "task": rec.task, "state": state, "reason": reason, "command": command},
+                {"item": item, "task": rec.task, "state": msg.state, "reason": msg.reason, "command": msg.command},
             )
-        elif kind == "error":
-            self.failed_attempt(rec, str(msg[2]))
-        elif kind == "busy":
-            pass  # another process took the lock first: watched as a foreign holder next time
-        # "stopped", "exhausted": the attempt did not start; the item stays queued
+        elif isinstance(msg, Failed):
+            self.failed_attempt(rec, str(msg.reason))
+        # Busy: another process took the lock first: watched as a foreign holder next time;
+        # Stopped, Exhausted: the attempt did not start; the item stays queued
 
     def failed_attempt(self, rec: ItemRecord, why: str) -> None:
         n = rec.failures + 1
@@ -547,7 +547,7 @@ class Supervisor:
         for w in self.pool:
             if w.item is None:
                 try:
-                    w.conn.send(("quit",))
+                    w.conn.send(Quit("quit"))
                 except OSError:
                     pass
         for w in self.pool:

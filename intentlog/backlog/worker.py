@@ -19,11 +19,25 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from .._procs import PROC_LOCKS, flock_writer
-from ..errors import ApprovalPending, IntentlogError, LeaseLost, ResumeRefused, TaskBusy
+from ..errors import IntentlogError, LeaseLost, TaskBusy
 from ..eventlog.canonical import dumps
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
+from .messages import (
+    Answer,
+    Blocked,
+    Busy,
+    Done,
+    Exhausted,
+    Failed,
+    Grant,
+    Reply,
+    Reserve,
+    Run,
+    Spent,
+    Stopped,
+)  # fmt: skip
 from .model import LedgerLike, blocking_reason
 from .procs import boot_id, die_with_parent, host_name, start_time
 
@@ -68,15 +82,16 @@ class _Guard:
             return
         self.check_lease()
         want = {CALLS: 1.0, **_PENDING_UNITS.pop(self.task.id, {})}
+        answer: Reply
         if self.asks:
-            self.conn.send(("reserve", self.item, want))
+            self.conn.send(Reserve("reserve", self.item, want))
             answer = self.conn.recv()
         else:  # no quota: the supervisor's only word is "stop", sent unasked once the run stops
-            answer = self.conn.recv() if self.conn.poll() else ("grant",)
+            answer = self.conn.recv() if self.conn.poll() else Grant("grant")
         if answer[0] == "stop":
             raise Stopping(f"item {self.item!r}: the runner is stopping; the attempt did not start")
-        if answer[0] == "exhausted":
-            raise QuotaExhausted(f"item {self.item!r}: {answer[1]}; the attempt did not start")
+        if isinstance(answer, Spent):
+            raise QuotaExhausted(f"item {self.item!r}: {answer.reason}; the attempt did not start")
         self.check_lease()
         self.inside = True
         try:
@@ -142,14 +157,14 @@ def _ident() -> tuple[str, int | None, str | None]:
     return got
 
 
-def _blocked(task: Task, item: str) -> tuple[Any, ...] | None:
+def _blocked(task: Task, item: str) -> Blocked | None:
     held = blocking_reason(task_status(task.events(), task_id=task.id))
-    return None if held is None else ("blocked", item, held[0], held[1], held[2])
+    return None if held is None else Blocked("blocked", item, *held)
 
 
 def run_item(
     task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step, *, asks: bool = True
-) -> tuple[Any, ...]:
+) -> Answer:
     """Lease, resume or block, run the step, record its result; the message for the supervisor.
 
     The task's stream is read once before the step (the lease's epoch, whether it needs a
@@ -161,7 +176,7 @@ def run_item(
     try:
         writer = stream.open_writer()
     except TaskBusy as exc:
-        return ("busy", item, str(exc))
+        return Busy("busy", item, str(exc))
     # a stream holding its creation record alone (a new item) has nothing more to read
     evs = list(task.events()) if writer.next_seq > 1 else []
     epoch = 1 + max((int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0)
@@ -181,9 +196,9 @@ def run_item(
         if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
             held = blocking_reason(task_status(evs, task_id=task.id))
             if held is not None:
-                return ("blocked", item, held[0], held[1], held[2])
+                return Blocked("blocked", item, *held)
             if any(ev.kind == "item.returned" for ev in evs):
-                return ("done", item, None)
+                return Done("done", item, None)
         del evs
         guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
         stream.before_append = guard
@@ -197,13 +212,13 @@ def run_item(
                 task.accept(by=f"backlog {backlog}", note="the step returned")
             stream.append("lease.released", {"epoch": epoch})
             released = True
-        return ("done", item, result)
-    except (Stopping, QuotaExhausted) as exc:
-        return ("stopped" if isinstance(exc, Stopping) else "exhausted", item, str(exc))
-    except (ApprovalPending, ResumeRefused) as exc:
-        return _blocked(task, item) or ("error", item, f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # a step's own failure: the supervisor decides a retry, recorded
-        return _blocked(task, item) or ("error", item, f"{type(exc).__name__}: {exc}")
+        return Done("done", item, result)
+    except Stopping as exc:
+        return Stopped("stopped", item, str(exc))
+    except QuotaExhausted as exc:
+        return Exhausted("exhausted", item, str(exc))
+    except Exception as exc:  # a step's own failure (or a resume refused): the supervisor decides a retry, recorded
+        return _blocked(task, item) or Failed("error", item, f"{type(exc).__name__}: {exc}")
     finally:
         _PENDING_UNITS.pop(task.id, None)
         try:
@@ -217,7 +232,7 @@ def run_item(
 
 
 def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
-    """The worker's loop (a forked process): ``("item", item, task, backlog, payload, asks)`` in, an answer out.
+    """The worker's loop (a forked process): a :class:`~.messages.Run` in, its :data:`~.messages.Answer` out.
 
     The ledger object is the parent's; a forked child owns none of its task handles, so
     every task it asks for is a new handle whose first write takes the lock properly.
@@ -235,8 +250,8 @@ def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
             return
         if msg[0] == "stop":  # told after its item ended: nothing is running to stop
             continue
-        _, item, task_id, backlog, payload, asks = msg
-        answer = run_item(ledger.task(task_id), conn, item, backlog, payload, fn, asks=asks)
+        run = Run(*msg)
+        answer = run_item(ledger.task(run.task), conn, run.item, run.backlog, run.payload, fn, asks=run.asks)
         conn.send(answer)
 
 
