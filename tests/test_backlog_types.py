@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from multiprocessing import Pipe
 from pathlib import Path
+from typing import Any
 
 import pytest
 from s3_server import MemoryClient
@@ -146,3 +148,53 @@ def test_a_worker_answers_the_supervisor_with_typed_messages(tmp_path: Path) -> 
     kinds = [e.kind for e in led.task("b.item.x").events()]
     assert kinds.index("quota.reserved") == kinds.index("attempt.started") - 1
     assert not sup.poll()
+
+
+class _Counting:
+    """A gate that records what it was asked and asks for one record before "step.started"."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+        self.asked.append(kind)
+        if kind == "step.refused":
+            raise intentlog.errors.UsageError("refused by the gate")
+        return [("step.reserved", {"for": data.get("n")})] if kind == "step.started" else []
+
+
+def test_a_gate_given_at_open_is_asked_once_per_append_and_its_records_go_first(tmp_path: Path) -> None:
+    led = intentlog.open(tmp_path / "l")
+    t = led.task("g")
+    gate = _Counting()
+    t.stream.open_writer(gate=gate)
+    t.append("step.started", {"n": 1})
+    t.append("note.after", {})
+    with pytest.raises(intentlog.errors.UsageError):
+        t.append("step.refused", {})
+    assert gate.asked == ["step.started", "note.after", "step.refused"]  # its own record is never asked about
+    t.close()  # the gate goes with the writer
+    t.append("note.later", {})
+    assert gate.asked == ["step.started", "note.after", "step.refused"]
+    events = [(e.kind, e.data) for e in led.task("g").events()][1:]
+    assert events == [
+        ("step.reserved", {"for": 1}),
+        ("step.started", {"n": 1}),
+        ("note.after", {}),
+        ("note.later", {}),
+    ]
+    t.close()
+
+
+def test_a_gate_is_kept_only_once_its_writer_is_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import intentlog.stream
+
+    t = intentlog.open(tmp_path / "l").task("g")
+
+    def refuse(self: object, **kw: object) -> None:
+        raise OSError("the lock cannot be taken")
+
+    monkeypatch.setattr(intentlog.stream.StreamWriter, "open", refuse)
+    with pytest.raises(OSError):
+        t.stream.open_writer(gate=_Counting())
+    assert t.stream.gate is None

@@ -3,10 +3,11 @@
 The lease is the item task's writer lock, taken once and held until the item is left;
 ``lease.acquired {epoch, pid, host, start_time, boot_id}`` is appended at the seq the
 worker read (``expected_seq``), so two holders can never both record the same epoch.
-Before every ``attempt.started`` a guard installed on the task's stream checks that this
-process still holds the lock (``/proc/locks``) and asks the supervisor for the quota
-units; the supervisor's answer may be "stop" (shutdown), and then nothing is sent. Only
-then is ``quota.reserved {epoch, units}`` appended, synced together with the attempt.
+The worker opens the item task's writer with a gate (:class:`~intentlog.stream.AppendGate`):
+before every ``attempt.started`` it checks that this process still holds the lock
+(``/proc/locks``) and asks the supervisor for the quota units; the supervisor's answer
+may be "stop" (shutdown), and then nothing is sent. Only then does the stream append
+``quota.reserved {epoch, units}`` right before the attempt, synced together with it.
 A worker ignores SIGINT and SIGTERM (its supervisor decides) and dies with its supervisor.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
@@ -70,16 +71,20 @@ def units(task: Task, **amounts: float) -> None:
 
 
 class _Guard:
-    """Installed as the item stream's ``before_append`` for one lease."""
+    """The item stream's gate for one lease: fences the lease and reserves quota before each attempt."""
 
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
         self.task, self.conn, self.epoch, self.item, self.asks = task, conn, epoch, item, asks
-        self.inside = False
         self.locked: tuple[int, int] | None = None  # (dev, inode) of the lock file the kernel says we hold
 
-    def __call__(self, kind: str, data: Mapping[str, Any]) -> None:
-        if kind != "attempt.started" or self.inside:
-            return
+    def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+        """Nothing to add but before ``attempt.started``: the lease checked, the units granted, then reserved.
+
+        Raises :class:`LeaseLost`, :class:`Stopping` or :class:`QuotaExhausted` (the attempt is
+        not appended, so nothing is sent).
+        """
+        if kind != "attempt.started":
+            return ()
         self.check_lease()
         want = {CALLS: 1.0, **_PENDING_UNITS.pop(self.task.id, {})}
         answer: Reply
@@ -93,11 +98,7 @@ class _Guard:
         if isinstance(answer, Spent):
             raise QuotaExhausted(f"item {self.item!r}: {answer.reason}; the attempt did not start")
         self.check_lease()
-        self.inside = True
-        try:
-            self.task.stream.append("quota.reserved", {"epoch": self.epoch, "units": want, "call": data.get("call")})
-        finally:
-            self.inside = False
+        return (("quota.reserved", {"epoch": self.epoch, "units": want, "call": data.get("call")}),)
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` unless this process still holds the item task's lease.
@@ -173,13 +174,16 @@ def run_item(
     for a "stop" the supervisor sent unasked (a run with no quota).
     """
     stream = task.stream
+    guard = _Guard(task, conn, 0, item, asks)  # its epoch is read once the lock is held
     try:
-        writer = stream.open_writer()
+        writer = stream.open_writer(gate=guard)
     except TaskBusy as exc:
         return Busy("busy", item, str(exc))
     # a stream holding its creation record alone (a new item) has nothing more to read
     evs = list(task.events()) if writer.next_seq > 1 else []
-    epoch = 1 + max((int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0)
+    epoch = guard.epoch = 1 + max(
+        (int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0
+    )
     me = os.getpid()
     host, started, boot = _ident()
     lease = {
@@ -190,7 +194,6 @@ def run_item(
     # then nothing outside acts on it, and the lock, not the record, is what excludes others
     stream.append("lease.acquired", lease, expected_seq=writer.next_seq, defer=True)
     # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
-    guard = _Guard(task, conn, epoch, item, asks)
     released = False
     try:
         if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
@@ -201,11 +204,7 @@ def run_item(
                 return Done("done", item, None)
         del evs
         guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
-        stream.before_append = guard
-        try:
-            result = _json_result(step(task, payload))
-        finally:
-            stream.before_append = None
+        result = _json_result(step(task, payload))
         with task.batch():  # the result, its acceptance and the release share one sync
             task.append("item.returned", {"result": result, "epoch": epoch})
             if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
