@@ -198,3 +198,50 @@ def test_a_gate_is_kept_only_once_its_writer_is_open(tmp_path: Path, monkeypatch
     with pytest.raises(OSError):
         t.stream.open_writer(gate=_Counting())
     assert t.stream.gate is None
+
+
+class _Record:
+    """Stands in for the run's journal: keeps what would be recorded."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict[str, Any]]] = []
+
+    def record(self, kind: str, data: dict[str, Any]) -> None:
+        self.records.append((kind, data))
+
+
+def test_the_quota_broker_grants_then_waits_once_recorded_then_refuses_a_spent_budget() -> None:
+    from intentlog.backlog import messages as m
+    from intentlog.backlog.broker import QuotaBroker
+    from intentlog.backlog.quota import parse_quota
+
+    journal = _Record()
+    window = QuotaBroker(journal, (parse_quota("calls=1/1h"),))  # type: ignore[arg-type]
+    assert type(window.answer("a", {"calls": 1.0})) is m.Grant
+    assert window.answer("b", {"calls": 1.0}) is None and window.answer("b", {"calls": 1.0}) is None
+    assert [k for k, _ in journal.records] == ["backlog.quota_waiting"]  # one record per quota that fills
+    assert window.exhausted is None
+
+    journal = _Record()
+    budget = QuotaBroker(journal, (parse_quota("calls=1"),))  # type: ignore[arg-type]
+    budget.load([(0.0, {"calls": 1.0})])  # spent by an earlier run, per the record
+    reply = budget.answer("c", {"calls": 1.0})
+    assert type(reply) is m.Spent and budget.exhausted == reply.reason
+    assert [k for k, _ in journal.records] == ["backlog.quota_exhausted", "backlog.quota_waiting"]
+
+
+def test_the_watchdog_judges_on_the_clock_it_is_given() -> None:
+    from intentlog.backlog.model import ItemRecord
+    from intentlog.backlog.watchdog import Watchdog
+
+    dog = Watchdog(_Record(), inactivity=10.0, max_duration=100.0)  # type: ignore[arg-type]
+    rec = ItemRecord("x", "b.item.x", "h", {}, priority=0, not_before=None, max_attempts=None, added_seq=1)
+    assert dog.overdue(rec, since=0.0, progress=5.0, now=14.0) is None
+    assert dog.overdue(rec, since=0.0, progress=5.0, now=15.5) == (
+        "backlog.holder_ended",
+        "stalled: its stream did not grow for 10 s",
+    )
+    assert dog.overdue(rec, since=0.0, progress=100.5, now=101.0)[0] == "backlog.item_timed_out"  # type: ignore[index]
+    rec.inactivity, rec.max_duration = 60.0, 200.0  # the item's own limits win over the run's
+    assert dog.overdue(rec, since=0.0, progress=5.0, now=64.0) is None
+    assert dog.overdue(rec, since=0.0, progress=100.5, now=101.0) is None
