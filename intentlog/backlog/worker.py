@@ -37,6 +37,7 @@ from .messages import (
     Reserve,
     Run,
     Spent,
+    Stop,
     Stopped,
 )  # fmt: skip
 from .model import LedgerLike, blocking_reason
@@ -93,7 +94,7 @@ class _Guard:
             answer = self.conn.recv()
         else:  # no quota: the supervisor's only word is "stop", sent unasked once the run stops
             answer = self.conn.recv() if self.conn.poll() else Grant("grant")
-        if answer[0] == "stop":
+        if isinstance(answer, Stop):
             raise Stopping(f"item {self.item!r}: the runner is stopping; the attempt did not start")
         if isinstance(answer, Spent):
             raise QuotaExhausted(f"item {self.item!r}: {answer.reason}; the attempt did not start")
