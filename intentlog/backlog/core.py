@@ -250,8 +250,7 @@ class Backlog:
         t.checkpoint(
             "backlog",
             note=(
-                f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; "
-                f"see: intentlog backlog {self.name}"
+                f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; see: intentlog backlog {self.name}"
             ),
             by="intentlog backlog",
         )

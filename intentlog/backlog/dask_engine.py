@@ -170,9 +170,7 @@ class _DaskSlot:
         self.engine, self.step = engine, step
         ws = getattr(ledger, "workspace", None)
         store = leases.is_on_store(ledger)
-        default = functools.partial(
-            leases.reopen, type(ledger), workspace=None if ws is None else str(ws), store=store
-        )
+        default = functools.partial(leases.reopen, type(ledger), workspace=None if ws is None else str(ws), store=store)
         self.opener = engine.open_ledger or default
         self.root = str(getattr(ledger, "location", ledger.root))  # a store's URL; a folder's path
         self.listener = _Listener(engine.listen_host(), engine.authkey)

@@ -1,8 +1,8 @@
 """Engines: where a backlog's items run. The supervisor decides; an engine only carries items out.
 
 An engine starts *slots*. A slot takes one item at a time over a
-:class:`multiprocessing.connection.Connection` and speaks the worker protocol of
-:mod:`intentlog.backlog.worker` (``reserve`` and its grant, one final answer; ``leased`` is accepted),
+:class:`multiprocessing.connection.Connection` and speaks the typed messages of
+:mod:`intentlog.backlog.messages` (``Reserve`` and its reply, one final ``Answer``; ``Leased`` is accepted),
 so every scheduling decision -- priority, ``not_before``, backoff, ``max_attempts``,
 quotas, blocking -- stays the supervisor's and is recorded in the backlog stream whichever
 engine runs the items. Two engines:
