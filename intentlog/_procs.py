@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-__all__ = ["PROC_LOCKS", "flock_writer", "pid_alive"]
+__all__ = ["PROC_LOCKS", "flock_holders", "flock_writer", "lock_key", "pid_alive"]
 
 #: Where Linux lists the file locks held: read to see a live writer without touching its lock.
 PROC_LOCKS: Final = "/proc/locks"
@@ -27,21 +27,35 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def lock_key(st: os.stat_result) -> str:
+    """The ``/proc/locks`` name of the file ``st`` describes: ``"MAJ:MIN:INODE"`` (hex device numbers)."""
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+
+
+def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int]:
+    """Every exclusive ``flock`` held on this host: its file's :func:`lock_key` to the holder's pid (-1: unreadable).
+
+    The one reader of ``/proc/locks``: one read answers for any number of lock files.
+    Raises ``OSError`` when ``table_path`` cannot be read (the caller decides what then).
+    """
+    with open(table_path, encoding="ascii", errors="replace") as f:
+        table = f.read()
+    out: dict[str, int] = {}
+    for line in table.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[5] not in out:
+            try:
+                out[parts[5]] = int(parts[4])
+            except ValueError:
+                out[parts[5]] = -1
+    return out
+
+
 def flock_writer(st: os.stat_result, table_path: str = PROC_LOCKS) -> int | None:
     """The pid holding an exclusive ``flock`` on the file ``st`` describes, per ``table_path`` (/proc/locks).
 
     None when no process holds one; -1 when one does but its pid is unreadable. Raises
     ``OSError`` when there is no readable ``/proc/locks`` (the caller decides what then).
     """
-    with open(table_path, encoding="ascii", errors="replace") as f:
-        table = f.read()
-    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in table.splitlines():
-        parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[5] == dev:
-            try:
-                return int(parts[4])
-            except ValueError:
-                return -1
-    return None
+    return flock_holders(table_path).get(lock_key(st))

@@ -181,16 +181,28 @@ class TaskBusy(IntentlogError):
 
 
 class LeaseLost(IntentlogError):
-    """Another writer took the stream's lease: this holder is fenced and appends nothing more."""
+    """This writer no longer holds the stream's lease: it is fenced and appends (and sends) nothing more.
 
-    def __init__(self, task_id: str, where: str, epoch: int) -> None:
+    One type for every way a lease is lost: another writer took a store stream's lease
+    (``where`` is the segment that refused the put), or a folder task's writer lock is no
+    longer this process's (``where`` is the lock file; ``why`` says what was found).
+    """
+
+    def __init__(self, task_id: str, where: str, epoch: int, *, why: str | None = None) -> None:
         self.task_id = task_id
         self.where = where
         self.epoch = epoch
-        super().__init__(
-            f"task {task_id!r}: the writer lease (epoch {epoch}) was taken by another writer at {where}; "
-            "nothing more was appended through it: open the task again to see what the stream holds"
-        )
+        self.why = why
+        if why is None:
+            super().__init__(
+                f"task {task_id!r}: the writer lease (epoch {epoch}) was taken by another writer at {where}; "
+                "nothing more was appended through it: open the task again to see what the stream holds"
+            )
+        else:
+            super().__init__(
+                f"task {task_id!r}: the writer lease (epoch {epoch}) {why} ({where}); "
+                "nothing is written or sent: open the task again to see what the stream holds"
+            )
 
 
 class StoreRefused(IntentlogError):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, final
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .artifacts import ArtifactStore
     from .eventlog.storage import StreamStorage
 
-__all__ = ["PROC_LOCKS", "StreamSource", "TaskStream", "lock_holder", "read_events"]
+__all__ = ["PROC_LOCKS", "AppendGate", "StreamSource", "TaskStream", "lock_holder", "read_events"]
 
 def lock_holder(lock_path: Path) -> int | None:
     """The pid holding an exclusive ``flock`` on ``lock_path``, or None; never takes or blocks on the lock.
@@ -118,6 +118,31 @@ def _remote_events(remote: StreamStorage, name: str, where: str, since: int) -> 
     return events_in(data, where, since)
 
 
+class AppendGate(Protocol):
+    """What a writer asks before each append, given to it when it is opened (:meth:`TaskStream.open_writer`).
+
+    ``admit`` may raise to refuse the append (nothing is written, nothing more is asked),
+    or return records the stream appends first, in order, through the same writer and
+    without asking again: a runner fences its lease and reserves quota before
+    ``attempt.started`` this way, the reservation recorded right before the attempt. It
+    is asked before the stream's lock is taken (it may wait for a grant), and is dropped
+    with the writer (:meth:`TaskStream.close`).
+    """
+
+    def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]: ...
+
+
+class _CallGate:
+    """A plain callable as a gate that adds no record (what assigning :attr:`TaskStream.before_append` gives)."""
+
+    def __init__(self, fn: Callable[[str, Mapping[str, Any]], None]) -> None:
+        self.fn = fn
+
+    def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+        self.fn(kind, data)
+        return ()
+
+
 class StreamSource(Protocol):
     """What a feature taking "a task" accepts from its caller: a :class:`~intentlog.Task` or its stream."""
 
@@ -147,9 +172,8 @@ class TaskStream:
         self._writer: StreamWriter | None = None
         self._fold: WorkStateFold | None = None
         self._running: set[str] = set()
-        #: called with (kind, data) before every append, and may raise to refuse it (nothing is
-        #: written): a runner fences its lease and reserves quota before ``attempt.started``
-        self.before_append: Callable[[str, Mapping[str, Any]], None] | None = None
+        #: asked before every append of the open writer (see :class:`AppendGate`); given at open
+        self.gate: AppendGate | None = None
         #: closes whose final sync failed: a group commit spanning one cannot call its events durable
         self.close_failures = 0
 
@@ -163,9 +187,13 @@ class TaskStream:
 
     # -- the writer ----------------------------------------------------------------
 
-    def open_writer(self, *, accept_damage: bool = False, accept_resend: bool = False) -> StreamWriter:
+    def open_writer(
+        self, *, accept_damage: bool = False, accept_resend: bool = False, gate: AppendGate | None = None
+    ) -> StreamWriter:
         """The open writer, opening it (lock, tail check, seal check) on first use.
 
+        ``gate``, when given, is asked before every append from then until :meth:`close`
+        (:class:`AppendGate`); it is kept only once the writer is open.
         In a forked child a writer inherited from the parent is dropped without touching
         the parent's lock, and a new one opened: it takes the lock properly, so the child
         gets :class:`~intentlog.errors.TaskBusy` while the parent holds it.
@@ -176,6 +204,8 @@ class TaskStream:
                 w.abandon()
                 self._writer = self._fold = w = None
             if w is not None and w.is_open:
+                if gate is not None:
+                    self.gate = gate
                 return w
             fold = WorkStateFold(self.id)
             w = StreamWriter(
@@ -189,7 +219,19 @@ class TaskStream:
             )
             w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
             self._writer, self._fold = w, fold
+            if gate is not None:
+                self.gate = gate
             return w
+
+    @property
+    def before_append(self) -> Callable[[str, Mapping[str, Any]], None] | None:
+        """A plain callable asked ``(kind, data)`` before every append (a gate that adds no record); None: none."""
+        g = self.gate
+        return g.fn if isinstance(g, _CallGate) else None
+
+    @before_append.setter
+    def before_append(self, fn: Callable[[str, Mapping[str, Any]], None] | None) -> None:
+        self.gate = None if fn is None else _CallGate(fn)
 
     def seal(self) -> SealedHead | None:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
@@ -237,10 +279,12 @@ class TaskStream:
         if sync and defer:
             raise ValueError("an append is synced now (sync=True) or left to the next sync (defer=True), not both")
         data_json = encode_data(data)
-        if self.before_append is not None:
-            self.before_append(kind, data)
+        gate = self.gate
+        first = () if gate is None else [(k, dict(d), encode_data(d)) for k, d in gate.admit(kind, data)]
         with self.mutex:  # a close from another thread waits: it cannot end the writer between opening and append
             w = self.open_writer()
+            for k, d, d_json in first:  # what the gate asked for, recorded right before the event
+                w.append(k, d, data_json=d_json)
             return w.append(kind, dict(data), expected_seq=expected_seq, sync=sync, defer=defer, data_json=data_json)
 
     @contextmanager
@@ -280,6 +324,7 @@ class TaskStream:
         """
         with self.mutex:  # held until the lock is released: a thread waiting to append opens the next writer
             w, self._writer, self._fold = self._writer, None, None
+            self.gate = None  # given with the writer, gone with it
             if w is not None:
                 try:
                     w.close()

@@ -9,12 +9,13 @@ taken over resumes through the effect protocol.
 
 from __future__ import annotations
 
+from ..errors import LeaseLost
 from .core import Backlog, BacklogView, PayloadChanged, StillBlocked
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .model import ITEM_STATES, ItemView
 from .quota import Quota, parse_quota
-from .worker import LeaseLost, QuotaExhausted, Stopping, units
+from .worker import QuotaExhausted, Stopping, units
 
 __all__ = [
     "ITEM_STATES",

@@ -28,6 +28,8 @@ from ..eventlog.canonical import dumps
 from ..eventlog.format import TASK_ID_RE, Event
 from ..task import Task
 from . import leases
+from .dask_engine import DaskEngine
+from .engines import Engine, LocalEngine
 from .itemcache import read_item_task, read_items
 from .model import (
     BACKLOG_NAME_RE,
@@ -43,6 +45,7 @@ from .model import (
 )
 from .procs import flock_holders, lock_key
 from .quota import Quota, parse_quota
+from .supervisor import Supervisor
 
 #: add's options, in its order (add_many's mappings take the same names)
 _OPTIONS = ("priority", "not_before", "max_attempts", "inactivity", "max_duration")
@@ -247,8 +250,7 @@ class Backlog:
         t.checkpoint(
             "backlog",
             note=(
-                f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; "
-                f"see: intentlog backlog {self.name}"
+                f"backlog {self.name!r}: its items are the tasks {self.name}.item.*; see: intentlog backlog {self.name}"
             ),
             by="intentlog backlog",
         )
@@ -308,9 +310,6 @@ class Backlog:
         such as ``DaskEngine(scheduler="tcp://host:8786")``
         (:mod:`intentlog.backlog.engines`). The scheduling is the same whatever the engine.
         """
-        from .engines import engine_for
-        from .supervisor import Supervisor
-
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise UsageError(f"workers must be a positive int, not {workers!r}")
         quotas: tuple[Quota, ...]
@@ -327,6 +326,21 @@ class Backlog:
         )  # fmt: skip
         sup.run()
         return self.view()
+
+
+def engine_for(engine: object, workers: int) -> Engine:
+    """``"local"``, ``"dask"`` (a local Dask cluster of ``workers`` processes) or an engine object."""
+    if engine is None or engine == "local":
+        return LocalEngine()
+    if engine == "dask":
+        return DaskEngine(workers=workers)  # imports the dask extra only now
+    if isinstance(engine, str):
+        raise UsageError(f"engine {engine!r} is unknown: use 'local' or 'dask'")
+    if not (callable(getattr(engine, "spawn", None)) and callable(getattr(engine, "close", None))):
+        raise TypeError(f"engine {engine!r} is neither 'local', 'dask' nor an engine (spawn, close)")
+    if getattr(engine, "workers", 0) is None:
+        engine.workers = workers  # type: ignore[attr-defined]  # a local cluster as large as the run
+    return engine  # type: ignore[return-value]
 
 
 def _running_probe(ledger: LedgerLike) -> Callable[[str], bool]:

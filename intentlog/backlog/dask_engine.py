@@ -45,6 +45,20 @@ from typing import Any
 from ..errors import UsageError
 from . import leases
 from .engines import StepArg
+from .messages import (
+    Answer,
+    Busy,
+    Died,
+    Failed,
+    Hello,
+    Leased,
+    Quit,
+    Reserve,
+    Run,
+    TurnedAway,
+    Welcome,
+    from_slot,
+)  # fmt: skip
 from .model import LedgerLike
 from .procs import host_name, start_time
 from .worker import resolve_step, run_item
@@ -134,14 +148,14 @@ def run_remote(
     ledger: LedgerLike | None = None
     try:
         me = os.getpid()
-        conn.send(("hello", token, me, host_name(), start_time(me)))
-        if conn.recv()[0] != "ok":
+        conn.send(Hello("hello", token, me, host_name(), start_time(me)))
+        if not isinstance(conn.recv(), Welcome):
             return "turned away"
         ledger = opener(root)
         fn = resolve_step(step) if isinstance(step, str) else step
         answer = run_item(ledger.task(task_id), conn, item, backlog, payload, fn)
         conn.send(answer)
-        return str(answer[0])
+        return answer.kind
     finally:
         conn.close()
         close = getattr(ledger, "close", None)
@@ -156,9 +170,7 @@ class _DaskSlot:
         self.engine, self.step = engine, step
         ws = getattr(ledger, "workspace", None)
         store = leases.is_on_store(ledger)
-        default = functools.partial(
-            leases.reopen, type(ledger), workspace=None if ws is None else str(ws), store=store
-        )
+        default = functools.partial(leases.reopen, type(ledger), workspace=None if ws is None else str(ws), store=store)
         self.opener = engine.open_ledger or default
         self.root = str(getattr(ledger, "location", ledger.root))  # a store's URL; a folder's path
         self.listener = _Listener(engine.listen_host(), engine.authkey)
@@ -226,22 +238,24 @@ class _DaskSlot:
         try:
             while True:
                 msg = self.child.recv()
-                if msg[0] == "quit":
+                if isinstance(msg, Quit):
                     return
-                _, item, task_id, backlog, payload = msg[:5]  # a Dask task always asks for its grants
+                if not isinstance(msg, Run):  # a "stop" after the item ended: nothing is running to stop
+                    continue
+                item = msg.item
                 try:
-                    answer = self.carry(item, task_id, backlog, payload)
+                    answer = self.carry(item, msg.task, msg.backlog, msg.payload)  # a Dask task always asks
                 except (EOFError, OSError):
                     raise
                 except Exception as exc:  # the engine failed (not the step): the item stays queued, never hangs
                     why = f"the Dask engine failed while carrying item {item!r}: {type(exc).__name__}: {exc}"
                     print(f"intentlog: {why}; the item is taken up again", file=sys.stderr)
-                    answer = ("busy", item, why)  # a task still running elsewhere holds the lease: watched, fenced
+                    answer = Busy("busy", item, why)  # a task still running elsewhere holds the lease: watched, fenced
                 self.child.send(answer)
         except (EOFError, OSError):
             return
 
-    def carry(self, item: str, task_id: str, backlog: str, payload: Any) -> tuple[Any, ...]:
+    def carry(self, item: str, task_id: str, backlog: str, payload: Any) -> Answer:
         """Submit the item as one Dask task and relay it; the item's final answer for the supervisor."""
         token = secrets.token_hex(8)
         fut = self.engine.client().submit(
@@ -253,13 +267,13 @@ class _DaskSlot:
             while True:
                 conn = self.next_conn(token, fut)
                 if conn is None:
-                    return ("error", item, _ended(fut))
+                    return Failed("error", item, _ended(fut))
                 final = self.relay(conn)
                 if final is not None:
                     return final
                 where = f"pid {self._pid}" if self._pid is not None else "its process"
                 self.child.send(
-                    ("died", item, self._pid, f"the Dask worker ({where}) was lost mid-item; Dask runs it again")
+                    Died("died", item, self._pid, f"the Dask worker ({where}) was lost mid-item; Dask runs it again")
                 )
                 self._pid = self._started = None
         finally:
@@ -277,28 +291,27 @@ class _DaskSlot:
                 continue
             try:
                 hello = conn.recv() if conn.poll(_HELLO_TIMEOUT) else None
-                if not hello or hello[0] != "hello" or hello[1] != token:
-                    conn.send(("no",))
+                if not isinstance(hello, Hello) or hello.token != token:
+                    conn.send(TurnedAway("no"))
                     conn.close()
                     continue
-                conn.send(("ok",))
+                conn.send(Welcome("ok"))
             except (EOFError, OSError):
                 continue
-            _, _, pid, host, started = hello
-            self._pid = pid
-            self._started = started if host == host_name() else None
+            self._pid = hello.pid
+            self._started = hello.started if hello.host == host_name() else None
             return conn
         return None
 
-    def relay(self, conn: Connection) -> tuple[Any, ...] | None:
+    def relay(self, conn: Connection) -> Answer | None:
         """Pass the task's messages to the supervisor (and its grants back); its final answer, or None if lost."""
         try:
             while True:
-                msg = conn.recv()
-                if msg[0] not in ("leased", "reserve"):
-                    return tuple(msg)  # the final answer: the bridge hands it over
+                msg = from_slot(conn.recv())
+                if not isinstance(msg, (Leased, Reserve, Died)):
+                    return msg  # the final answer: the bridge hands it over
                 self.child.send(msg)
-                if msg[0] == "reserve":
+                if isinstance(msg, Reserve):
                     conn.send(self.child.recv())
         except (EOFError, OSError):
             return None

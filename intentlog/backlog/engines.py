@@ -1,8 +1,8 @@
 """Engines: where a backlog's items run. The supervisor decides; an engine only carries items out.
 
 An engine starts *slots*. A slot takes one item at a time over a
-:class:`multiprocessing.connection.Connection` and speaks the worker protocol of
-:mod:`intentlog.backlog.worker` (``reserve`` and its grant, one final answer; ``leased`` is accepted),
+:class:`multiprocessing.connection.Connection` and speaks the typed messages of
+:mod:`intentlog.backlog.messages` (``Reserve`` and its reply, one final ``Answer``; ``Leased`` is accepted),
 so every scheduling decision -- priority, ``not_before``, backoff, ``max_attempts``,
 quotas, blocking -- stays the supervisor's and is recorded in the backlog stream whichever
 engine runs the items. Two engines:
@@ -22,7 +22,6 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import UsageError
 from . import leases
 from .model import LedgerLike
 from .procs import start_time
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..task import Task
 
-__all__ = ["Engine", "LocalEngine", "Slot", "engine_for"]
+__all__ = ["Engine", "LocalEngine", "Slot", "StepArg"]
 
 StepArg = Callable[["Task", Any], Any] | str
 
@@ -107,20 +106,3 @@ class LocalEngine:
 
     def close(self) -> None:
         pass
-
-
-def engine_for(engine: object, workers: int) -> Engine:
-    """``"local"``, ``"dask"`` (a local Dask cluster of ``workers`` processes) or an engine object."""
-    if engine is None or engine == "local":
-        return LocalEngine()
-    if engine == "dask":
-        from .dask_engine import DaskEngine
-
-        return DaskEngine(workers=workers)
-    if isinstance(engine, str):
-        raise UsageError(f"engine {engine!r} is unknown: use 'local' or 'dask'")
-    if not (callable(getattr(engine, "spawn", None)) and callable(getattr(engine, "close", None))):
-        raise TypeError(f"engine {engine!r} is neither 'local', 'dask' nor an engine (spawn, close)")
-    if getattr(engine, "workers", 0) is None:
-        engine.workers = workers  # type: ignore[attr-defined]  # a local cluster as large as the run
-    return engine  # type: ignore[return-value]

@@ -86,6 +86,19 @@ class LedgerLike(Protocol):
     def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
 
 
+class BacklogLike(Protocol):
+    """What a run needs of its backlog (:class:`intentlog.backlog.Backlog` is one): its name, ledger and stream."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ledger(self) -> LedgerLike: ...
+
+    @property
+    def task(self) -> Task: ...
+
+
 def backlog_stream_id(name: str) -> str:
     return name + BACKLOG_SUFFIX
 

@@ -14,6 +14,9 @@ import socket
 import time
 from typing import Final
 
+from .. import _procs
+from .._procs import PROC_LOCKS, lock_key
+
 __all__ = ["boot_id", "end_holder", "flock_holders", "host_name", "lock_key", "start_time", "die_with_parent"]
 
 _PR_SET_PDEATHSIG: Final = 1
@@ -77,32 +80,16 @@ def _zombie(pid: int) -> bool:
     return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] == b"Z"
 
 
-def flock_holders(table_path: str = "/proc/locks") -> dict[str, int] | None:
+def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int] | None:
     """Every exclusive ``flock`` held on this host, ``"MAJ:MIN:INODE"`` to its holder's pid (-1: unreadable).
 
     One read of ``/proc/locks`` for many lock files (see :func:`lock_key`); None when it
     cannot be read (the caller probes each lock instead).
     """
     try:
-        with open(table_path, encoding="ascii", errors="replace") as f:
-            table = f.read()
+        return _procs.flock_holders(table_path)
     except OSError:
         return None
-    out: dict[str, int] = {}
-    for line in table.splitlines():
-        parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (blocked waiters are marked "->")
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE":
-            try:
-                out[parts[5]] = int(parts[4])
-            except ValueError:
-                out[parts[5]] = -1
-    return out
-
-
-def lock_key(st: os.stat_result) -> str:
-    """The ``/proc/locks`` name of the file ``st`` describes."""
-    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
 
 
 def die_with_parent() -> None:

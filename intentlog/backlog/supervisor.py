@@ -24,39 +24,43 @@ backlog stream before it acts on it. Guarantees:
   (``backlog.quota_waiting``), an exhausted budget stops the run;
 - **shutdown** (SIGTERM, SIGINT): no new item or attempt starts; running effects finish
   within ``grace``; then the holders left are ended; ``backlog.run_stopped`` says so.
+
+The supervisor itself carries items to its slots and their answers back (the messages of
+:mod:`intentlog.backlog.messages`); each concern is its own part: the record of its
+decisions (:class:`~intentlog.backlog.journal.Journal`), which item next and retries
+(:class:`~intentlog.backlog.schedule.Schedule`), stalls and overruns
+(:class:`~intentlog.backlog.watchdog.Watchdog`), quota grants
+(:class:`~intentlog.backlog.broker.QuotaBroker`).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..eventlog.format import Event
 from . import leases
+from .broker import QuotaBroker
 from .engines import Engine, LocalEngine, Slot
 from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
-from .model import BacklogFold, ItemRecord, task_extras
+from .journal import Journal
+from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, Reserve, Run, Stop, from_slot
+from .model import BacklogFold, BacklogLike
 from .procs import boot_id, end_holder, host_name, start_time
-from .quota import Quota, QuotaBook
+from .quota import Quota
+from .schedule import Schedule
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..task import Task
-    from .core import Backlog
 
 __all__ = ["Supervisor"]
-
-#: Records that may wait for the next sync (about a second): each is derivable from the item tasks.
-_LAZY = frozenset({"backlog.item_done", "backlog.item_blocked", "backlog.holder_died", "backlog.quota_waiting"})
 
 
 @dataclass
@@ -72,116 +76,40 @@ class _Worker:
     asks: bool = True  # whether the item's worker asks for a grant before each attempt (else: told "stop")
 
 
-@dataclass
-class _Foreign:
-    """An item whose task lock another process (not one of ours) holds."""
-
-    size: int
-    progress: float
-
-
-@dataclass
 class Supervisor:
-    backlog: Backlog
-    step: Callable[[Task, Any], Any] | str
-    workers: int
-    quotas: tuple[Quota, ...]
-    until_idle: bool
-    inactivity: float
-    max_duration: float | None
-    grace: float
-    backoff: float
-    max_backoff: float
-    poll: float
-    fold: BacklogFold = field(default_factory=BacklogFold)
-    pool: list[_Worker] = field(default_factory=list)
-    stopping: str | None = None
-    settled: dict[str, str] = field(default_factory=dict)
-    foreign: dict[str, _Foreign] = field(default_factory=dict)
-    exhausted: str | None = None
-    waiting_logged: str | None = None
-    last_close: float = 0.0
-    batch: ExitStack | None = None
-    batching: bool = False  # in the loop: records ride in a batch synced about once a second
-    engine: Engine = field(default_factory=LocalEngine)
-    #: the items not yet settled, in run order, for the fold they were listed from
-    pending: deque[ItemRecord] = field(default_factory=deque)
-    pending_of: BacklogFold | None = None
-    pending_count: int = -1
-    #: the backlog stream's size when this process last let its lock go (-1: unknown)
-    closed_size: int = -1
+    """One run of a backlog: its slots, what they are told and what they answer."""
 
-    # -- the record ----------------------------------------------------------------
+    def __init__(
+        self,
+        backlog: BacklogLike,
+        step: Callable[[Task, Any], Any] | str,
+        *,
+        workers: int,
+        quotas: tuple[Quota, ...],
+        until_idle: bool,
+        inactivity: float,
+        max_duration: float | None,
+        grace: float,
+        backoff: float,
+        max_backoff: float,
+        poll: float,
+        engine: Engine | None = None,
+    ) -> None:
+        self.backlog, self.step = backlog, step
+        self.workers, self.until_idle, self.grace, self.poll = workers, until_idle, grace, poll
+        self.engine: Engine = LocalEngine() if engine is None else engine
+        self.journal = Journal(backlog)
+        self.schedule = Schedule(self.journal, backoff=backoff, max_backoff=max_backoff)
+        self.watchdog = Watchdog(self.journal, inactivity=inactivity, max_duration=max_duration)
+        self.broker = QuotaBroker(self.journal, quotas)
+        self.pool: list[_Worker] = []
+        #: why the run stops taking items and attempts (a signal's name, "idle", "quota"), once it does
+        self.stopping: str | None = None
 
-    def record(self, kind: str, data: dict[str, Any]) -> Event:
-        """Append to the backlog stream; decisions and ends of holders are durable on return.
-
-        The rest (an item done or blocked, a worker that died, a quota wait) may ride in
-        the open batch, synced within about a second: each of them is found again in the
-        item tasks at the next start if a crash loses it.
-        """
-        durable = kind not in _LAZY
-        if self.batching:
-            self.begin()
-        ev = self.backlog.task.stream.append(kind, data, sync=durable)
-        if ev.seq == self.fold.seq + 1:
-            self.fold.apply(ev)
-        else:  # another process (add, unblock) appended while this one did not hold the lock: fold it all again
-            self.fold = BacklogFold()
-            for e in self.backlog.task.events():
-                self.fold.apply(e)
-        return ev
-
-    def begin(self) -> None:
-        if self.batch is None:
-            es = ExitStack()
-            es.enter_context(self.backlog.task.batch())
-            self.batch = es
-
-    def end(self) -> None:
-        """Sync what the open batch holds (the backlog's lock stays held)."""
-        es, self.batch = self.batch, None
-        if es is not None:
-            es.close()
-
-    def refresh(self) -> None:
-        """Read the backlog stream again when another process (add, unblock) appended to it.
-
-        Not read when nothing says so: while this process holds the writer, the writer's
-        count (it read the stream whole when it opened) equals the fold's; otherwise the
-        stream's size equals the one seen when the fold was last current (appends only grow it).
-        """
-        stream = self.backlog.task.stream
-        if stream.writing:
-            if stream.next_seq - 1 == self.fold.seq:
-                return
-            size = -1
-        else:
-            size = _size(stream.path)  # before the read: an append racing it makes the next look read again
-            if self.closed_size >= 0 and size == self.closed_size:
-                return
-        f = BacklogFold()
-        for ev in self.backlog.task.events():
-            f.apply(ev)
-        if f.seq != self.fold.seq:
-            self.fold = f
-        self.closed_size = size
-
-    def release_backlog_lock(self, *, now: bool = False) -> None:
-        """Let ``add`` and ``unblock`` in: the backlog's lock is held at most about a second at a time.
-
-        On a store that bound is what keeps a live supervisor's lease from being taken as
-        stale (``add``, ``unblock`` and the next ``run`` take a lease whose stream stood still
-        for 5 s): ``now`` gives it back at once, before work that reads for long.
-        """
-        if now or time.monotonic() - self.last_close > 1.0:
-            self.end()
-            self.refresh()  # what others appended before this process took the lock last
-            t = self.backlog.task
-            if t.stream.writing:
-                self.closed_size = _size(t.stream.path)  # exact: the lock is still held
-            t.close()
-            self.last_close = time.monotonic()
+    @property
+    def fold(self) -> BacklogFold:
+        """The backlog stream as folded now (see :meth:`Journal.refresh`)."""
+        return self.journal.fold
 
     # -- start -----------------------------------------------------------------------
 
@@ -197,16 +125,15 @@ class Supervisor:
             signal.signal(s, on_signal)
         try:
             leases.claim_stale(self.backlog.task)  # on a store: a SIGKILLed supervisor's lease, taken back
-            self.refresh()
+            self.journal.refresh()
             me = os.getpid()
-            self.record(
+            self.journal.record(
                 "backlog.run_started",
                 {
                     "pid": me, "host": host_name(), "start_time": start_time(me), "boot_id": boot_id(),
-                    "workers": self.workers, "quota": [q.spec() for q in self.quotas],
+                    "workers": self.workers, "quota": [q.spec() for q in self.broker.quotas],
                 },
             )  # fmt: skip
-            self.book = QuotaBook(tuple(self.quotas))
             self.scan_items()
             self.loop()
         finally:
@@ -224,22 +151,25 @@ class Supervisor:
         task's stream, never from the cache.
         """
         reservations: list[tuple[float, dict[str, float]]] = []
-        self.release_backlog_lock(now=True)  # reading every item task can take longer than a lease may stand still
+        self.journal.release(now=True)  # reading every item task can take longer than a lease may stand still
         ordered = self.fold.ordered()
         need = [rec.task for rec in ordered if not (rec.done or rec.failed is not None)]
         got = read_returned_and_reserved(self.backlog.ledger, self.backlog.name, need)
-        spent = read_reservations(self.backlog.ledger, [rec.task for rec in ordered]) if self.quotas else {}
+        spent = read_reservations(self.backlog.ledger, [rec.task for rec in ordered]) if self.broker.quotas else {}
+        settled = self.schedule.settled
         for rec in ordered:
             returned = got.get(rec.task, (False, ()))[0]
             reservations.extend(spent.get(rec.task, ()))  # a settled item's units were spent too
             if rec.done or rec.failed is not None:
-                self.settled[rec.item] = "done" if rec.done else "failed"
+                settled[rec.item] = "done" if rec.done else "failed"
                 continue
             if returned and read_item_task(self.backlog.ledger, rec.task).extras.returned:
-                self.record("backlog.item_done", {"item": rec.item, "task": rec.task, "found": "in the task's record"})
-                self.settled[rec.item] = "done"
-                self.release_backlog_lock()
-        self.book.load(reservations)
+                self.journal.record(
+                    "backlog.item_done", {"item": rec.item, "task": rec.task, "found": "in the task's record"}
+                )
+                settled[rec.item] = "done"
+                self.journal.release()
+        self.broker.load(reservations)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -252,82 +182,47 @@ class Supervisor:
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
-            self.batching = True  # the batch opens with this turn's first record (a quiet turn opens nothing)
+            self.journal.batching = True  # the batch opens with this turn's first record (a quiet turn opens nothing)
             for w in list(self.pool):
                 if w.conn in ready:
                     self.receive(w)
             self.grant_waiting()
             self.watch()
             self.dispatch()
-            self.release_backlog_lock()
-            if self.exhausted is not None and not any(w.item for w in self.pool):
+            self.journal.release()
+            if self.broker.exhausted is not None and not any(w.item for w in self.pool):
                 return
             if self.until_idle and self.idle():
-                self.refresh()  # an item added meanwhile (by another process) is run before the run calls it idle
+                self.journal.refresh()  # an item added meanwhile (by another process) is run before it is idle
                 if self.idle():
                     return
 
     def spawn(self) -> None:
         while len(self.pool) < self.workers:
-            self.end()
-            self.backlog.task.close()  # a forked child must not inherit the backlog's lock
-            self.last_close = time.monotonic()
+            self.journal.close()  # a forked child must not inherit the backlog's lock
             slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
             self.pool.append(_Worker(slot, conn))
 
-    def busy_items(self) -> set[str]:
-        return {w.item for w in self.pool if w.item is not None}
-
-    def is_settled(self, rec: ItemRecord) -> bool:
-        return rec.done or rec.failed is not None or self.settled.get(rec.item) in ("done", "failed")
-
-    def unsettled(self) -> deque[ItemRecord]:
-        """The items not done or failed, in run order: listed once per fold (and per item added), pruned from the front.
-
-        Order depends only on what ``backlog.item_added`` says (priority, seq), so the list
-        is rebuilt only when the fold is replaced or grows; an item settled out of order is
-        skipped until it reaches the front.
-        """
-        if self.pending_of is not self.fold or self.pending_count != len(self.fold.items):
-            self.pending = deque(r for r in self.fold.ordered() if not self.is_settled(r))
-            self.pending_of, self.pending_count = self.fold, len(self.fold.items)
-        pending = self.pending
-        while pending and self.is_settled(pending[0]):
-            pending.popleft()
-        return pending
-
-    def candidates(self) -> Iterator[ItemRecord]:
-        """The items that may start now, in run order (lazily: dispatch stops once no worker is free)."""
-        now = time.time()
-        busy = self.busy_items()
-        for rec in self.unsettled():
-            if rec.item in busy or rec.blocked is not None or self.is_settled(rec):
-                continue
-            due = rec.due()
-            if due is not None and due > now:
-                continue
-            yield rec
-
     def dispatch(self) -> None:
-        if self.stopping is not None or self.exhausted is not None:
+        if self.stopping is not None or self.broker.exhausted is not None:
             return
         free = [w for w in self.pool if w.item is None]
         if not free:
             return
-        for rec in self.candidates():
+        for rec in self.schedule.candidates({w.item for w in self.pool if w.item is not None}):
             if not free:
                 return
             t = self.backlog.ledger.task(rec.task)
             if leases.held_elsewhere(t):
-                self.watch_foreign(rec, t)
+                self.watchdog.watch_foreign(rec, t)
                 continue
-            self.foreign.pop(rec.item, None)
+            self.watchdog.mine(rec.item)
             w = free.pop(0)
             w.item, w.since, w.progress = rec.item, time.monotonic(), time.monotonic()
             w.task = t
             w.size = leases.progress(t)
             w.asks = self.asks()
-            w.conn.send(("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
+            w.conn.send(Run("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
 
     def asks(self) -> bool:
         """Whether a worker must ask for a grant before each attempt.
@@ -337,98 +232,50 @@ class Supervisor:
         supervisor sends it "stop" once, unasked, when the run stops taking attempts (the
         worker looks for it before each attempt). Other engines relay the asking form.
         """
-        return bool(self.quotas) or getattr(self.engine, "name", None) != "local"
+        return bool(self.broker.quotas) or getattr(self.engine, "name", None) != "local"
 
     def tell_stop(self) -> None:
         """Send "stop" to every worker running an item that does not ask: it starts no attempt after it reads it."""
         for w in self.pool:
             if w.item is not None and not w.asks:
                 try:
-                    w.conn.send(("stop",))
+                    w.conn.send(Stop("stop"))
                 except OSError:
                     pass  # a worker that is gone starts nothing
                 w.asks = True  # told once
-
-    def watch_foreign(self, rec: ItemRecord, t: Task) -> None:
-        """A lock held by a process that is not ours: taken only after it stalls and is ended (pid + start time)."""
-        size, now = leases.progress(t), time.monotonic()
-        seen = self.foreign.get(rec.item)
-        if seen is None or seen.size != size:
-            self.foreign[rec.item] = _Foreign(size, now)
-            return
-        if now - seen.progress < self.inactivity:
-            return
-        if leases.on_store(t):  # a lease on a store names no pid: the stalled holder is fenced, on any host
-            if leases.fence(t) is not None:
-                self.record("backlog.holder_ended", {"item": rec.item, "task": rec.task, "fenced": True,
-                            "reason": f"stalled: its stream did not grow for {self.inactivity:g} s; lease taken"})
-            self.foreign.pop(rec.item, None)
-            return
-        holder = t.writer_pid()
-        lease = task_extras(t.events()).lease
-        if holder is None or lease is None or lease.pid != holder or lease.host != host_name():
-            return  # not provably the recorded holder on this host: never guessed at
-        if end_holder(lease.pid, lease.start_time):
-            self.record(
-                "backlog.holder_ended",
-                {
-                    "item": rec.item, "task": rec.task, "pid": lease.pid, "start_time": lease.start_time,
-                    "epoch": lease.epoch, "reason": f"stalled: its stream did not grow for {self.inactivity:g} s",
-                },
-            )  # fmt: skip
-            self.foreign.pop(rec.item, None)
 
     # -- messages ----------------------------------------------------------------------
 
     def receive(self, w: _Worker) -> None:
         try:
-            msg = w.conn.recv()
+            msg = from_slot(w.conn.recv())
         except (EOFError, OSError):
             self.lost(w, f"worker {w.proc.pid} exited ({w.proc.exitcode})")
             return
-        kind = msg[0]
-        if kind == "leased":
+        if isinstance(msg, Leased):
             w.progress = time.monotonic()
-        elif kind == "died":  # the engine runs the item again elsewhere: it resumes, never re-runs
-            rec = self.fold.items[msg[1]]
-            self.record("backlog.holder_died", {"item": msg[1], "task": rec.task, "pid": msg[2], "reason": msg[3]})
-        elif kind == "reserve":
-            w.waiting = (msg[1], dict(msg[2]))
+        elif isinstance(msg, Died):  # the engine runs the item again elsewhere: it resumes, never re-runs
+            rec = self.fold.items[msg.item]
+            self.journal.record(
+                "backlog.holder_died", {"item": msg.item, "task": rec.task, "pid": msg.pid, "reason": msg.reason}
+            )
+        elif isinstance(msg, Reserve):
+            w.waiting = (msg.item, dict(msg.units))
             self.grant(w)
         else:
             self.finished(w, msg)
 
     def grant(self, w: _Worker) -> None:
+        """Answer the worker's reservation: "stop" once the run stops, else the broker's grant or refusal (or wait)."""
         assert w.waiting is not None
         item, want = w.waiting
-        if self.stopping is not None:
-            w.conn.send(("stop",))
-            w.waiting = None
-            return
-        now = time.time()
-        blocked = self.book.check(want, now)
-        if blocked is None:
-            self.book.reserve(want, now)
-            w.conn.send(("grant", now))
-            w.waiting = None
+        reply = Stop("stop") if self.stopping is not None else self.broker.answer(item, want)
+        if reply is None:
+            return  # the window is full: it waits
+        w.conn.send(reply)
+        w.waiting = None
+        if isinstance(reply, Grant):
             w.progress = time.monotonic()
-            self.waiting_logged = None
-            return
-        q, until = blocked
-        if until is None:
-            why = f"quota {q.spec()} is spent and cannot reopen"
-            self.exhausted = why
-            self.record("backlog.quota_exhausted", {"quota": q.spec(), "item": item})
-            self.record("backlog.quota_waiting", {"quota": q.spec(), "until": None, "reason": why})
-            w.conn.send(("exhausted", why))
-            w.waiting = None
-            return
-        if self.waiting_logged != q.name:
-            self.waiting_logged = q.name
-            self.record(
-                "backlog.quota_waiting",
-                {"quota": q.spec(), "until": until, "used": self.book.used(q, now), "reason": "window full"},
-            )
 
     def grant_waiting(self) -> None:
         for w in self.pool:
@@ -437,43 +284,22 @@ class Supervisor:
                 if w.waiting is not None:
                     w.progress = time.monotonic()  # waiting for a grant is not a stall
 
-    def finished(self, w: _Worker, msg: tuple[Any, ...]) -> None:
-        kind, item = msg[0], msg[1]
+    def finished(self, w: _Worker, msg: Answer) -> None:
+        item = msg.item
         w.item, w.waiting = None, None
         rec = self.fold.items[item]
-        if kind == "done":
-            self.record("backlog.item_done", {"item": item, "task": rec.task})
-            self.settled[item] = "done"
-        elif kind == "blocked":
-            _, _, state, reason, command = msg
-            self.record(
+        if isinstance(msg, Done):
+            self.journal.record("backlog.item_done", {"item": item, "task": rec.task})
+            self.schedule.settled[item] = "done"
+        elif isinstance(msg, Blocked):
+            self.journal.record(
                 "backlog.item_blocked",
-                {"item": item, "task": rec.task, "state": state, "reason": reason, "command": command},
+                {"item": item, "task": rec.task, "state": msg.state, "reason": msg.reason, "command": msg.command},
             )
-        elif kind == "error":
-            self.failed_attempt(rec, str(msg[2]))
-        elif kind == "busy":
-            pass  # another process took the lock first: watched as a foreign holder next time
-        # "stopped", "exhausted": the attempt did not start; the item stays queued
-
-    def failed_attempt(self, rec: ItemRecord, why: str) -> None:
-        n = rec.failures + 1
-        if rec.max_attempts is not None and n >= rec.max_attempts:
-            self.record(
-                "backlog.item_failed",
-                {"item": rec.item, "task": rec.task, "failures": n, "reason": f"{n} failed attempt(s); last: {why}"},
-            )
-            self.settled[rec.item] = "failed"
-            return
-        base = min(self.max_backoff, self.backoff * (2 ** (n - 1)))
-        delay = base * random.uniform(0.5, 1.0)
-        self.record(
-            "backlog.item_scheduled",
-            {
-                "item": rec.item, "task": rec.task, "failures": n, "delay": round(delay, 3),
-                "not_before": time.time() + delay, "reason": why,
-            },
-        )  # fmt: skip
+        elif isinstance(msg, Failed):
+            self.schedule.failed_attempt(rec, str(msg.reason))
+        # Busy: another process took the lock first: watched as a foreign holder next time;
+        # Stopped, Exhausted: the attempt did not start; the item stays queued
 
     def lost(self, w: _Worker, why: str) -> None:
         """A worker died on its own (or was ended): its item resumes, never re-runs; a new worker replaces it."""
@@ -481,11 +307,14 @@ class Supervisor:
         w.proc.join(timeout=1.0)
         if w.item is not None:
             rec = self.fold.items[w.item]
-            self.record("backlog.holder_died", {"item": w.item, "task": rec.task, "pid": w.proc.pid, "reason": why})
+            self.journal.record(
+                "backlog.holder_died", {"item": w.item, "task": rec.task, "pid": w.proc.pid, "reason": why}
+            )
 
     # -- stalls and timeouts -----------------------------------------------------------
 
     def watch(self) -> None:
+        """End (or fence) the holders the watchdog finds stalled or overrun, provably ours only; record it."""
         now = time.monotonic()
         for w in list(self.pool):
             if w.item is None:
@@ -496,43 +325,36 @@ class Supervisor:
             size = leases.progress(w.task) if w.task is not None else -1
             if size != w.size:
                 w.size, w.progress = size, now
-            reason = None
-            kind = "backlog.holder_ended"
-            hard = rec.max_duration if rec.max_duration is not None else self.max_duration
-            limit = rec.inactivity if rec.inactivity is not None else self.inactivity
-            if hard is not None and now - w.since > hard:
-                reason, kind = f"timed out: running longer than {hard:g} s", "backlog.item_timed_out"
-            elif now - w.progress > limit:
-                reason = f"stalled: its stream did not grow for {limit:g} s"
-            if reason is None:
+            verdict = self.watchdog.overdue(rec, w.since, w.progress, now)
+            if verdict is None:
                 continue
+            kind, reason = verdict
             if not leases.end_or_fence(self.backlog.ledger.task(rec.task), w.proc.pid, w.proc.started):
                 continue  # cannot prove it is ours: never take the item
             self.pool.remove(w)
             w.proc.join(timeout=1.0)
-            self.record(
+            self.journal.record(
                 kind,
                 {"item": rec.item, "task": rec.task, "pid": w.proc.pid, "start_time": w.proc.started, "reason": reason},
             )
             if kind == "backlog.item_timed_out":
-                self.failed_attempt(self.fold.items[rec.item], reason)
+                self.schedule.failed_attempt(self.fold.items[rec.item], reason)
 
     # -- idle and shutdown -------------------------------------------------------------
 
     def idle(self) -> bool:
         """No item can progress without a person: nothing running; every item done, failed or blocked."""
-        if any(w.item for w in self.pool) or self.foreign:
+        if any(w.item for w in self.pool) or self.watchdog.foreign:
             return False
-        # blocked items: awaiting approval, reconciliation or review: a person first, then unblock
-        return all(rec.blocked is not None or self.is_settled(rec) for rec in self.unsettled())
+        return self.schedule.waits_for_a_person()
 
     def shutdown(self) -> None:
         """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
-        self.end()
-        self.batching = False
-        why = self.stopping or ("quota" if self.exhausted else "idle")
+        self.journal.end()
+        self.journal.batching = False
+        why = self.stopping or ("quota" if self.broker.exhausted else "idle")
         if self.stopping is not None:
-            self.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
+            self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
         deadline = time.monotonic() + (self.grace if self.stopping is not None else 5.0)
         if self.stopping is None:
             self.stopping = why  # a worker asking for a grant from here on is told to stop
@@ -543,12 +365,12 @@ class Supervisor:
                 if w.conn in ready:
                     self.receive(w)
             self.grant_waiting()
-            self.release_backlog_lock()  # as on every turn: a grace longer than a store's stale limit keeps the lease
+            self.journal.release()  # as on every turn: a grace longer than a store's stale limit keeps the lease
         ended = []
         for w in self.pool:
             if w.item is None:
                 try:
-                    w.conn.send(("quit",))
+                    w.conn.send(Quit("quit"))
                 except OSError:
                     pass
         for w in self.pool:
@@ -560,13 +382,6 @@ class Supervisor:
                     ended.append({"item": w.item, "pid": w.proc.pid})
         self.pool.clear()
         self.engine.close()
-        self.end()
-        self.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.exhausted})
+        self.journal.end()
+        self.journal.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.broker.exhausted})
         self.backlog.task.close()
-
-
-def _size(path: os.PathLike[str] | str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1

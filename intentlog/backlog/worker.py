@@ -3,10 +3,11 @@
 The lease is the item task's writer lock, taken once and held until the item is left;
 ``lease.acquired {epoch, pid, host, start_time, boot_id}`` is appended at the seq the
 worker read (``expected_seq``), so two holders can never both record the same epoch.
-Before every ``attempt.started`` a guard installed on the task's stream checks that this
-process still holds the lock (``/proc/locks``) and asks the supervisor for the quota
-units; the supervisor's answer may be "stop" (shutdown), and then nothing is sent. Only
-then is ``quota.reserved {epoch, units}`` appended, synced together with the attempt.
+The worker opens the item task's writer with a gate (:class:`~intentlog.stream.AppendGate`):
+before every ``attempt.started`` it checks that this process still holds the lock
+(``/proc/locks``) and asks the supervisor for the quota units; the supervisor's answer
+may be "stop" (shutdown), and then nothing is sent. Only then does the stream append
+``quota.reserved {epoch, units}`` right before the attempt, synced together with it.
 A worker ignores SIGINT and SIGTERM (its supervisor decides) and dies with its supervisor.
 """
 
@@ -14,16 +15,31 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from .._procs import PROC_LOCKS, flock_writer
-from ..errors import ApprovalPending, IntentlogError, ResumeRefused, TaskBusy
+from ..errors import IntentlogError, LeaseLost, TaskBusy
 from ..eventlog.canonical import dumps
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
+from .messages import (
+    Answer,
+    Blocked,
+    Busy,
+    Done,
+    Exhausted,
+    Failed,
+    Grant,
+    Reply,
+    Reserve,
+    Run,
+    Spent,
+    Stop,
+    Stopped,
+)  # fmt: skip
 from .model import LedgerLike, blocking_reason
 from .procs import boot_id, die_with_parent, host_name, start_time
 
@@ -37,10 +53,6 @@ CALLS: Final = "calls"
 
 class Stopping(IntentlogError):
     """The runner is shutting down: this attempt does not start (nothing was sent)."""
-
-
-class LeaseLost(IntentlogError):
-    """This process no longer holds the item task's writer lock: it must not write or send."""
 
 
 class QuotaExhausted(IntentlogError):
@@ -60,33 +72,34 @@ def units(task: Task, **amounts: float) -> None:
 
 
 class _Guard:
-    """Installed as the item stream's ``before_append`` for one lease."""
+    """The item stream's gate for one lease: fences the lease and reserves quota before each attempt."""
 
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
         self.task, self.conn, self.epoch, self.item, self.asks = task, conn, epoch, item, asks
-        self.inside = False
         self.locked: tuple[int, int] | None = None  # (dev, inode) of the lock file the kernel says we hold
 
-    def __call__(self, kind: str, data: Mapping[str, Any]) -> None:
-        if kind != "attempt.started" or self.inside:
-            return
+    def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+        """Nothing to add but before ``attempt.started``: the lease checked, the units granted, then reserved.
+
+        Raises :class:`LeaseLost`, :class:`Stopping` or :class:`QuotaExhausted` (the attempt is
+        not appended, so nothing is sent).
+        """
+        if kind != "attempt.started":
+            return ()
         self.check_lease()
         want = {CALLS: 1.0, **_PENDING_UNITS.pop(self.task.id, {})}
+        answer: Reply
         if self.asks:
-            self.conn.send(("reserve", self.item, want))
+            self.conn.send(Reserve("reserve", self.item, want))
             answer = self.conn.recv()
         else:  # no quota: the supervisor's only word is "stop", sent unasked once the run stops
-            answer = self.conn.recv() if self.conn.poll() else ("grant",)
-        if answer[0] == "stop":
+            answer = self.conn.recv() if self.conn.poll() else Grant("grant")
+        if isinstance(answer, Stop):
             raise Stopping(f"item {self.item!r}: the runner is stopping; the attempt did not start")
-        if answer[0] == "exhausted":
-            raise QuotaExhausted(f"item {self.item!r}: {answer[1]}; the attempt did not start")
+        if isinstance(answer, Spent):
+            raise QuotaExhausted(f"item {self.item!r}: {answer.reason}; the attempt did not start")
         self.check_lease()
-        self.inside = True
-        try:
-            self.task.stream.append("quota.reserved", {"epoch": self.epoch, "units": want, "call": data.get("call")})
-        finally:
-            self.inside = False
+        return (("quota.reserved", {"epoch": self.epoch, "units": want, "call": data.get("call")}),)
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` unless this process still holds the item task's lease.
@@ -103,10 +116,12 @@ class _Guard:
         me = os.getpid()
         writing = self.task.stream.writing
         st: os.stat_result | None = None
+        where = str(self.task.path)
         if leases.on_store(self.task):
             holder = leases.holder(self.task)
         else:
             lock = self.task.path.with_name(self.task.path.name + ".lock")
+            where = str(lock)
             try:
                 st = os.stat(lock, follow_symlinks=False)
             except OSError:  # the lock file is gone: it excludes no one, whoever locked it
@@ -120,9 +135,9 @@ class _Guard:
                     holder = me if writing else None  # the writer checks its lock file before each sync
         if holder != me or not writing:
             raise LeaseLost(
-                f"item {self.item!r}: lease epoch {self.epoch} is no longer held by this process "
-                f"(the lock's holder is {holder}); nothing is written or sent"
-            )
+                self.task.id, where, self.epoch,
+                why=f"of item {self.item!r} is no longer held by this process (the lock's holder is {holder})",
+            )  # fmt: skip
         if st is not None:
             self.locked = (st.st_dev, st.st_ino)
 
@@ -144,14 +159,14 @@ def _ident() -> tuple[str, int | None, str | None]:
     return got
 
 
-def _blocked(task: Task, item: str) -> tuple[Any, ...] | None:
+def _blocked(task: Task, item: str) -> Blocked | None:
     held = blocking_reason(task_status(task.events(), task_id=task.id))
-    return None if held is None else ("blocked", item, held[0], held[1], held[2])
+    return None if held is None else Blocked("blocked", item, *held)
 
 
 def run_item(
     task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step, *, asks: bool = True
-) -> tuple[Any, ...]:
+) -> Answer:
     """Lease, resume or block, run the step, record its result; the message for the supervisor.
 
     The task's stream is read once before the step (the lease's epoch, whether it needs a
@@ -160,13 +175,16 @@ def run_item(
     for a "stop" the supervisor sent unasked (a run with no quota).
     """
     stream = task.stream
+    guard = _Guard(task, conn, 0, item, asks)  # its epoch is read once the lock is held
     try:
-        writer = stream.open_writer()
+        writer = stream.open_writer(gate=guard)
     except TaskBusy as exc:
-        return ("busy", item, str(exc))
+        return Busy("busy", item, str(exc))
     # a stream holding its creation record alone (a new item) has nothing more to read
     evs = list(task.events()) if writer.next_seq > 1 else []
-    epoch = 1 + max((int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0)
+    epoch = guard.epoch = 1 + max(
+        (int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0
+    )
     me = os.getpid()
     host, started, boot = _ident()
     lease = {
@@ -177,35 +195,30 @@ def run_item(
     # then nothing outside acts on it, and the lock, not the record, is what excludes others
     stream.append("lease.acquired", lease, expected_seq=writer.next_seq, defer=True)
     # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
-    guard = _Guard(task, conn, epoch, item, asks)
     released = False
     try:
         if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
             held = blocking_reason(task_status(evs, task_id=task.id))
             if held is not None:
-                return ("blocked", item, held[0], held[1], held[2])
+                return Blocked("blocked", item, *held)
             if any(ev.kind == "item.returned" for ev in evs):
-                return ("done", item, None)
+                return Done("done", item, None)
         del evs
         guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
-        stream.before_append = guard
-        try:
-            result = _json_result(step(task, payload))
-        finally:
-            stream.before_append = None
+        result = _json_result(step(task, payload))
         with task.batch():  # the result, its acceptance and the release share one sync
             task.append("item.returned", {"result": result, "epoch": epoch})
             if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
                 task.accept(by=f"backlog {backlog}", note="the step returned")
             stream.append("lease.released", {"epoch": epoch})
             released = True
-        return ("done", item, result)
-    except (Stopping, QuotaExhausted) as exc:
-        return ("stopped" if isinstance(exc, Stopping) else "exhausted", item, str(exc))
-    except (ApprovalPending, ResumeRefused) as exc:
-        return _blocked(task, item) or ("error", item, f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # a step's own failure: the supervisor decides a retry, recorded
-        return _blocked(task, item) or ("error", item, f"{type(exc).__name__}: {exc}")
+        return Done("done", item, result)
+    except Stopping as exc:
+        return Stopped("stopped", item, str(exc))
+    except QuotaExhausted as exc:
+        return Exhausted("exhausted", item, str(exc))
+    except Exception as exc:  # a step's own failure (or a resume refused): the supervisor decides a retry, recorded
+        return _blocked(task, item) or Failed("error", item, f"{type(exc).__name__}: {exc}")
     finally:
         _PENDING_UNITS.pop(task.id, None)
         try:
@@ -219,7 +232,7 @@ def run_item(
 
 
 def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
-    """The worker's loop (a forked process): ``("item", item, task, backlog, payload, asks)`` in, an answer out.
+    """The worker's loop (a forked process): a :class:`~.messages.Run` in, its :data:`~.messages.Answer` out.
 
     The ledger object is the parent's; a forked child owns none of its task handles, so
     every task it asks for is a new handle whose first write takes the lock properly.
@@ -237,8 +250,8 @@ def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
             return
         if msg[0] == "stop":  # told after its item ended: nothing is running to stop
             continue
-        _, item, task_id, backlog, payload, asks = msg
-        answer = run_item(ledger.task(task_id), conn, item, backlog, payload, fn, asks=asks)
+        run = Run(*msg)
+        answer = run_item(ledger.task(run.task), conn, run.item, run.backlog, run.payload, fn, asks=run.asks)
         conn.send(answer)
 
 

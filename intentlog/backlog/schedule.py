@@ -1,0 +1,87 @@
+"""Which items a run may start, in which order, and what a failed attempt means.
+
+Order is the backlog's (priority, then order of addition); an item starts never before its
+``not_before`` or its retry time; a step that raised is scheduled again after an
+exponential backoff with jitter (``backlog.item_scheduled``), or failed after
+``max_attempts`` (``backlog.item_failed``). Every decision is recorded before it acts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from collections.abc import Collection, Iterator
+
+from .journal import Journal
+from .model import BacklogFold, ItemRecord
+
+__all__ = ["Schedule"]
+
+
+class Schedule:
+    """The items not settled yet, in run order, and the retry decisions of one run."""
+
+    def __init__(self, journal: Journal, *, backoff: float, max_backoff: float) -> None:
+        self.journal = journal
+        self.backoff, self.max_backoff = backoff, max_backoff
+        #: items settled in this run ("done", "failed") that the fold may not say yet
+        self.settled: dict[str, str] = {}
+        #: the items not yet settled, in run order, for the fold they were listed from
+        self.pending: deque[ItemRecord] = deque()
+        self.pending_of: BacklogFold | None = None
+        self.pending_count = -1
+
+    def is_settled(self, rec: ItemRecord) -> bool:
+        return rec.done or rec.failed is not None or self.settled.get(rec.item) in ("done", "failed")
+
+    def unsettled(self) -> deque[ItemRecord]:
+        """The items not done or failed, in run order: listed once per fold (and per item added), pruned from the front.
+
+        Order depends only on what ``backlog.item_added`` says (priority, seq), so the list
+        is rebuilt only when the fold is replaced or grows; an item settled out of order is
+        skipped until it reaches the front.
+        """
+        fold = self.journal.fold
+        if self.pending_of is not fold or self.pending_count != len(fold.items):
+            self.pending = deque(r for r in fold.ordered() if not self.is_settled(r))
+            self.pending_of, self.pending_count = fold, len(fold.items)
+        pending = self.pending
+        while pending and self.is_settled(pending[0]):
+            pending.popleft()
+        return pending
+
+    def candidates(self, busy: Collection[str]) -> Iterator[ItemRecord]:
+        """The items that may start now, in run order (lazily: dispatch stops once no worker is free)."""
+        now = time.time()
+        for rec in self.unsettled():
+            if rec.item in busy or rec.blocked is not None or self.is_settled(rec):
+                continue
+            due = rec.due()
+            if due is not None and due > now:
+                continue
+            yield rec
+
+    def waits_for_a_person(self) -> bool:
+        """Every item not settled is blocked: awaiting approval, reconciliation or review, then ``unblock``."""
+        return all(rec.blocked is not None or self.is_settled(rec) for rec in self.unsettled())
+
+    def failed_attempt(self, rec: ItemRecord, why: str) -> None:
+        """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``."""
+        n = rec.failures + 1
+        if rec.max_attempts is not None and n >= rec.max_attempts:
+            self.journal.record(
+                "backlog.item_failed",
+                {"item": rec.item, "task": rec.task, "failures": n, "reason": f"{n} failed attempt(s); last: {why}"},
+            )
+            self.settled[rec.item] = "failed"
+            return
+        base = min(self.max_backoff, self.backoff * (2 ** (n - 1)))
+        delay = base * random.uniform(0.5, 1.0)
+        self.journal.record(
+            "backlog.item_scheduled",
+            {
+                "item": rec.item, "task": rec.task, "failures": n, "delay": round(delay, 3),
+                "not_before": time.time() + delay, "reason": why,
+            },
+        )  # fmt: skip
