@@ -28,8 +28,10 @@ from .eventlog.reader import StreamScan
 from .task import Task
 
 if TYPE_CHECKING:
+    from .artifacts.protocol import ObjectStore
     from .backlog import Backlog
     from .eventlog.storage import StreamStorage
+    from .heads.codec import StreamHead
     from .s3 import ObjectStorage
     from .sessions import Session
 
@@ -159,6 +161,29 @@ class Ledger:
         from .eventlog.storage import FolderStreams
 
         return FolderStreams(self.tasks_dir, tmp_dir=self.tmp_dir)
+
+    @functools.cached_property
+    def objects(self) -> ObjectStore:
+        """The artifact objects behind the object seam (artifacts/protocol.py): objects/, or the store's."""
+        if self.storage is not None:
+            return self.storage.objects
+        from .artifacts.objects import FolderObjects
+
+        return FolderObjects(self.root)
+
+    def sealed_heads(self) -> dict[str, StreamHead] | None:
+        """The heads the ledger's seals record, by task (None when never sealed).
+
+        A folder's ``heads.json``; on a store the furthest head any of its seals recorded
+        (every seal is a lower bound). ``LedgerError`` when a seal is malformed.
+        """
+        if self.storage is not None:
+            from .s3.seals import stored_heads
+
+            return stored_heads(self.storage.client)
+        from .heads.codec import read_heads_at
+
+        return read_heads_at(self.root)
 
     @property
     def remote_streams(self) -> StreamStorage | None:
