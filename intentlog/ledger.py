@@ -397,12 +397,14 @@ def open_ledger(
     *,
     create: bool = True,
     workspace: str | os.PathLike[str] | None = None,
+    write: bool = False,
 ) -> Ledger:
     """Open the ledger at ``root``, creating its folder layout if missing.
 
     A missing or empty folder becomes a new ledger (every new directory and file is
     fsynced). An existing folder must hold ``intentlog.json``; anything else raises
-    :class:`~intentlog.errors.NotALedger` and writes nothing.
+    :class:`~intentlog.errors.NotALedger` and writes nothing. ``write`` (implied by
+    ``create``) opens it to write: a store's fencing probe runs now, before anything is read.
     """
     path = _check_root(root)
     text = os.fspath(root)
@@ -410,7 +412,7 @@ def open_ledger(
         from .s3 import connect
 
         # a writer's store must fence writers (the probe runs before anything is written)
-        storage = connect(text, write=create)
+        storage = connect(text, write=create or write)
         return Ledger(Path(text), workspace=Path(workspace) if workspace is not None else None, storage=storage,
                       location=text.rstrip("/"))
     if path.exists() and not path.is_dir():

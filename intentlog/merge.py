@@ -203,7 +203,7 @@ def _destination(location: str | os.PathLike[str]) -> Ledger | None:
     refused by :func:`~intentlog.ledger.open_ledger` when it is made, before anything is written.
     """
     try:
-        return open_ledger(location, create=False)
+        return open_ledger(location, create=False, write=True)  # a store must fence writers: its probe runs now
     except NotALedger:
         return None
 
@@ -213,7 +213,7 @@ def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResu
 
     Nothing is written to ``dst`` when the merge is refused. ``dst`` is verified after the
     merge (the checker over its seams and files: the report is in the result). A store
-    destination must fence writers: its probe runs before the first thing written there.
+    destination must fence writers: its probe runs when it is opened, before anything is read.
     """
     source = open_ledger(src, create=False)  # NotALedger unless it is one
     target = _destination(dst)

@@ -177,10 +177,6 @@ def _export_summary(c: Ctx, result: Any) -> str:
 
 def _require_ledger(c: Ctx) -> None:
     """Refuse (exit 1) a root with no ledger, saying how to point at one."""
-    if c.url is not None:
-        from .storeroot import check_on_store
-
-        check_on_store(c.url)  # exit 2 for a command not run on a store yet
     if not (c.root / "intentlog.json").is_file():
         raise NotALedger(str(c.root), "no ledger here (no intentlog.json)")
 
