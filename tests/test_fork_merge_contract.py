@@ -236,3 +236,15 @@ def test_a_dry_run_is_refused_as_the_real_command_is_when_a_stream_contradicts_i
     code, real = run(location, "accept", "essay")
     assert code == 1 and "events were cut from its end" in real, real
     assert state(location) == before
+
+
+def test_a_fork_in_a_cloned_folder_without_its_empty_folders_is_created(seed: Path, tmp_path: Path) -> None:
+    """A git clone drops empty folders (tmp/): the command line's fork stages the new stream all the same."""
+    clone = tmp_path / "clone"
+    merge(seed, clone)
+    for empty in ("tmp", "quarantine"):
+        (clone / empty).rmdir()
+    code, out = run(str(clone), "fork", "essay", "--from", "call-2", "--as", "essay.b")
+    assert code == 0, out
+    _, forked = expected_fork(seed, "essay", "call-2", "draft", None)
+    assert orjson.loads(stream(str(clone), "essay.b").splitlines()[-1])["data"] == forked
