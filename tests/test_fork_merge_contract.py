@@ -248,3 +248,25 @@ def test_a_fork_in_a_cloned_folder_without_its_empty_folders_is_created(seed: Pa
     assert code == 0, out
     _, forked = expected_fork(seed, "essay", "call-2", "draft", None)
     assert orjson.loads(stream(str(clone), "essay.b").splitlines()[-1])["data"] == forked
+
+
+def test_a_merge_into_a_store_that_does_not_fence_writers_writes_nothing(
+    seed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The destination must fence writers: the merge is refused before anything is written, though this process
+    wrote to the store before (when the probe passed)."""
+    import intentlog.s3
+    from intentlog.errors import StoreRefused
+
+    url = s3_server.ledger_url(monkeypatch)
+    with intentlog.open(url, create=False) as ledger:  # probed before its first put
+        ledger.task("other").effect("k", {"q": 1}, Provider(), interpret=orjson.loads)
+    before = state(url)
+
+    def refused(client: object) -> None:
+        raise StoreRefused(str(client), ["a second conditional create of one key succeeded"])
+
+    monkeypatch.setattr(intentlog.s3, "require_fencing", refused)
+    with pytest.raises(StoreRefused, match="second conditional create"):
+        merge(seed, url)
+    assert state(url) == before
