@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from .errors import CorruptStream, MergeRefused, NotALedger
@@ -233,4 +234,7 @@ def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResu
     apply_merge(plan, source.streams, source.objects, target.streams, target.objects)
     from .checker.verify import verify_ledger
 
-    return MergeResult(plan, verify_ledger(target))
+    # recorded files are compared in the folder holding the destination's location (as verify of
+    # a ledger folder does); a location that is no local folder, such as a store's, has none: not compared
+    beside = Path(os.fspath(dst)).absolute().parent
+    return MergeResult(plan, verify_ledger(open_ledger(dst, create=False, workspace=beside)))

@@ -270,3 +270,20 @@ def test_a_merge_into_a_store_that_does_not_fence_writers_writes_nothing(
     with pytest.raises(StoreRefused, match="second conditional create"):
         merge(seed, url)
     assert state(url) == before
+
+
+def test_a_merged_capture_is_compared_beside_a_folder_and_never_with_an_unrelated_folder(
+    seed: Path, location: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded file is compared in the folder holding the destination (the seed's workspace here); a store
+    has no such folder, so the merge's check never reads the current folder for it."""
+    (tmp_path / "notes.txt").write_bytes(b"what the seed recorded")
+    with intentlog.open(seed) as ledger:
+        ledger.task("notes").record_artifact("notes.txt")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no notes.txt here
+    result = merge(seed, location)
+    assert result.verify is not None and result.verify.ok, result.verify.render() if result.verify else None
+    compared = not location.startswith("s3://")
+    assert any(p.code == "workspace" for p in result.verify.problems) is not compared
