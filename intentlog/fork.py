@@ -1,7 +1,8 @@
 """Fork: a new task that reuses another's record up to a call, so the script can run again from there.
 
-``fork_task(ledger, "review", "call-3", "review.v2")`` writes a new stream (``ledger``: any
-:class:`~intentlog._types.StreamLayout`; :meth:`intentlog.Ledger.fork` opens the new task):
+``fork_task(ledger, "review", "call-3", "review.v2")`` writes a new stream (``ledger``: a
+:class:`ForkLedger`, such as a :class:`~intentlog.Ledger` on either storage; :meth:`intentlog.Ledger.fork`
+opens the new task):
 
 * line 0: its own ``task.created``;
 * lines 1..N: byte-for-byte copies of the original's events 1..N -- the events before
@@ -13,51 +14,52 @@
   unknown effect), where ``from_head`` is the digest of the original's line N -- so an auditor can
   check the copied prefix against the original (:func:`check_fork`).
 
-The new stream is written to a temp file, fsynced and linked into ``tasks/`` in one
-step: it exists whole or not at all, and an existing task is never overwritten. On an
-object-store ledger (the ledger's ``remote_streams``) the original is read through the
-stream seam and the fork is created there in one conditional create of its first segment
-(``If-None-Match: *``): whole or absent, refused when the id exists; the artifacts are
-already shared on the store, and a damaged original (a bad line, or segments that do not
-make one stream) is :class:`CorruptStream` with nothing written, as on a folder. The
-original is only read (no lock), so it stays byte-identical. Artifact refs stay valid:
-the store is shared and inline payloads are copied with their events. Running the script
-against the new task then replays the copied calls from the record and runs the forked
-call -- with changed input, if the script changed it -- as a new call.
+The new stream is created through the stream seam (:class:`~intentlog.eventlog.storage.StreamStorage`)
+in one atomic create: it exists whole or not at all, and an existing task (or, on a store,
+an id once used) is never overwritten. The original is read through the seam too, and only
+read (no lock), so it stays byte-identical; its trusted events are the task's own reading
+of its stream (a folder's torn tail is not part of the record; on a store, where a segment
+is whole or absent, any bad line is damage), and damage is :class:`CorruptStream` with
+nothing written. Artifact refs stay valid: the objects are shared by the ledger and inline
+payloads are copied with their events. Running the script against the new task then
+replays the copied calls from the record and runs the forked call -- with changed input,
+if the script changed it -- as a new call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ._digest import digest_bytes
-from ._fsutil import makedirs_durable, publish_chunks
 from .errors import CorruptStream, EffectUnknown, IntentlogError, LedgerError, UnknownCall, UsageError
 from .eventlog.canonical import dumps
-from .eventlog.format import (
-    FORMAT,
-    TASK_CREATED,
-    Event,
-    LineError,
-    check_task_id,
-    encode_line,
-    new_stream_id,
-    parse_line,
-    utc_now,
-)
-from .eventlog.reader import iter_lines
+from .eventlog.format import FORMAT, TASK_CREATED, Event, check_task_id, encode_line, new_stream_id, utc_now
 from .projections.workstate import RECONCILE_EFFECT, CallState, WorkStateFold
-from .stream import read_events
 
 if TYPE_CHECKING:
-    from ._types import StreamLayout
     from .eventlog.storage import StreamStorage
 
-__all__ = ["check_fork", "fork_task"]
+__all__ = ["ForkLedger", "check_fork", "default_fork_id", "fork_task"]
 
 _DATA_START: Final = b'{"data":'
 _KIND_MARK: Final = b',"kind":'
+
+
+class _Events(Protocol):
+    def events(self) -> Iterator[Event]: ...
+
+
+class ForkLedger(Protocol):
+    """What fork needs of a ledger (a :class:`~intentlog.Ledger` is one): its streams, and a task's reading."""
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def streams(self) -> StreamStorage: ...
+
+    def task(self, task_id: str) -> _Events: ...
 
 
 def _data_bytes(line: bytes) -> bytes:
@@ -66,77 +68,44 @@ def _data_bytes(line: bytes) -> bytes:
     return line[len(_DATA_START) : end]
 
 
-def _lines(path: Any) -> Iterator[tuple[bytes, Any]]:
-    """Every trusted line with its parsed event; a bad line in the middle raises."""
-    prev: str | None = None
-    for seq, (_offset, line) in enumerate(iter_lines(path)):
-        if not line.endswith(b"\n"):
-            return  # an append that never returned: not part of the record
-        try:
-            ev = parse_line(line, seq, prev)
-        except LineError as exc:
-            raise CorruptStream(str(path), seq + 1, exc.reason) from None
-        prev = ev.digest
-        yield line, ev
+def _where(ledger: ForkLedger, task_id: str) -> str:
+    return f"{ledger.location}: task {task_id!r}"
 
 
-def _stored_lines(data: bytes, where: str) -> Iterator[tuple[bytes, Any]]:
-    """Every line of a stream read from an object store, with its parsed event; any bad line raises.
+def _exists(ledger: ForkLedger, task_id: str) -> bool:
+    return task_id in ledger.streams.names()
 
-    A store has no torn tail (a segment is whole or absent): a line that fails its checks,
-    the last one included, is damage (:class:`CorruptStream`), never skipped.
+
+def _source(ledger: ForkLedger, task_id: str) -> Iterator[tuple[bytes, Event]]:
+    """The trusted lines of ``task_id``'s stream with their events, read through the stream seam.
+
+    Which lines are trusted is the task's own reading (:meth:`~intentlog.Task.events`); each
+    one's bytes are then taken from :meth:`StreamStorage.read` and checked against the
+    event's digest, so the bytes copied are exactly the ones the events were read from.
     """
-    prev: str | None = None
-    for seq, line in enumerate(data.splitlines(keepends=True)):
-        if not line.endswith(b"\n"):
-            raise CorruptStream(where, seq + 1, "the stream ends in an incomplete line (a stored segment is damaged)")
-        try:
-            ev = parse_line(line, seq, prev)
-        except LineError as exc:
-            raise CorruptStream(where, seq + 1, exc.reason) from None
-        prev = ev.digest
+    events = list(ledger.task(task_id).events())
+    if not events:
+        return
+    try:
+        data = ledger.streams.read(task_id)
+    except FileNotFoundError:
+        raise CorruptStream(_where(ledger, task_id), 1, "the stream was removed while being read") from None
+    start = 0
+    for ev in events:
+        end = data.find(b"\n", start)
+        line = data[start : end + 1] if end >= 0 else b""
+        if digest_bytes(line) != ev.digest:
+            raise CorruptStream(_where(ledger, task_id), ev.seq + 1, "the stream changed while being read")
         yield line, ev
+        start = end + 1
 
 
-def _remote(layout: StreamLayout) -> StreamStorage | None:
-    """The streams of a ledger on an object store (a :class:`~intentlog.Ledger`'s ``remote_streams``), else None."""
-    remote = getattr(layout, "remote_streams", None)
-    return cast("StreamStorage | None", remote)
-
-
-def _where(layout: StreamLayout, task_id: str) -> str:
-    remote = _remote(layout)
-    where = getattr(remote, "where", None)
-    return str(where(task_id)) if callable(where) else str(layout.stream_path(task_id))
-
-
-def _exists(layout: StreamLayout, task_id: str) -> bool:
-    remote = _remote(layout)
-    if remote is None:
-        return layout.stream_path(task_id).exists()
-    return task_id in remote.names()
-
-
-def _source(layout: StreamLayout, task_id: str) -> Iterator[tuple[bytes, Any]]:
-    """The trusted lines of ``task_id``'s stream with their events: from the folder, or read through the seam."""
-    remote = _remote(layout)
-    if remote is None:
-        return _lines(layout.stream_path(task_id))
-    return _stored_lines(remote.read(task_id), _where(layout, task_id))
-
-
-def _events(layout: StreamLayout, task_id: str) -> Iterator[Event]:
-    if _remote(layout) is None:
-        return read_events(layout.stream_path(task_id), layout.tasks_dir)
-    return (ev for _, ev in _source(layout, task_id))
-
-
-def _cut(layout: StreamLayout, task_id: str, from_call: str) -> tuple[int, str, list[CallState]]:
+def _cut(ledger: ForkLedger, task_id: str, from_call: str) -> tuple[int, str, list[CallState]]:
     """The seq of the first event of ``from_call``'s key (a call id, or a key such as ``turn-3``), the key, and
     every call whose effect is unknown, whether the copy drops it (a re-run of the fork would send it
     again) or copies it (the fork and the original would each hold the same unknown attempt)."""
     fold = WorkStateFold(task_id)
-    for ev in _events(layout, task_id):
+    for ev in ledger.task(task_id).events():
         fold.apply(ev)
     ws = fold.result()
     if from_call in ws.calls:
@@ -161,19 +130,20 @@ def _cut(layout: StreamLayout, task_id: str, from_call: str) -> tuple[int, str, 
     return cut, key, unknown
 
 
-def default_fork_id(ledger: StreamLayout, task_id: str) -> str:
+def default_fork_id(ledger: ForkLedger, task_id: str) -> str:
     """The id a fork of ``task_id`` takes when none is given: ``<task>.fork-<n>``, the first one free."""
+    taken = set(ledger.streams.names())
     n = 1
     while True:
         candidate = f"{task_id}.fork-{n}"
         check_task_id(candidate)
-        if not _exists(ledger, candidate):
+        if candidate not in taken:
             return candidate
         n += 1
 
 
 def fork_task(
-    ledger: StreamLayout,
+    ledger: ForkLedger,
     task_id: str,
     from_call: str,
     new_id: str | None = None,
@@ -203,12 +173,12 @@ def fork_task(
     if not isinstance(accept_risk, bool):
         raise UsageError(f"accept_risk must be True or False, not {accept_risk!r}")
     if not _exists(ledger, task_id):
-        raise UsageError(f"no task {task_id!r} in {ledger.root}; see 'intentlog tasks'")
+        raise UsageError(f"no task {task_id!r} in {ledger.location}; see 'intentlog tasks'")
     target = check_task_id(new_id) if new_id is not None else default_fork_id(ledger, task_id)
     if target == task_id:
         raise UsageError("a fork needs a new task id, not the original's")
     if _exists(ledger, target):
-        raise UsageError(f"task {target!r} already exists in {ledger.root}; name another with --as")
+        raise UsageError(f"task {target!r} already exists in {ledger.location}; name another with --as")
     cut, key, unknown = _cut(ledger, task_id, from_call)
     if unknown and not accept_risk:
         first = unknown[0]
@@ -272,35 +242,22 @@ def fork_task(
             forked["unknown"] = [c.call_id for c in unknown]
         yield encode_line("task.forked", dumps(forked), prev, upto + 1, utc_now())
 
-    remote = _remote(ledger)
-    if remote is not None:
-        _create_stored(remote, target, [line[:-1] for line in chunks()], ledger.root)
-        return target
-    makedirs_durable(ledger.tmp_dir)
-    if not publish_chunks(chunks(), ledger.stream_path(target), tmp_dir=ledger.tmp_dir, mode=0o644):
-        raise UsageError(f"task {target!r} was created meanwhile in {ledger.root}; name another")
-    return target
-
-
-def _create_stored(remote: StreamStorage, target: str, records: list[bytes], root: object) -> None:
-    """Create the fork on the store in one conditional create: whole or absent, never over another stream.
-
-    A create refused because the stream exists is ours only if it holds our very records
-    (a retried put whose answer was lost: line 0 carries a fresh random stream id, so no
-    other writer's stream can match); else another writer created the id first.
-    """
+    records = [line[:-1] for line in chunks()]
     try:
-        remote.create(target, records)
+        ledger.streams.create(target, records)
     except LedgerError:
+        # ours only if it holds our very records (a retried create whose answer was lost: line 0
+        # carries a fresh random stream id, so no other writer's stream can match)
         try:
-            held = remote.read(target)
+            held: bytes | None = ledger.streams.read(target)
         except (FileNotFoundError, IntentlogError):
             held = None
         if held != b"".join(r + b"\n" for r in records):
-            raise UsageError(f"task {target!r} was created meanwhile in {root}; name another") from None
+            raise UsageError(f"task {target!r} was created meanwhile in {ledger.location}; name another") from None
+    return target
 
 
-def check_fork(ledger: StreamLayout, task_id: str) -> list[str]:
+def check_fork(ledger: ForkLedger, task_id: str) -> list[str]:
     """What differs between a fork's copied prefix and its original; empty when they match.
 
     Compares each copied event's ``seq``, ``kind``, ``ts`` and exact data bytes with the

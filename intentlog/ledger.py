@@ -28,9 +28,11 @@ from .eventlog.reader import StreamScan
 from .task import Task
 
 if TYPE_CHECKING:
+    from .artifacts.protocol import ObjectStore
     from .backlog import Backlog
     from .checker.seams import LedgerReads
     from .eventlog.storage import StreamStorage
+    from .heads.codec import StreamHead
     from .retention.storage import GcStorage
     from .s3 import ObjectStorage
     from .sessions import Session
@@ -161,6 +163,29 @@ class Ledger:
         from .eventlog.storage import FolderStreams
 
         return FolderStreams(self.tasks_dir, tmp_dir=self.tmp_dir)
+
+    @functools.cached_property
+    def objects(self) -> ObjectStore:
+        """The artifact objects behind the object seam (artifacts/protocol.py): objects/, or the store's."""
+        if self.storage is not None:
+            return self.storage.objects
+        from .artifacts.objects import FolderObjects
+
+        return FolderObjects(self.root)
+
+    def sealed_heads(self) -> dict[str, StreamHead] | None:
+        """The heads the ledger's seals record, by task (None when never sealed).
+
+        A folder's ``heads.json``; on a store the furthest head any of its seals recorded
+        (every seal is a lower bound). ``LedgerError`` when a seal is malformed.
+        """
+        if self.storage is not None:
+            from .s3.seals import stored_heads
+
+            return stored_heads(self.storage.client)
+        from .heads.codec import read_heads_at
+
+        return read_heads_at(self.root)
 
     @property
     def remote_streams(self) -> StreamStorage | None:
@@ -393,12 +418,14 @@ def open_ledger(
     *,
     create: bool = True,
     workspace: str | os.PathLike[str] | None = None,
+    write: bool = False,
 ) -> Ledger:
     """Open the ledger at ``root``, creating its folder layout if missing.
 
     A missing or empty folder becomes a new ledger (every new directory and file is
     fsynced). An existing folder must hold ``intentlog.json``; anything else raises
-    :class:`~intentlog.errors.NotALedger` and writes nothing.
+    :class:`~intentlog.errors.NotALedger` and writes nothing. ``write`` (implied by
+    ``create``) opens it to write: a store's fencing probe runs now, before anything is read.
     """
     path = _check_root(root)
     text = os.fspath(root)
@@ -406,7 +433,7 @@ def open_ledger(
         from .s3 import connect
 
         # a writer's store must fence writers (the probe runs before anything is written)
-        storage = connect(text, write=create)
+        storage = connect(text, write=create or write)
         return Ledger(Path(text), workspace=Path(workspace) if workspace is not None else None, storage=storage,
                       location=text.rstrip("/"))
     if path.exists() and not path.is_dir():

@@ -4,8 +4,11 @@
 :class:`~intentlog.eventlog.storage.StreamStorage` and an
 :class:`~intentlog.artifacts.objects.ObjectStore` on each side), so it merges a folder into
 a folder, a folder into an object store or back, whatever the seams sit on. :func:`merge`
-opens both sides from a path or an ``s3://`` URL and verifies the merged ledger (a store
-through its seams).
+opens both sides as ledgers (a folder or an ``s3://`` URL: :func:`~intentlog.ledger.open_ledger`),
+merges their seams and verifies the merged ledger (:func:`~intentlog.checker.verify.verify_ledger`).
+It reads each side's tasks as the ledger lists them: a stream its gc deleted is no task, and
+an id the destination holds without a task (on a store an id is never used again) is not
+copied into (``retired_in_destination``).
 
 What it promises:
 
@@ -24,12 +27,14 @@ What it promises:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import CorruptStream, MergeRefused, NotALedger
 from .eventlog.format import LineError, parse_line
+from .ledger import Ledger, open_ledger
 
 if TYPE_CHECKING:
     from .artifacts.objects import ObjectStore
@@ -95,22 +100,52 @@ def _check_chain(where: str, lines: list[bytes]) -> None:
             raise CorruptStream(where, seq + 1, f"{exc.reason}; nothing was merged") from None
 
 
-def _live(storage: StreamStorage) -> list[str]:
-    """The side's tasks; on a store without what is left of the streams its gc deleted (no task)."""
-    from .s3.streams import ObjectStreams
+class StreamReads(Protocol):
+    """What planning reads of a side's streams (a :class:`~intentlog.eventlog.storage.StreamStorage` is one)."""
 
-    if isinstance(storage, ObjectStreams):
-        from .s3.retire import live_names
+    def read(self, name: str, offset: int = 0) -> bytes: ...
 
-        return live_names(storage.client)
-    return storage.names()
+    def names(self) -> list[str]: ...
 
 
-def plan_merge(src: StreamStorage, src_objects: ObjectStore, dst: StreamStorage, dst_objects: ObjectStore) -> MergePlan:
-    """Decide the merge, reading both sides and writing nothing (``CorruptStream`` for a broken chain)."""
+class ObjectList(Protocol):
+    """What planning reads of a side's objects (an :class:`~intentlog.artifacts.objects.ObjectStore` is one)."""
+
+    def list(self) -> Iterator[str]: ...
+
+
+class _Unmade:
+    """A destination not made yet (a new folder): no streams, no objects; it becomes a ledger once accepted."""
+
+    def read(self, name: str, offset: int = 0) -> bytes:
+        raise FileNotFoundError(name)
+
+    def names(self) -> list[str]:
+        return []
+
+    def list(self) -> Iterator[str]:
+        return iter(())
+
+
+def plan_merge(
+    src: StreamReads,
+    src_objects: ObjectList,
+    dst: StreamReads,
+    dst_objects: ObjectList,
+    *,
+    src_tasks: Sequence[str] | None = None,
+    dst_tasks: Sequence[str] | None = None,
+) -> MergePlan:
+    """Decide the merge, reading both sides and writing nothing (``CorruptStream`` for a broken chain).
+
+    ``src_tasks`` and ``dst_tasks`` are each side's tasks (default: every stream it names); an id
+    the destination's streams name that is not one of its tasks is held without a stream (gc
+    retired it) and is not copied into.
+    """
     plan = MergePlan()
     have = set(dst.names())
-    for name in _live(src):
+    live = have if dst_tasks is None else set(dst_tasks)
+    for name in src.names() if src_tasks is None else src_tasks:
         ours, torn = _lines(src.read(name))
         if torn:
             plan.torn.append(name)
@@ -118,8 +153,7 @@ def plan_merge(src: StreamStorage, src_objects: ObjectStore, dst: StreamStorage,
             _check_chain(f"{src!r} task {name!r}", ours)
             plan.create[name] = ours
             continue
-        retired = getattr(dst, "retired", None)
-        if callable(retired) and retired(name):  # a store never uses a retired id again: nothing to copy into
+        if name not in live:  # an id held without its stream (never used again on a store): nothing to copy into
             plan.retired.append(name)
             continue
         theirs, _ = _lines(dst.read(name))
@@ -163,46 +197,44 @@ def merge_storage(
     return plan
 
 
-def _open_side(location: str | os.PathLike[str], *, write: bool) -> tuple[StreamStorage, ObjectStore, Path | None]:
-    text = os.fspath(location)
-    if text.startswith("s3://"):
-        from .s3 import connect
+def _destination(location: str | os.PathLike[str]) -> Ledger | None:
+    """The destination ledger, or None for one not made yet (a new or empty folder, made once the merge is accepted).
 
-        storage = connect(text, write=write)
-        return storage.streams, storage.objects, None
-    from .artifacts.objects import FolderObjects
-    from .eventlog.storage import FolderStreams
-    from .ledger import open_ledger
-
-    path = Path(text)
-    if not write:
-        open_ledger(path, create=False)  # a source must be a ledger (NotALedger otherwise)
-    elif path.exists() and not (path / "intentlog.json").is_file() and any(path.iterdir()):
-        raise NotALedger(str(path), "is a non-empty folder that is not a ledger; merge into a ledger or a new folder")
-    return FolderStreams(path / "tasks", tmp_dir=path / "tmp"), FolderObjects(path), path
+    A location that is no ledger and cannot become one (a folder holding other files) is
+    refused by :func:`~intentlog.ledger.open_ledger` when it is made, before anything is written.
+    """
+    try:
+        return open_ledger(location, create=False, write=True)  # a store must fence writers: its probe runs now
+    except NotALedger:
+        return None
 
 
 def merge(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> MergeResult:
     """Merge the ledger at ``src`` (a folder or ``s3://bucket/prefix``) into ``dst`` (created if new).
 
     Nothing is written to ``dst`` when the merge is refused. ``dst`` is verified after the
-    merge (a folder by its files, a store through its seams; the report is in the result).
+    merge (the checker over its seams and files: the report is in the result). A store
+    destination must fence writers: its probe runs when it is opened, before anything is read.
     """
-    s_streams, s_objects, _ = _open_side(src, write=False)
-    d_streams, d_objects, d_path = _open_side(dst, write=True)
-    plan = plan_merge(s_streams, s_objects, d_streams, d_objects)
+    source = open_ledger(src, create=False)  # NotALedger unless it is one
+    target = _destination(dst)
+    unmade = _Unmade()
+    plan = plan_merge(
+        source.streams,
+        source.objects,
+        target.streams if target is not None else unmade,
+        target.objects if target is not None else unmade,
+        src_tasks=source.task_ids(),
+        dst_tasks=target.task_ids() if target is not None else [],
+    )
     if plan.diverged:
         raise MergeRefused(os.fspath(src), os.fspath(dst), plan.diverged)
-    if d_path is not None and not (d_path / "intentlog.json").is_file():
-        from .ledger import open_ledger
+    if target is None:
+        target = open_ledger(dst, create=True)  # a new destination becomes a ledger only now: nothing on refusal
+    apply_merge(plan, source.streams, source.objects, target.streams, target.objects)
+    from .checker.verify import verify_ledger
 
-        open_ledger(d_path, create=True)  # a new destination becomes a ledger only now: nothing on refusal
-    apply_merge(plan, s_streams, s_objects, d_streams, d_objects)
-    from .checker.verify import verify_path
-    from .ledgerreads import verify_stored
-
-    if d_path is not None:
-        return MergeResult(plan, verify_path(d_path))
-    client = getattr(d_streams, "client", None)
-    assert client is not None, "a destination that is not a folder is an object store"
-    return MergeResult(plan, verify_stored(client, d_objects, where=os.fspath(dst)))  # its seals and gc log too
+    # recorded files are compared in the folder holding the destination's location (as verify of
+    # a ledger folder does); a location that is no local folder, such as a store's, has none: not compared
+    beside = Path(os.fspath(dst)).absolute().parent
+    return MergeResult(plan, verify_ledger(open_ledger(dst, create=False, workspace=beside)))

@@ -254,7 +254,7 @@ RANKS: dict[str, tuple[int, str]] = {
     # 7-9 applications: the demo, the command line's shared core, its commands, its entry points
     "intentlog.demo.*": (7, "applications"),
     "intentlog.cli.app": (7, "applications"),
-    # which commands run on an s3:// root (the app's Ctx asks it), and verify, export and seal there
+    # verify and seal on an s3:// root (the verify and seal commands call them)
     "intentlog.cli.storeroot": (7, "applications"),
     "intentlog.cli.*": (8, "applications"),
     "intentlog.cli": (9, "applications"),

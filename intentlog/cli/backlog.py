@@ -116,9 +116,9 @@ def run_cmd(
         from ..backlog.dask_engine import DaskEngine
 
         # each Dask task opens the ledger the way the command line does (a path or, later, a URL)
-        opener = functools.partial(open_ledger, create=c.url is not None)  # a store: the fencing probe first
+        opener = functools.partial(open_ledger, create=False, write=True)  # a store: the fencing probe first
         chosen = DaskEngine(scheduler=scheduler, workers=workers, open_ledger=opener)
-    view = c.ledger(create=c.url is not None).backlog(name).run(
+    view = c.ledger(write=True).backlog(name).run(
         step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
         max_duration=max_duration, grace=grace, engine=chosen,
     )  # fmt: skip

@@ -30,8 +30,6 @@ def backlog_view(ledger: Ledger, name: str) -> dict[str, Any]:
 
 def _refuse_inside(out: Path, ledger: Ledger) -> None:
     """A report never lands inside the ledger it describes: writing it there could replace the record."""
-    if ledger.remote_streams is not None:
-        return  # the ledger is on an object store: no local file of it can be hit
     where = Path(os.path.realpath(out.absolute().parent)) / out.name
     root = Path(os.path.realpath(ledger.root))
     if where == root or root in where.parents:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -16,6 +15,7 @@ import orjson
 from ..errors import IntentlogError, UnknownCall
 from ..eventlog.format import Event
 from ..fork import default_fork_id
+from ..heads.codec import HEADS_FILE, encode_heads
 from ..ledger import Ledger, open_ledger
 from .app import (
     Ctx,
@@ -38,85 +38,55 @@ def _event_json(task: str, ev: Event) -> dict[str, Any]:
     return {"task": task, **ev.to_json(), "digest": ev.digest}
 
 
+def private_copy(ledger: Ledger, tasks: Sequence[str], into: Path) -> Ledger:
+    """A private folder ledger at ``into`` holding ``tasks``' streams and ``ledger``'s seals, read through its seams.
+
+    Each stream's bytes as the source's stream seam reads them (:meth:`StreamStorage.read
+    <intentlog.eventlog.storage.StreamStorage.read>`: a folder's stream that is a link is
+    refused, a store's segments that do not make one stream are ``CorruptStream``, as the
+    real command's read would be), and the heads its seals record as one ``heads.json``
+    (:meth:`~intentlog.Ledger.sealed_heads`), so the copy's writer checks each stream
+    against them as the real one does. A task with no stream is left out (the library call
+    on the copy then says what the real one would). The source is only read, whatever its
+    storage: nothing is written to it and no probe runs.
+    """
+    copy = open_ledger(into, create=True)
+    for tid in tasks:
+        try:
+            data = ledger.streams.read(tid)
+        except FileNotFoundError:
+            continue
+        copy.stream_path(tid).write_bytes(data)
+    heads = ledger.sealed_heads()
+    if heads is not None:
+        (copy.root / HEADS_FILE).write_bytes(encode_heads(heads))
+    return copy
+
+
 @contextmanager
-def _writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool, with_objects: bool = False) -> Iterator[Ledger]:
-    """The ledger to write to: the real one, or for ``--dry-run`` a private copy of ``tasks``' streams
-    (with ``heads.json``, so a stream the seal contradicts is refused in the copy as for real).
+def _writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool) -> Iterator[Ledger]:
+    """The ledger to write to: the real one, or for ``--dry-run`` a :func:`private_copy` of ``tasks``.
 
     A dry run performs the very library call on the copy (so every check and refusal is the
-    real one) and the real folder is never opened for writing: its bytes stay unchanged.
-    A stream that is a link is refused: nothing outside the ledger is read or written. On an
-    object-store ledger the copy is made from the store through the seams (:func:`_copy_from_store`)
-    and nothing is written to the store.
+    real one) and the real ledger is never opened for writing: its bytes stay unchanged.
     """
-    # a decision writes: on a store, opened as a writer, so the store must pass the fencing probe first
-    ledger = c.ledger(create=c.url is not None and not dry_run)
+    ledger = c.ledger(write=not dry_run)  # a decision writes: a store must pass the fencing probe first
     if not dry_run:
         with ledger:
             yield ledger
         return
     tmp = Path(tempfile.mkdtemp(prefix="intentlog-dry-run."))
     try:
-        copy = open_ledger(tmp / "ledger", create=True)
-        if ledger.storage is not None:
-            _copy_from_store(ledger, copy, tasks)
-            with copy:
-                yield copy
-            return
-        for tid in tasks:
-            src = ledger.stream_path(tid)
-            if src.is_symlink():
-                raise IntentlogError(
-                    f"tasks/{tid}.jsonl is a symbolic link, not a stream; a link is never followed: "
-                    "move it aside and restore the stream from a copy or git"
-                )
-            if src.exists():
-                shutil.copyfile(src, copy.stream_path(tid), follow_symlinks=False)
-        seal = ledger.root / "heads.json"  # writers check streams against the seal: so must the copy
-        if seal.is_file() and not seal.is_symlink():
-            shutil.copyfile(seal, copy.root / "heads.json", follow_symlinks=False)
-        real_objects = ledger.root / "objects"
-        if with_objects and real_objects.is_dir() and not real_objects.is_symlink():
-            shutil.copytree(real_objects, copy.root / "objects", ignore=_links, dirs_exist_ok=True)
-        with copy:
+        with private_copy(ledger, tasks, tmp / "ledger") as copy:
             yield copy
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _copy_from_store(ledger: Ledger, copy: Ledger, tasks: Sequence[str]) -> None:
-    """Copy ``tasks``' streams from the store into the private folder ``copy``, through the seams only.
-
-    Each stream's bytes as :meth:`~intentlog.s3.ObjectStreams.read` gives them (segments
-    that do not make one stream raise ``CorruptStream`` here, as the real command's read
-    does), and the store's seals as one ``heads.json`` (the furthest head any seal recorded
-    for each task: every seal is a lower bound), so the copy's writer checks the stream
-    against them. Nothing is written to the store; no probe runs (the store is opened to read).
-    """
-    from ..heads.codec import encode_heads
-    from ..s3.seals import stored_heads
-
-    assert ledger.storage is not None
-    for tid in tasks:
-        try:
-            data = ledger.storage.streams.read(tid)
-        except FileNotFoundError:
-            continue  # no stream: the library call on the copy says what the real one would
-        copy.stream_path(tid).write_bytes(data)
-    heads = stored_heads(ledger.storage.client)
-    if heads is not None:
-        (copy.root / "heads.json").write_bytes(encode_heads(heads))
 
 
 def _known_call(ledger: Ledger, task: str, call: str) -> None:
     """Refuse a call the task does not have before any lock is taken (taking one rewrites the lock file)."""
     if call not in ledger.task(task).work_state().calls:
         raise UnknownCall(task, call)
-
-
-def _links(folder: str, names: list[str]) -> set[str]:
-    """For ``shutil.copytree``: leave out every link, so a dry run's copy holds nothing outside the ledger."""
-    return {n for n in names if os.path.islink(os.path.join(folder, n))}
 
 
 def _report(c: Ctx, task: str, ev: Event, text: str, *, as_json: bool, dry_run: bool) -> None:
@@ -384,10 +354,10 @@ def fork(
     real = c.ledger()
     require_task(c, real, task)
     if new_id is not None and real.task(new_id).exists():
-        raise IntentlogError(f"task {new_id!r} already exists in {real.root}; name another with --as")
+        raise IntentlogError(f"task {new_id!r} already exists in {real.location}; name another with --as")
     # the default id is chosen in the real ledger, so a dry run names the task a real fork creates
     target = new_id if new_id is not None else default_fork_id(real, task)
-    with _writable(c, [task], dry_run=dry_run, with_objects=True) as ledger:
+    with _writable(c, [task], dry_run=dry_run) as ledger:
         ledger.task(task, wait=wait)
         new = ledger.fork(task, from_call, target, note=note, accept_risk=accept_risk)
         forked = next(ev for ev in new.events() if ev.kind == "task.forked")

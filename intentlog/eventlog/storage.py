@@ -174,6 +174,8 @@ class FolderStreams:
         if not check_real_dir(self.directory, what="task streams"):
             makedirs_durable(self.directory)
         if data:
+            if self.tmp_dir != self.directory:
+                makedirs_durable(self.tmp_dir)  # a git clone drops an empty staging folder
             if not publish_bytes(data, path, tmp_dir=self.tmp_dir, mode=0o644):
                 raise LedgerError(f"{path}: the stream exists already; lease it to append")
             return
