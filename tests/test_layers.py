@@ -182,9 +182,11 @@ def test_importing_intentlog_loads_no_filelock_or_click(heavy: str) -> None:
 # reader has to untangle. The most specific pattern names a module's rank ("x.*" is x and
 # everything under it). A module the table does not rank fails the test: rank it when adding it.
 
-RANKS: dict[str, tuple[int, str]] = {
+RANKS: dict[str, tuple[float, str]] = {
     # 0 foundation: errors and the file-system and digest helpers everything shares
     "intentlog.errors": (0, "foundation"),
+    "intentlog._internal": (0, "foundation"),
+    "intentlog._internal.*": (0, "foundation"),
     "intentlog._digest": (0, "foundation"),
     "intentlog._args": (0, "foundation"),
     "intentlog._text": (0, "foundation"),
@@ -207,38 +209,41 @@ RANKS: dict[str, tuple[int, str]] = {
     "intentlog._diff": (2, "pure"),
     "intentlog.dedup": (2, "pure"),
     "intentlog.projections.*": (2, "pure"),
-    # 3 features: the effect protocol, approvals, checkpoints, sessions, fork, retention, bundles, checks
-    "intentlog.refs": (3, "features"),
+    # 3 features, ordered inside (3.0 < 3.1 < 3.2 < 3.3): the stream core and the names every
+    # feature shares; then the effect protocol, the view cache and the checker written on them;
+    # then what is built from those (checkpoints, compilation, turns, the report); last the
+    # features that compose them (sessions, http, bundles, retention)
+    "intentlog.refs": (3.0, "core"),
     # the stream core the features are written against (writer lifecycle, live fold, batch)
-    "intentlog.stream": (3, "features"),
+    "intentlog.stream": (3.0, "core"),
+    "intentlog.heads": (3.0, "core"),
+    # repair on an object-store ledger
+    "intentlog.storerepair": (3.0, "core"),
+    "intentlog.verify_bundle": (3.0, "core"),
+    "intentlog.effects": (3.1, "effects"),
+    "intentlog.effects.*": (3.1, "effects"),
+    "intentlog.approvals": (3.1, "effects"),
+    "intentlog.fork": (3.1, "effects"),
     # the view cache: derived, deletable projections per task (read through, checked against the stream)
-    "intentlog.viewcache": (3, "features"),
-    "intentlog.viewstore": (3, "features"),
-    "intentlog.viewindex": (3, "features"),
-    "intentlog.compile": (3, "features"),
-    "intentlog.effects": (3, "features"),
-    "intentlog.effects.*": (3, "features"),
-    "intentlog.approvals": (3, "features"),
-    "intentlog.checkpoints": (3, "features"),
-    "intentlog.sessions": (3, "features"),
-    "intentlog.turns": (3, "features"),  # a session's turns: Turn, and a turn being asked
-    "intentlog.fork": (3, "features"),
-    # repair on an object-store ledger: names the damage and refuses it, writing nothing
-    "intentlog.storerepair": (3, "features"),
-    "intentlog.heads": (3, "features"),
-    "intentlog.checker": (3, "features"),
-    "intentlog.checker.*": (3, "features"),
-    # which reads (a folder's, or a store's seams with its seals and gc log) verify, report and export get
-    "intentlog.ledgerreads": (3, "features"),
-    "intentlog.retention.*": (3, "features"),
-    # the object store's retention storage: written against the retention seam it implements
-    "intentlog.s3.gcsource": (3, "features"),
-    "intentlog.bundle.*": (3, "features"),
+    "intentlog.viewcache": (3.1, "view cache"),
+    "intentlog.viewstore": (3.1, "view cache"),
+    "intentlog.viewindex": (3.1, "view cache"),
+    "intentlog.checker": (3.1, "checker"),
+    "intentlog.checker.*": (3.1, "checker"),
+    "intentlog.checkpoints": (3.2, "built on effects"),
+    "intentlog.compile": (3.2, "built on effects"),
+    "intentlog.turns": (3.2, "built on effects"),  # a session's turns: Turn, and a turn being asked
     # the HTML report: reads streams, objects and the checker; the bundle export writes one
-    "intentlog.report": (3, "features"),
-    "intentlog.report.*": (3, "features"),
-    "intentlog.verify_bundle": (3, "features"),
-    "intentlog.http.*": (3, "features"),
+    "intentlog.report": (3.2, "report"),
+    "intentlog.report.*": (3.2, "report"),
+    "intentlog.sessions": (3.3, "composed"),
+    "intentlog.http.*": (3.3, "composed"),
+    "intentlog.bundle.*": (3.3, "composed"),
+    "intentlog.retention.*": (3.3, "composed"),
+    # the object store's retention storage: written against the retention seam it implements
+    "intentlog.s3.gcsource": (3.3, "composed"),
+    # which reads (a folder's, or a store's seams with its seals and gc log) verify, report and export get
+    "intentlog.ledgerreads": (3.1, "checker"),
     # 4 the facade over one task's stream; 5 the ledger that hands tasks out
     "intentlog.task": (4, "facade"),
     "intentlog.ledger": (5, "ledger"),
@@ -291,7 +296,7 @@ UPWARD_ALLOWED: set[tuple[str, str, str]] = {
 _PY_MODULES = {_module_name(f): f for f in sorted(PKG.rglob("*.py"))}
 
 
-def rank_of(module: str) -> tuple[int, str] | None:
+def rank_of(module: str) -> tuple[float, str] | None:
     """The rank of ``module``: its own entry, else the longest ``pkg.*`` pattern above it."""
     if module in RANKS:
         return RANKS[module]
@@ -405,6 +410,76 @@ def test_counts_of_each_kind_of_import_are_reported() -> None:
     up = upward_imports()
     print("imports:", counts, "upward:", {k: sum(1 for u in up if u[2] == k) for k in counts})
     assert counts["module"] > 0 and counts["function"] > 0 and counts["type"] > 0
+
+
+# -- no import cycles ----------------------------------------------------------------------------------
+#
+# Same-rank imports are allowed, so the rank table alone lets two modules of one rank import
+# each other. A cycle is caught here over all three kinds of import (module level, deferred into
+# a function, type-only): a deferred import that closes a loop is still a loop a reader has to
+# untangle, and a type-only one still says the two modules cannot be understood apart.
+
+
+def import_cycles(graph: dict[str, set[str]] | None = None) -> list[list[str]]:
+    """Every strongly connected set of two or more modules in ``graph`` (default: the package's imports)."""
+    if graph is None:
+        graph = {m: {d for d, _how in imported if d != m} for m, imported in _all_imports().items()}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in order:
+            continue
+        # iterative Tarjan: (node, iterator over its successors)
+        work = [(root, iter(sorted(graph[root])))]
+        order[root] = low[root] = len(order)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, succ = work[-1]
+            advanced = False
+            for nxt in succ:
+                if nxt not in graph:
+                    continue
+                if nxt not in order:
+                    order[nxt] = low[nxt] = len(order)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], order[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == order[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_the_cycle_check_finds_a_loop_through_any_kind_of_import() -> None:
+    """A three-module loop is one component; a chain beside it is none (so the check can fail)."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    """No two modules import each other, directly or around a loop, by any kind of import."""
+    assert import_cycles() == []
 
 
 # -- no reaching into another module's private names ----------------------------------------------------
