@@ -7,10 +7,11 @@ files are hashed in fixed-size chunks, never followed through a link.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import orjson
 
+from .._digest import digest_bytes
 from .._regular import NotRegular
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream
@@ -146,9 +147,10 @@ class ArtifactChecks(CheckerState):
             if self.blocked(rel):
                 continue  # reported as a link
             try:
-                if self.seams is not None:  # a store keeps no quarantine/ (a folder copy of it neither)
-                    raise FileNotFoundError(rel)
-                actual, size = hash_file(self.root / rel, self.buf)
+                if self.seams is not None:  # a store keeps quarantine/ as keys (read through the seams)
+                    actual, size = _hash_kept(self.seams.kept, rel)
+                else:
+                    actual, size = hash_file(self.root / rel, self.buf)
             except FileNotFoundError:
                 self.add(
                     ERROR, "artifact_missing", f"the repaired tail was moved to {rel}, which is gone: the evidence "
@@ -266,3 +268,11 @@ class ArtifactChecks(CheckerState):
             return
         for digest in self.seams.digests():
             yield digest, -1
+
+
+def _hash_kept(kept: Callable[[str], bytes | None] | None, rel: str) -> tuple[str, int]:
+    """The digest and size of the bytes a store keeps at ``rel``; ``FileNotFoundError`` when it keeps none."""
+    data = kept(rel) if kept is not None else None
+    if data is None:
+        raise FileNotFoundError(rel)
+    return digest_bytes(data), len(data)

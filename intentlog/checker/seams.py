@@ -9,12 +9,13 @@ methods will do -- :class:`~intentlog.s3.ObjectStreams` and :class:`~intentlog.s
 are the ones that exist.
 
 What a store does not keep is not looked for there: no links, no ``intentlog.json``, no
-``heads.json`` or ``gc.jsonl`` (yet), no ``quarantine/`` and no lock files.
+``heads.json`` or ``gc.jsonl`` (yet) and no lock files; its ``quarantine/`` keys are read
+through :attr:`Seams.kept`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +63,8 @@ class Seams:
     gc_problem: str | None = None
     #: names that are what is left of a stream gc deleted (no segment 0): not tasks, not exported
     gc_leftovers: frozenset[str] = frozenset()
+    #: the bytes a store keeps at a ledger-relative key (``quarantine/NAME``: what a repair moved aside), or None
+    kept: Callable[[str], bytes | None] | None = None
 
     def lines(self, task: str) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every line of the stream (``CorruptStream`` from the seam propagates)."""

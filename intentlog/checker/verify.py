@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,7 @@ def verify_storage(
     seal: tuple[str, bytes] | None = None,
     seals: Sequence[tuple[str, bytes]] | None = None,
     gc_log: tuple[dict[str, GcDeletion], str | None, frozenset[str]] | None = None,
+    kept: Callable[[str], bytes | None] | None = None,
 ) -> VerifyReport:
     """The same checks over a ledger kept behind the storage seams (an object store); changes nothing.
 
@@ -100,7 +101,7 @@ def verify_storage(
     found = list(seals) if seals is not None else [seal] if seal is not None else []
     ws = Path(workspace) if workspace is not None else None
     gc_deleted, gc_problem, left = gc_log if gc_log is not None else ({}, None, frozenset[str]())
-    checker = Checker(Path(where), ws, progress, Seams(streams, objects, where, gc_deleted, gc_problem, left))
+    checker = Checker(Path(where), ws, progress, Seams(streams, objects, where, gc_deleted, gc_problem, left, kept))
     heads: dict[str, StreamHead] | None = None
     if found:
         from ..s3.seals import combine_seals  # pure: reads no store
@@ -224,5 +225,5 @@ def verify_stored(
 
     return verify_storage(
         ObjectStreams(client), objects, tasks, where=where, workspace=workspace, progress=progress,
-        seals=all_seals(client), gc_log=store_gc_log(client),
+        seals=all_seals(client), gc_log=store_gc_log(client), kept=client.get,
     )  # fmt: skip

@@ -52,7 +52,17 @@ from .bounds import SealReader, seal_refusal
 from .client import ObjectClient, TaggedClient
 from .lease import ObjectLease
 from .segcache import Part, SegmentCache, continues
-from .segments import DIGITS, WIDTH, Segment, checked_records, decode_segment, describes, is_number, segment_key
+from .segments import (
+    DIGITS,
+    WIDTH,
+    Segment,
+    checked_records,
+    decode_segment,
+    describes,
+    is_number,
+    live_numbers,
+    segment_key,
+)
 
 __all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Segment"]
 
@@ -270,7 +280,7 @@ class ObjectStreams:
         if listing[: len(run)] == [(p.head.seg, p.size, p.tag) for p in run]:
             numbers = [n for n, _, _ in listing[len(run) :] if last is None or n <= last]
             try:
-                fresh = self._fetch_all(name, numbers)
+                fresh = self._fetch_all(name, numbers)  # None (a cut voids cached segments): read afresh
             except CorruptStream:
                 fresh = None  # the fresh read says what is wrong
             seen = {n: (size, tag) for n, size, tag in listing}
@@ -295,7 +305,7 @@ class ObjectStreams:
             )
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
             numbers = [n for n in numbers if n <= last]
-        return self._fetch_all(name, numbers)
+        return self._fetch_all(name, numbers) or []  # None: a cut voids where the read began (read again from 0)
 
     def forget(self, name: str, lease: ObjectLease) -> None:
         """``lease`` no longer holds ``name`` through this handle (released or lost)."""
@@ -406,25 +416,49 @@ class ObjectStreams:
             numbers.append((int(text), size, tag))
         return numbers
 
-    def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
-        """The segments, fetched in parallel, each checked to continue the one before."""
+    def _fetch_all(self, name: str, numbers: list[int]) -> list[Part] | None:
+        """The segments, fetched in parallel, each checked to continue the one before.
+
+        Segments a later ``cut`` voids (:func:`~intentlog.s3.segments.live_numbers`) are
+        left out, readable or not; None when a cut voids segments below ``numbers[0]``
+        (the caller reads again from 0).
+        """
         if not numbers:
             return []
         if len(numbers) == 1:
-            parts = [self._load(name, numbers[0])]
+            loaded = [self._try_load(name, numbers[0])]
         else:
             with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
-                parts = list(pool.map(lambda n: self._load(name, n), numbers))
+                loaded = list(pool.map(lambda n: self._try_load(name, n), numbers))
+        live = live_numbers(numbers, [p.head if isinstance(p, Part) else None for p in loaded])
+        if live is None:
+            return None
+        by_number = dict(zip(numbers, loaded, strict=True))
+        parts: list[Part] = []
+        for n in live:
+            got = by_number[n]
+            if isinstance(got, CorruptStream):
+                raise got
+            parts.append(got)
         prev: Segment | None = None
-        for expected, (head, *_) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
+        for head, *_ in parts:
             where = self.client.describe(segment_key(name, head.seg))
-            if head.seg != expected:
+            expected = numbers[0] if prev is None else prev.seg + 1
+            if head.seg != expected and not (head.kind == "cut" and head.void == expected):
                 raise CorruptStream(where, 1, f"segment {expected} is missing: the stream has a hole")
             if prev is not None and (head.seq, head.off) != (prev.end_seq, prev.end_off):
                 raise CorruptStream(where, head.seq + 1, "the segment does not continue the one before it")
             if prev is not None and head.kind == "data" and (head.epoch, head.holder) != (prev.epoch, prev.holder):
                 raise CorruptStream(where, head.seq + 1, "records written under a lease that was not the current one")
-            if prev is None and numbers[0] == 0 and head.kind != "create":
+            first = head.kind == "create" or (head.kind == "cut" and head.void == 0 and (head.seq, head.off) == (0, 0))
+            if prev is None and numbers[0] == 0 and not first:
                 raise CorruptStream(where, 1, "the stream's first segment is not its creation")
             prev = head
         return parts
+
+    def _try_load(self, name: str, seg: int) -> Part | CorruptStream:
+        """:meth:`_load`, or the damage it found (a cut may void that segment: then it is never read)."""
+        try:
+            return self._load(name, seg)
+        except CorruptStream as exc:
+            return exc
