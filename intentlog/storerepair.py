@@ -60,7 +60,10 @@ def repair_stored(
     where = streams.where(task)
     restore = STORE_REPAIR_HINT.format(task=task)
     seal = stored_seal(storage, task)
-    stored = read_segments(streams, task)
+    try:
+        stored = read_segments(streams, task)
+    except CorruptStream as exc:  # a stray key: no segment, so never cut
+        raise CorruptStream(exc.path, exc.line, exc.reason, hint=restore) from None
     tail = stored.tail if stored is not None else None
     if tail is not None and tail.kind == "lease" and tail.holder.startswith(GC_HOLDER):
         stored = None  # what gc left of a stream it deleted: no stream, as a folder's file gc removed

@@ -20,6 +20,7 @@ from s3_server import client_of, snapshot
 import intentlog
 import intentlog.s3
 from intentlog.checker import verify_ledger, verify_path
+from intentlog.demo.provider import SyntheticProvider
 from intentlog.errors import CorruptStream, LeaseLost
 from intentlog.eventlog.remote import events_in
 from intentlog.s3 import ObjectStorage, ObjectStreams
@@ -204,3 +205,35 @@ def test_a_repair_that_dies_before_its_cut_leaves_the_stream_as_damaged_as_it_wa
     with intentlog.open(store, create=False) as ledger:  # the dead repair's lease is taken over by the next repair
         report = ledger.repair("t", accept_damage=True)
     assert report.action == "damage" and notes(store) == [0, 1, 7]
+
+
+def test_damage_before_a_started_send_is_cut_only_with_accept_resend(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = s3_server.ledger_url(monkeypatch)
+    with intentlog.open(url) as ledger:
+        t = ledger.task("t")
+        t.append("note", {"n": 0})
+        t.effect("k1", {"idempotency_key": "k1"}, SyntheticProvider(tmp_path / "receipts.jsonl").send)
+        t.append("note", {"n": 1})
+    streams = intentlog.s3.connect(url, write=False).streams
+    first = next(n for n in range(streams.tail("t").seg) if b'"note"' in streams.segment("t", n)[1])
+    client = client_of(url)
+    key = f"tasks/t/s/{first:012d}"
+    body = client.get(key)
+    assert body is not None
+    client.delete(key)
+    assert client.create(key, body.replace(b'"n":0', b'"n":5', 1))  # the chain breaks at the line after it
+    before = snapshot(url)
+    with (
+        intentlog.open(url, create=False) as ledger,
+        pytest.raises(CorruptStream, match=r"attempt\.started") as refused,
+    ):
+        ledger.repair("t", accept_damage=True)
+    assert "--accept-resend" in str(refused.value) and "tasks/t/s/" in str(refused.value)
+    assert snapshot(url) == before
+    with intentlog.open(url, create=False) as ledger:
+        report = ledger.repair("t", accept_damage=True, accept_resend=True)
+    assert report.event is not None and report.event.data["accepted"] == "damage+resend"
+    assert [s["attempt"] for s in report.event.data["started"]] == [1]
+    assert kinds(url) == ["task.created", "note", "stream.repaired"]

@@ -91,7 +91,7 @@ def read_segments(streams: ObjectStreams, name: str) -> StoredSegments | None:
         if not is_number(text):
             raise CorruptStream(
                 client.describe(key), 1, f"not a segment: {text!r} is not a {WIDTH}-digit segment number, and a "
-                "repair cuts segments only; remove the stray object (the store's own tools), then repair again",
+                "repair cuts segments only: remove the stray object (the store's own tools), then repair again",
             )  # fmt: skip
         numbers.append(int(text))
     if not numbers:
@@ -190,9 +190,7 @@ def cut_stream(
         created_line = _created(task_id)
         records = [created_line[:-1]]
         prev, seq_next = _digest(created_line), 1
-    line = encode_line(
-        "stream.repaired", dumps(repaired_data(damage, quarantined, started)), prev, seq_next, utc_now()
-    )
+    line = encode_line("stream.repaired", dumps(repaired_data(damage, quarantined, started)), prev, seq_next, utc_now())
     records = [*records, line[:-1]]
     size = sum(len(r) + 1 for r in records)
     cut = Segment("cut", at + 1, seq, off, epoch, holder, len(records), size, void)
