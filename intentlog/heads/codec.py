@@ -19,10 +19,21 @@ from .._regular import NotRegular, read_regular
 from ..errors import LedgerError
 from ..eventlog.format import check_task_id
 
-__all__ = ["HEADS_FILE", "HEADS_FORMAT", "StreamHead", "decode_heads", "encode_heads", "read_heads_at"]
+__all__ = [
+    "GC_KEY",
+    "HEADS_FILE",
+    "HEADS_FORMAT",
+    "StreamHead",
+    "decode_gc_head",
+    "decode_heads",
+    "encode_heads",
+    "read_heads_at",
+]
 
 HEADS_FILE: Final = "heads.json"
 HEADS_FORMAT: Final = "intentlog-heads/1"
+#: the top-level key of the gc log's head (a store's seal anchors its gc log as it anchors the streams)
+GC_KEY: Final = "gc"
 
 
 @final
@@ -39,9 +50,18 @@ class StreamHead:
         return {"stream": self.stream, "seq": self.seq, "head": self.head, "events": self.events}
 
 
-def encode_heads(heads: Mapping[str, StreamHead]) -> bytes:
-    """Deterministic bytes: sorted keys, two-space indent (readable in a git diff), final newline."""
-    obj = {"format": HEADS_FORMAT, "hash": "blake3", "tasks": {t: h.to_json() for t, h in heads.items()}}
+def encode_heads(heads: Mapping[str, StreamHead], gc: StreamHead | None = None) -> bytes:
+    """Deterministic bytes: sorted keys, two-space indent (readable in a git diff), final newline.
+
+    ``gc``: the gc log's head, kept under :data:`GC_KEY` (readers that know only the tasks ignore it).
+    """
+    obj: dict[str, Any] = {
+        "format": HEADS_FORMAT,
+        "hash": "blake3",
+        "tasks": {t: h.to_json() for t, h in heads.items()},
+    }
+    if gc is not None:
+        obj[GC_KEY] = gc.to_json()
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -74,6 +94,24 @@ def decode_heads(data: bytes, *, where: str = HEADS_FILE) -> dict[str, StreamHea
             )
         out[task] = StreamHead(h["stream"], h["seq"], h["head"], h["events"])
     return out
+
+
+def decode_gc_head(data: bytes, *, where: str = HEADS_FILE) -> StreamHead | None:
+    """The gc log's head a seal recorded (None: it recorded none); :class:`LedgerError` when malformed."""
+    decode_heads(data, where=where)
+    h = orjson.loads(data).get(GC_KEY)
+    if h is None:
+        return None
+    if not (
+        type(h) is dict
+        and type(h.get("stream")) is str
+        and type(h.get("seq")) is int
+        and h["seq"] >= 0
+        and is_digest(h.get("head"))
+        and h.get("events") == h["seq"] + 1
+    ):
+        raise LedgerError(f"{where}: the gc log's head is not {{stream, seq, head, events = seq + 1}}")
+    return StreamHead(h["stream"], h["seq"], h["head"], h["events"])
 
 
 def read_heads_at(root: str | os.PathLike[str]) -> dict[str, StreamHead] | None:

@@ -16,6 +16,8 @@ A holder whose lease was taken over while it stood still therefore finds its nex
 taken for ever (``LeaseLost``), and the id is never used again on a store (segment 0 stays,
 and no writer leases or takes over gc's lease). Readers tell what is left by the gc log
 (:func:`leftovers`: the deletion carried out, segment 0 beginning the very stream it names).
+The log is trusted only as far as the seals anchor it (:func:`anchor_problem`: a log that
+does not hold the head a seal recorded is treated as damaged: it excuses nothing).
 
 Deleting an object (:func:`retire_object`) keeps the folder's guarantee that a writer who
 stored bytes gc is about to delete never names a missing object: gc first creates a
@@ -38,6 +40,8 @@ from .._digest import DIGEST_PREFIX
 from ..errors import CorruptStream, LedgerError
 from ..eventlog.remote import events_in
 from ..gclog import GcDeletion, store_gc_deletions
+from ..heads.codec import StreamHead, decode_gc_head
+from .bounds import SEALS, seal_number
 from .client import ObjectClient
 from .streams import ObjectStreams
 
@@ -52,6 +56,7 @@ __all__ = [
     "delete_stream",
     "dying_key",
     "fenced_numbers",
+    "anchor_problem",
     "live_names",
     "leftovers",
     "log_streams",
@@ -59,6 +64,7 @@ __all__ = [
     "orphans",
     "read_log",
     "retire_object",
+    "sealed_log_head",
     "stale_markers",
     "store_gc_log",
     "stream_keys",
@@ -145,11 +151,66 @@ def store_gc_log(
         data = read_log(client)
     except CorruptStream as exc:
         return {}, f"the store's gc log ({where}) line {exc.line}: {exc.reason}", frozenset()
+    unanchored = anchor_problem(client, data, where)
+    if unanchored is not None:
+        return {}, unanchored, frozenset()
     deleted, problem = store_gc_deletions(data, where)
     if problem is not None or not deleted:
         return deleted, problem, frozenset()
     listed = ObjectStreams(client).names() if names is None else names
     return deleted, None, frozenset(leftovers(client, listed, deleted))
+
+
+def sealed_log_head(client: ObjectClient) -> tuple[str, StreamHead] | None:
+    """The furthest gc log head any seal recorded, and where (None: none did); ``LedgerError`` when seals disagree."""
+    best: tuple[str, StreamHead] | None = None
+    for key, _ in client.scan(SEALS):
+        if seal_number(key) is None:
+            continue
+        body = client.get(key)
+        h = decode_gc_head(body, where=client.describe(key)) if body is not None else None
+        if h is None:
+            continue
+        if best is not None and h.stream != best[1].stream:
+            raise LedgerError(
+                f"{client.describe(key)} anchors gc log stream {h.stream} but {best[0]} anchors {best[1].stream}"
+            )
+        if best is None or h.seq > best[1].seq:
+            best = (client.describe(key), h)
+    return best
+
+
+def anchor_problem(client: ObjectClient, data: bytes | None, where: str) -> str | None:
+    """What is wrong with the gc log ``data`` against the head the seals anchored (None: it continues it).
+
+    Every seal is a lower bound: the log must hold, at the sealed seq, the event with the
+    sealed digest, in the sealed log's stream. A log that was cut, rewritten or replaced
+    (however well chained) is not the log the seals anchored.
+    """
+    try:
+        sealed = sealed_log_head(client)
+    except LedgerError as exc:
+        return f"the seals of the store's gc log ({where}) disagree: {exc}"
+    if sealed is None:
+        return None
+    seal_where, h = sealed
+    said = f"{seal_where} anchors the gc log at seq {h.seq} with head {h.head} (stream {h.stream})"
+    if data is None:
+        return f"the store's gc log ({where}) is gone but {said}"
+    stream: object = None
+    at: str | None = None
+    try:
+        for ev in events_in(data, where):
+            if ev.seq == 0:
+                stream = ev.data.get("stream")
+            if ev.seq == h.seq:
+                at = ev.digest
+                break
+    except CorruptStream as exc:
+        return f"the store's gc log ({where}) line {exc.line}: {exc.reason}"
+    if stream != h.stream or at != h.head:
+        return f"the store's gc log ({where}) does not continue what the seals anchored: {said}"
+    return None
 
 
 def leftovers(client: ObjectClient, names: list[str], deleted: dict[str, GcDeletion]) -> list[str]:
