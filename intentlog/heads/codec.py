@@ -50,16 +50,17 @@ class StreamHead:
         return {"stream": self.stream, "seq": self.seq, "head": self.head, "events": self.events}
 
 
-def encode_heads(heads: Mapping[str, StreamHead], gc: StreamHead | None = None) -> bytes:
+def encode_heads(
+    heads: Mapping[str, StreamHead], gc: StreamHead | None = None, after: Mapping[str, str] | None = None
+) -> bytes:
     """Deterministic bytes: sorted keys, two-space indent (readable in a git diff), final newline.
 
     ``gc``: the gc log's head, kept under :data:`GC_KEY` (readers that know only the tasks ignore it).
+    ``after``: by task, the stream id an earlier seal bound that gc deleted, so this one, another
+    stream under the id, follows it (a store's seals are never replaced: :mod:`intentlog.s3.bounds`).
     """
-    obj: dict[str, Any] = {
-        "format": HEADS_FORMAT,
-        "hash": "blake3",
-        "tasks": {t: h.to_json() for t, h in heads.items()},
-    }
+    tasks = {t: h.to_json() | ({"after": after[t]} if after and t in after else {}) for t, h in heads.items()}
+    obj: dict[str, Any] = {"format": HEADS_FORMAT, "hash": "blake3", "tasks": tasks}
     if gc is not None:
         obj[GC_KEY] = gc.to_json()
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"

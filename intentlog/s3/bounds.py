@@ -23,6 +23,8 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
+import orjson
+
 from ..errors import CorruptStream, LedgerError
 from ..eventlog.format import TASK_CREATED
 from ..eventlog.remote import events_in
@@ -69,8 +71,12 @@ def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound]
         except LedgerError as exc:
             problems.append(str(exc))
             continue
+        follows = _follows(data)
         for task, h in heads.items():
             first = furthest.get(task)
+            if first is not None and first[1].stream != h.stream and follows.get(task) == first[1].stream:
+                first = None  # a new stream under the id, sealed after gc deleted the one bound before
+                seen = {k: v for k, v in seen.items() if k[0] != task}
             same = seen.get((task, h.seq))
             if first is not None and first[1].stream != h.stream:
                 problems.append(
@@ -88,6 +94,14 @@ def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound]
             if first is None or h.seq > first[1].seq:
                 furthest[task] = (where, h)
     return furthest, problems
+
+
+def _follows(data: bytes) -> dict[str, str]:
+    """By task, the stream id a seal says its stream follows (``after``: gc deleted that one; well-formed only)."""
+    tasks = orjson.loads(data).get("tasks")
+    if type(tasks) is not dict:
+        return {}
+    return {t: h["after"] for t, h in tasks.items() if type(h) is dict and type(h.get("after")) is str}
 
 
 class SealReader:

@@ -13,8 +13,12 @@ Retiring a stream (:func:`delete_stream`) keeps every number a fenced holder may
 at -- segment 0, each take-over lease, gc's own lease (the tail) -- and deletes the rest,
 segment 1 first (from the first delete on what is left has a hole: never a shorter stream).
 A holder whose lease was taken over while it stood still therefore finds its next number
-taken for ever (``LeaseLost``), and the id is never used again on a store (segment 0 stays,
-and no writer leases or takes over gc's lease). Readers tell what is left by the gc log
+taken for ever (``LeaseLost``). No writer leases or takes over gc's lease; once the gc log
+records gc finished deleting the stream, a writer creating the id again puts a ``cut``
+after gc's lease that voids everything before it and begins a new stream, as a folder's
+writer creates a new file where gc removed one (the numbers stay taken and void); a stalled
+gc that resumes deletes nothing after the last gc lease (:func:`fenced_numbers`). Readers
+tell what is left by the gc log
 (:func:`leftovers`: the deletion carried out, segment 0 beginning the very stream it names).
 The log is trusted only as far as the seals anchor it (:func:`anchor_problem`: a log that
 does not hold the head a seal recorded is treated as damaged: it excuses nothing).
@@ -43,7 +47,7 @@ from ..gclog import GcDeletion, store_gc_deletions
 from ..heads.codec import StreamHead, decode_gc_head
 from .bounds import SEALS, seal_number
 from .client import ObjectClient
-from .streams import ObjectStreams
+from .streams import GC_HOLDER, ObjectStreams
 
 __all__ = [
     "DYING",
@@ -56,6 +60,7 @@ __all__ = [
     "delete_stream",
     "dying_key",
     "fenced_numbers",
+    "finished_deletion",
     "anchor_problem",
     "live_names",
     "leftovers",
@@ -224,15 +229,35 @@ def leftovers(client: ObjectClient, names: list[str], deleted: dict[str, GcDelet
 
 
 def _left_of(client: ObjectClient, name: str, d: GcDeletion) -> bool:
+    """No segment 0 (what an older gc left), or gc's lease at the tail over what begins the very stream deleted.
+
+    A stream created again after the deletion (:meth:`ObjectStreams.lease` on a retired
+    name) begins another stream id and its tail is no longer gc's: a task again.
+    """
+    streams = ObjectStreams(client)
     try:
-        _, payload = ObjectStreams(client).segment(name, 0)
+        _, payload = streams.segment(name, 0)
     except CorruptStream:
         return not client.get(f"tasks/{name}/s/{0:012d}")  # missing: no stream; unreadable: not gc's to excuse
     try:
         first = next(events_in(payload, name), None)
     except CorruptStream:
         return False
-    return first is not None and first.seq == 0 and first.data.get("stream") == d.stream
+    if first is None or first.seq != 0:
+        return False
+    if first.data.get("stream") == d.stream and streams.retired(name):
+        return True  # gc's lease at the tail: what gc left of the stream it deleted
+    return streams.retired(name) and streams.generation_id(name) == d.stream  # gc deleted it after a rebirth
+
+
+def finished_deletion(client: ObjectClient, name: str) -> str | None:
+    """The stream id of ``name`` the gc log records gc finished deleting (``gc.finished``), if any; else None.
+
+    None too when the log is damaged or not what the seals anchored: it excuses nothing.
+    """
+    deleted, problem, _ = store_gc_log(client, [])
+    d = deleted.get(name)
+    return d.stream if problem is None and d is not None and d.finished else None
 
 
 def live_names(client: ObjectClient) -> list[str]:
@@ -253,8 +278,9 @@ def stream_keys(client: ObjectClient, name: str) -> list[str]:
 def delete_stream(client: ObjectClient, name: str) -> int:
     """Delete the stream's keys but the numbers a fenced holder may still put at. How many keys went.
 
-    Kept: segment 0 (so the id is never created again: a retired id is not reused on a
-    store), every *take-over* lease segment (a ``lease`` whose predecessor is a ``lease`` or
+    Kept: segment 0 and every ``cut`` that restarts the stream (what tells a retired stream's
+    id: a writer creates the id again only after gc finished deleting exactly that stream,
+    :meth:`ObjectStreams.lease`), every *take-over* lease segment (a ``lease`` whose predecessor is a ``lease`` or
     ``data`` segment, or is gone: the number the holder it fenced targets next), and a
     last segment that is a lease (gc's own, its tail: writers are refused it). A fenced
     holder's next put therefore always finds its number taken (``LeaseLost``), before and
@@ -281,19 +307,26 @@ def fenced_numbers(client: ObjectClient, name: str, numbers: list[int]) -> set[i
 
     def kind(n: int) -> str | None:
         try:
-            return streams.segment(name, n)[0].kind
+            head = streams.segment(name, n)[0]
         except CorruptStream:
             return None  # gone or unreadable: nothing is known of it
+        if head.kind == "lease" and head.holder.startswith(GC_HOLDER):
+            return "gc-lease"
+        return "restart" if head.kind == "cut" and head.void == 0 else head.kind
 
     with ThreadPoolExecutor(min(8, max(1, len(numbers)))) as pool:
         kinds = dict(zip(numbers, pool.map(kind, numbers), strict=True))
-    kept = {0}
+    kept = {0} | {n for n in numbers if kinds[n] == "restart"}  # where each generation of the id begins
+    leases = ("lease", "gc-lease")
     for n in numbers[1:]:
         k, before = kinds[n], kinds.get(n - 1)
-        if k is None or (k == "lease" and (before is None or before in ("lease", "data"))):
+        if k is None or (k in leases and (before is None or before in (*leases, "data"))):
             kept.add(n)  # a take-over (or what cannot be told from one): a fenced holder's number
-    if numbers and kinds[numbers[-1]] == "lease":
+    if numbers and kinds[numbers[-1]] in leases:
         kept.add(numbers[-1])
+    gc_leases = [n for n in numbers if kinds[n] == "gc-lease"]
+    if gc_leases:  # what follows the last gc lease was written after gc began: a new stream under the id
+        kept |= {n for n in numbers if n > gc_leases[-1]}
     return kept
 
 

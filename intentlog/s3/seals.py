@@ -41,7 +41,7 @@ from ..heads.codec import StreamHead, encode_heads
 from .bounds import SEALS, furthest_heads, seal_number
 from .bounds import seal_key as _key
 from .client import ObjectClient
-from .retire import LOG_STREAM, live_names, log_streams, read_log
+from .retire import LOG_STREAM, live_names, log_streams, read_log, store_gc_log
 from .streams import ObjectStreams
 
 __all__ = ["SEALS", "all_seals", "combine_seals", "create_seal", "latest_seal", "seal_store", "stored_heads"]
@@ -125,6 +125,16 @@ def _log_head(client: ObjectClient) -> StreamHead | None:
     return _head(log_streams(client), LOG_STREAM)
 
 
+def _follows(client: ObjectClient, heads: dict[str, StreamHead]) -> dict[str, str]:
+    """By task, the stream id an earlier seal bound that gc deleted, where ``heads`` holds another stream."""
+    earlier, _ = combine_seals(all_seals(client))
+    changed = {t for t, h in heads.items() if t in earlier and earlier[t].stream != h.stream}
+    if not changed:
+        return {}
+    deleted = store_gc_log(client, [])[0]
+    return {t: earlier[t].stream for t in changed if t in deleted and deleted[t].stream == earlier[t].stream}
+
+
 def create_seal(client: ObjectClient) -> tuple[str, bytes]:
     """Seal every stream on the store: create the next ``heads/N.json``; where it is and the bytes created.
 
@@ -144,7 +154,7 @@ def create_seal(client: ObjectClient) -> tuple[str, bytes]:
                 "new prefix (merge) and seal it there"
             )
         heads = {task: _head(streams, task) for task in live_names(client)}  # gc's leftovers: no task
-        data = encode_heads(heads, _log_head(client))
+        data = encode_heads(heads, _log_head(client), _follows(client, heads))
         if client.create(_key(number), data):
             return client.describe(_key(number)), data
     raise LedgerError(f"{client.describe(SEALS)}: {_ATTEMPTS} other seals were created meanwhile; seal again")

@@ -46,6 +46,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import orjson
+
 from ..errors import CorruptStream, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
 from .bounds import SealReader, seal_refusal
@@ -89,6 +91,9 @@ class ObjectStreams:
         self._cache = SegmentCache()
         #: whether the client names objects by ETag: only then does a reader not holding the lease use the cache
         self._tagged = isinstance(client, TaggedClient)
+        #: the stream id the store's gc log records gc finished deleting under a name (set by the ledger's
+        #: storage, :func:`intentlog.s3.on_client`): that id's stream is retired, and the name may be created again
+        self.deleted: Callable[[str], str | None] | None = None
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -169,6 +174,15 @@ class ObjectStreams:
                 create = None  # created (by this writer or another): lease it
                 continue
             if tail.kind == "lease" and tail.holder.startswith(GC_HOLDER):  # gc is deleting it, or deleted it
+                allowed, born = self._reborn(name, tail, create, holder) if create is not None else (False, None)
+                if born is not None:  # created again by this writer, which holds it
+                    held = ObjectLease(self, name, born)
+                    with self._held_mutex:
+                        self._held[name] = held
+                    return held
+                if allowed:
+                    create = None  # created again by another writer: lease it
+                    continue
                 raise LedgerError(
                     f"{self.where(name)}: gc holds this stream's lease (it deleted the task or is deleting it): a task "
                     "id gc deleted on a store is never used again, choose another; nothing was written"
@@ -212,7 +226,7 @@ class ObjectStreams:
         except FileNotFoundError:
             data = None
         refused = seal_refusal(self.where(name), data, bound)
-        if refused is not None:
+        if refused is not None and not self._retired_seal(name, bound[1].stream, data):
             raise refused
 
     def read(self, name: str, offset: int = 0) -> bytes:
@@ -462,3 +476,58 @@ class ObjectStreams:
             return self._load(name, seg)
         except CorruptStream as exc:
             return exc
+
+    # -- a task id gc deleted, used again ---------------------------------------------------
+
+    def _generation(self, name: str, data: bytes | None) -> str | None:
+        """The stream id ``data`` (the stream's bytes) begins with."""
+        line = data.split(b"\n", 1)[0] if data else b""
+        try:
+            sid = orjson.loads(line).get("data", {}).get("stream") if line else None
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return sid if isinstance(sid, str) else None
+
+    def _retired_seal(self, name: str, sealed: str, data: bytes | None) -> bool:
+        """Whether the seal binds a stream gc finished deleting, and ``data`` is another one (as a folder's writer)."""
+        if self.deleted is None or self.deleted(name) != sealed:
+            return False
+        return data is None or self._generation(name, data) != sealed
+
+    def _reborn(
+        self, name: str, tail: Segment, create: Callable[[], bytes], holder: str | None
+    ) -> tuple[bool, Segment | None]:
+        """Create ``name`` again after gc finished deleting it: a ``cut`` voiding all before it, a new first record.
+
+        Only when the store's gc log records gc finished deleting the very stream that is
+        left (its first live segment begins that stream id), and no seal binds that stream
+        unless it is the one gc deleted (:meth:`check_seal`); the numbers a fenced holder
+        may put at stay taken and void. ``(allowed, the cut this writer created)``: nothing
+        written when not allowed; ``(True, None)`` when another writer created it first.
+        """
+        if self.deleted is None:
+            return False, None
+        gone = self.deleted(name)
+        if gone is None or self.generation_id(name) != gone:
+            return False, None
+        self.check_seal(name)
+        recs = checked_records([create()])
+        token = holder if holder is not None else secrets.token_hex(8)
+        size = sum(len(r) + 1 for r in recs)
+        head = Segment("cut", tail.seg + 1, 0, 0, tail.epoch + 1, token, len(recs), size, 0)
+        created, _ = self.put_segment(segment_key(name, head.seg), head.encode(recs))
+        self._cache.drop(name)
+        return True, head if created else None
+
+    def generation_id(self, name: str) -> str | None:
+        """The stream id ``name`` begins now: its segment 0's, or the last cut's that restarts it (a GET a segment)."""
+        numbers = self._segment_numbers(name, None)
+        start: Part | None = None
+        for n in numbers:
+            try:
+                part = self._load(name, n)
+            except CorruptStream:
+                continue
+            if n == 0 or (part.head.kind == "cut" and part.head.void == 0):
+                start = part
+        return self._generation(name, start.payload) if start is not None else None
