@@ -19,6 +19,7 @@ from s3_server import client_of, snapshot
 
 import intentlog
 import intentlog.s3
+from intentlog.bundle import export_bundle
 from intentlog.checker import verify_ledger, verify_path
 from intentlog.demo.provider import SyntheticProvider
 from intentlog.errors import CorruptStream, LeaseLost
@@ -96,6 +97,9 @@ def test_a_torn_last_segment_is_cut_as_a_folder_cuts_its_torn_tail(store: str, t
         ledger.task("t").append("note", {"n": 6})
         assert errors(verify_ledger(ledger)) == []
     assert notes(store) == [0, 1, 2, 3, 4, 5, 6]
+    export_bundle(store, out=tmp_path / "bundle")  # the bytes moved aside go with the stream that names them
+    assert (tmp_path / "bundle" / (report.quarantined or "")).read_bytes() == TORN + b"\n"
+    assert verify_path(tmp_path / "bundle").ok
     # a folder holding the same bytes, torn the same way, is repaired the same way
     with intentlog.open(tmp_path / "ledger") as folder:
         for i in range(6):

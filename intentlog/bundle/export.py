@@ -15,7 +15,7 @@ from typing import Any, Final, final
 import orjson
 
 from .._args import check_names, check_path, check_paths
-from .._digest import is_digest
+from .._digest import digest_bytes, is_digest
 from .._fsutil import fsync_dir, makedirs_durable, publish_chunks
 from ..artifacts.inline import inline_bytes
 from ..checker.report import INFO, VerifyReport
@@ -25,6 +25,7 @@ from ..errors import (
     ArtifactError,
     ArtifactMissing,
     CorruptStream,
+    DigestMismatch,
     LedgerError,
     UsageError,
 )
@@ -261,8 +262,16 @@ class _Exporter:
         for rel, (digest, size, where) in sorted(self.quarantined.items()):
             if _QUARANTINE_FILE.match(rel) is None:
                 raise ArtifactError(f"{where}: stream.repaired names {rel!r}, not a file in quarantine/; not exported")
+            if self.seams is not None:  # a store keeps quarantine/ as keys
+                kept = self.seams.kept(rel) if self.seams.kept is not None else None
+                if kept is None:
+                    raise ArtifactMissing(digest, f"{where}, which moved a torn tail to {rel}: that key is gone")
+                if digest_bytes(kept) != digest or len(kept) != size:
+                    raise DigestMismatch(digest, digest_bytes(kept), f"{rel} (referenced by {where})")
+                self.publish(rel, (kept,))
+                continue
             src = self.root / rel
-            if self.seams is not None or not os.path.lexists(src):  # a store keeps no quarantine/
+            if not os.path.lexists(src):
                 raise ArtifactMissing(digest, f"{where}, which moved a torn tail to {rel}: that file is gone")
             self.publish(rel, checked_copy(src, digest, size))
 
@@ -428,7 +437,7 @@ def _store_seams(root: str) -> Seams | None:
     from ..s3.retire import store_gc_log
 
     storage = connect(root, write=False)
-    return Seams(storage.streams, storage.objects, root, *store_gc_log(storage.client))
+    return Seams(storage.streams, storage.objects, root, *store_gc_log(storage.client), kept=storage.client.get)
 
 
 def _store_heads(url: str | os.PathLike[str]) -> dict[str, StreamHead]:
