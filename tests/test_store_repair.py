@@ -24,7 +24,7 @@ from intentlog.checker import verify_ledger, verify_path
 from intentlog.demo.provider import SyntheticProvider
 from intentlog.errors import CorruptStream, LeaseLost
 from intentlog.eventlog.remote import events_in
-from intentlog.s3 import ObjectStorage, ObjectStreams
+from intentlog.s3 import ObjectStorage, ObjectStreams, Segment
 from intentlog.s3.objects import ObjectArtifacts
 from intentlog.storerepair import repair_stored
 
@@ -241,3 +241,24 @@ def test_damage_before_a_started_send_is_cut_only_with_accept_resend(
     assert report.event is not None and report.event.data["accepted"] == "damage+resend"
     assert [s["attempt"] for s in report.event.data["started"]] == [1]
     assert kinds(url) == ["task.created", "note", "stream.repaired"]
+
+
+def test_a_cut_voiding_a_checkpointed_segment_is_read_from_the_start() -> None:
+    """A reader starting at a checkpoint the cut voided reads again from 0: it never sees a voided segment."""
+    client = s3_server.MemoryClient()
+    streams = ObjectStreams(client)
+    streams.create("t", [b"r0"])
+    with streams.lease("t") as lease:
+        for i in range(1, 80):
+            lease.append([b"r%d" % i], expected_seq=i)
+    assert any(k.startswith("tasks/t/c/") for k in client.objects), "a checkpoint was made"
+    tail = streams.tail("t")
+    # a cut after the tail voiding from segment 10 (which holds r9): r0..r8 stay, then the cut's record
+    at = tail.seg + 1
+    cut = Segment("cut", at, 9, sum(len(b"r%d" % i) + 1 for i in range(9)), tail.epoch + 1, "repair-x", 1, 4, 10)
+    assert streams.client.create(f"tasks/t/s/{at:012d}", cut.encode([b"cut"]))
+    fresh = ObjectStreams(client)
+    assert fresh.read("t") == b"".join(b"r%d\n" % i for i in range(9)) + b"cut\n"
+    assert fresh.read("t", 20) == fresh.read("t")[20:]
+    assert fresh.read("t", 300) == b"", "a read from an offset past a checkpoint the cut voided: nothing there now"
+    assert streams.read("t") == fresh.read("t"), "a handle that cached the voided segments reads afresh"
