@@ -23,6 +23,7 @@ raised) for the shared judgement (:func:`~intentlog.eventlog.damage.assess_bytes
 from __future__ import annotations
 
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,6 +42,7 @@ __all__ = ["QUARANTINE", "REPAIR_HOLDER", "Cut", "StoredSegments", "cut_stream",
 QUARANTINE: Final = "quarantine"
 #: a repair's lease holder token starts so
 REPAIR_HOLDER: Final = "repair-"
+_READERS: Final = 8
 
 
 @dataclass
@@ -96,12 +98,15 @@ def read_segments(streams: ObjectStreams, name: str) -> StoredSegments | None:
         numbers.append(int(text))
     if not numbers:
         return None
-    loaded: dict[int, tuple[Segment, bytes] | CorruptStream] = {}
-    for n in numbers:
+
+    def load(n: int) -> tuple[Segment, bytes] | CorruptStream:
         try:
-            loaded[n] = streams.segment(name, n)
+            return streams.segment(name, n)
         except CorruptStream as exc:
-            loaded[n] = exc
+            return exc
+
+    with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
+        loaded = dict(zip(numbers, pool.map(load, numbers), strict=True))
     heads = [x[0] if isinstance(x, tuple) else None for x in loaded.values()]
     out = StoredSegments(last=numbers[-1], epoch=max((h.epoch for h in heads if h is not None), default=0))
     last = loaded[numbers[-1]]

@@ -25,7 +25,9 @@ A checkpoint is only a hint: one whose segment's header does not say what its na
 is ignored (the read starts at segment 0; a tail past the last segment is found by
 listing from 0). An object under ``s/`` whose name is not 12 ASCII digits, a ``lease`` or
 ``release`` segment carrying records, and a ``create`` segment anywhere but at number 0
-are :class:`~intentlog.errors.CorruptStream`.
+are :class:`~intentlog.errors.CorruptStream`. A ``cut`` segment (what ``repair`` writes, or
+a writer creating again an id gc deleted) voids the segments from the number it names up to
+itself: readers skip them (:func:`~intentlog.s3.segments.live_numbers`), which stay in place.
 
 Before a lease is taken the store's seals are checked (:meth:`ObjectStreams.check_seal`,
 :mod:`intentlog.s3.bounds`): a stream behind what any seal recorded is refused, nothing
@@ -184,8 +186,9 @@ class ObjectStreams:
                     create = None  # created again by another writer: lease it
                     continue
                 raise LedgerError(
-                    f"{self.where(name)}: gc holds this stream's lease (it deleted the task or is deleting it): a task "
-                    "id gc deleted on a store is never used again, choose another; nothing was written"
+                    f"{self.where(name)}: gc holds this stream's lease and the store's gc log records no finished "
+                    "deletion of it (gc is deleting it, or a gc run stopped midway): the id is never used again until "
+                    "a gc run records its deletion finished; nothing was written"
                 )
             if not sealed:
                 self.check_seal(name)
@@ -246,7 +249,7 @@ class ObjectStreams:
             except CorruptStream:
                 if last is None and self.retired(name):
                     raise FileNotFoundError(
-                        f"{self.where(name)}: no such stream (gc deleted it; its id is never used again)"
+                        f"{self.where(name)}: no such stream (gc deleted it)"
                     ) from None
                 raise
             self._cache.put(name, parts)
