@@ -262,3 +262,31 @@ def test_a_cut_voiding_a_checkpointed_segment_is_read_from_the_start() -> None:
     assert fresh.read("t", 20) == fresh.read("t")[20:]
     assert fresh.read("t", 300) == b"", "a read from an offset past a checkpoint the cut voided: nothing there now"
     assert streams.read("t") == fresh.read("t"), "a handle that cached the voided segments reads afresh"
+
+
+@pytest.mark.parametrize("damage", ["edited event", "hole", "splice", "stale lease"])
+def test_every_kind_of_segment_damage_accepted_is_cut_and_then_verifies(
+    damage: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from test_s3_ops_repair import DAMAGE
+
+    url = s3_server.ledger_url(monkeypatch)
+    with intentlog.open(url) as ledger:
+        t = ledger.task("t")
+        t.append("note", {"n": 0})
+        t.effect("k1", {"idempotency_key": "k1"}, SyntheticProvider(tmp_path / "receipts.jsonl").send)
+        for i in range(1, 4):
+            t.append("note", {"n": i})
+        ledger.task("other").append("note", {"fine": True})
+    DAMAGE[damage](url)
+    with intentlog.open(url, create=False) as ledger, pytest.raises(CorruptStream):
+        ledger.repair("t")
+    with intentlog.open(url, create=False) as ledger:
+        report = ledger.repair("t", accept_damage=True, accept_resend=True)
+    assert report.action == "damage" and report.event is not None
+    assert kinds(url)[-1] == "stream.repaired" and kinds(url)[:2] == ["task.created", "note"]
+    with intentlog.open(url) as ledger:
+        ledger.task("t").append("note", {"n": 9})
+        found = [f.split(":")[0] for f in errors(verify_ledger(ledger))]
+    assert set(found) <= {"suspect_repair"}, found
+    assert notes(url)[-1] == 9

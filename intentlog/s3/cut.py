@@ -58,7 +58,7 @@ class StoredSegments:
 
     run: list[tuple[Segment, bytes]] = field(default_factory=list)
     broken: str | None = None
-    stop: int = -1  # the number of the live segment that is broken (-1: none)
+    stop: int = -1  # the first number after the trusted run, where what is broken begins (-1: nothing is)
     rest: bytes = b""
     last: int = -1
     epoch: int = 0
@@ -117,7 +117,7 @@ def read_segments(streams: ObjectStreams, name: str) -> StoredSegments | None:
         got = loaded[n]
         why = _broken(got, prev, n)
         if why is not None:
-            out.broken, out.stop = f"{client.describe(segment_key(name, n))}: {why}", n
+            out.broken, out.stop = f"{client.describe(segment_key(name, n))}: {why}", prev.seg + 1 if prev else 0
             out.rest = b"".join(client.get(segment_key(name, m)) or b"" for m in numbers if m >= n)
             return out
         assert isinstance(got, tuple)
