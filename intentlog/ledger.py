@@ -288,18 +288,26 @@ class Ledger:
         ``accept_resend`` too: then ``"accepted": "damage+resend"`` and ``"started"`` list
         them. Takes the writer lock
         (:class:`~intentlog.errors.TaskBusy` if another process holds it); ``dry_run``
-        reads only and says what would be moved. On an object-store ledger nothing is ever
-        moved: a clean stream is ``"none"``, damage is :class:`~intentlog.errors.CorruptStream`
-        naming it (:func:`intentlog.storerepair.check_stored_stream`), nothing written.
+        reads only and says what would be moved. On an object-store ledger the same judgement
+        and refusals hold; the cut is one ``cut`` segment under a fencing lease and the bytes
+        moved aside are kept under the store's ``quarantine/`` (:func:`intentlog.storerepair.repair_stored`).
         """
         check_bool(accept_damage, "accept_damage")
         check_bool(accept_resend, "accept_resend")
         check_bool(dry_run, "dry_run")
-        if self.storage is not None:  # no torn tail on a store: its damage is named and refused, nothing written
-            from .storerepair import check_stored_stream
+        if self.storage is not None:
+            from .storerepair import repair_stored
 
-            check_stored_stream(self.storage, self.location, check_task_id(task_id))
-            return RepairReport(task_id, "none")
+            done = repair_stored(
+                self.storage, check_task_id(task_id), accept_damage=accept_damage, accept_resend=accept_resend,
+                dry_run=dry_run,
+            )  # fmt: skip
+            if done is None:
+                return RepairReport(task_id, "none")
+            cut, kept, event = done
+            return RepairReport(
+                task_id, cut.kind, cut.line, kept["file"], kept["size"], kept["digest"], cut.reason, event
+            )
         t = self.task(task_id)
         check_real_dir(self.tasks_dir, what="task streams")
         if not os.path.lexists(t.path):

@@ -55,7 +55,7 @@ def _store(client: ObjectClient, where: str, objects: ObjectReads | None = None)
     parts = store_reads(client, where)
     return SeamReads(
         parts.streams, objects if objects is not None else parts.objects, where, parts.seals,
-        parts.gc_deleted, parts.gc_problem, parts.gc_leftovers,
+        parts.gc_deleted, parts.gc_problem, parts.gc_leftovers, kept=client.get,
     )  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 * A **fenced holder** (a real process whose lease was taken while it waited or was
   stopped) resumes after gc retired its stream: its next put is refused (``LeaseLost``;
   nothing stored, no second payment), since gc keeps segment 0 and every take-over lease;
-  the id is never used again; readers, seal and merge skip what is left.
+  readers, seal and merge skip what is left, and a new task under the id is a new stream
+  after it.
 * A **stalled gc** whose gc log was taken over deletes no new task (there is none) and no
   object stored again since (its heartbeat is fenced); a **killed gc** excuses no swap
   (``gc.started`` alone is no deletion), and one killed between a lease and its record is
@@ -102,7 +103,7 @@ def assert_retired(url: str, name: str) -> list[str]:
     return left
 
 
-def test_a_fenced_holders_put_after_gc_is_refused_and_the_id_is_not_used_again(url: str, tmp_path: Path) -> None:
+def test_a_fenced_holders_put_after_gc_is_refused_and_the_id_is_a_new_stream_after_it(url: str, tmp_path: Path) -> None:
     with intentlog.open(url) as ledger:
         ledger.task("t").append("note", {"first": 1})
         ledger.task("stays").append("note", {})
@@ -123,9 +124,7 @@ def test_a_fenced_holders_put_after_gc_is_refused_and_the_id_is_not_used_again(u
     assert report.ok and report.tasks == 1, [p.to_json() for p in report.problems]
     listed = CliRunner().invoke(main, ["--root", url, "tasks", "--json"])
     assert [t["task"] for t in json.loads(listed.stdout)] == ["stays"]
-    # a new task under the id is refused, naming gc; a writer cannot take gc's lease over either
-    with pytest.raises(LedgerError, match="gc deleted on a store is never used again"):
-        intentlog.open(url).task("t").append("note", {"new": 1})
+    # a writer cannot take gc's lease over
     with pytest.raises(LedgerError, match="gc holds this stream's lease"):
         ObjectStreams(client_of(url)).lease("t", take_over_after=0)
     assert keys(url, "tasks/t") == left  # refused: nothing written
@@ -136,6 +135,11 @@ def test_a_fenced_holders_put_after_gc_is_refused_and_the_id_is_not_used_again(u
     assert plan_gc(intentlog.open(url), now=LATER).expired == ()
     apply_gc(intentlog.open(url), now=LATER)
     assert keys(url, "tasks/t") == left
+    assert verify_ledger(intentlog.open(url, create=False)).ok
+    # a new task under the id is a new stream after what gc left, as on a folder; the numbers gc kept stay taken
+    intentlog.open(url).task("t").append("note", {"new": 1})
+    assert set(left) <= set(keys(url, "tasks/t"))
+    assert [ev.kind for ev in intentlog.open(url, create=False).task("t").events()] == ["task.created", "note"]
     assert verify_ledger(intentlog.open(url, create=False)).ok
 
 
@@ -494,7 +498,7 @@ def test_a_wrong_shaped_gc_log_event_is_a_gc_log_problem(url: str, kind: str, da
     assert outside_log == [k for k in before if not k.startswith("gc/tasks/log/")]  # nothing deleted
 
 
-def test_a_seal_then_gc_then_the_id_again_is_refused_and_the_seals_verify(url: str) -> None:
+def test_a_seal_then_gc_then_the_id_again_is_a_new_stream_and_the_seals_verify(url: str) -> None:
     with intentlog.open(url) as ledger:
         ledger.task("t").append("note", {})
         ledger.task("stays").append("note", {})
@@ -502,9 +506,11 @@ def test_a_seal_then_gc_then_the_id_again_is_refused_and_the_seals_verify(url: s
     client = client_of(url)
     create_seal(client)
     assert apply_gc(intentlog.open(url), now=LATER).deleted == ("t",)
-    with pytest.raises(LedgerError, match="never used again"):
-        intentlog.open(url).task("t").append("note", {"new": 1})
     create_seal(client)
     report = verify_ledger(intentlog.open(url, create=False))
     assert report.ok, [p.to_json() for p in report.problems]
     assert [p.code for p in report.problems if p.task == "t"] == ["deleted_by_gc"]
+    intentlog.open(url).task("t").append("note", {"new": 1})  # the id again: a new stream, as on a folder
+    create_seal(client)
+    report = verify_ledger(intentlog.open(url, create=False))
+    assert report.ok, [p.to_json() for p in report.problems]

@@ -23,7 +23,7 @@ few calls made of a seam, as protocols.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -253,6 +253,8 @@ class SeamReads:
     gc_deleted: Mapping[str, GcDeletion] = field(default_factory=dict)
     gc_problem: str | None = None
     gc_leftovers: frozenset[str] = frozenset()
+    #: the bytes a store keeps at a ledger-relative key (``quarantine/NAME``: what a repair moved aside), or None
+    kept: Callable[[str], bytes | None] | None = None
 
     @property
     def tasks_where(self) -> str:
@@ -397,13 +399,21 @@ class SeamReads:
         return (data,)
 
     def hash_file(self, rel: str, buf: bytearray) -> tuple[str, int]:
-        raise FileNotFoundError(rel)  # no quarantine/ is kept behind the seams
+        data = self.kept(rel) if self.kept is not None else None
+        if data is None:
+            raise FileNotFoundError(rel)  # nothing kept at that key (a storage without one keeps nothing)
+        return digest_bytes(data), len(data)
 
     def quarantine_names(self) -> list[str]:
-        return []
+        return []  # the keys a repair moved aside are read by name (what stream.repaired records)
 
     def file_chunks(self, rel: str, digest: str, size: int | None) -> Iterable[bytes] | None:
-        return None
+        data = self.kept(rel) if self.kept is not None else None
+        if data is None:
+            return None
+        if digest_bytes(data) != digest or (size is not None and len(data) != size):
+            raise DigestMismatch(digest, digest_bytes(data), f"{rel} in {self.where}")
+        return (data,)
 
 
 #: The former name of :class:`SeamReads`.

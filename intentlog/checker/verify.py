@@ -8,7 +8,7 @@ is read.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,6 +98,7 @@ def verify_storage(
     seal: tuple[str, bytes] | None = None,
     seals: Sequence[tuple[str, bytes]] | None = None,
     gc_log: tuple[dict[str, GcDeletion], str | None, frozenset[str]] | None = None,
+    kept: Callable[[str], bytes | None] | None = None,
 ) -> VerifyReport:
     """:func:`verify` of a ledger kept behind the storage seams (:class:`~intentlog.checker.seams.SeamReads`).
 
@@ -111,7 +112,7 @@ def verify_storage(
         raise UsageError("pass seal or seals, not both (seals=[seal] is the same as seal)")
     found = list(seals) if seals is not None else [seal] if seal is not None else []
     deleted, problem, left = gc_log if gc_log is not None else ({}, None, frozenset[str]())
-    reads = SeamReads(streams, objects, where, found, deleted, problem, left)
+    reads = SeamReads(streams, objects, where, found, deleted, problem, left, kept)
     return verify(reads, tasks, workspace=workspace, progress=progress)
 
 

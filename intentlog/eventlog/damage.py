@@ -5,14 +5,19 @@ leaves, repaired by the next writer) or *damage* (refused until the operator acc
 :func:`refusal`; :func:`resend_refusal` when the bytes to move aside record a started
 send). :func:`quarantine_plan` names, hashes and sizes the bytes a repair moves to
 ``quarantine/``. Reads only: the writer (eventlog/writer.py) does the moving.
+
+The same judgement serves a stream held as bytes (an object store's, read through the
+stream seam): :func:`assess_bytes`, :func:`started_in_bytes`, :func:`quarantine_name`, so a
+repair refuses and accepts exactly the same things on either storage; only the cut differs.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,20 +27,25 @@ from blake3 import blake3
 from .._fsutil import open_nofollow
 from ..errors import CorruptStream, LinkRefused
 from .format import TASK_CREATED, Event
-from .reader import MAX_LINE, StreamScan, line_spans
+from .reader import MAX_LINE, StreamScan, line_batches, line_spans
 
 __all__ = [
     "ACCEPTED",
+    "RESTORE_FILE",
     "Damage",
     "SealedHead",
     "assess",
+    "assess_bytes",
     "chunks_from",
     "holds",
     "lost",
+    "quarantine_name",
     "quarantine_plan",
     "refusal",
+    "repaired_data",
     "resend_refusal",
     "started_in",
+    "started_in_bytes",
 ]
 
 
@@ -172,6 +182,47 @@ def assess(
     return s, _judge(path, s, facts)
 
 
+class _BytesScan(StreamScan):
+    """A :class:`StreamScan` over a stream's bytes in memory (a stream read through the seam)."""
+
+    def __init__(self, where: str, data: bytes) -> None:
+        super().__init__(where)
+        self._data = data
+
+    def __iter__(self) -> Iterator[Event]:
+        self.file_size = len(self._data)
+        yield from self._events(line_batches(io.BytesIO(self._data), MAX_LINE))
+
+
+def assess_bytes(
+    data: bytes, where: str, seal: SealedHead | None, *, broken: str | None = None
+) -> tuple[StreamScan, Damage | None]:
+    """:func:`assess` of a stream's ``data`` (its trusted bytes as read through the seam).
+
+    ``broken`` says the stored stream goes on after ``data`` but cannot be read there (a
+    segment that is unreadable, missing or does not continue): that is damage at the end
+    of ``data``, and a bad line within ``data`` is then never a torn tail (more follows it).
+    """
+    s = _BytesScan(where, data)
+    facts = _Facts(seal)
+    for ev in s:
+        facts.see(ev)
+    path = Path(where)
+    if broken is None:
+        if s.count == 0 and s.problem is None and seal is not None and not seal.retired:
+            why = f"the stream is empty but heads.json seals seq {seal.seq} with head {seal.head}"
+            return s, Damage("damage", 1, 0, why, seal=seal)
+        return s, _judge(path, s, facts)
+    if s.problem is not None:
+        s.problem = replace(s.problem, torn=False)
+        d = _judge(path, s, facts)
+        assert d is not None
+        return s, Damage("damage", d.line, d.offset, f"{d.reason}; and {broken}", d.suspect, d.seal)
+    sealed = _seal_problem(path, s, facts)
+    reason = broken if sealed is None else f"{broken}; and {sealed.reason}"
+    return s, Damage("damage", s.count + 1, s.end, reason, seal=facts.seal if sealed else None)
+
+
 def lost(path: Path, seal: SealedHead) -> CorruptStream:
     """The refusal for a stream that is gone while ``heads.json`` seals it and ``gc.jsonl`` records no deletion."""
     return CorruptStream(
@@ -191,24 +242,39 @@ def started_in(path: Path, offset: int, *, fd: int | None = None) -> list[dict[s
     is ``{"call", "attempt", "line"}`` (``line`` 1-based in the file); memory is bounded
     by :data:`MAX_LINE` (a longer line is skipped).
     """
-    out: list[dict[str, Any]] = []
     rfd = open_nofollow(path, os.O_RDONLY, what="a task stream") if fd is None else os.dup(fd)
     with os.fdopen(rfd, "rb", buffering=0) as f:
         f.seek(0)
-        for n, (at, line) in enumerate(line_spans(f, MAX_LINE), start=1):
-            if at < offset or line is None or b"attempt.started" not in line:
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            data = obj.get("data") if type(obj) is dict and obj.get("kind") == "attempt.started" else None
-            if type(data) is dict:
-                out.append({"call": data.get("call"), "attempt": data.get("attempt"), "line": n})
+        return _started(f, offset)
+
+
+def started_in_bytes(data: bytes, offset: int) -> list[dict[str, Any]]:
+    """:func:`started_in` of a stream's bytes (``data``: from offset 0; lines of bytes read past it count too)."""
+    return _started(io.BytesIO(data), offset)
+
+
+def _started(f: Any, offset: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n, (at, line) in enumerate(line_spans(f, MAX_LINE), start=1):
+        if at < offset or line is None or b"attempt.started" not in line:
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        data = obj.get("data") if type(obj) is dict and obj.get("kind") == "attempt.started" else None
+        if type(data) is dict:
+            out.append({"call": data.get("call"), "attempt": data.get("attempt"), "line": n})
     return out
 
 
-def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> CorruptStream:
+#: how an operator restores a folder's stream (a store names its own: its segments, from a copy of the prefix)
+RESTORE_FILE = "restore the file from a copy or git"
+
+
+def resend_refusal(
+    path: str | Path, d: Damage, started: list[dict[str, Any]], *, restore: str = RESTORE_FILE
+) -> CorruptStream:
     """Accepting damage would move aside the record that these attempts started."""
     which = ", ".join(f"line {s['line']}: {s['call']} attempt {s['attempt']}" for s in started)
     return CorruptStream(
@@ -216,21 +282,40 @@ def resend_refusal(path: Path, d: Damage, started: list[dict[str, Any]]) -> Corr
         d.line,
         f"{d.reason}; the bytes that accepting the damage would move aside record attempt.started ({which}): "
         "their sends began and may have been paid for, and a re-run without those lines would send again",
-        hint="restore the file from a copy or git; or accept that risk too, knowingly: "
+        hint=f"{restore}; or accept that risk too, knowingly: "
         "'intentlog repair TASK --accept-damage --accept-resend' "
         "(ledger.repair(TASK, accept_damage=True, accept_resend=True)) records it in stream.repaired",
     )
 
 
-def refusal(path: Path, d: Damage) -> CorruptStream:
+def refusal(path: str | Path, d: Damage, *, restore: str = RESTORE_FILE) -> CorruptStream:
+    """Damage not accepted: the task is refused for writing (``restore``: how its bytes come back from a copy)."""
     return CorruptStream(
         str(path),
         d.line,
         d.reason,
         hint="a crash cannot cause this, so it is never repaired automatically and the task is refused for "
-        "writing; run 'intentlog verify', then restore the file from a copy or git, or accept the damage "
+        f"writing; run 'intentlog verify', then {restore}, or accept the damage "
         "with 'intentlog repair TASK --accept-damage' (it moves the bad bytes to quarantine/ and records that)",
     )
+
+
+def repaired_data(d: Damage, quarantined: dict[str, Any], started: list[dict[str, Any]]) -> dict[str, Any]:
+    """The data of the ``stream.repaired`` a repair appends after moving aside the bytes ``quarantined`` names."""
+    data: dict[str, Any] = {
+        "line": d.line,
+        "offset": d.offset,
+        "reason": d.reason,
+        "suspect": d.suspect,
+        "quarantined": quarantined,
+    }
+    if d.kind == "damage":
+        data["accepted"] = "damage+resend" if started else "damage"
+        if started:
+            data["started"] = started
+        if d.seal is not None:
+            data["seal"] = {"seq": d.seal.seq, "head": d.seal.head}
+    return data
 
 
 def chunks_from(
@@ -285,5 +370,9 @@ def quarantine_plan(path: Path, task_id: str, offset: int, *, fd: int | None = N
     for chunk in chunks_from(path, offset, fd=fd):
         hasher.update(chunk)
         size += len(chunk)
-    hexd = hasher.hexdigest()
-    return f"{task_id}.{hexd[:32]}.bin", "blake3:" + hexd, size
+    return quarantine_name(task_id, hasher), "blake3:" + hasher.hexdigest(), size
+
+
+def quarantine_name(task_id: str, hasher: Any) -> str:
+    """The name under ``quarantine/`` of the bytes ``hasher`` (a blake3) hashed, for task ``task_id``."""
+    return f"{task_id}.{hasher.hexdigest()[:32]}.bin"

@@ -63,6 +63,7 @@ from .damage import (
     lost,
     quarantine_plan,
     refusal,
+    repaired_data,
     resend_refusal,
     started_in,
 )
@@ -305,21 +306,8 @@ class StreamWriter:
             lease.adopt(0)
             self._write_created(sync=False)
         self.quarantined = {"file": f"quarantine/{qname}", "digest": digest, "size": size}
-        data: dict[str, Any] = {
-            "line": d.line,
-            "offset": d.offset,
-            "reason": d.reason,
-            "suspect": d.suspect,
-            "quarantined": self.quarantined,
-        }
-        if d.kind == "damage":
-            data["accepted"] = "damage+resend" if self._started else "damage"
-            if self._started:
-                data["started"] = self._started
-            if d.seal is not None:
-                data["seal"] = {"seq": d.seal.seq, "head": d.seal.head}
         self.damage = d
-        self.repaired = self.append("stream.repaired", data)
+        self.repaired = self.append("stream.repaired", repaired_data(d, self.quarantined, self._started))
 
     def _keep_aside(self, qname: str, digest: str, size: int, offset: int) -> str:
         """Copy the bytes from ``offset`` into ``quarantine/`` (durably); the name they are kept under.

@@ -20,10 +20,12 @@ from ..errors import LedgerError
 from ..eventlog.format import check_task_id
 
 __all__ = [
+    "GC_KEY",
     "HEADS_FILE",
     "HEADS_FORMAT",
     "Bound",
     "StreamHead",
+    "decode_gc_head",
     "decode_heads",
     "encode_heads",
     "furthest_heads",
@@ -32,6 +34,8 @@ __all__ = [
 
 HEADS_FILE: Final = "heads.json"
 HEADS_FORMAT: Final = "intentlog-heads/1"
+#: the top-level key of the gc log's head (a store's seal anchors its gc log as it anchors the streams)
+GC_KEY: Final = "gc"
 
 
 @final
@@ -48,9 +52,19 @@ class StreamHead:
         return {"stream": self.stream, "seq": self.seq, "head": self.head, "events": self.events}
 
 
-def encode_heads(heads: Mapping[str, StreamHead]) -> bytes:
-    """Deterministic bytes: sorted keys, two-space indent (readable in a git diff), final newline."""
-    obj = {"format": HEADS_FORMAT, "hash": "blake3", "tasks": {t: h.to_json() for t, h in heads.items()}}
+def encode_heads(
+    heads: Mapping[str, StreamHead], gc: StreamHead | None = None, after: Mapping[str, str] | None = None
+) -> bytes:
+    """Deterministic bytes: sorted keys, two-space indent (readable in a git diff), final newline.
+
+    ``gc``: the gc log's head, kept under :data:`GC_KEY` (readers that know only the tasks ignore it).
+    ``after``: by task, the stream id an earlier seal bound that gc deleted, so this one, another
+    stream under the id, follows it (a store's seals are never replaced: :mod:`intentlog.s3.bounds`).
+    """
+    tasks = {t: h.to_json() | ({"after": after[t]} if after and t in after else {}) for t, h in heads.items()}
+    obj: dict[str, Any] = {"format": HEADS_FORMAT, "hash": "blake3", "tasks": tasks}
+    if gc is not None:
+        obj[GC_KEY] = gc.to_json()
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -85,6 +99,24 @@ def decode_heads(data: bytes, *, where: str = HEADS_FILE) -> dict[str, StreamHea
     return out
 
 
+def decode_gc_head(data: bytes, *, where: str = HEADS_FILE) -> StreamHead | None:
+    """The gc log's head a seal recorded (None: it recorded none); :class:`LedgerError` when malformed."""
+    decode_heads(data, where=where)
+    h = orjson.loads(data).get(GC_KEY)
+    if h is None:
+        return None
+    if not (
+        type(h) is dict
+        and type(h.get("stream")) is str
+        and type(h.get("seq")) is int
+        and h["seq"] >= 0
+        and is_digest(h.get("head"))
+        and h.get("events") == h["seq"] + 1
+    ):
+        raise LedgerError(f"{where}: the gc log's head is not {{stream, seq, head, events = seq + 1}}")
+    return StreamHead(h["stream"], h["seq"], h["head"], h["events"])
+
+
 def read_heads_at(root: str | os.PathLike[str]) -> dict[str, StreamHead] | None:
     """The heads sealed in ``root/heads.json``; None when there is none.
 
@@ -113,12 +145,8 @@ Bound = tuple[str, StreamHead]
 def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound], list[str]]:
     """For each task the furthest head any seal recorded (and where), and what is wrong with the seals.
 
-    ``seals`` are ``(where, heads.json bytes)`` in number order (an object store's numbered
-    seals; a folder's one ``heads.json`` is a list of one). Every seal is a lower bound: of
-    the heads recorded for a task the one with the highest seq is kept (the first recorded
-    on a tie). A seal that does not parse, or that contradicts an earlier one (another
-    stream id for a task, or another digest at the same seq), is a problem message; the
-    well-formed seals still count. Pure: reads nothing.
+    ``seals`` are ``(where, heads.json bytes)`` in number order; see
+    :func:`intentlog.s3.seals.combine_seals`, which is this without the where.
     """
     furthest: dict[str, Bound] = {}
     seen: dict[tuple[str, int], Bound] = {}
@@ -129,8 +157,12 @@ def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound]
         except LedgerError as exc:
             problems.append(str(exc))
             continue
+        follows = _follows(data)
         for task, h in heads.items():
             first = furthest.get(task)
+            if first is not None and first[1].stream != h.stream and follows.get(task) == first[1].stream:
+                first = None  # a new stream under the id, sealed after gc deleted the one bound before
+                seen = {k: v for k, v in seen.items() if k[0] != task}
             same = seen.get((task, h.seq))
             if first is not None and first[1].stream != h.stream:
                 problems.append(
@@ -148,3 +180,11 @@ def furthest_heads(seals: Sequence[tuple[str, bytes]]) -> tuple[dict[str, Bound]
             if first is None or h.seq > first[1].seq:
                 furthest[task] = (where, h)
     return furthest, problems
+
+
+def _follows(data: bytes) -> dict[str, str]:
+    """By task, the stream id a seal says its stream follows (``after``: gc deleted that one; well-formed only)."""
+    tasks = orjson.loads(data).get("tasks")
+    if type(tasks) is not dict:
+        return {}
+    return {t: h["after"] for t, h in tasks.items() if type(h) is dict and type(h.get("after")) is str}

@@ -12,10 +12,12 @@ whose conditional create does not fence is refused. docs/scale-out.md tells the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from .client import ObjectClient, S3Client, S3Location, parse_s3_url
 from .objects import ObjectArtifacts
 from .probe import ProbeCheck, ProbeReport, probe_store, require_fencing
+from .retire import finished_deletion
 from .streams import CHECKPOINT_EVERY, ObjectLease, ObjectStreams, Segment
 
 __all__ = [
@@ -56,14 +58,17 @@ def on_client(client: ObjectClient, *, write: bool = True) -> ObjectStorage:
     """
     if write:
         require_fencing(client)
-        return ObjectStorage(client, ObjectStreams(client), ObjectArtifacts(client))
+        storage = ObjectStorage(client, ObjectStreams(client), ObjectArtifacts(client))
+    else:
 
-    def probe() -> None:
-        require_fencing(client)
+        def probe() -> None:
+            require_fencing(client)
 
-    return ObjectStorage(
-        client, ObjectStreams(client, before_write=probe), ObjectArtifacts(client, before_write=probe)
-    )
+        storage = ObjectStorage(
+            client, ObjectStreams(client, before_write=probe), ObjectArtifacts(client, before_write=probe)
+        )
+    storage.streams.deleted = partial(finished_deletion, client)  # a task id gc deleted may be used again
+    return storage
 
 
 def connect(url: str, *, write: bool = True, env: dict[str, str] | None = None) -> ObjectStorage:

@@ -13,9 +13,15 @@ Retiring a stream (:func:`delete_stream`) keeps every number a fenced holder may
 at -- segment 0, each take-over lease, gc's own lease (the tail) -- and deletes the rest,
 segment 1 first (from the first delete on what is left has a hole: never a shorter stream).
 A holder whose lease was taken over while it stood still therefore finds its next number
-taken for ever (``LeaseLost``), and the id is never used again on a store (segment 0 stays,
-and no writer leases or takes over gc's lease). Readers tell what is left by the gc log
+taken for ever (``LeaseLost``). No writer leases or takes over gc's lease; once the gc log
+records gc finished deleting the stream, a writer creating the id again puts a ``cut``
+after gc's lease that voids everything before it and begins a new stream, as a folder's
+writer creates a new file where gc removed one (the numbers stay taken and void); a stalled
+gc that resumes deletes nothing after the last gc lease (:func:`fenced_numbers`). Readers
+tell what is left by the gc log
 (:func:`leftovers`: the deletion carried out, segment 0 beginning the very stream it names).
+The log is trusted only as far as the seals anchor it (:func:`anchor_problem`: a log that
+does not hold the head a seal recorded is treated as damaged: it excuses nothing).
 
 Deleting an object (:func:`retire_object`) keeps the folder's guarantee that a writer who
 stored bytes gc is about to delete never names a missing object: gc first creates a
@@ -38,8 +44,10 @@ from .._digest import DIGEST_PREFIX
 from ..errors import CorruptStream, LedgerError
 from ..eventlog.remote import events_in
 from ..gclog import GcDeletion, store_gc_deletions
+from ..heads.codec import StreamHead, decode_gc_head
+from .bounds import SEALS, seal_number
 from .client import ObjectClient
-from .streams import ObjectStreams
+from .streams import GC_HOLDER, ObjectStreams
 
 __all__ = [
     "DYING",
@@ -52,6 +60,8 @@ __all__ = [
     "delete_stream",
     "dying_key",
     "fenced_numbers",
+    "finished_deletion",
+    "anchor_problem",
     "live_names",
     "leftovers",
     "log_streams",
@@ -59,6 +69,7 @@ __all__ = [
     "orphans",
     "read_log",
     "retire_object",
+    "sealed_log_head",
     "stale_markers",
     "store_gc_log",
     "stream_keys",
@@ -145,11 +156,66 @@ def store_gc_log(
         data = read_log(client)
     except CorruptStream as exc:
         return {}, f"the store's gc log ({where}) line {exc.line}: {exc.reason}", frozenset()
+    unanchored = anchor_problem(client, data, where)
+    if unanchored is not None:
+        return {}, unanchored, frozenset()
     deleted, problem = store_gc_deletions(data, where)
     if problem is not None or not deleted:
         return deleted, problem, frozenset()
     listed = ObjectStreams(client).names() if names is None else names
     return deleted, None, frozenset(leftovers(client, listed, deleted))
+
+
+def sealed_log_head(client: ObjectClient) -> tuple[str, StreamHead] | None:
+    """The furthest gc log head any seal recorded, and where (None: none did); ``LedgerError`` when seals disagree."""
+    best: tuple[str, StreamHead] | None = None
+    for key, _ in client.scan(SEALS):
+        if seal_number(key) is None:
+            continue
+        body = client.get(key)
+        h = decode_gc_head(body, where=client.describe(key)) if body is not None else None
+        if h is None:
+            continue
+        if best is not None and h.stream != best[1].stream:
+            raise LedgerError(
+                f"{client.describe(key)} anchors gc log stream {h.stream} but {best[0]} anchors {best[1].stream}"
+            )
+        if best is None or h.seq > best[1].seq:
+            best = (client.describe(key), h)
+    return best
+
+
+def anchor_problem(client: ObjectClient, data: bytes | None, where: str) -> str | None:
+    """What is wrong with the gc log ``data`` against the head the seals anchored (None: it continues it).
+
+    Every seal is a lower bound: the log must hold, at the sealed seq, the event with the
+    sealed digest, in the sealed log's stream. A log that was cut, rewritten or replaced
+    (however well chained) is not the log the seals anchored.
+    """
+    try:
+        sealed = sealed_log_head(client)
+    except LedgerError as exc:
+        return f"the seals of the store's gc log ({where}) disagree: {exc}"
+    if sealed is None:
+        return None
+    seal_where, h = sealed
+    said = f"{seal_where} anchors the gc log at seq {h.seq} with head {h.head} (stream {h.stream})"
+    if data is None:
+        return f"the store's gc log ({where}) is gone but {said}"
+    stream: object = None
+    at: str | None = None
+    try:
+        for ev in events_in(data, where):
+            if ev.seq == 0:
+                stream = ev.data.get("stream")
+            if ev.seq == h.seq:
+                at = ev.digest
+                break
+    except CorruptStream as exc:
+        return f"the store's gc log ({where}) line {exc.line}: {exc.reason}"
+    if stream != h.stream or at != h.head:
+        return f"the store's gc log ({where}) does not continue what the seals anchored: {said}"
+    return None
 
 
 def leftovers(client: ObjectClient, names: list[str], deleted: dict[str, GcDeletion]) -> list[str]:
@@ -163,15 +229,35 @@ def leftovers(client: ObjectClient, names: list[str], deleted: dict[str, GcDelet
 
 
 def _left_of(client: ObjectClient, name: str, d: GcDeletion) -> bool:
+    """No segment 0 (what an older gc left), or gc's lease at the tail over what begins the very stream deleted.
+
+    A stream created again after the deletion (:meth:`ObjectStreams.lease` on a retired
+    name) begins another stream id and its tail is no longer gc's: a task again.
+    """
+    streams = ObjectStreams(client)
     try:
-        _, payload = ObjectStreams(client).segment(name, 0)
+        _, payload = streams.segment(name, 0)
     except CorruptStream:
         return not client.get(f"tasks/{name}/s/{0:012d}")  # missing: no stream; unreadable: not gc's to excuse
     try:
         first = next(events_in(payload, name), None)
     except CorruptStream:
         return False
-    return first is not None and first.seq == 0 and first.data.get("stream") == d.stream
+    if first is None or first.seq != 0:
+        return False
+    if first.data.get("stream") == d.stream and streams.retired(name):
+        return True  # gc's lease at the tail: what gc left of the stream it deleted
+    return streams.retired(name) and streams.generation_id(name) == d.stream  # gc deleted it after a rebirth
+
+
+def finished_deletion(client: ObjectClient, name: str) -> str | None:
+    """The stream id of ``name`` the gc log records gc finished deleting (``gc.finished``), if any; else None.
+
+    None too when the log is damaged or not what the seals anchored: it excuses nothing.
+    """
+    deleted, problem, _ = store_gc_log(client, [])
+    d = deleted.get(name)
+    return d.stream if problem is None and d is not None and d.finished else None
 
 
 def live_names(client: ObjectClient) -> list[str]:
@@ -192,8 +278,9 @@ def stream_keys(client: ObjectClient, name: str) -> list[str]:
 def delete_stream(client: ObjectClient, name: str) -> int:
     """Delete the stream's keys but the numbers a fenced holder may still put at. How many keys went.
 
-    Kept: segment 0 (so the id is never created again: a retired id is not reused on a
-    store), every *take-over* lease segment (a ``lease`` whose predecessor is a ``lease`` or
+    Kept: segment 0 and every ``cut`` that restarts the stream (what tells a retired stream's
+    id: a writer creates the id again only after gc finished deleting exactly that stream,
+    :meth:`ObjectStreams.lease`), every *take-over* lease segment (a ``lease`` whose predecessor is a ``lease`` or
     ``data`` segment, or is gone: the number the holder it fenced targets next), and a
     last segment that is a lease (gc's own, its tail: writers are refused it). A fenced
     holder's next put therefore always finds its number taken (``LeaseLost``), before and
@@ -220,19 +307,26 @@ def fenced_numbers(client: ObjectClient, name: str, numbers: list[int]) -> set[i
 
     def kind(n: int) -> str | None:
         try:
-            return streams.segment(name, n)[0].kind
+            head = streams.segment(name, n)[0]
         except CorruptStream:
             return None  # gone or unreadable: nothing is known of it
+        if head.kind == "lease" and head.holder.startswith(GC_HOLDER):
+            return "gc-lease"
+        return "restart" if head.kind == "cut" and head.void == 0 else head.kind
 
     with ThreadPoolExecutor(min(8, max(1, len(numbers)))) as pool:
         kinds = dict(zip(numbers, pool.map(kind, numbers), strict=True))
-    kept = {0}
+    kept = {0} | {n for n in numbers if kinds[n] == "restart"}  # where each generation of the id begins
+    leases = ("lease", "gc-lease")
     for n in numbers[1:]:
         k, before = kinds[n], kinds.get(n - 1)
-        if k is None or (k == "lease" and (before is None or before in ("lease", "data"))):
+        if k is None or (k in leases and (before is None or before in (*leases, "data"))):
             kept.add(n)  # a take-over (or what cannot be told from one): a fenced holder's number
-    if numbers and kinds[numbers[-1]] == "lease":
+    if numbers and kinds[numbers[-1]] in leases:
         kept.add(numbers[-1])
+    gc_leases = [n for n in numbers if kinds[n] == "gc-lease"]
+    if gc_leases:  # what follows the last gc lease was written after gc began: a new stream under the id
+        kept |= {n for n in numbers if n > gc_leases[-1]}
     return kept
 
 

@@ -9,6 +9,11 @@ the bytes a folder's ``heads.json`` would (:func:`~intentlog.heads.codec.encode_
 the checker, ``export`` and a bundle read it with the same codec; older seals stay as
 the record of what was sealed when.
 
+Each seal anchors the store's gc log too, as it anchors a stream: its head (stream id, seq,
+digest) under ``gc`` (:data:`~intentlog.heads.codec.GC_KEY`), read after the streams; a gc
+log that does not hold that event at that seq (:func:`intentlog.s3.retire.store_gc_log`)
+is untrusted, as a damaged one is, and ``verify`` says so.
+
 Every seal is a lower bound: a stream only grows, so each stream is checked against the
 furthest head *any* seal recorded for it (:func:`combine_seals`, :func:`stored_heads`),
 never only the newest seal's. Seals that contradict each other -- another stream id for
@@ -36,7 +41,7 @@ from ..heads.codec import StreamHead, encode_heads
 from .bounds import SEALS, furthest_heads, seal_number
 from .bounds import seal_key as _key
 from .client import ObjectClient
-from .retire import live_names
+from .retire import LOG_STREAM, live_names, log_streams, read_log, store_gc_log
 from .streams import ObjectStreams
 
 __all__ = ["SEALS", "all_seals", "combine_seals", "create_seal", "latest_seal", "seal_store", "stored_heads"]
@@ -113,6 +118,23 @@ def _head(streams: ObjectStreams, task: str) -> StreamHead:
     return StreamHead(stream=stream_id, seq=last.seq, head=last.digest, events=count)
 
 
+def _log_head(client: ObjectClient) -> StreamHead | None:
+    """The gc log's head (None: no gc or keep ever wrote it); read after the streams, so at least as far."""
+    if read_log(client) is None:
+        return None
+    return _head(log_streams(client), LOG_STREAM)
+
+
+def _follows(client: ObjectClient, heads: dict[str, StreamHead]) -> dict[str, str]:
+    """By task, the stream id an earlier seal bound that gc deleted, where ``heads`` holds another stream."""
+    earlier, _ = combine_seals(all_seals(client))
+    changed = {t for t, h in heads.items() if t in earlier and earlier[t].stream != h.stream}
+    if not changed:
+        return {}
+    deleted = store_gc_log(client, [])[0]
+    return {t: earlier[t].stream for t in changed if t in deleted and deleted[t].stream == earlier[t].stream}
+
+
 def create_seal(client: ObjectClient) -> tuple[str, bytes]:
     """Seal every stream on the store: create the next ``heads/N.json``; where it is and the bytes created.
 
@@ -131,7 +153,8 @@ def create_seal(client: ObjectClient) -> tuple[str, bytes]:
                 "nothing was sealed; a seal there was not numbered by 'intentlog seal' -- copy the ledger to a "
                 "new prefix (merge) and seal it there"
             )
-        data = encode_heads({task: _head(streams, task) for task in live_names(client)})  # gc's leftovers: no task
+        heads = {task: _head(streams, task) for task in live_names(client)}  # gc's leftovers: no task
+        data = encode_heads(heads, _log_head(client), _follows(client, heads))
         if client.create(_key(number), data):
             return client.describe(_key(number)), data
     raise LedgerError(f"{client.describe(SEALS)}: {_ATTEMPTS} other seals were created meanwhile; seal again")

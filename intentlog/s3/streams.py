@@ -25,7 +25,9 @@ A checkpoint is only a hint: one whose segment's header does not say what its na
 is ignored (the read starts at segment 0; a tail past the last segment is found by
 listing from 0). An object under ``s/`` whose name is not 12 ASCII digits, a ``lease`` or
 ``release`` segment carrying records, and a ``create`` segment anywhere but at number 0
-are :class:`~intentlog.errors.CorruptStream`.
+are :class:`~intentlog.errors.CorruptStream`. A ``cut`` segment (what ``repair`` writes, or
+a writer creating again an id gc deleted) voids the segments from the number it names up to
+itself: readers skip them (:func:`~intentlog.s3.segments.live_numbers`), which stay in place.
 
 Before a lease is taken the store's seals are checked (:meth:`ObjectStreams.check_seal`,
 :mod:`intentlog.s3.bounds`): a stream behind what any seal recorded is refused, nothing
@@ -46,13 +48,25 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import orjson
+
 from ..errors import CorruptStream, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
 from .bounds import SealReader, seal_refusal
 from .client import ObjectClient, TaggedClient
 from .lease import ObjectLease
 from .segcache import Part, SegmentCache, continues
-from .segments import DIGITS, WIDTH, Segment, checked_records, decode_segment, describes, is_number, segment_key
+from .segments import (
+    DIGITS,
+    WIDTH,
+    Segment,
+    checked_records,
+    decode_segment,
+    describes,
+    is_number,
+    live_numbers,
+    segment_key,
+)
 
 __all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Segment"]
 
@@ -79,6 +93,9 @@ class ObjectStreams:
         self._cache = SegmentCache()
         #: whether the client names objects by ETag: only then does a reader not holding the lease use the cache
         self._tagged = isinstance(client, TaggedClient)
+        #: the stream id the store's gc log records gc finished deleting under a name (set by the ledger's
+        #: storage, :func:`intentlog.s3.on_client`): that id's stream is retired, and the name may be created again
+        self.deleted: Callable[[str], str | None] | None = None
 
     def __repr__(self) -> str:
         return f"ObjectStreams({self.client.describe('tasks')!r})"
@@ -159,9 +176,19 @@ class ObjectStreams:
                 create = None  # created (by this writer or another): lease it
                 continue
             if tail.kind == "lease" and tail.holder.startswith(GC_HOLDER):  # gc is deleting it, or deleted it
+                allowed, born = self._reborn(name, tail, create, holder) if create is not None else (False, None)
+                if born is not None:  # created again by this writer, which holds it
+                    held = ObjectLease(self, name, born)
+                    with self._held_mutex:
+                        self._held[name] = held
+                    return held
+                if allowed:
+                    create = None  # created again by another writer: lease it
+                    continue
                 raise LedgerError(
-                    f"{self.where(name)}: gc holds this stream's lease (it deleted the task or is deleting it): a task "
-                    "id gc deleted on a store is never used again, choose another; nothing was written"
+                    f"{self.where(name)}: gc holds this stream's lease and the store's gc log records no finished "
+                    "deletion of it (gc is deleting it, or a gc run stopped midway): the id is never used again until "
+                    "a gc run records its deletion finished; nothing was written"
                 )
             if not sealed:
                 self.check_seal(name)
@@ -202,7 +229,7 @@ class ObjectStreams:
         except FileNotFoundError:
             data = None
         refused = seal_refusal(self.where(name), data, bound)
-        if refused is not None:
+        if refused is not None and not self._retired_seal(name, bound[1].stream, data):
             raise refused
 
     def read(self, name: str, offset: int = 0) -> bytes:
@@ -222,7 +249,7 @@ class ObjectStreams:
             except CorruptStream:
                 if last is None and self.retired(name):
                     raise FileNotFoundError(
-                        f"{self.where(name)}: no such stream (gc deleted it; its id is never used again)"
+                        f"{self.where(name)}: no such stream (gc deleted it)"
                     ) from None
                 raise
             self._cache.put(name, parts)
@@ -270,7 +297,7 @@ class ObjectStreams:
         if listing[: len(run)] == [(p.head.seg, p.size, p.tag) for p in run]:
             numbers = [n for n, _, _ in listing[len(run) :] if last is None or n <= last]
             try:
-                fresh = self._fetch_all(name, numbers)
+                fresh = self._fetch_all(name, numbers)  # None (a cut voids cached segments): read afresh
             except CorruptStream:
                 fresh = None  # the fresh read says what is wrong
             seen = {n: (size, tag) for n, size, tag in listing}
@@ -295,7 +322,7 @@ class ObjectStreams:
             )
         if last is not None:  # this handle's writer: the stream as it wrote it, then what it buffered
             numbers = [n for n in numbers if n <= last]
-        return self._fetch_all(name, numbers)
+        return self._fetch_all(name, numbers) or []  # None: a cut voids where the read began (read again from 0)
 
     def forget(self, name: str, lease: ObjectLease) -> None:
         """``lease`` no longer holds ``name`` through this handle (released or lost)."""
@@ -406,25 +433,104 @@ class ObjectStreams:
             numbers.append((int(text), size, tag))
         return numbers
 
-    def _fetch_all(self, name: str, numbers: list[int]) -> list[Part]:
-        """The segments, fetched in parallel, each checked to continue the one before."""
+    def _fetch_all(self, name: str, numbers: list[int]) -> list[Part] | None:
+        """The segments, fetched in parallel, each checked to continue the one before.
+
+        Segments a later ``cut`` voids (:func:`~intentlog.s3.segments.live_numbers`) are
+        left out, readable or not; None when a cut voids segments below ``numbers[0]``
+        (the caller reads again from 0).
+        """
         if not numbers:
             return []
         if len(numbers) == 1:
-            parts = [self._load(name, numbers[0])]
+            loaded = [self._try_load(name, numbers[0])]
         else:
             with ThreadPoolExecutor(min(_READERS, len(numbers))) as pool:
-                parts = list(pool.map(lambda n: self._load(name, n), numbers))
+                loaded = list(pool.map(lambda n: self._try_load(name, n), numbers))
+        live = live_numbers(numbers, [p.head if isinstance(p, Part) else None for p in loaded])
+        if live is None:
+            return None
+        by_number = dict(zip(numbers, loaded, strict=True))
+        parts: list[Part] = []
+        for n in live:
+            got = by_number[n]
+            if isinstance(got, CorruptStream):
+                raise got
+            parts.append(got)
         prev: Segment | None = None
-        for expected, (head, *_) in zip(range(numbers[0], numbers[0] + len(numbers)), parts, strict=True):
+        for head, *_ in parts:
             where = self.client.describe(segment_key(name, head.seg))
-            if head.seg != expected:
+            expected = numbers[0] if prev is None else prev.seg + 1
+            if head.seg != expected and not (head.kind == "cut" and head.void == expected):
                 raise CorruptStream(where, 1, f"segment {expected} is missing: the stream has a hole")
             if prev is not None and (head.seq, head.off) != (prev.end_seq, prev.end_off):
                 raise CorruptStream(where, head.seq + 1, "the segment does not continue the one before it")
             if prev is not None and head.kind == "data" and (head.epoch, head.holder) != (prev.epoch, prev.holder):
                 raise CorruptStream(where, head.seq + 1, "records written under a lease that was not the current one")
-            if prev is None and numbers[0] == 0 and head.kind != "create":
+            first = head.kind == "create" or (head.kind == "cut" and head.void == 0 and (head.seq, head.off) == (0, 0))
+            if prev is None and numbers[0] == 0 and not first:
                 raise CorruptStream(where, 1, "the stream's first segment is not its creation")
             prev = head
         return parts
+
+    def _try_load(self, name: str, seg: int) -> Part | CorruptStream:
+        """:meth:`_load`, or the damage it found (a cut may void that segment: then it is never read)."""
+        try:
+            return self._load(name, seg)
+        except CorruptStream as exc:
+            return exc
+
+    # -- a task id gc deleted, used again ---------------------------------------------------
+
+    def _generation(self, name: str, data: bytes | None) -> str | None:
+        """The stream id ``data`` (the stream's bytes) begins with."""
+        line = data.split(b"\n", 1)[0] if data else b""
+        try:
+            sid = orjson.loads(line).get("data", {}).get("stream") if line else None
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return sid if isinstance(sid, str) else None
+
+    def _retired_seal(self, name: str, sealed: str, data: bytes | None) -> bool:
+        """Whether the seal binds a stream gc finished deleting, and ``data`` is another one (as a folder's writer)."""
+        if self.deleted is None or self.deleted(name) != sealed:
+            return False
+        return data is None or self._generation(name, data) != sealed
+
+    def _reborn(
+        self, name: str, tail: Segment, create: Callable[[], bytes], holder: str | None
+    ) -> tuple[bool, Segment | None]:
+        """Create ``name`` again after gc finished deleting it: a ``cut`` voiding all before it, a new first record.
+
+        Only when the store's gc log records gc finished deleting the very stream that is
+        left (its first live segment begins that stream id), and no seal binds that stream
+        unless it is the one gc deleted (:meth:`check_seal`); the numbers a fenced holder
+        may put at stay taken and void. ``(allowed, the cut this writer created)``: nothing
+        written when not allowed; ``(True, None)`` when another writer created it first.
+        """
+        if self.deleted is None:
+            return False, None
+        gone = self.deleted(name)
+        if gone is None or self.generation_id(name) != gone:
+            return False, None
+        self.check_seal(name)
+        recs = checked_records([create()])
+        token = holder if holder is not None else secrets.token_hex(8)
+        size = sum(len(r) + 1 for r in recs)
+        head = Segment("cut", tail.seg + 1, 0, 0, tail.epoch + 1, token, len(recs), size, 0)
+        created, _ = self.put_segment(segment_key(name, head.seg), head.encode(recs))
+        self._cache.drop(name)
+        return True, head if created else None
+
+    def generation_id(self, name: str) -> str | None:
+        """The stream id ``name`` begins now: its segment 0's, or the last cut's that restarts it (a GET a segment)."""
+        numbers = self._segment_numbers(name, None)
+        start: Part | None = None
+        for n in numbers:
+            try:
+                part = self._load(name, n)
+            except CorruptStream:
+                continue
+            if n == 0 or (part.head.kind == "cut" and part.head.void == 0):
+                start = part
+        return self._generation(name, start.payload) if start is not None else None
