@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
 from ._args import check_path
-from ._types import DEFAULT_PROGRESS_INTERVAL
+from ._types import EffectKwargs, PrepareKwargs, spelled
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
@@ -29,12 +29,11 @@ from .projections.workstate import WorkState, work_state
 from .stream import TaskStream
 
 if TYPE_CHECKING:
-    from ._types import Interpret, Lookup, RedactRule, Send
+    from ._types import Send, Unpack
     from .artifacts import Ref
     from .checkpoints import Checkpoint, Evidence
     from .compile import Package
-    from .dedup import ProviderDedup
-    from .effects import Call, RetryPolicy
+    from .effects import Call
     from .ledger import Ledger
     from .projections.operator import ApprovalState
     from .projections.status import TaskStatus
@@ -85,8 +84,10 @@ class Task:
         if is_reserved(kind):
             raise ReservedKind(kind)
         if expected_seq is not None and (isinstance(expected_seq, bool) or not isinstance(expected_seq, int)):
-            raise WrongType(f"expected_seq must be an int (the next seq you read), not {type(expected_seq).__name__} "
-                            f"{expected_seq!r}; nothing was written")
+            raise WrongType(
+                f"expected_seq must be an int (the next seq you read), not {type(expected_seq).__name__} "
+                f"{expected_seq!r}; nothing was written"
+            )
         if data is None:
             data = {}
         elif not isinstance(data, Mapping):
@@ -177,108 +178,42 @@ class Task:
 
     # -- the effect protocol (intentlog.effects) ------------------------------------
 
-    def prepare(
-        self,
-        key: str,
-        request: Any,
-        *,
-        inputs: Mapping[str, str] | None = None,
-        name: str | None = None,
-        drop: Iterable[str] | None = None,
-        redact: RedactRule = None,
-        dedup: ProviderDedup | None = None,
-    ) -> Call:
-        """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing."""
-        from .effects import prepare
+    @spelled(PrepareKwargs)
+    def prepare(self, key: str, request: Any, **options: Unpack[PrepareKwargs]) -> Call:
+        """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing.
 
-        return prepare(self.stream, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
+        The options (``inputs``, ``name``, ``drop``, ``redact``, ``dedup``): see
+        :func:`intentlog.effects.prepare`; they are checked once, before anything is written.
+        """
+        from .effects.intent import check_key
+        from .effects.options import EffectOptions
+        from .effects.prepare import prepare_call
 
-    def effect(
-        self,
-        key: str,
-        request: Any,
-        send: Send,
-        *,
-        interpret: Interpret | None = None,
-        inputs: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        name: str | None = None,
-        drop: Iterable[str] | None = None,
-        redact: RedactRule = None,
-        lookup: Lookup | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-        dedup: ProviderDedup | None = None,
-    ) -> Any:
+        opts = EffectOptions.of(options, PrepareKwargs, "Task.prepare")
+        return prepare_call(self.stream, check_key(key), request, opts)
+
+    @spelled(EffectKwargs)
+    def effect(self, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:
         """Run the whole effect protocol for ``key``; running it again after a crash resumes.
 
         See :func:`intentlog.effects.effect` and DESIGN §5 for what happens in each stage;
         :meth:`intentlog.Call.run` for heartbeats (``intentlog.heartbeat``) and the
-        ``inactivity_timeout`` / ``max_duration`` limits of a long effect.
+        ``inactivity_timeout`` / ``max_duration`` limits of a long effect. The options
+        (:class:`~intentlog._types.EffectKwargs`) are checked once, before anything is written.
         """
-        from .effects import effect
+        from .effects.options import EffectOptions
+        from .effects.prepare import run_effect
 
-        return effect(
-            self.stream,
-            key,
-            request,
-            send,
-            interpret=interpret,
-            inputs=inputs,
-            retry=retry,
-            name=name,
-            drop=drop,
-            redact=redact,
-            lookup=lookup,
-            progress=progress,
-            inactivity_timeout=inactivity_timeout,
-            max_duration=max_duration,
-            progress_interval=progress_interval,
-            dedup=dedup,
-        )
+        return run_effect(self.stream, key, request, send, EffectOptions.of(options, EffectKwargs, "Task.effect"))
 
-    async def aeffect(
-        self,
-        key: str,
-        request: Any,
-        send: Send,
-        *,
-        interpret: Interpret | None = None,
-        inputs: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        name: str | None = None,
-        drop: Iterable[str] | None = None,
-        redact: RedactRule = None,
-        lookup: Lookup | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-        dedup: ProviderDedup | None = None,
-    ) -> Any:
+    @spelled(EffectKwargs)
+    async def aeffect(self, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:
         """:meth:`effect`, awaited, with an async ``send``: see :func:`intentlog.effects.aeffect`."""
-        from .effects import aeffect
+        from .effects.options import EffectOptions
+        from .effects.prepare import arun_effect
 
-        return await aeffect(
-            self.stream,
-            key,
-            request,
-            send,
-            interpret=interpret,
-            inputs=inputs,
-            retry=retry,
-            name=name,
-            drop=drop,
-            redact=redact,
-            lookup=lookup,
-            progress=progress,
-            inactivity_timeout=inactivity_timeout,
-            max_duration=max_duration,
-            progress_interval=progress_interval,
-            dedup=dedup,
-        )
+        opts = EffectOptions.of(options, EffectKwargs, "Task.aeffect")
+        return await arun_effect(self.stream, key, request, send, opts)
 
     def reconcile(
         self,

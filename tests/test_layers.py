@@ -261,7 +261,9 @@ RANKS: dict[str, tuple[int, str]] = {
 # They are being removed (the stream core takes Task's place below the facade); delete an
 # entry with the import it names -- test_the_allowlists_hold_no_stale_entries says when.
 UPWARD_ALLOWED: set[tuple[str, str, str]] = {
-    # the shared aliases name the retry policy and the redaction rule for typing only
+    # the shared aliases (and the effect options' TypedDicts) name the retry policy, the
+    # provider's window and the redaction rule for typing only
+    ("intentlog._types", "intentlog.dedup", "type"),
     ("intentlog._types", "intentlog.effects.policy", "type"),
     ("intentlog._types", "intentlog.eventlog.canonical", "type"),
     # features reach up to the Task facade (for typing, or to call it) instead of the stream core
