@@ -194,19 +194,24 @@ EFFECT_DEFAULTS: Final[Mapping[str, object]] = {"progress_interval": DEFAULT_PRO
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def spelled(options: type, defaults: Mapping[str, object] = EFFECT_DEFAULTS) -> Callable[[_F], _F]:
+def spelled(
+    options: type, defaults: Mapping[str, object] = EFFECT_DEFAULTS, *, rest: bool = False
+) -> Callable[[_F], _F]:
     """Show ``**options`` as the keyword parameters it stands for, in the function's signature.
 
     ``options`` is the TypedDict of the function's ``**options: Unpack[...]``; the
     signature :func:`inspect.signature` reports (help, IDEs, documentation) lists its
     keys as keyword-only parameters with their annotations as written and their defaults
-    (``defaults``, else None). The function itself is returned unchanged (no wrapper).
+    (``defaults``, else None). With ``rest`` the function's ``**kwargs`` takes other
+    keywords as well (they go elsewhere) and stays in the signature after the options.
+    The function itself is returned unchanged (no wrapper).
     """
     hints: Mapping[str, Any] = options.__annotations__
 
     def apply(fn: _F) -> _F:
         sig = inspect.signature(fn)
         params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        more = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD and rest]
         params += [
             inspect.Parameter(
                 name,
@@ -216,7 +221,7 @@ def spelled(options: type, defaults: Mapping[str, object] = EFFECT_DEFAULTS) -> 
             )
             for name, hint in hints.items()
         ]
-        setattr(fn, "__signature__", sig.replace(parameters=params))  # noqa: B010 - a function attribute
+        setattr(fn, "__signature__", sig.replace(parameters=params + more))  # noqa: B010 - a function attribute
         return fn
 
     return apply

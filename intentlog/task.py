@@ -12,16 +12,15 @@ the public checks (reserved kinds, argument types) and the delegation.
 
 from __future__ import annotations
 
-import contextvars
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ._args import check_path
-from ._types import EffectKwargs, PrepareKwargs, spelled
+from ._types import EffectKwargs, PrepareKwargs, StreamLayout, spelled
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
@@ -30,26 +29,41 @@ from .stream import TaskStream
 
 if TYPE_CHECKING:
     from ._types import Send, Unpack
-    from .artifacts import Ref
+    from .artifacts import ArtifactStore, Ref
     from .checkpoints import Checkpoint, Evidence
     from .compile import Package
     from .effects import Call
-    from .ledger import Ledger
+    from .eventlog.storage import StreamStorage
     from .projections.operator import ApprovalState
     from .projections.status import TaskStatus
 
-__all__ = ["RESERVED_PREFIXES", "Task"]
+__all__ = ["RESERVED_PREFIXES", "Task", "TaskLedger"]
 
-_CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.ContextVar(
-    "intentlog_current_key", default=None
-)
 
+class TaskLedger(StreamLayout, Protocol):
+    """What a task needs of the ledger that hands it out (a :class:`~intentlog.Ledger` is one).
+
+    Its layout (where streams and the workspace are), its artifact store, its stream
+    storage when that is not the tasks folder, where it lives (for messages), and the
+    handle of another of its tasks (a fork's). The task never imports the ledger.
+    """
+
+    @property
+    def artifacts(self) -> ArtifactStore: ...
+
+    @property
+    def remote_streams(self) -> StreamStorage | None: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
 
 @final
 class Task:
     """One task stream. Durable-on-return appends, streaming reads, and the effect protocol."""
 
-    def __init__(self, ledger: Ledger, task_id: str) -> None:
+    def __init__(self, ledger: TaskLedger, task_id: str) -> None:
         self.ledger = ledger
         self.id = task_id
         #: the stream core the protocol is written against (writer, live fold, privileged append)
@@ -261,19 +275,16 @@ class Task:
         Clients that make effects for you (``intentlog.http``) use this key instead of the
         request's hash and occurrence count. Nested blocks use the innermost key.
         """
-        from .effects.intent import check_key
+        from .effects.intent import key_scope
 
-        check_key(key)
-        token = _CURRENT_KEY.set((self, key))
-        try:
+        with key_scope(self.stream, key):
             yield key
-        finally:
-            _CURRENT_KEY.reset(token)
 
     def current_key(self) -> str | None:
         """The key named by the innermost :meth:`key` block for this task, if any."""
-        cur = _CURRENT_KEY.get()
-        return cur[1] if cur is not None and cur[0] is self else None
+        from .effects.intent import current_key
+
+        return current_key(self.stream)
 
     def accept(self, *, note: str | None = None, by: str | None = None) -> Event:
         """Record that the task's outcome was checked and accepted (``task.accepted``)."""

@@ -266,12 +266,6 @@ UPWARD_ALLOWED: set[tuple[str, str, str]] = {
     ("intentlog._types", "intentlog.dedup", "type"),
     ("intentlog._types", "intentlog.effects.policy", "type"),
     ("intentlog._types", "intentlog.eventlog.canonical", "type"),
-    # features reach up to the Task facade (for typing, or to call it) instead of the stream core
-    ("intentlog.http", "intentlog.task", "type"),
-    ("intentlog.http._keys", "intentlog.task", "type"),
-    ("intentlog.http._replay", "intentlog.task", "type"),
-    ("intentlog.http._transport", "intentlog.task", "type"),
-    ("intentlog.http._transport", "intentlog.task", "function"),
     # features (and the disk-reading checker in projections/) take the Ledger instead of the layout and store
     ("intentlog.heads", "intentlog.ledger", "type"),
     ("intentlog.retention.apply", "intentlog.ledger", "type"),
@@ -280,8 +274,6 @@ UPWARD_ALLOWED: set[tuple[str, str, str]] = {
     ("intentlog.retention.policy", "intentlog.ledger", "type"),
     ("intentlog.retention.scan", "intentlog.ledger", "type"),
     ("intentlog.checker.verify", "intentlog.ledger", "type"),
-    # the facade names the ledger that hands it out (for typing)
-    ("intentlog.task", "intentlog.ledger", "type"),
     # the checker's names at their former path (tests and docs import them there); nothing else does
     ("intentlog.projections.verify", "intentlog.checker.report", "module"),
     ("intentlog.projections.verify", "intentlog.checker.verify", "module"),

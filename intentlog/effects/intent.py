@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -65,6 +67,29 @@ def check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise UsageError(f"an idempotency key must be a non-empty string of at most 512 characters, not {key!r}")
     return key
+
+
+# The key named by the innermost ``with task.key(k):`` block, with the stream it names it for.
+_NAMED_KEY: contextvars.ContextVar[tuple[TaskStream, str] | None] = contextvars.ContextVar(
+    "intentlog_current_key", default=None
+)
+
+
+@contextmanager
+def key_scope(task: TaskStream, key: str) -> Iterator[str]:
+    """Name the idempotency key of the effects integrations make for ``task`` inside the block (checked)."""
+    check_key(key)
+    token = _NAMED_KEY.set((task, key))
+    try:
+        yield key
+    finally:
+        _NAMED_KEY.reset(token)
+
+
+def current_key(task: TaskStream) -> str | None:
+    """The key named by the innermost :func:`key_scope` block for ``task``, if any."""
+    cur = _NAMED_KEY.get()
+    return cur[1] if cur is not None and cur[0] is task else None
 
 
 def check_name(name: object) -> None:
