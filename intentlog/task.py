@@ -59,6 +59,7 @@ class TaskLedger(StreamLayout, Protocol):
 
     def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
 
+
 @final
 class Task:
     """One task stream. Durable-on-return appends, streaming reads, and the effect protocol."""

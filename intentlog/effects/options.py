@@ -68,7 +68,7 @@ class EffectOptions:
             if name not in names:
                 raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
         opts = cls(**given)
-        long = Long.of(opts.progress, opts.inactivity_timeout, opts.max_duration, opts.progress_interval)
+        Long.of(opts.progress, opts.inactivity_timeout, opts.max_duration, opts.progress_interval)
         check_name(opts.name)
         if opts.interpret is not None and not callable(opts.interpret):
             raise UsageError(NOT_CALLABLE)
@@ -83,24 +83,17 @@ class EffectOptions:
             )
         check_rules(opts.drop, opts.redact)
         check_dedup(opts.dedup)
-        return cls(
-            inputs=opts.inputs,
-            name=opts.name,
-            drop=opts.drop,
-            redact=opts.redact,
-            dedup=opts.dedup,
-            interpret=opts.interpret,
-            retry=opts.retry,
-            lookup=opts.lookup,
-            progress=long.progress,
-            inactivity_timeout=long.inactivity_timeout,
-            max_duration=long.max_duration,
-            progress_interval=long.interval,
-        )
+        return opts
 
     def long(self) -> Long:
-        """The long-effect limits (checked by :meth:`of`)."""
-        return Long(self.progress, self.inactivity_timeout, self.max_duration, self.progress_interval)
+        """The long-effect limits, as numbers of seconds (checked by :meth:`of`; not checked again)."""
+        return Long(
+            self.progress, _seconds(self.inactivity_timeout), _seconds(self.max_duration), float(self.progress_interval)
+        )
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 #: The options :func:`prepare` takes, and those :meth:`Call.run` takes (``dedup`` is both).

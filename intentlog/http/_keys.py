@@ -84,4 +84,3 @@ def occurrences(task: TaskStream) -> Occurrences:
         if found is None:
             found = _BY_TASK[task] = Occurrences()
         return found
-
