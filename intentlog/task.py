@@ -216,10 +216,13 @@ class Task:
         ``inactivity_timeout`` / ``max_duration`` limits of a long effect. The options
         (:class:`~intentlog._types.EffectKwargs`) are checked once, before anything is written.
         """
+        from .effects.intent import check_not_async
         from .effects.options import EffectOptions
         from .effects.prepare import run_effect
 
-        return run_effect(self.stream, key, request, send, EffectOptions.of(options, EffectKwargs, "Task.effect"))
+        opts = EffectOptions.of(options, EffectKwargs, "Task.effect")
+        check_not_async(send, opts.interpret, "task.effect", "task.aeffect")
+        return run_effect(self.stream, key, request, send, opts)
 
     @spelled(EffectKwargs)
     async def aeffect(self, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:

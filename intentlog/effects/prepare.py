@@ -126,7 +126,9 @@ def effect(task: TaskStream, key: str, request: Any, send: Send, **options: Unpa
     The options (:class:`~intentlog._types.EffectKwargs`) are checked once, here, before
     anything is written.
     """
-    return run_effect(task, key, request, send, EffectOptions.of(options, EffectKwargs, "effect"))
+    opts = EffectOptions.of(options, EffectKwargs, "effect")
+    check_not_async(send, opts.interpret, "task.effect", "task.aeffect")
+    return run_effect(task, key, request, send, opts)
 
 
 def run_effect(
@@ -143,12 +145,12 @@ def run_effect(
 
     ``secrets`` are further strings to scrub from recorded error texts (a session's
     messages are hashed apart from the envelope, so their credentials are found there).
-    ``options`` are checked already (:meth:`EffectOptions.of`); ``key`` and ``send`` are
-    checked here, before anything is written.
+    ``options`` are checked already (:meth:`EffectOptions.of`), and a coroutine ``send``
+    or ``interpret`` refused by the caller (:func:`check_not_async`, naming its own
+    awaitable form); ``key`` and ``send`` are checked here, before anything is written.
     """
     check_key(key)
     check_send(send)
-    check_not_async(send, options.interpret, "task.effect", "task.aeffect")
     held = ExitStack()
     held.enter_context(task.batch())
     try:
