@@ -43,14 +43,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, final
 
-from ._types import DEFAULT_PROGRESS_INTERVAL
+from ._types import TurnKwargs, spelled
 from .artifacts.inline import ref_bytes
 from .effects.disk import disk_of
 from .effects.intent import check_not_async, secrets_of
 from .effects.options import EffectOptions
-from .effects.policy import DRIFT, RetryPolicy
+from .effects.policy import DRIFT
 from .effects.prepare import arun_effect, run_effect
 from .effects.records import bare_ref, store_bytes
 from .errors import IntentlogError, ResumeRefused, UsageError
@@ -59,7 +60,7 @@ from .projections.workstate import CallState, WorkStateFold, work_state
 from .turns import TURN_PREFIX, Asked, Turn
 
 if TYPE_CHECKING:
-    from ._types import Interpret, RedactRule, Send
+    from ._types import RedactRule, Send, Unpack
     from .eventlog import Event
     from .stream import StreamSource, TaskStream
 
@@ -157,20 +158,15 @@ class Session:
         envelope[field] = digests
         return envelope, refs, payloads
 
+    @spelled(TurnKwargs)
     def turn(
         self,
         request: Any,
         send: Send,
         *,
         turn: int | None = None,
-        interpret: Interpret | None = None,
-        retry: RetryPolicy | None = None,
         accept: bool | None = None,
-        name: str | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+        **options: Unpack[TurnKwargs],
     ) -> Turn:
         """Ask one turn (``turn-<n>``), or replay it from the record; returns the :class:`Turn`.
 
@@ -180,13 +176,14 @@ class Session:
         (``DRIFT``) and appends nothing. Every other stage resumes as
         :meth:`Task.effect` does (and raises what it raises: ``EffectUnknown`` for an
         unknown effect, ``CallFailed``...). ``accept`` (default: the session's) records the
-        accepting checkpoint once the turn completes. Long turns: ``progress``,
-        ``inactivity_timeout``, ``max_duration`` as for :meth:`Call.run`.
+        accepting checkpoint once the turn completes. The options
+        (:class:`~intentlog._types.TurnKwargs`): ``name``, ``interpret``, ``retry``, and for
+        long turns ``progress``, ``inactivity_timeout``, ``max_duration``,
+        ``progress_interval`` as for :meth:`Call.run`; checked once, before anything is stored.
         """
-        check_not_async(send, interpret, "Session.turn", "session.aturn")  # before the messages are stored
-        asked = self._ask(
-            request, send, turn, interpret, retry, name, progress, inactivity_timeout, max_duration, progress_interval
-        )
+        opts = EffectOptions.of(options, TurnKwargs, "Session.turn")
+        check_not_async(send, opts.interpret, "Session.turn", "session.aturn")  # before the messages are stored
+        asked = self._ask(request, send, turn, opts)
         try:
             run_effect(
                 self.stream,
@@ -203,20 +200,15 @@ class Session:
             self._asked_done(asked)
         return self._answered(asked, accept)
 
+    @spelled(TurnKwargs)
     async def aturn(
         self,
         request: Any,
         send: Send,
         *,
         turn: int | None = None,
-        interpret: Interpret | None = None,
-        retry: RetryPolicy | None = None,
         accept: bool | None = None,
-        name: str | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+        **options: Unpack[TurnKwargs],
     ) -> Turn:
         """:meth:`turn`, awaited, with an async ``send`` (and a sync or async ``interpret``).
 
@@ -226,22 +218,10 @@ class Session:
         thread, never on the event loop; turns of different sessions gathered together
         share their syncs when they share a task's stream.
         """
+        opts = EffectOptions.of(options, TurnKwargs, "Session.aturn")
         disk = disk_of(self.stream)
         with disk.using():
-            asked = await disk.call(
-                lambda: self._ask(
-                    request,
-                    send,
-                    turn,
-                    interpret,
-                    retry,
-                    name,
-                    progress,
-                    inactivity_timeout,
-                    max_duration,
-                    progress_interval,
-                )
-            )
+            asked = await disk.call(lambda: self._ask(request, send, turn, opts))
             try:
                 await arun_effect(
                     self.stream,
@@ -258,36 +238,13 @@ class Session:
                 await asyncio.shield(disk.call(lambda: self._asked_done(asked)))
             return await disk.call(lambda: self._answered(asked, accept))  # type: ignore[no-any-return]
 
-    def _ask(
-        self,
-        request: Any,
-        send: Send,
-        turn: int | None,
-        interpret: Interpret | None,
-        retry: RetryPolicy | None,
-        name: str | None,
-        progress: Callable[[Any], None] | None,
-        inactivity_timeout: float | None,
-        max_duration: float | None,
-        progress_interval: float,
-    ) -> Asked:
-        """Number the turn, check its options, build and split the request (before anything is sent)."""
+    def _ask(self, request: Any, send: Send, turn: int | None, options: EffectOptions) -> Asked:
+        """Number the turn, build and split the request (before anything is sent); ``options`` are checked."""
         n = self._asked + 1 if turn is None else turn
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise UsageError(f"turn must be a positive integer, not {turn!r}")
         self._asked = n
-        options = EffectOptions(
-            name=name or "turn",
-            drop=self._drop,
-            redact=self._redact,
-            interpret=interpret,
-            retry=retry,
-            progress=progress,
-            inactivity_timeout=inactivity_timeout,
-            max_duration=max_duration,
-            progress_interval=progress_interval,
-        )
-        options.long()  # bad limits are refused before the request is built
+        options = replace(options, name=options.name or "turn", drop=self._drop, redact=self._redact)
         asked = Asked(n, options, send)
         try:
             asked.value = request() if callable(request) else request

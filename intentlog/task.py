@@ -12,16 +12,15 @@ the public checks (reserved kinds, argument types) and the delegation.
 
 from __future__ import annotations
 
-import contextvars
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ._args import check_path
-from ._types import DEFAULT_PROGRESS_INTERVAL
+from ._types import EffectKwargs, PrepareKwargs, StreamLayout, spelled
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
@@ -29,28 +28,43 @@ from .projections.workstate import WorkState, work_state
 from .stream import TaskStream
 
 if TYPE_CHECKING:
-    from ._types import Interpret, Lookup, RedactRule, Send
-    from .artifacts import Ref
+    from ._types import Send, Unpack
+    from .artifacts import ArtifactStore, Ref
     from .checkpoints import Checkpoint, Evidence
     from .compile import Package
-    from .dedup import ProviderDedup
-    from .effects import Call, RetryPolicy
-    from .ledger import Ledger
+    from .effects import Call
+    from .eventlog.storage import StreamStorage
     from .projections.operator import ApprovalState
     from .projections.status import TaskStatus
 
-__all__ = ["RESERVED_PREFIXES", "Task"]
+__all__ = ["RESERVED_PREFIXES", "Task", "TaskLedger"]
 
-_CURRENT_KEY: contextvars.ContextVar[tuple[Task, str] | None] = contextvars.ContextVar(
-    "intentlog_current_key", default=None
-)
+
+class TaskLedger(StreamLayout, Protocol):
+    """What a task needs of the ledger that hands it out (a :class:`~intentlog.Ledger` is one).
+
+    Its layout (where streams and the workspace are), its artifact store, its stream
+    storage when that is not the tasks folder, where it lives (for messages), and the
+    handle of another of its tasks (a fork's). The task never imports the ledger.
+    """
+
+    @property
+    def artifacts(self) -> ArtifactStore: ...
+
+    @property
+    def remote_streams(self) -> StreamStorage | None: ...
+
+    @property
+    def location(self) -> str: ...
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
 
 
 @final
 class Task:
     """One task stream. Durable-on-return appends, streaming reads, and the effect protocol."""
 
-    def __init__(self, ledger: Ledger, task_id: str) -> None:
+    def __init__(self, ledger: TaskLedger, task_id: str) -> None:
         self.ledger = ledger
         self.id = task_id
         #: the stream core the protocol is written against (writer, live fold, privileged append)
@@ -85,8 +99,10 @@ class Task:
         if is_reserved(kind):
             raise ReservedKind(kind)
         if expected_seq is not None and (isinstance(expected_seq, bool) or not isinstance(expected_seq, int)):
-            raise WrongType(f"expected_seq must be an int (the next seq you read), not {type(expected_seq).__name__} "
-                            f"{expected_seq!r}; nothing was written")
+            raise WrongType(
+                f"expected_seq must be an int (the next seq you read), not {type(expected_seq).__name__} "
+                f"{expected_seq!r}; nothing was written"
+            )
         if data is None:
             data = {}
         elif not isinstance(data, Mapping):
@@ -177,108 +193,45 @@ class Task:
 
     # -- the effect protocol (intentlog.effects) ------------------------------------
 
-    def prepare(
-        self,
-        key: str,
-        request: Any,
-        *,
-        inputs: Mapping[str, str] | None = None,
-        name: str | None = None,
-        drop: Iterable[str] | None = None,
-        redact: RedactRule = None,
-        dedup: ProviderDedup | None = None,
-    ) -> Call:
-        """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing."""
-        from .effects import prepare
+    @spelled(PrepareKwargs)
+    def prepare(self, key: str, request: Any, **options: Unpack[PrepareKwargs]) -> Call:
+        """Record the intent of a call (``call.requested``, ``call.manifest``); sends nothing.
 
-        return prepare(self.stream, key, request, inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
+        The options (``inputs``, ``name``, ``drop``, ``redact``, ``dedup``): see
+        :func:`intentlog.effects.prepare`; they are checked once, before anything is written.
+        """
+        from .effects.intent import check_key
+        from .effects.options import EffectOptions
+        from .effects.prepare import prepare_call
 
-    def effect(
-        self,
-        key: str,
-        request: Any,
-        send: Send,
-        *,
-        interpret: Interpret | None = None,
-        inputs: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        name: str | None = None,
-        drop: Iterable[str] | None = None,
-        redact: RedactRule = None,
-        lookup: Lookup | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-        dedup: ProviderDedup | None = None,
-    ) -> Any:
+        opts = EffectOptions.of(options, PrepareKwargs, "Task.prepare")
+        return prepare_call(self.stream, check_key(key), request, opts)
+
+    @spelled(EffectKwargs)
+    def effect(self, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:
         """Run the whole effect protocol for ``key``; running it again after a crash resumes.
 
         See :func:`intentlog.effects.effect` and DESIGN §5 for what happens in each stage;
         :meth:`intentlog.Call.run` for heartbeats (``intentlog.heartbeat``) and the
-        ``inactivity_timeout`` / ``max_duration`` limits of a long effect.
+        ``inactivity_timeout`` / ``max_duration`` limits of a long effect. The options
+        (:class:`~intentlog._types.EffectKwargs`) are checked once, before anything is written.
         """
-        from .effects import effect
+        from .effects.intent import check_not_async
+        from .effects.options import EffectOptions
+        from .effects.prepare import run_effect
 
-        return effect(
-            self.stream,
-            key,
-            request,
-            send,
-            interpret=interpret,
-            inputs=inputs,
-            retry=retry,
-            name=name,
-            drop=drop,
-            redact=redact,
-            lookup=lookup,
-            progress=progress,
-            inactivity_timeout=inactivity_timeout,
-            max_duration=max_duration,
-            progress_interval=progress_interval,
-            dedup=dedup,
-        )
+        opts = EffectOptions.of(options, EffectKwargs, "Task.effect")
+        check_not_async(send, opts.interpret, "task.effect", "task.aeffect")
+        return run_effect(self.stream, key, request, send, opts)
 
-    async def aeffect(
-        self,
-        key: str,
-        request: Any,
-        send: Send,
-        *,
-        interpret: Interpret | None = None,
-        inputs: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
-        name: str | None = None,
-        drop: Iterable[str] | None = None,
-        redact: RedactRule = None,
-        lookup: Lookup | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-        dedup: ProviderDedup | None = None,
-    ) -> Any:
+    @spelled(EffectKwargs)
+    async def aeffect(self, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:
         """:meth:`effect`, awaited, with an async ``send``: see :func:`intentlog.effects.aeffect`."""
-        from .effects import aeffect
+        from .effects.options import EffectOptions
+        from .effects.prepare import arun_effect
 
-        return await aeffect(
-            self.stream,
-            key,
-            request,
-            send,
-            interpret=interpret,
-            inputs=inputs,
-            retry=retry,
-            name=name,
-            drop=drop,
-            redact=redact,
-            lookup=lookup,
-            progress=progress,
-            inactivity_timeout=inactivity_timeout,
-            max_duration=max_duration,
-            progress_interval=progress_interval,
-            dedup=dedup,
-        )
+        opts = EffectOptions.of(options, EffectKwargs, "Task.aeffect")
+        return await arun_effect(self.stream, key, request, send, opts)
 
     def reconcile(
         self,
@@ -326,19 +279,16 @@ class Task:
         Clients that make effects for you (``intentlog.http``) use this key instead of the
         request's hash and occurrence count. Nested blocks use the innermost key.
         """
-        from .effects.intent import check_key
+        from .effects.intent import key_scope
 
-        check_key(key)
-        token = _CURRENT_KEY.set((self, key))
-        try:
+        with key_scope(self.stream, key):
             yield key
-        finally:
-            _CURRENT_KEY.reset(token)
 
     def current_key(self) -> str | None:
         """The key named by the innermost :meth:`key` block for this task, if any."""
-        cur = _CURRENT_KEY.get()
-        return cur[1] if cur is not None and cur[0] is self else None
+        from .effects.intent import current_key
+
+        return current_key(self.stream)
 
     def accept(self, *, note: str | None = None, by: str | None = None) -> Event:
         """Record that the task's outcome was checked and accepted (``task.accepted``)."""

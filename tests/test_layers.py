@@ -270,20 +270,14 @@ RANKS: dict[str, tuple[float, str]] = {
 # They are being removed (the stream core takes Task's place below the facade); delete an
 # entry with the import it names -- test_the_allowlists_hold_no_stale_entries says when.
 UPWARD_ALLOWED: set[tuple[str, str, str]] = {
-    # the shared aliases name the retry policy and the redaction rule for typing only
+    # the shared aliases (and the effect options' TypedDicts) name the retry policy, the
+    # provider's window and the redaction rule for typing only
+    ("intentlog._types", "intentlog.dedup", "type"),
     ("intentlog._types", "intentlog.effects.policy", "type"),
     ("intentlog._types", "intentlog.eventlog.canonical", "type"),
-    # features reach up to the Task facade (for typing, or to call it) instead of the stream core
-    ("intentlog.http", "intentlog.task", "type"),
-    ("intentlog.http._keys", "intentlog.task", "type"),
-    ("intentlog.http._replay", "intentlog.task", "type"),
-    ("intentlog.http._transport", "intentlog.task", "type"),
-    ("intentlog.http._transport", "intentlog.task", "function"),
     # features (and the disk-reading checker in projections/) take the Ledger instead of the layout and store
     ("intentlog.heads", "intentlog.ledger", "type"),
     ("intentlog.checker.verify", "intentlog.ledger", "type"),
-    # the facade names the ledger that hands it out (for typing)
-    ("intentlog.task", "intentlog.ledger", "type"),
     # the checker's names at their former path (tests and docs import them there); nothing else does
     ("intentlog.projections.verify", "intentlog.checker.report", "module"),
     ("intentlog.projections.verify", "intentlog.checker.verify", "module"),

@@ -55,7 +55,9 @@ The package, one concept a file: :mod:`.policy` (retry policy, a lookup's answer
 canonical request, drift, the intent events), :mod:`.long` (heartbeats and time limits),
 :mod:`.call` (the :class:`Call` state machine), :mod:`.gate` (the approval gate),
 :mod:`.window` (provider deduplication windows), :mod:`.results` (interpretations and
-what a completed call returns), :mod:`.options` (the effect options, defined once),
+what a completed call returns), :mod:`.options` (the effect options, checked once into
+one :class:`~.options.EffectOptions`; the signatures take them typed as
+``**options: Unpack[EffectKwargs]``),
 :mod:`.prepare` (the entry points), :mod:`.reconcile` (the operator's decisions), :mod:`.steps`
 (the instructions and the synchronous driver), :mod:`.adrive` (the awaitable driver) and
 :mod:`.disk` (the disk thread and its group commit).
@@ -66,7 +68,7 @@ facade.
 
 from __future__ import annotations
 
-from .._types import DEFAULT_PROGRESS_INTERVAL
+from .._types import DEFAULT_PROGRESS_INTERVAL, EffectKwargs, PrepareKwargs, RunKwargs, TurnKwargs
 from .call import Call
 from .intent import decode_text, secrets_of
 from .long import current_heartbeat, heartbeat
@@ -80,8 +82,12 @@ __all__ = [
     "DRIFT",
     "NO_RETRY",
     "Call",
+    "EffectKwargs",
+    "PrepareKwargs",
     "RetryPolicy",
+    "RunKwargs",
     "Served",
+    "TurnKwargs",
     "aeffect",
     "current_heartbeat",
     "decode_text",

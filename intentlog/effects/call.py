@@ -7,9 +7,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-from .._types import DEFAULT_PROGRESS_INTERVAL, Interpret, Lookup, Send
+from .._types import Interpret, Lookup, RunKwargs, Send, spelled
 from ..dedup import ProviderDedup
-from ..dedup import check as check_dedup
 from ..errors import (
     CallFailed,
     EffectUnknown,
@@ -31,8 +30,9 @@ from ..projections.workstate import (
 )
 from .adrive import drive_async
 from .gate import check_gate
-from .intent import Intent, append_intent, check_not_async, check_run_args, encode_text, refuse, scrub
+from .intent import Intent, append_intent, check_not_async, check_send, encode_text, refuse, scrub
 from .long import Long, TimedOut
+from .options import EffectOptions
 from .policy import DEFAULT_RETRY, DRIFT, NOT_SERVED, RetryPolicy, Served
 from .reconcile import record_reconciliation
 from .records import bare_ref, cap_text, check_ref, error_text, interpreter_id, keep_aside, load_ref, store_bytes
@@ -41,6 +41,7 @@ from .steps import PROCEED, SYNC, Ask, Deliver, Interpreting, Pause, Steps, driv
 from .window import check_window, dedup_resend
 
 if TYPE_CHECKING:
+    from .._types import Unpack
     from ..stream import TaskStream
 
 
@@ -104,20 +105,13 @@ class Call:
         if held is not None:
             held.close()
 
-    def run(
-        self,
-        send: Send,
-        *,
-        interpret: Interpret | None = None,
-        retry: RetryPolicy | None = None,
-        lookup: Lookup | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-        dedup: ProviderDedup | None = None,
-    ) -> Any:
+    @spelled(RunKwargs)
+    def run(self, send: Send, **options: Unpack[RunKwargs]) -> Any:
         """Carry out the call, or resume it from whatever the record proves.
+
+        The options (:class:`~intentlog._types.RunKwargs`): ``interpret``, ``retry``,
+        ``lookup``, ``progress``, ``inactivity_timeout``, ``max_duration``,
+        ``progress_interval`` and ``dedup``, checked once here, before anything is written.
 
         ``dedup``: the provider's idempotency window (:class:`~intentlog.ProviderDedup`),
         overriding the one given to :func:`prepare` for this run; see :meth:`_dedup_resend`.
@@ -148,55 +142,34 @@ class Call:
         exception leaves the effect unknown and is re-raised as :class:`EffectUnknown`.
         Refusals (:class:`ResumeRefused`, :class:`EffectUnknown`) append nothing.
         """
-        check_run_args(send, interpret, retry, lookup)
-        check_not_async(send, interpret, "Call.run", "call.arun")
-        long = Long.of(progress, inactivity_timeout, max_duration, progress_interval)
-        if check_dedup(dedup) is not None:
-            self.dedup = dedup
-        return drive(self.task, self.steps(send, interpret=interpret, retry=retry, lookup=lookup, long=long))
+        opts = EffectOptions.of(options, RunKwargs, "Call.run")
+        check_send(send)
+        check_not_async(send, opts.interpret, "Call.run", "call.arun")
+        return drive(self.task, self.steps(send, opts))
 
-    async def arun(
-        self,
-        send: Send,
-        *,
-        interpret: Interpret | None = None,
-        retry: RetryPolicy | None = None,
-        lookup: Lookup | None = None,
-        progress: Callable[[Any], None] | None = None,
-        inactivity_timeout: float | None = None,
-        max_duration: float | None = None,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-        dedup: ProviderDedup | None = None,
-    ) -> Any:
-        """:meth:`run`, awaited: the same decisions, events and guarantees, with an async ``send``.
+    @spelled(RunKwargs)
+    async def arun(self, send: Send, **options: Unpack[RunKwargs]) -> Any:
+        """:meth:`run`, awaited: the same options, decisions, events and guarantees, with an async ``send``.
 
         ``send`` (and ``interpret``, ``lookup``) may be coroutine functions; a plain ``send``
         runs in a worker thread. The record's work runs off the event loop, in the task's
         disk thread, and concurrent calls of one task share their syncs (see
         :mod:`intentlog.effects.adrive` for cancellation).
         """
-        check_run_args(send, interpret, retry, lookup)
-        long = Long.of(progress, inactivity_timeout, max_duration, progress_interval)
-        if check_dedup(dedup) is not None:
-            self.dedup = dedup
-        steps = self.steps(send, interpret=interpret, retry=retry, lookup=lookup, long=long)
-        return await drive_async(self.task, steps)
+        opts = EffectOptions.of(options, RunKwargs, "Call.arun")
+        check_send(send)
+        return await drive_async(self.task, self.steps(send, opts))
 
-    def steps(
-        self,
-        send: Send,
-        *,
-        interpret: Interpret | None,
-        retry: RetryPolicy | None,
-        lookup: Callable[[str, str, int], Served | str | None] | None,
-        long: Long,
-    ) -> Steps[Any]:
-        """The run's decisions as instructions for a driver (:func:`.steps.drive` here, :mod:`.aio` awaited).
+    def steps(self, send: Send, options: EffectOptions) -> Steps[Any]:
+        """The run's decisions as instructions for a driver (:func:`.steps.drive` here, :mod:`.adrive` awaited).
 
-        The arguments are checked by the caller. Closing the generator before its end
-        (a cancelled await) leaves the record as far as it got, and the key free again.
+        ``send`` and ``options`` are checked by the caller; ``options.dedup``, when given,
+        overrides the declaration this call was prepared with. Closing the generator before
+        its end (a cancelled await) leaves the record as far as it got, and the key free again.
         """
-        run = _Run(send, interpret, retry or DEFAULT_RETRY, lookup, long)
+        if options.dedup is not None:
+            self.dedup = options.dedup
+        run = _Run(send, options.interpret, options.retry or DEFAULT_RETRY, options.lookup, options.long())
         try:
             with self.task.inflight(self.key):
                 while True:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -24,7 +26,6 @@ from ..projections.workstate import (
     RECONCILE_EFFECT,
     CallState,
 )
-from .policy import RetryPolicy
 from .records import error_text, load_ref, store_bytes
 
 if TYPE_CHECKING:
@@ -37,16 +38,14 @@ def check_rules(drop: Iterable[str] | None, redact: RedactRule) -> None:
     resolve_rules(drop, redact)
 
 
-def check_run_args(send: Any, interpret: Any, retry: Any, lookup: Any) -> None:
-    """Refuse misuse before anything is written: a half-run protocol is worse than none."""
-    if not callable(send) or (interpret is not None and not callable(interpret)):
-        raise UsageError("send (and interpret, when given) must be callables")
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise UsageError(f"retry must be a RetryPolicy, not {type(retry).__name__}: e.g. RetryPolicy(max_attempts=3)")
-    if lookup is not None and not callable(lookup):
-        raise UsageError(
-            f"lookup must be a callable (key, call_id, attempt) -> Served | 'not_served' | None, not {lookup!r}"
-        )
+#: What a ``send`` (or an ``interpret``) that is not callable is told.
+NOT_CALLABLE: Final = "send (and interpret, when given) must be callables"
+
+
+def check_send(send: Any) -> None:
+    """Refuse a ``send`` that cannot be called, before anything is written (the options are checked apart)."""
+    if not callable(send):
+        raise UsageError(NOT_CALLABLE)
 
 
 def check_not_async(send: Any, interpret: Any, here: str, instead: str) -> None:
@@ -68,6 +67,29 @@ def check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise UsageError(f"an idempotency key must be a non-empty string of at most 512 characters, not {key!r}")
     return key
+
+
+# The key named by the innermost ``with task.key(k):`` block, with the stream it names it for.
+_NAMED_KEY: contextvars.ContextVar[tuple[TaskStream, str] | None] = contextvars.ContextVar(
+    "intentlog_current_key", default=None
+)
+
+
+@contextmanager
+def key_scope(task: TaskStream, key: str) -> Iterator[str]:
+    """Name the idempotency key of the effects integrations make for ``task`` inside the block (checked)."""
+    check_key(key)
+    token = _NAMED_KEY.set((task, key))
+    try:
+        yield key
+    finally:
+        _NAMED_KEY.reset(token)
+
+
+def current_key(task: TaskStream) -> str | None:
+    """The key named by the innermost :func:`key_scope` block for ``task``, if any."""
+    cur = _NAMED_KEY.get()
+    return cur[1] if cur is not None and cur[0] is task else None
 
 
 def check_name(name: object) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
-from .._types import DEFAULT_PROGRESS_INTERVAL, Interpret, Lookup, Send
-from ..dedup import ProviderDedup
-from ..dedup import check as check_dedup
+from .._types import EffectKwargs, PrepareKwargs, Send, spelled
 from ..errors import (
     PreparationFailed,
     UsageError,
@@ -26,35 +24,24 @@ from .intent import (
     append_intent,
     build_intent,
     check_key,
-    check_name,
     check_not_async,
-    check_rules,
-    check_run_args,
+    check_send,
     drift_of,
     refuse,
     scrub,
 )
 from .options import EffectOptions
-from .policy import DRIFT, RetryPolicy
+from .policy import DRIFT
 from .records import error_text
-from .steps import Steps
+from .steps import Steps, drive
 
 if TYPE_CHECKING:
-    from .._types import RedactRule
+    from .._types import Unpack
     from ..stream import TaskStream
 
 
-def prepare(
-    task: TaskStream,
-    key: str,
-    request: Any,
-    *,
-    inputs: Mapping[str, str] | None = None,
-    name: str | None = None,
-    drop: Iterable[str] | None = None,
-    redact: RedactRule = None,
-    dedup: ProviderDedup | None = None,
-) -> Call:
+@spelled(PrepareKwargs)
+def prepare(task: TaskStream, key: str, request: Any, **options: Unpack[PrepareKwargs]) -> Call:
     """Record the intent of a call, or bind to the key's existing call after a drift check.
 
     For a new key: ``call.requested`` then ``call.manifest``, durable on return (inside
@@ -66,11 +53,11 @@ def prepare(
     ``call.requested`` and ``call.preparation_failed`` (the error message, never the
     value) and raises :class:`PreparationFailed`. ``dedup`` (a :class:`ProviderDedup`)
     is recorded in the manifest and lets :meth:`Call.run` resolve an unknown effect inside
-    the provider's window.
+    the provider's window. The options (:class:`~intentlog._types.PrepareKwargs`) are
+    checked once, here, before anything is written.
     """
-    check_dedup(dedup)
-    options = EffectOptions(inputs=inputs, name=name, drop=drop, redact=redact, dedup=dedup)
-    return prepare_call(task, key, request, options)
+    opts = EffectOptions.of(options, PrepareKwargs, "prepare")
+    return prepare_call(task, check_key(key), request, opts)
 
 
 _EXTRA_FIELDS: Final = frozenset({"messages", "dedup"})
@@ -89,12 +76,10 @@ def prepare_call(
     """:func:`prepare`, with ``extra`` manifest fields (a session turn's ``messages``: refs, not part of the hash).
 
     ``extra`` goes into this call's manifest and into the manifest of any call that resumes
-    it; the drift check compares the request hash and inputs only.
+    it; the drift check compares the request hash and inputs only. ``key`` and ``options``
+    are checked by the caller (:meth:`EffectOptions.of`).
     """
     name, dedup = options.name, options.dedup
-    check_key(key)
-    check_name(name)
-    check_rules(options.drop, options.redact)
     if extra and not set(extra) <= _EXTRA_FIELDS:  # pragma: no cover - internal callers only
         raise UsageError(f"extra manifest fields must be among {sorted(_EXTRA_FIELDS)}, not {sorted(extra)}")
     try:
@@ -131,57 +116,19 @@ def prepare_call(
         return Call(task, key, call_id, intent, fresh=True, dedup=dedup, held=held)
 
 
-def effect(
-    task: TaskStream,
-    key: str,
-    request: Any,
-    send: Send,
-    *,
-    interpret: Interpret | None = None,
-    inputs: Mapping[str, str] | None = None,
-    retry: RetryPolicy | None = None,
-    name: str | None = None,
-    drop: Iterable[str] | None = None,
-    redact: RedactRule = None,
-    lookup: Lookup | None = None,
-    progress: Callable[[Any], None] | None = None,
-    inactivity_timeout: float | None = None,
-    max_duration: float | None = None,
-    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-    dedup: ProviderDedup | None = None,
-) -> Any:
+@spelled(EffectKwargs)
+def effect(task: TaskStream, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:
     """:func:`prepare` then :meth:`Call.run`; the intent and ``attempt.started`` share one sync.
 
     The batch that defers the intent's sync ends as soon as ``attempt.started`` is synced
     (or the run takes any other path), so it is never held across ``send``. ``progress``,
     ``inactivity_timeout``, ``max_duration`` and ``progress_interval``: see :meth:`Call.run`.
+    The options (:class:`~intentlog._types.EffectKwargs`) are checked once, here, before
+    anything is written.
     """
-    options = EffectOptions(
-        inputs=inputs,
-        name=name,
-        drop=drop,
-        redact=redact,
-        dedup=dedup,
-        interpret=interpret,
-        retry=retry,
-        lookup=lookup,
-        progress=progress,
-        inactivity_timeout=inactivity_timeout,
-        max_duration=max_duration,
-        progress_interval=progress_interval,
-    )
-    options.long()  # limits refused before anything is checked or written, as before
-    return run_effect(task, key, request, send, options)
-
-
-def check_effect(key: str, send: Any, options: EffectOptions) -> None:
-    """Every argument check of an effect, done before the stream is opened (or created): nothing is written."""
-    check_key(key)
-    check_name(options.name)
-    check_run_args(send, options.interpret, options.retry, options.lookup)
-    check_rules(options.drop, options.redact)
-    check_dedup(options.dedup)
-    options.long()
+    opts = EffectOptions.of(options, EffectKwargs, "effect")
+    check_not_async(send, opts.interpret, "task.effect", "task.aeffect")
+    return run_effect(task, key, request, send, opts)
 
 
 def run_effect(
@@ -198,9 +145,12 @@ def run_effect(
 
     ``secrets`` are further strings to scrub from recorded error texts (a session's
     messages are hashed apart from the envelope, so their credentials are found there).
+    ``options`` are checked already (:meth:`EffectOptions.of`), and a coroutine ``send``
+    or ``interpret`` refused by the caller (:func:`check_not_async`, naming its own
+    awaitable form); ``key`` and ``send`` are checked here, before anything is written.
     """
-    check_effect(key, send, options)
-    check_not_async(send, options.interpret, "task.effect", "task.aeffect")
+    check_key(key)
+    check_send(send)
     held = ExitStack()
     held.enter_context(task.batch())
     try:
@@ -208,38 +158,11 @@ def run_effect(
     except BaseException:
         held.close()
         raise
-    return call.run(
-        send,
-        interpret=options.interpret,
-        retry=options.retry,
-        lookup=options.lookup,
-        progress=options.progress,
-        inactivity_timeout=options.inactivity_timeout,
-        max_duration=options.max_duration,
-        progress_interval=options.progress_interval,
-        dedup=options.dedup,
-    )
+    return drive(task, call.steps(send, options))
 
 
-async def aeffect(
-    task: TaskStream,
-    key: str,
-    request: Any,
-    send: Send,
-    *,
-    interpret: Interpret | None = None,
-    inputs: Mapping[str, str] | None = None,
-    retry: RetryPolicy | None = None,
-    name: str | None = None,
-    drop: Iterable[str] | None = None,
-    redact: RedactRule = None,
-    lookup: Lookup | None = None,
-    progress: Callable[[Any], None] | None = None,
-    inactivity_timeout: float | None = None,
-    max_duration: float | None = None,
-    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-    dedup: ProviderDedup | None = None,
-) -> Any:
+@spelled(EffectKwargs)
+async def aeffect(task: TaskStream, key: str, request: Any, send: Send, **options: Unpack[EffectKwargs]) -> Any:
     """:func:`effect`, awaited: the same options, events and guarantees, one implementation of the decisions.
 
     ``send`` is awaited when it is a coroutine function (a plain one runs in a worker
@@ -251,21 +174,7 @@ async def aeffect(
     ``aeffect`` leaves the record as far as it got: the intent only when it was cancelled
     before ``attempt.started`` was written, else an unknown effect (never "not sent").
     """
-    options = EffectOptions(
-        inputs=inputs,
-        name=name,
-        drop=drop,
-        redact=redact,
-        dedup=dedup,
-        interpret=interpret,
-        retry=retry,
-        lookup=lookup,
-        progress=progress,
-        inactivity_timeout=inactivity_timeout,
-        max_duration=max_duration,
-        progress_interval=progress_interval,
-    )
-    return await arun_effect(task, key, request, send, options)
+    return await arun_effect(task, key, request, send, EffectOptions.of(options, EffectKwargs, "aeffect"))
 
 
 async def arun_effect(
@@ -279,15 +188,11 @@ async def arun_effect(
     secrets: frozenset[str] = frozenset(),
 ) -> Any:
     """:func:`aeffect` for the package's own callers (sessions), as :func:`run_effect` is :func:`effect`'s."""
-    check_effect(key, send, options)
-    long = options.long()
+    check_key(key)
+    check_send(send)
 
     def steps() -> Steps[Any]:  # preparing is record work too: it runs in the disk thread, with the rest
         call = prepare_call(task, key, request, options, extra=extra, secrets=secrets)
-        return (
-            yield from call.steps(
-                send, interpret=options.interpret, retry=options.retry, lookup=options.lookup, long=long
-            )
-        )
+        return (yield from call.steps(send, options))
 
     return await drive_async(task, steps())

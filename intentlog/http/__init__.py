@@ -36,11 +36,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from .._types import spelled
 from ..errors import EffectUnknown, UsageError
 from ._flavor import flavor
-from ._keys import restart
+from ._keys import occurrences
 from ._replay import NotRecorded, Replay
-from ._transport import AsyncTransportCore, Options, SyncTransportCore, default_retryable
+from ._transport import (
+    HTTP_DEFAULTS,
+    AsyncTransportCore,
+    HashKwargs,
+    HttpKwargs,
+    Options,
+    Retryable,
+    SyncTransportCore,
+    check_task,
+    default_retryable,
+)
 from ._wire import HASHED_HEADERS, REDACT_HEADERS, REDACT_QUERY, decode_response, evidence
 
 if TYPE_CHECKING:
@@ -49,13 +60,16 @@ if TYPE_CHECKING:
     import httpx
     import httpx2
 
+    from .._types import Unpack
     from ..dedup import ProviderDedup
-    from ..task import Task
+    from ..stream import StreamSource
 
 __all__ = [
     "HASHED_HEADERS",
     "REDACT_HEADERS",
     "REDACT_QUERY",
+    "HashKwargs",
+    "HttpKwargs",
     "NotRecorded",
     "Replay",
     "async_client",
@@ -71,29 +85,11 @@ __all__ = [
 ]
 
 Lib = Literal["httpx", "httpx2"]
-Retryable = Callable[[int, list[tuple[bytes, bytes]]], bool]
 
 
-def _options(
-    hash_headers: Iterable[str],
-    redact: Iterable[str],
-    drop: Iterable[str] | None,
-    retryable: Retryable | None,
-    dedup: ProviderDedup | None = None,
-) -> Options:
-    return Options.build(hash_headers=hash_headers, redact=redact, drop=drop, retryable=retryable, dedup=dedup)
-
-
+@spelled(HttpKwargs, HTTP_DEFAULTS)
 def transport(
-    task: Task,
-    *,
-    inner: Any = None,
-    lib: Lib | ModuleType | None = None,
-    hash_headers: Iterable[str] = (),
-    redact: Iterable[str] = (),
-    drop: Iterable[str] | None = None,
-    retryable: Retryable | None = None,
-    dedup: ProviderDedup | None = None,
+    task: StreamSource, *, inner: Any = None, lib: Lib | ModuleType | None = None, **options: Unpack[HttpKwargs]
 ) -> Any:
     """A sync transport of ``lib`` recording every request through it as an effect of ``task``.
 
@@ -105,37 +101,27 @@ def transport(
     rather than completing the call (default :func:`default_retryable`). ``dedup``: the
     provider's idempotency window (:class:`~intentlog.ProviderDedup`); with its ``header``
     (e.g. ``"Idempotency-Key"``) every attempt carries the call's key there, and an unknown
-    effect inside the window is resent under that key without a person.
+    effect inside the window is resent under that key without a person. The options
+    (:class:`HttpKwargs`) are checked once, here, before anything is written.
     """
     fl = flavor(lib)
+    opts = Options.of(options, HttpKwargs, "transport")
     core = fl.bind(SyncTransportCore, asynchronous=False)
     return core(
-        task,
-        inner=inner if inner is not None else fl.default_transport(asynchronous=False),
-        flavor=fl,
-        options=_options(hash_headers, redact, drop, retryable, dedup),
+        task, inner=inner if inner is not None else fl.default_transport(asynchronous=False), flavor=fl, options=opts
     )
 
 
+@spelled(HttpKwargs, HTTP_DEFAULTS)
 def async_transport(
-    task: Task,
-    *,
-    inner: Any = None,
-    lib: Lib | ModuleType | None = None,
-    hash_headers: Iterable[str] = (),
-    redact: Iterable[str] = (),
-    drop: Iterable[str] | None = None,
-    retryable: Retryable | None = None,
-    dedup: ProviderDedup | None = None,
+    task: StreamSource, *, inner: Any = None, lib: Lib | ModuleType | None = None, **options: Unpack[HttpKwargs]
 ) -> Any:
     """The async counterpart of :func:`transport` (default inner ``lib.AsyncHTTPTransport()``)."""
     fl = flavor(lib)
+    opts = Options.of(options, HttpKwargs, "async_transport")
     core = fl.bind(AsyncTransportCore, asynchronous=True)
     return core(
-        task,
-        inner=inner if inner is not None else fl.default_transport(asynchronous=True),
-        flavor=fl,
-        options=_options(hash_headers, redact, drop, retryable, dedup),
+        task, inner=inner if inner is not None else fl.default_transport(asynchronous=True), flavor=fl, options=opts
     )
 
 
@@ -160,7 +146,7 @@ def _interpose(cl: Any, wrap: Callable[[Any], Any]) -> Any:
 
 @overload
 def client(
-    task: Task,
+    task: StreamSource,
     *,
     lib: Literal["httpx"] | None = None,
     inner: Any = None,
@@ -173,7 +159,7 @@ def client(
 ) -> httpx.Client: ...
 @overload
 def client(
-    task: Task,
+    task: StreamSource,
     *,
     lib: Literal["httpx2"],
     inner: Any = None,
@@ -186,7 +172,7 @@ def client(
 ) -> httpx2.Client: ...
 @overload
 def client(
-    task: Task,
+    task: StreamSource,
     *,
     lib: ModuleType,
     inner: Any = None,
@@ -197,18 +183,8 @@ def client(
     dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> Any: ...
-def client(
-    task: Task,
-    *,
-    lib: Lib | ModuleType | None = None,
-    inner: Any = None,
-    hash_headers: Iterable[str] = (),
-    redact: Iterable[str] = (),
-    drop: Iterable[str] | None = None,
-    retryable: Retryable | None = None,
-    dedup: ProviderDedup | None = None,
-    **kwargs: Any,
-) -> Any:
+@spelled(HttpKwargs, HTTP_DEFAULTS, rest=True)
+def client(task: StreamSource, *, lib: Lib | ModuleType | None = None, inner: Any = None, **kwargs: Any) -> Any:
     """A ``lib.Client`` (``httpx`` by default) whose every request is an effect of ``task``.
 
     Other keyword arguments go to the client (``base_url``, ``timeout``, ``headers``,
@@ -216,9 +192,10 @@ def client(
     replaces its default transport (as ``transport=`` would, so environment proxies are
     then not used). Every transport the client ends up with — default, proxy mounts from
     ``proxy=`` or the environment, ``mounts=`` — is wrapped: no request bypasses the record.
+    The options (:class:`HttpKwargs`) are taken out of the keyword arguments and checked once.
     """
     fl = flavor(lib)
-    opts = _options(hash_headers, redact, drop, retryable, dedup)
+    opts = Options.of(_options_in(kwargs), HttpKwargs, "client")
     core = fl.bind(SyncTransportCore, asynchronous=False)
     cl = fl.lib.Client(transport=inner, **kwargs)
     return _interpose(cl, lambda t: core(task, inner=t, flavor=fl, options=opts))
@@ -226,7 +203,7 @@ def client(
 
 @overload
 def async_client(
-    task: Task,
+    task: StreamSource,
     *,
     lib: Literal["httpx"] | None = None,
     inner: Any = None,
@@ -239,7 +216,7 @@ def async_client(
 ) -> httpx.AsyncClient: ...
 @overload
 def async_client(
-    task: Task,
+    task: StreamSource,
     *,
     lib: Literal["httpx2"],
     inner: Any = None,
@@ -252,7 +229,7 @@ def async_client(
 ) -> httpx2.AsyncClient: ...
 @overload
 def async_client(
-    task: Task,
+    task: StreamSource,
     *,
     lib: ModuleType,
     inner: Any = None,
@@ -263,41 +240,38 @@ def async_client(
     dedup: ProviderDedup | None = None,
     **kwargs: Any,
 ) -> Any: ...
-def async_client(
-    task: Task,
-    *,
-    lib: Lib | ModuleType | None = None,
-    inner: Any = None,
-    hash_headers: Iterable[str] = (),
-    redact: Iterable[str] = (),
-    drop: Iterable[str] | None = None,
-    retryable: Retryable | None = None,
-    dedup: ProviderDedup | None = None,
-    **kwargs: Any,
-) -> Any:
+@spelled(HttpKwargs, HTTP_DEFAULTS, rest=True)
+def async_client(task: StreamSource, *, lib: Lib | ModuleType | None = None, inner: Any = None, **kwargs: Any) -> Any:
     """The async counterpart of :func:`client`: a ``lib.AsyncClient``."""
     fl = flavor(lib)
-    opts = _options(hash_headers, redact, drop, retryable, dedup)
+    opts = Options.of(_options_in(kwargs), HttpKwargs, "async_client")
     core = fl.bind(AsyncTransportCore, asynchronous=True)
     cl = fl.lib.AsyncClient(transport=inner, **kwargs)
     return _interpose(cl, lambda t: core(task, inner=t, flavor=fl, options=opts))
 
 
-def replay(
-    task: Task,
-    *,
-    hash_headers: Iterable[str] = (),
-    redact: Iterable[str] = (),
-    drop: Iterable[str] | None = None,
-    hint: str = "record it again",
-    dedup: ProviderDedup | None = None,
-) -> Replay:
+@spelled(HashKwargs, HTTP_DEFAULTS)
+def replay(task: StreamSource, *, hint: str = "record it again", **options: Unpack[HashKwargs]) -> Replay:
     """Offline replay of ``task``'s record: ``replay(task).client()`` never touches the network or the disk.
 
-    The hashing options must be the ones the record was made with (``dedup`` too, when
-    its header was part of the recorded requests).
+    The hashing options (:class:`HashKwargs`) must be the ones the record was made with
+    (``dedup`` too, when its header was part of the recorded requests).
     """
-    return Replay(task, options=_options(hash_headers, redact, drop, None, dedup), hint=hint)
+    return Replay(task, options=Options.of(options, HashKwargs, "replay"), hint=hint)
+
+
+def restart(task: StreamSource) -> None:
+    """Forget this process's occurrence counts for ``task``: the next requests map to the record from its start.
+
+    A new process starts this way; call it to run a script's requests again inside one
+    process (a test, a notebook cell run twice) and have them replay rather than send.
+    """
+    occurrences(check_task(task)).reset()
+
+
+def _options_in(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the options (:class:`HttpKwargs`) out of a client factory's keyword arguments; the rest is the client's."""
+    return {name: kwargs.pop(name) for name in HttpKwargs.__annotations__ if name in kwargs}
 
 
 def unknown_effect(exc: BaseException) -> EffectUnknown | None:

@@ -27,9 +27,9 @@ import weakref
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
-    from ..task import Task
+    from ..stream import TaskStream
 
-__all__ = ["Occurrences", "hash_key", "named_key", "occurrences", "restart"]
+__all__ = ["Occurrences", "hash_key", "named_key", "occurrences"]
 
 
 def named_key(scope: str, n: int) -> str:
@@ -71,22 +71,16 @@ class Occurrences:
 
 
 _LOCK = threading.Lock()
-_BY_TASK: weakref.WeakKeyDictionary[Task, Occurrences] = weakref.WeakKeyDictionary()
+_BY_TASK: weakref.WeakKeyDictionary[TaskStream, Occurrences] = weakref.WeakKeyDictionary()
 
 
-def occurrences(task: Task) -> Occurrences:
-    """The occurrence counters of ``task`` in this process (shared by all its clients)."""
+def occurrences(task: TaskStream) -> Occurrences:
+    """The occurrence counters of ``task`` in this process (shared by all its clients).
+
+    Kept by the task's stream core, which is shared process-wide as its handle is.
+    """
     with _LOCK:
         found = _BY_TASK.get(task)
         if found is None:
             found = _BY_TASK[task] = Occurrences()
         return found
-
-
-def restart(task: Task) -> None:
-    """Forget this process's occurrence counts for ``task``: the next requests map to the record from its start.
-
-    A new process starts this way; call it to run a script's requests again inside one
-    process (a test, a notebook cell run twice) and have them replay rather than send.
-    """
-    occurrences(task).reset()

@@ -22,6 +22,7 @@ import orjson
 
 from .._diff import first_difference
 from ..artifacts.inline import ref_bytes
+from ..effects.intent import current_key
 from ..errors import IntentlogError
 from ._flavor import Flavor
 from ._keys import Occurrences, hash_key, named_key
@@ -30,7 +31,7 @@ from ._wire import RequestPlan, decode_response
 
 if TYPE_CHECKING:
     from ..eventlog import Event
-    from ..task import Task
+    from ..stream import StreamSource
 
 __all__ = ["AsyncReplayCore", "NotRecorded", "Replay", "SyncReplayCore"]
 
@@ -138,8 +139,9 @@ class Replay:
     when the code under test swallowed the exception.
     """
 
-    def __init__(self, task: Task, *, options: Options | None = None, hint: str = "record it again") -> None:
-        self.task = check_task(task)
+    def __init__(self, task: StreamSource, *, options: Options | None = None, hint: str = "record it again") -> None:
+        self.stream = check_task(task)
+        self.task = task  # as given (a Task, or its stream)
         self.options = options or Options()
         self.hint = hint
         self.misses: list[NotRecorded] = []
@@ -148,16 +150,16 @@ class Replay:
         self._index: dict[str, _Recorded] | None = None
 
     def __repr__(self) -> str:
-        return f"<intentlog.http.Replay of task {self.task.id!r} in {str(self.task.ledger.root)!r}>"
+        return f"<intentlog.http.Replay of task {self.stream.id!r} in {str(self.stream.root)!r}>"
 
     @property
     def record(self) -> str:
-        return f"{self.task.ledger.root}/tasks/{self.task.id}.jsonl"
+        return f"{self.stream.root}/tasks/{self.stream.id}.jsonl"
 
     def index(self) -> dict[str, _Recorded]:
         with self._lock:
             if self._index is None:
-                self._index = index_record(self.task.events())
+                self._index = index_record(self.stream.events())
             return self._index
 
     def restart(self) -> None:
@@ -167,7 +169,7 @@ class Replay:
         self.occurrences.reset()
 
     def _load(self, ref: Mapping[str, Any]) -> bytes:
-        return ref_bytes(ref, self.task.ledger.artifacts)
+        return ref_bytes(ref, self.stream.store)
 
     def _recorded_request(self, rec: _Recorded) -> Any:
         if rec.request_ref is None:
@@ -228,7 +230,7 @@ class Replay:
         if t.kind != "response" or t.ref is None:
             raise self._miss(plan, key, "has an unknown effect in the record (attempt started, nothing after)", rec)
         parts = decode_response(self._load(t.ref))
-        info = {"task": self.task.id, "key": key, "request_hash": plan.canonical.digest, "sent": False}
+        info = {"task": self.stream.id, "key": key, "request_hash": plan.canonical.digest, "sent": False}
         response = flavor.response(
             parts.status,
             parts.headers,
@@ -288,11 +290,11 @@ class _ReplayCore:
         self.flavor = flavor
 
     def __repr__(self) -> str:
-        return f"<intentlog.http replay transport for task {self.replay.task.id!r} ({self.flavor.name})>"
+        return f"<intentlog.http replay transport for task {self.replay.stream.id!r} ({self.flavor.name})>"
 
     def _handle(self, request: Any) -> Any:
         plan = unkeyed_plan(request, self.replay.options)  # the dedup header (if declared) carries the key
-        named = self.replay.task.current_key()
+        named = current_key(self.replay.stream)
         index = self.replay.index()
         if named is None and hash_key(plan.canonical.digest, 0) not in index and plan.legacy is not None:
             old = plan.legacy()  # the key an older intentlog gave this request, if that is the one recorded

@@ -1,7 +1,8 @@
 """The live transports: every request an effect, sent through an inner transport (DESIGN §5).
 
 For each request the transport builds its envelope and hash (:mod:`._wire`), chooses its
-key (:mod:`._keys`) and runs :func:`intentlog.effects.effect` with a ``send`` that does
+key (:mod:`._keys`) and runs the effect protocol on the task's stream core
+(:class:`~intentlog.stream.TaskStream`, never the ``Task`` facade) with a ``send`` that does
 the real exchange through the inner transport and returns the response artifact. What
 happens then is the protocol's: a completed call replays its recorded response and sends
 nothing; a call whose intent is recorded but that never started is sent after the drift
@@ -39,17 +40,21 @@ for it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, TypedDict, final
 
 from ..artifacts.inline import ref_bytes
 from ..dedup import ProviderDedup
 from ..dedup import check as check_dedup
 from ..effects import RetryPolicy
+from ..effects.intent import check_rules, current_key
+from ..effects.options import EffectOptions
+from ..effects.prepare import run_effect
 from ..errors import IntentlogError, KeyReused, NotSent, ProviderFailure, RetryHandedBack, UsageError
 from ..eventlog.canonical import CANON_V1, CANON_VERSION
 from ..eventlog.redaction import scrub_text
+from ..stream import StreamSource, TaskStream
 from ._flavor import Flavor
 from ._keys import hash_key, named_key, occurrences
 from ._wire import (
@@ -62,12 +67,13 @@ from ._wire import (
     plan_request,
 )
 
-if TYPE_CHECKING:
-    from ..task import Task
-
 __all__ = [
+    "HTTP_DEFAULTS",
     "AsyncTransportCore",
+    "HashKwargs",
+    "HttpKwargs",
     "Options",
+    "Retryable",
     "SyncTransportCore",
     "check_task",
     "default_retryable",
@@ -76,6 +82,8 @@ __all__ = [
 ]
 
 Headers = list[tuple[bytes, bytes]]
+#: Says which error responses are handed back as retry-pending failures: ``(status, headers) -> bool``.
+Retryable = Callable[[int, Headers], bool]
 
 
 def default_retryable(status: int, headers: Headers) -> bool:
@@ -94,13 +102,37 @@ def default_retryable(status: int, headers: Headers) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
-def check_task(task: Any) -> Task:
-    """``task`` if it is a :class:`~intentlog.task.Task`, else :class:`UsageError` (nothing is written)."""
-    from ..task import Task
+def check_task(task: object) -> TaskStream:
+    """The stream core of ``task`` (a :class:`~intentlog.Task`, or its stream), else :class:`UsageError`.
 
-    if not isinstance(task, Task):
+    Nothing is written. The transports and the replay are written against the stream core.
+    """
+    stream = getattr(task, "stream", None)
+    if not isinstance(stream, TaskStream):
         raise UsageError(f"intentlog.http needs a task (intentlog.open(...).task(id)), not {type(task).__name__}")
-    return task
+    return stream
+
+
+# -- the options, as keyword arguments: each declared once --------------------------
+
+
+class HashKwargs(TypedDict, total=False):
+    """How requests are hashed and recorded: the options of :func:`intentlog.http.replay`."""
+
+    hash_headers: Iterable[str]  # request headers hashed beside the default ones
+    redact: Iterable[str]  # names redacted beside the default ones
+    drop: Iterable[str] | None  # the canonicaliser's dropped timestamp keys (None: its own)
+    dedup: ProviderDedup | None  # the provider's idempotency window
+
+
+class HttpKwargs(HashKwargs, total=False):
+    """The options of :func:`intentlog.http.transport` and of the client factories."""
+
+    retryable: Retryable | None  # which error responses are handed back (None: default_retryable)
+
+
+#: The options' defaults where not None.
+HTTP_DEFAULTS: Final[Mapping[str, object]] = {"hash_headers": (), "redact": ()}
 
 
 @final
@@ -116,19 +148,33 @@ class Options:
     dedup: ProviderDedup | None = None
 
     @classmethod
+    def of(cls, given: Mapping[str, Any], allowed: type, where: str) -> Options:
+        """The options a public entry point was given, checked once: nothing is written.
+
+        ``allowed`` is the entry point's TypedDict (:class:`HttpKwargs`, :class:`HashKwargs`);
+        a name outside it raises :class:`TypeError` as Python does for an unexpected
+        keyword argument of ``where``.
+        """
+        for name in given:
+            if name not in allowed.__annotations__:
+                raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+        return cls.build(**given)
+
+    @classmethod
     def build(
         cls,
         *,
         hash_headers: Iterable[str] = (),
         redact: Iterable[str] = (),
         drop: Iterable[str] | None = None,
-        retryable: Callable[[int, Headers], bool] | None = None,
+        retryable: Retryable | None = None,
         dedup: ProviderDedup | None = None,
     ) -> Options:
         check_dedup(dedup)
         for label, names in (("hash_headers", hash_headers), ("redact", redact)):
             if isinstance(names, str):
                 raise UsageError(f"{label} must be a collection of names, not the string {names!r}")
+        check_rules(drop, None)
         extra_redact = frozenset(n.lower() for n in redact)
         # the key header is part of the recorded request: the provider sees the recorded key
         key_header = frozenset({dedup.header.lower()}) if dedup is not None and dedup.header else frozenset()
@@ -140,6 +186,10 @@ class Options:
             retryable=retryable or default_retryable,
             dedup=dedup,
         )
+
+    def effect(self, name: str) -> EffectOptions:
+        """The effect options of one request (``name``: its label), from these checked options."""
+        return EffectOptions(name=name, drop=self.drop, redact=self.redact, dedup=self.dedup, retry=HAND_BACK)
 
 
 # -- handing a retry decision back to the caller ------------------------------------
@@ -230,15 +280,16 @@ def _scrubbed(exc: BaseException, secrets: frozenset[str]) -> str:
 class _Core:
     """What the sync and async transports share: planning, keys, the protocol, the response."""
 
-    def __init__(self, task: Task, *, inner: Any, flavor: Flavor, options: Options) -> None:
-        self.task = check_task(task)
+    def __init__(self, task: StreamSource, *, inner: Any, flavor: Flavor, options: Options) -> None:
+        self.stream = check_task(task)
+        self.task = task  # as given (a Task, or its stream)
         self.inner = inner
         self.flavor = flavor
         self.options = options
-        self._occurrences = occurrences(task)
+        self._occurrences = occurrences(self.stream)
 
     def __repr__(self) -> str:
-        return f"<intentlog.http transport for task {self.task.id!r} ({self.flavor.name})>"
+        return f"<intentlog.http transport for task {self.stream.id!r} ({self.flavor.name})>"
 
     def _plan(self, request: Any) -> RequestPlan:
         """The request's plan; the first canonicalisation's, when the record holds the request under that hash.
@@ -248,23 +299,23 @@ class _Core:
         opening a new one under the new hash is what keeps a re-run from sending it again.
         """
         plan = unkeyed_plan(request, self.options)  # the dedup header (if declared) carries the key
-        if self.task.current_key() is not None or plan.legacy is None or not (plan.secrets or plan.canonical.redacted):
+        if current_key(self.stream) is not None or plan.legacy is None or not (plan.secrets or plan.canonical.redacted):
             return plan
-        if not self.task.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
+        if not self.stream.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
             return plan
         old = plan.legacy()
         return plan.as_recorded(self._recorded_hash(hash_key(old.canonical.digest, 0)))
 
     def _recorded_hash(self, key: str) -> str | None:
         """The request hash the record holds for ``key`` (its latest call's manifest), or None."""
-        stream = self.task.stream
+        stream = self.stream
         with stream.mutex:  # threads sharing the handle (an async client's workers)
             fold = stream.live()
             call = fold.latest_call(key)
             return None if call is None else fold.call_state(call).request_hash
 
     def _scope(self, plan: RequestPlan) -> tuple[str, Callable[[int], str]]:
-        named = self.task.current_key()
+        named = current_key(self.stream)
         if named is not None:
             return named, functools.partial(named_key, named)
         return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
@@ -298,7 +349,7 @@ class _Core:
 
     def _protocol(self, plan: RequestPlan, key: str, trace: _Trace, exchange: Callable[[], _Raw]) -> bytes:
         """Run the effect for ``key``; the response artifact, live or from the record."""
-        if plan.legacy is not None and self.task.exists():  # a key an older intentlog recorded (a named one)
+        if plan.legacy is not None and self.stream.exists():  # a key an older intentlog recorded (a named one)
             plan = plan.as_recorded(self._recorded_hash(key))
 
         def send(_request: Any) -> bytes:
@@ -306,16 +357,7 @@ class _Core:
             return self._raw_to_artifact(exchange(), plan, trace, key)
 
         try:
-            data = self.task.effect(
-                key,
-                plan.envelope,
-                send,
-                retry=HAND_BACK,
-                name=plan.label,
-                drop=self.options.drop,
-                redact=self.options.redact,
-                dedup=self.options.dedup,
-            )
+            data = run_effect(self.stream, key, plan.envelope, send, self.options.effect(plan.label))
         except RetryHandedBack:
             trace.handed_back = True
             if trace.not_sent is not None:
@@ -327,16 +369,19 @@ class _Core:
 
     def _last_response(self, key: str) -> bytes:
         """The latest recorded response of ``key`` (a failure redecided from an earlier run)."""
-        state = self.task.work_state().call_for_key(key)
-        ref = state.response if state is not None else None
+        stream = self.stream
+        with stream.mutex:
+            fold = stream.live()
+            call = fold.latest_call(key)
+            ref = None if call is None else fold.call_state(call).response
         if ref is None:
             raise IntentlogError(f"key {key!r}: a retry was decided but no response is recorded")
-        return ref_bytes(ref, self.task.ledger.artifacts)
+        return ref_bytes(ref, stream.store)
 
     def _response(self, data: bytes, request: Any, plan: RequestPlan, key: str, trace: _Trace) -> Any:
         parts = decode_response(data)
         info = {
-            "task": self.task.id,
+            "task": self.stream.id,
             "key": key,
             "request_hash": plan.canonical.digest,
             "sent": trace.sent,
