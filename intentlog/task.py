@@ -52,6 +52,9 @@ class TaskLedger(StreamLayout, Protocol):
     def artifacts(self) -> ArtifactStore: ...
 
     @property
+    def streams(self) -> StreamStorage: ...
+
+    @property
     def remote_streams(self) -> StreamStorage | None: ...
 
     @property

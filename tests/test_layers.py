@@ -277,7 +277,6 @@ UPWARD_ALLOWED: set[tuple[str, str, str]] = {
     ("intentlog._types", "intentlog.eventlog.canonical", "type"),
     # features (and the disk-reading checker in projections/) take the Ledger instead of the layout and store
     ("intentlog.heads", "intentlog.ledger", "type"),
-    ("intentlog.checker.verify", "intentlog.ledger", "type"),
     # the checker's names at their former path (tests and docs import them there); nothing else does
     ("intentlog.projections.verify", "intentlog.checker.report", "module"),
     ("intentlog.projections.verify", "intentlog.checker.verify", "module"),

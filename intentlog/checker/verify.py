@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .._args import check_names, check_path
 from ..errors import NotALedger, UsageError
@@ -24,8 +24,14 @@ from .seams import LedgerReads, ObjectReads, SeamReads, StreamReads
 from .state import Progress
 from .streams import StreamChecks
 
-if TYPE_CHECKING:
-    from ..ledger import Ledger
+
+class ReadableLedger(Protocol):
+    """What :func:`verify_ledger` needs of an open ledger (a :class:`~intentlog.Ledger` is one)."""
+
+    @property
+    def workspace(self) -> Path | None: ...
+
+    def reads(self) -> LedgerReads: ...
 
 __all__ = ["verify", "verify_ledger", "verify_path", "verify_storage"]
 
@@ -194,7 +200,7 @@ def _run(
 
 
 def verify_ledger(
-    ledger: Ledger, tasks: Sequence[str] | None = None, *, progress: Progress | None = None
+    ledger: ReadableLedger, tasks: Sequence[str] | None = None, *, progress: Progress | None = None
 ) -> VerifyReport:
     """:func:`verify` of an open :class:`~intentlog.ledger.Ledger` (what its storage holds) and its workspace."""
     return verify(ledger.reads(), tasks, workspace=ledger.workspace, progress=progress)
