@@ -160,8 +160,13 @@ class StreamWriter:
         replay: Callable[[Event], None] | None = None,
         accept_damage: bool = False,
         accept_resend: bool = False,
+        take_over_after: float | None = None,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
+
+        ``take_over_after`` is given to the storage's lease (:meth:`StreamStorage.lease`):
+        on an object store, the seconds a dead holder's stream must stand still before
+        this writer takes its lease (None: never).
 
         ``replay`` sees every trusted event already in the stream (the scan that checks
         the tail is also the caller's chance to build state without a second read).
@@ -175,7 +180,7 @@ class StreamWriter:
                 return
             self._pid = os.getpid()
             if self._store is not None:
-                self._open_remote(self._store, wait, replay)
+                self._open_remote(self._store, wait, replay, take_over_after)
                 return
             try:
                 self._check_folders()
@@ -191,14 +196,20 @@ class StreamWriter:
                 self._close_lease()
                 raise
 
-    def _open_remote(self, store: StreamStorage, wait: float, replay: Callable[[Event], None] | None) -> None:
+    def _open_remote(
+        self,
+        store: StreamStorage,
+        wait: float,
+        replay: Callable[[Event], None] | None,
+        take_over_after: float | None = None,
+    ) -> None:
         """Lease the stream on a non-folder storage, read it whole and check every line.
 
         A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
         repair or quarantine there). A store's seals are checked by the storage's own lease
         (``ObjectStreams.lease``), before anything is written.
         """
-        lease = store.lease(self._name, wait=wait, create=self._created_record)
+        lease = store.lease(self._name, wait=wait, create=self._created_record, take_over_after=take_over_after)
         try:
             self._poisoned, self._fenced = None, None
             self.repaired = self.damage = self.quarantined = None

@@ -94,6 +94,14 @@ def this_process() -> Holder:
     global _ME
     pid = os.getpid()
     if _ME is None or _ME[0] != pid:
-        _ME = (pid, Holder(pid, socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), _namespace(),
-                           _start_time(pid) or ""))
+        _ME = (
+            pid,
+            Holder(
+                pid,
+                socket.gethostname(),
+                _read("/proc/sys/kernel/random/boot_id"),
+                _namespace(),
+                _start_time(pid) or "",
+            ),
+        )
     return _ME[1]

@@ -40,6 +40,7 @@ segment) rather than mistaken for a lost lease.
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
@@ -165,6 +166,8 @@ class ObjectStreams:
             take_over_after is None or (isinstance(take_over_after, int | float) and take_over_after >= 0)
         ):
             raise UsageError(f"take_over_after must be a number of seconds >= 0 or None, not {take_over_after!r}")
+        if take_over_after is not None and math.isinf(take_over_after):
+            take_over_after = None  # never
         if not self._tagged:  # without ETags a writer's open reads the stream afresh, as a folder's scans its file
             self._cache.drop(name)
         start = self.clock()
