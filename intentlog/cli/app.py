@@ -52,14 +52,16 @@ class Ctx:
         self.explicit = explicit  # the ledger is not ./.intentlog: hints must name it
         #: the ``s3://bucket/prefix`` the ledger is on (``--root`` as given), or None for a folder
         self.url = url
+        #: ``--take-over-after`` of a command writing a task (seconds), None: the ledger's default
+        self.take_over_after: float | None = None
 
     def ledger(self, *, create: bool = False) -> Ledger:
         if self.url is not None:
             from .storeroot import check_on_store
 
             check_on_store(self.url)  # a command not wired for the store yet is refused, nothing written
-            return open_ledger(self.url, create=create)
-        return open_ledger(self.root, create=create)
+            return open_ledger(self.url, create=create, take_over_after=self.take_over_after)
+        return open_ledger(self.root, create=create, take_over_after=self.take_over_after)
 
     @property
     def prog(self) -> str:

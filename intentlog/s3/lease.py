@@ -129,6 +129,10 @@ def _release_at_exit() -> None:
 class ObjectLease:
     """A held lease on one object-store stream: appends are conditional creates at the next number.
 
+    ``lives_with_process=False``: a lease meant to outlive its holder (gc's, which stays a
+    retired stream's tail): neither released at the process's end nor kept alive by its
+    heartbeat.
+
     Group commit: records appended with ``sync=False`` are buffered and put, with whatever
     the next synced append brings, as ONE segment by the next :meth:`sync` (or synced
     append). Until then they are counted (:attr:`next_seq`) and readable through the
@@ -141,7 +145,7 @@ class ObjectLease:
     #: a buffer this large is put at once, before its sync (one segment stays one GET to read)
     FLUSH_BYTES = 4 << 20
 
-    def __init__(self, streams: LeaseHost, name: str, lease: Segment) -> None:
+    def __init__(self, streams: LeaseHost, name: str, lease: Segment, *, lives_with_process: bool = True) -> None:
         self._streams = streams
         self.name = name
         self._last = lease
@@ -156,7 +160,8 @@ class ObjectLease:
         self._beat_mutex = threading.Lock()
         self._beats = 0
         self._beat: str | None = None  # the heartbeat object standing now
-        _register(self)
+        if lives_with_process:
+            _register(self)
 
     @property
     def token(self) -> str:

@@ -145,13 +145,11 @@ class ObjectStreams:
 
         With ``take_over_after`` the lease is taken from a holder whose stream -- its tail
         segment and its holder's heartbeats (:data:`~intentlog.s3.lease.HEARTBEAT_EVERY`) --
-        has not moved for that many seconds of this process's monotonic clock (0: at once),
-        or at once from a holder this machine can tell has ended (it ran here, under this
-        boot, and its process is gone: :meth:`~intentlog.s3.holder.Holder.alive`). No
-        timestamp another machine wrote is ever compared. The watch goes on past ``wait``
+        has not moved for that many seconds of this process's monotonic clock (0: at once).
+        No timestamp another machine wrote is ever compared. The watch goes on past ``wait``
         until the stream is seen to move (``TaskBusy``: a live holder keeps its lease) or
-        has stood still long enough; a holder this machine knows alive is refused once
-        ``wait`` is over. The take-over is a ``lease`` segment at the next number, as any
+        has stood still long enough; a holder this machine knows alive (it runs here:
+        :meth:`~intentlog.s3.holder.Holder.alive`) is refused once ``wait`` is over. The take-over is a ``lease`` segment at the next number, as any
         lease: the old holder is fenced by its next put. ``take_over_after=None``: never
         taken (``TaskBusy`` once ``wait`` is over).
 
@@ -209,7 +207,7 @@ class ObjectStreams:
                 who = self._holder_of(name, tail)
                 alive = True if tail.holder in held_tokens() else (who.alive() if who is not None else None)
             still = now - seen[1] if seen is not None else 0.0
-            if not tail.held or (take_over_after is not None and (alive is False or still >= take_over_after)):
+            if not tail.held or (take_over_after is not None and still >= take_over_after):
                 taken = self._take(name, tail, holder)
                 if taken is not None:
                     return taken
@@ -237,7 +235,7 @@ class ObjectStreams:
             return None
         self.remember(name, seg, b"", len(body), tag)
         self.checkpoint_after(name, seg)
-        held = ObjectLease(self, name, seg)
+        held = ObjectLease(self, name, seg, lives_with_process=not token.startswith(GC_HOLDER))
         with self._held_mutex:
             self._held[name] = held
         for key, _ in self.client.scan(beats_folder(name)):  # an earlier holder's heartbeats say nothing now
