@@ -149,9 +149,10 @@ class ObjectStreams:
         No timestamp another machine wrote is ever compared. The watch goes on past ``wait``
         until the stream is seen to move (``TaskBusy``: a live holder keeps its lease) or
         has stood still long enough; a holder this machine knows alive (it runs here:
-        :meth:`~intentlog.s3.holder.Holder.alive`) is refused once ``wait`` is over. The take-over is a ``lease`` segment at the next number, as any
-        lease: the old holder is fenced by its next put. ``take_over_after=None``: never
-        taken (``TaskBusy`` once ``wait`` is over).
+        :meth:`~intentlog.s3.holder.Holder.alive`) is refused once ``wait`` is over. The
+        take-over is a ``lease`` segment at the next number, as any lease: the old holder
+        is fenced by its next put. ``take_over_after=None`` (or infinite): never taken
+        (``TaskBusy`` once ``wait`` is over).
 
         ``FileNotFoundError`` if the stream does not exist, unless ``create`` is given: the
         stream is then created holding the record it returns (one conditional create: it
