@@ -205,6 +205,8 @@ class TaskBusy(IntentlogError):
             return
         if alive:
             state = "it is alive (seen from this machine)"
+        elif alive is False:
+            state = f"its process has ended; its stream has stood still for {still_for:.0f} s as watched from here"
         elif still_for > 0 or take_over_after is None:
             state = f"its stream has stood still for {still_for:.0f} s as watched from here"
         else:

@@ -9,6 +9,7 @@ what :class:`~intentlog.errors.TaskBusy` says.
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -236,6 +237,19 @@ print("done", flush=True)
         proc.wait()
     kinds = segments(url)
     assert ("lease", 2) not in kinds and kinds[-1] == ("release", 1)  # never taken; released at its end
+    assert [k for k, _ in s3_server.client_of(url).scan(beats_folder("t"))] == []  # its last heartbeat went with it
+
+
+def test_take_over_after_infinite_never_takes_over(url: str, holders: list[Holder]) -> None:
+    h = Holder(url, "elsewhere")
+    holders.append(h)
+    h.kill()
+    before = segments(url)
+    clock = FakeClock()
+    with taker(url, clock) as ledger, pytest.raises(TaskBusy) as busy:
+        ledger.task("t", take_over_after=math.inf).append("note", {"by": "taker"})
+    assert clock.now == 1000.0 and segments(url) == before
+    assert busy.value.take_over_after is None and "not taken over unless asked" in str(busy.value)
 
 
 def test_the_command_line_names_the_holder_and_takes_over_with_take_over_after(

@@ -116,6 +116,17 @@ def _beat_forever() -> None:
                 pass
 
 
+def _after_fork_in_child() -> None:
+    """A lock the heartbeat thread held at the fork stays held in the child: renew it (the thread is not there)."""
+    global _live_mutex, _wake
+    _live_mutex = threading.Lock()
+    _wake = threading.Event()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @atexit.register
 def _release_at_exit() -> None:
     """Release every lease this process still holds: its end gives them up, as a folder's lock dies with it."""

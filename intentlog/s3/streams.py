@@ -239,11 +239,12 @@ class ObjectStreams:
         held = ObjectLease(self, name, seg, lives_with_process=not token.startswith(GC_HOLDER))
         with self._held_mutex:
             self._held[name] = held
-        for key, _ in self.client.scan(beats_folder(name)):  # an earlier holder's heartbeats say nothing now
-            try:
-                self.client.delete(key)
-            except LedgerError:
-                pass  # a stale heartbeat only makes a later watcher wait longer
+        if tail.held:  # a take-over: the holder taken from never deleted its heartbeats (a release does)
+            for key, _ in self.client.scan(beats_folder(name)):
+                try:
+                    self.client.delete(key)
+                except LedgerError:
+                    pass  # a stale heartbeat only makes a later watcher wait longer
         return held
 
     def _last_beat(self, name: str) -> str | None:
