@@ -252,9 +252,7 @@ def test_take_over_after_infinite_never_takes_over(url: str, holders: list[Holde
     assert busy.value.take_over_after is None and "not taken over unless asked" in str(busy.value)
 
 
-def test_the_command_line_names_the_holder_and_takes_over_with_take_over_after(
-    url: str, holders: list[Holder]
-) -> None:
+def test_the_command_line_names_the_holder_and_takes_over_with_take_over_after(url: str, holders: list[Holder]) -> None:
     from click.testing import CliRunner
 
     from intentlog.cli import main
