@@ -8,15 +8,47 @@ is a ``release`` segment of the run's own epoch, and the next run appends after 
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import s3_server
-from conftest import ChildRunner
+from conftest import child_code
 
+import intentlog
 from intentlog.eventlog.format import parse_line
 from intentlog.s3 import ObjectStreams
+
+
+#: the children import the very intentlog this test does, whatever the working folder
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(intentlog.__file__).parent.parent)}
+
+
+ChildRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def run_child() -> ChildRunner:
+    def run(code: str, *argv: Any, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", child_code(code), *map(str, argv)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=child_env(),
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    return run
+
 
 SCRIPT = """
 import sys, intentlog

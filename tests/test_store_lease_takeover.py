@@ -10,12 +10,14 @@ what :class:`~intentlog.errors.TaskBusy` says.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,12 @@ from intentlog.errors import TaskBusy
 from intentlog.eventlog.storage import DEFAULT_TAKE_OVER_AFTER
 from intentlog.s3 import ObjectStreams
 from intentlog.s3.lease import beats_folder
+
+
+#: the children import the very intentlog this test does, whatever the working folder
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(intentlog.__file__).parent.parent)}
+
 
 HOLDER = """
 import os, sys, intentlog
@@ -81,6 +89,7 @@ class Holder:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=child_env(),
         )
         first = self.readline()
         assert first.startswith("ready"), first
@@ -208,7 +217,11 @@ t.effect("k", {"q": 1}, send)
 print("done", flush=True)
 """
     proc = subprocess.Popen(
-        [sys.executable, "-c", child_code(code), url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", child_code(code), url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
     )
     try:
         assert proc.stdout is not None and proc.stdin is not None

@@ -86,11 +86,24 @@ class StreamLease(Protocol):
         more (what reached the storage is unknown: lease the stream again).
         """
 
+    def append_line(self, line: bytes, *, expected_seq: int, sync: bool = True) -> int:
+        """:meth:`append` of one record given as a line already ending in its newline."""
+
+    @property
+    def dirty(self) -> bool:
+        """Whether records were appended that no sync made durable yet (a sync then has something to do)."""
+
     def sync(self) -> None:
         """Make every record appended through this lease durable (nothing to do: no cost)."""
 
     def release(self) -> None:
         """Give the lease up (idempotent); records appended with ``sync=False`` stay appended, not synced."""
+
+    def abandon(self) -> None:
+        """In a forked child: drop the parent's lease, neither releasing it nor writing through it."""
+
+    def renew_mutex(self) -> None:
+        """In a forked child: replace the locks another thread of the parent may have held at the fork."""
 
     def __enter__(self) -> StreamLease: ...
 

@@ -218,6 +218,18 @@ class ObjectLease:
                 self._put_buffer()
             return self.next_seq
 
+    def append_line(self, line: bytes, *, expected_seq: int, sync: bool = True) -> int:
+        """:meth:`append` of one record given as a line ending in its newline."""
+        return self.append([line[:-1] if line.endswith(b"\n") else line], expected_seq=expected_seq, sync=sync)
+
+    def abandon(self) -> None:
+        """In a forked child: the lease stays the parent's (released at the parent's end, never at the child's)."""
+
+    def renew_mutex(self) -> None:
+        """In a forked child: locks a thread of the parent held at the fork stay held there; replace them."""
+        self._mutex = threading.RLock()
+        self._beat_mutex = threading.Lock()
+
     def sync(self) -> None:
         """Put the buffered records as one segment; a lost or failed lease says so (nothing to put: no request)."""
         with self._mutex:
