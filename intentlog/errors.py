@@ -168,15 +168,60 @@ class StreamPoisoned(IntentlogError):
 
 
 class TaskBusy(IntentlogError):
-    """Another writer holds the task's lock."""
+    """Another writer holds the task's lock (a folder) or lease (an object store).
 
-    def __init__(self, task_id: str, path: str, holder_pid: int | None) -> None:
+    Attributes: ``holder_pid`` and ``holder_host`` (the holder's process and host, None
+    where not known), and for a lease that can be taken over: ``still_for`` (seconds its
+    stream was seen standing still, on this process's clock), ``take_over_after`` (after
+    how long standing still it is taken, None: never without being asked) and ``alive``
+    (True/False when this machine can tell, else None).
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        path: str,
+        holder_pid: int | None,
+        *,
+        holder_host: str | None = None,
+        still_for: float | None = None,
+        take_over_after: float | None = None,
+        alive: bool | None = None,
+    ) -> None:
         self.task_id = task_id
         self.path = path
         self.holder_pid = holder_pid
+        self.holder_host = holder_host
+        self.still_for = still_for
+        self.take_over_after = take_over_after
+        self.alive = alive
         who = f"process {holder_pid}" if holder_pid else "another process"
+        if holder_host:
+            who += f" on {holder_host}"
+        if still_for is None:
+            super().__init__(
+                f"task {task_id!r} is being written by {who} (lock {path}); wait for it to finish or pass a longer wait"
+            )
+            return
+        if alive:
+            state = "it is alive (seen from this machine)"
+        elif alive is False:
+            state = f"its process has ended; its stream has stood still for {still_for:.0f} s as watched from here"
+        elif still_for > 0 or take_over_after is None:
+            state = f"its stream has stood still for {still_for:.0f} s as watched from here"
+        else:
+            state = "its stream moved while watched from here: its holder is alive"
+        if take_over_after is None:
+            when = "it is not taken over unless asked"
+        elif alive:
+            when = "it is taken over once that process ends"
+        else:
+            left = max(0.0, take_over_after - still_for)
+            when = f"it is taken over once its stream stands still {take_over_after:g} s (about {left:.0f} s more)"
         super().__init__(
-            f"task {task_id!r} is being written by {who} (lock {path}); wait for it to finish or pass a longer wait"
+            f"task {task_id!r} is being written by {who} (lease {path}); {state}; {when}. To take it now "
+            "(the holder is fenced: its next append fails with LeaseLost, nothing more written by it): pass "
+            "--take-over-after 0 on the command line, take_over_after=0 in the API; or wait for it to finish"
         )
 
 

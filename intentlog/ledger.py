@@ -25,6 +25,7 @@ from .errors import ArtifactError, IntentlogError, NotALedger, UsageError, Wrong
 from .eventlog import FORMAT, Event, check_task_id
 from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
+from .eventlog.storage import DEFAULT_TAKE_OVER_AFTER
 from .task import Task
 
 if TYPE_CHECKING:
@@ -113,6 +114,12 @@ def _check_wait(wait: object) -> float:
     return check_seconds(wait, "wait")
 
 
+def _check_take_over(seconds: object) -> float:
+    if isinstance(seconds, float) and seconds == float("inf"):
+        return seconds
+    return check_seconds(seconds, "take_over_after")
+
+
 def _read_marker(root: Path) -> dict[str, Any]:
     try:
         marker = orjson.loads((root / MARKER).read_bytes())
@@ -148,6 +155,9 @@ class Ledger:
         self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup, objects=objects)
         self._key = self.location if storage is not None else str(root.resolve())
         self._opened: set[str] = set()
+        #: seconds a dead holder's stream must stand still before a task opened here takes its lease
+        #: (an object store; a folder's lock dies with its holder); ``Ledger.task`` may say otherwise
+        self.take_over_after: float = DEFAULT_TAKE_OVER_AFTER
 
     def __repr__(self) -> str:
         return f"<Ledger {str(self.root)!r}>"
@@ -213,14 +223,21 @@ class Ledger:
 
     # -- tasks ---------------------------------------------------------------------
 
-    def task(self, task_id: str, *, wait: float = 0.0) -> Task:
+    def task(self, task_id: str, *, wait: float = 0.0, take_over_after: float | None = None) -> Task:
         """The process-wide handle of task ``task_id`` (created on its first write).
 
         ``wait`` is how long its first write waits for another process's lock before
-        raising :class:`~intentlog.errors.TaskBusy`.
+        raising :class:`~intentlog.errors.TaskBusy`. ``take_over_after`` (on an object
+        store, where a lease outlives a process killed outright): how long, in seconds of
+        this process's monotonic clock, the holder's stream must stand still (no append, no
+        heartbeat) before the first write takes the lease over, fencing the old holder;
+        ``0`` takes it at once, ``math.inf`` never; None: the ledger's
+        (:attr:`take_over_after`, by default 120 s). A holder that ran on this machine and
+        has ended is taken over at once.
         """
         check_task_id(task_id)
         wait = _check_wait(wait)
+        after = self.take_over_after if take_over_after is None else _check_take_over(take_over_after)
         with _HANDLES_LOCK:
             handle = _HANDLES.get((self._key, task_id))
             if handle is None:
@@ -228,6 +245,7 @@ class Ledger:
                 _HANDLES[(self._key, task_id)] = handle
             self._opened.add(task_id)
         handle.wait = wait
+        handle.stream.take_over_after = after
         return handle
 
     def session(
@@ -427,14 +445,27 @@ def open_ledger(
     create: bool = True,
     workspace: str | os.PathLike[str] | None = None,
     write: bool = False,
+    take_over_after: float | None = None,
 ) -> Ledger:
     """Open the ledger at ``root``, creating its folder layout if missing.
+
+    ``take_over_after``: the ledger's :attr:`Ledger.take_over_after` (None: 120 s), see
+    :meth:`Ledger.task`.
 
     A missing or empty folder becomes a new ledger (every new directory and file is
     fsynced). An existing folder must hold ``intentlog.json``; anything else raises
     :class:`~intentlog.errors.NotALedger` and writes nothing. ``write`` (implied by
     ``create``) opens it to write: a store's fencing probe runs now, before anything is read.
     """
+    ledger = _open_ledger(root, create=create, workspace=workspace, write=write)
+    if take_over_after is not None:
+        ledger.take_over_after = _check_take_over(take_over_after)
+    return ledger
+
+
+def _open_ledger(
+    root: str | os.PathLike[str], *, create: bool, workspace: str | os.PathLike[str] | None, write: bool
+) -> Ledger:
     path = _check_root(root)
     text = os.fspath(root)
     if text.startswith("s3://"):

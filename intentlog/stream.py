@@ -166,6 +166,8 @@ class TaskStream:
         self.root: Path = layout.root
         self.path: Path = layout.stream_path(task_id)
         self.wait = 0.0
+        #: seconds a dead holder's stream must stand still before this writer takes its lease (object store)
+        self.take_over_after: float | None = None
         #: taken around every check-then-append by threads sharing the handle (re-entrant)
         self.mutex = threading.RLock()
         _HANDLES.add(self)
@@ -217,7 +219,13 @@ class TaskStream:
                 seal=self.seal(),
                 storage=self.remote,
             )
-            w.open(wait=self.wait, replay=fold.apply, accept_damage=accept_damage, accept_resend=accept_resend)
+            w.open(
+                wait=self.wait,
+                replay=fold.apply,
+                accept_damage=accept_damage,
+                accept_resend=accept_resend,
+                take_over_after=self.take_over_after,
+            )
             self._writer, self._fold = w, fold
             if gate is not None:
                 self.gate = gate

@@ -52,10 +52,13 @@ class Ctx:
         self.explicit = explicit  # the ledger is not ./.intentlog: hints must name it
         #: the ``s3://bucket/prefix`` the ledger is on (``--root`` as given), or None for a folder
         self.url = url
+        #: ``--take-over-after`` of a command writing a task (seconds), None: the ledger's default
+        self.take_over_after: float | None = None
 
     def ledger(self, *, create: bool = False, write: bool = False) -> Ledger:
         """The ``--root`` ledger; ``write``: opened to write (a store's fencing probe runs first)."""
-        return open_ledger(self.url if self.url is not None else self.root, create=create, write=write)
+        root = self.url if self.url is not None else self.root
+        return open_ledger(root, create=create, write=write, take_over_after=self.take_over_after)
 
     @property
     def prog(self) -> str:

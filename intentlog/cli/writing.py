@@ -12,13 +12,15 @@ from typing import Any
 import click
 import orjson
 
-from ..errors import IntentlogError, UnknownCall
+from ..errors import IntentlogError, UnknownCall, UsageError
 from ..eventlog.format import Event
+from ..eventlog.storage import DEFAULT_TAKE_OVER_AFTER
 from ..fork import default_fork_id
 from ..heads.codec import HEADS_FILE, encode_heads
 from ..ledger import Ledger, open_ledger
 from .app import (
     Ctx,
+    F,
     NotFound,
     dry_run_option,
     emit_json,
@@ -101,13 +103,42 @@ def _report(c: Ctx, task: str, ev: Event, text: str, *, as_json: bool, dry_run: 
     click.echo(c.hint(text))
 
 
-_WAIT = click.option(
-    "--wait",
-    type=click.FloatRange(min=0),
-    default=10.0,
-    show_default=True,
-    help="Seconds to wait for the task's writer lock.",
-)
+def _take_over_after(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--take-over-after``: kept on the command's :class:`Ctx`, so the ledger it opens takes over so."""
+    if value is None:
+        return
+    try:
+        seconds = float(value)  # a bare number is seconds
+    except ValueError:
+        from ..retention import parse_duration
+
+        try:
+            seconds = parse_duration(value, what="--take-over-after") or 0.0
+        except UsageError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    if not seconds >= 0:
+        raise click.BadParameter(f"{value!r} is not a number of seconds >= 0 (or a duration such as 30s, 5m)")
+    ctx.ensure_object(Ctx).take_over_after = seconds
+
+
+def _WAIT(f: F) -> F:
+    """``--wait`` and ``--take-over-after``: how a command writing a task meets another writer."""
+    f = click.option(
+        "--take-over-after",
+        callback=_take_over_after,
+        expose_value=False,
+        metavar="SECONDS",
+        help="On an object store: take the task's lease from a writer whose stream stood still this long "
+        f"(0 or 0s: now; default {DEFAULT_TAKE_OVER_AFTER:g}s, at once from a process of this machine that ended). "
+        "The old writer is fenced. A folder's lock dies with its holder.",
+    )(f)
+    return click.option(
+        "--wait",
+        type=click.FloatRange(min=0),
+        default=10.0,
+        show_default=True,
+        help="Seconds to wait for the task's writer lock.",
+    )(f)
 
 
 @main.command()

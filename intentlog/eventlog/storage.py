@@ -45,7 +45,21 @@ from .format import TASK_ID_RE, check_task_id
 from .lock import WriterLock
 from .reader import MAX_LINE, open_stream
 
-__all__ = ["FolderLease", "FolderStreams", "StreamIO", "StreamLease", "StreamStorage", "ledger_os_error"]
+__all__ = [
+    "DEFAULT_TAKE_OVER_AFTER",
+    "FolderLease",
+    "FolderStreams",
+    "StreamIO",
+    "StreamLease",
+    "StreamStorage",
+    "ledger_os_error",
+]
+
+#: Seconds a task's stream on a storage whose leases outlive their holder (an object store)
+#: must stand still -- no append, no heartbeat, as watched on the taker's own monotonic
+#: clock -- before a writer opening the task takes the lease over. A live holder beats far
+#: more often (every 10 s), so only a holder that died (or is stopped) is ever taken.
+DEFAULT_TAKE_OVER_AFTER = 120.0
 
 SUFFIX = ".jsonl"
 _CHUNK = 1 << 20
@@ -72,11 +86,24 @@ class StreamLease(Protocol):
         more (what reached the storage is unknown: lease the stream again).
         """
 
+    def append_line(self, line: bytes, *, expected_seq: int, sync: bool = True) -> int:
+        """:meth:`append` of one record given as a line already ending in its newline."""
+
+    @property
+    def dirty(self) -> bool:
+        """Whether records were appended that no sync made durable yet (a sync then has something to do)."""
+
     def sync(self) -> None:
         """Make every record appended through this lease durable (nothing to do: no cost)."""
 
     def release(self) -> None:
         """Give the lease up (idempotent); records appended with ``sync=False`` stay appended, not synced."""
+
+    def abandon(self) -> None:
+        """In a forked child: drop the parent's lease, neither releasing it nor writing through it."""
+
+    def renew_mutex(self) -> None:
+        """In a forked child: replace the locks another thread of the parent may have held at the fork."""
 
     def __enter__(self) -> StreamLease: ...
 
@@ -89,12 +116,22 @@ class StreamStorage(Protocol):
     def create(self, name: str, records: Sequence[bytes] = ()) -> None:
         """Make the stream ``name`` holding ``records`` atomically and durably; ``LedgerError`` if it exists."""
 
-    def lease(self, name: str, *, wait: float = 0.0, create: Callable[[], bytes] | None = None) -> StreamLease:
+    def lease(
+        self,
+        name: str,
+        *,
+        wait: float = 0.0,
+        create: Callable[[], bytes] | None = None,
+        take_over_after: float | None = None,
+    ) -> StreamLease:
         """The stream's writer lease, waiting up to ``wait`` s; ``TaskBusy`` if another holds it.
 
         A missing stream is ``FileNotFoundError`` -- unless ``create`` is given: it is then
         called under the lease and the stream created holding the one record it returns
         (atomically: no reader sees it empty; whatever it raises propagates).
+        ``take_over_after``: where a lease can outlive its holder (an object store), it is
+        taken from a holder whose stream stood still that many seconds on this process's
+        monotonic clock (None: never); a folder's lock dies with its holder: no effect.
         """
 
     def read(self, name: str, offset: int = 0) -> bytes:
@@ -201,9 +238,11 @@ class FolderStreams:
         *,
         wait: float = 0.0,
         create: Callable[[], bytes] | None = None,
+        take_over_after: float | None = None,
         repair: bool = False,
     ) -> FolderLease:
-        """See :meth:`StreamStorage.lease`. Folder only: ``repair=True`` grants the lease on a
+        """See :meth:`StreamStorage.lease` (``take_over_after`` has nothing to do: the flock dies
+        with its holder, so no lock outlives a process). Folder only: ``repair=True`` grants the lease on a
         torn tail too, leaving the counting to the caller (the stream writer, which scans
         every record, repairs the tail and then calls :meth:`FolderLease.adopt`)."""
         path = self.path(name)

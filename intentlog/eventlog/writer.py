@@ -29,6 +29,12 @@ A writer belongs to the process that opened it: in a forked child it refuses to 
 With ``storage=`` (an object store's seam) the writer leases, appends and reads through it
 only: a segment there is whole or absent, so a bad line is damage, refused, never repaired
 (see :meth:`StreamWriter._open_remote`); a lost lease makes every later append ``LeaseLost``.
+
+Once open, the writer holds ONE lease behind :class:`~intentlog.eventlog.storage.StreamLease`
+(the folder's lock or the store's stream lease): appends, syncs, the close and a forked
+child's abandon go through it alike. A lease that fails -- a write or sync error (then
+:class:`StreamPoisoned`), a fenced store lease (:class:`LeaseLost`), a put of unknown
+outcome, a lock file replaced -- poisons the writer: every later append refuses.
 """
 
 from __future__ import annotations
@@ -124,10 +130,10 @@ class StreamWriter:
         self.tmp_dir = tmp_dir
         self.storage = FolderStreams(path.parent, tmp_dir=tmp_dir, in_root=in_root, io=_IO)
         self._name = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else task_id
-        self._lease: FolderLease | None = None
+        #: the one lease this writer holds while open (a folder's lock or a store's stream lease)
+        self._lease: StreamLease | None = None
         #: a storage other than a folder (an object store): leased, appended and read through the seam only
         self._store = storage
-        self._remote: StreamLease | None = None
         self._fenced: LeaseLost | None = None  # the lease this writer lost (every later append says so)
         self._fd: int | None = None  # the lease's descriptor on the stream, while open
         self._seq = 0
@@ -147,7 +153,7 @@ class StreamWriter:
 
     @property
     def is_open(self) -> bool:
-        return self._fd is not None or self._remote is not None
+        return self._lease is not None
 
     @property
     def owned(self) -> bool:
@@ -161,8 +167,13 @@ class StreamWriter:
         replay: Callable[[Event], None] | None = None,
         accept_damage: bool = False,
         accept_resend: bool = False,
+        take_over_after: float | None = None,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
+
+        ``take_over_after`` is given to the storage's lease (:meth:`StreamStorage.lease`):
+        on an object store, the seconds a dead holder's stream must stand still before
+        this writer takes its lease (None: never).
 
         ``replay`` sees every trusted event already in the stream (the scan that checks
         the tail is also the caller's chance to build state without a second read).
@@ -172,11 +183,11 @@ class StreamWriter:
         refused (:func:`resend_refusal`) unless ``accept_resend`` too.
         """
         with self._mutex:
-            if self._fd is not None or self._remote is not None:
+            if self._lease is not None:
                 return
             self._pid = os.getpid()
             if self._store is not None:
-                self._open_remote(self._store, wait, replay)
+                self._open_remote(self._store, wait, replay, take_over_after)
                 return
             try:
                 self._check_folders()
@@ -187,19 +198,25 @@ class StreamWriter:
             lease = self.storage.lease(self._name, wait=wait, create=self._first_line, repair=True)
             self._lease, self._fd = lease, lease.fd
             try:
-                self._open_locked(replay, accept_damage, accept_resend)
+                self._open_locked(lease, replay, accept_damage, accept_resend)
             except BaseException:
                 self._close_lease()
                 raise
 
-    def _open_remote(self, store: StreamStorage, wait: float, replay: Callable[[Event], None] | None) -> None:
+    def _open_remote(
+        self,
+        store: StreamStorage,
+        wait: float,
+        replay: Callable[[Event], None] | None,
+        take_over_after: float | None = None,
+    ) -> None:
         """Lease the stream on a non-folder storage, read it whole and check every line.
 
         A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
         repair or quarantine there). A store's seals are checked by the storage's own lease
         (``ObjectStreams.lease``), before anything is written.
         """
-        lease = store.lease(self._name, wait=wait, create=self._created_record)
+        lease = store.lease(self._name, wait=wait, create=self._created_record, take_over_after=take_over_after)
         try:
             self._poisoned, self._fenced = None, None
             self.repaired = self.damage = self.quarantined = None
@@ -213,7 +230,7 @@ class StreamWriter:
         except BaseException:
             lease.release()
             raise
-        self._remote = lease
+        self._lease = lease
 
     def _created_record(self) -> bytes:
         return self._created_line()[:-1]
@@ -246,7 +263,11 @@ class StreamWriter:
         )
 
     def _open_locked(
-        self, replay: Callable[[Event], None] | None, accept_damage: bool, accept_resend: bool = False
+        self,
+        lease: FolderLease,
+        replay: Callable[[Event], None] | None,
+        accept_damage: bool,
+        accept_resend: bool = False,
     ) -> None:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
@@ -264,14 +285,13 @@ class StreamWriter:
         self._started = started
         self._seq = s.count
         self._head = s.head
-        if self._lease is not None:
-            self._lease.adopt(s.count)
+        lease.adopt(s.count)
         try:
             if s.count == 0 and s.problem is None and damage is None:
                 # an empty file: a crash between a repair's truncate and its new first line
                 self._write_created(sync=True)
             if damage is not None:
-                self._repair(s, damage)
+                self._repair(lease, s, damage)
         except OSError as exc:
             raise ledger_os_error(self.path, "repairing the stream's tail", exc) from exc
         if replay and self.repaired is not None:
@@ -279,21 +299,15 @@ class StreamWriter:
 
     def _close_lease(self) -> None:
         lease, self._lease, self._fd = self._lease, None, None
-        remote, self._remote = self._remote, None
         if lease is not None:
             lease.release()
-        if remote is not None:
-            remote.release()
 
     def quarantine_plan(self, offset: int) -> tuple[str, str, int]:
         """The quarantine name, digest and size of the bytes from ``offset`` to the end."""
         return quarantine_plan(self.path, self.task_id, offset, fd=self._fd)
 
-    def _repair(self, s: StreamScan, d: Damage) -> None:
+    def _repair(self, lease: FolderLease, s: StreamScan, d: Damage) -> None:
         """Move the bad tail to quarantine/, truncate, fsync, and record it (DESIGN §4 rule 4)."""
-        lease = self._lease
-        if lease is None:
-            return
         qname, digest, size = self.quarantine_plan(d.offset)
         makedirs_durable(self.quarantine_dir)
         makedirs_durable(self.tmp_dir)
@@ -338,9 +352,6 @@ class StreamWriter:
 
     def _lease_append(self, line: bytes, seq: int, *, sync: bool) -> None:
         """One line through the lease; its failure raised as the ``OSError`` it was (the caller poisons)."""
-        if self._remote is not None:
-            self._remote.append([line[:-1]], expected_seq=seq, sync=sync)
-            return
         lease = self._lease
         if lease is None:  # pragma: no cover - callers check the writer is open
             raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
@@ -402,7 +413,7 @@ class StreamWriter:
                     f"process {os.getpid()}; nothing was written: open the ledger again in the child "
                     "(intentlog.open(...).task(...)) once the parent has closed the task"
                 )
-            if self._lease is None and self._remote is None:
+            if self._lease is None:
                 raise IntentlogError(f"{self.path}: the writer is closed; open the task again")
             if expected_seq is not None and expected_seq != self._seq:
                 raise Conflict(self.task_id, expected_seq, self._seq)
@@ -414,10 +425,9 @@ class StreamWriter:
             except OSError as exc:
                 self._poison(exc)
                 raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc
-            except IntentlogError as exc:
-                if self._remote is not None:  # a lost lease (fenced) or a put of unknown outcome
-                    self._poisoned = f"{type(exc).__name__}: {exc}"
-                    self._fenced = exc if isinstance(exc, LeaseLost) else None
+            except IntentlogError as exc:  # a lost lease (fenced), a put of unknown outcome, a lock file replaced
+                self._poisoned = f"{type(exc).__name__}: {exc}"
+                self._fenced = exc if isinstance(exc, LeaseLost) else None
                 raise
             ev = Event(self._seq, kind, stamp, self._head, data, digest_bytes(line))
             self._seq += 1
@@ -441,23 +451,21 @@ class StreamWriter:
         with self._mutex:
             if self._poisoned is not None:
                 self._refuse_poisoned()
-            if self._remote is not None:
-                try:
-                    self._remote.sync()  # an object store puts the group's buffered records here
-                except IntentlogError as exc:  # fenced, or a put of unknown outcome: nothing more appended
-                    self._poisoned = f"{type(exc).__name__}: {exc}"
-                    self._fenced = exc if isinstance(exc, LeaseLost) else None
-                    raise
-                return
             lease = self._lease
             if lease is None or not lease.dirty:
-                return
+                return  # nothing appended since the last sync: no write, no request
             try:
-                lease.sync()
+                lease.sync()  # a folder syncs its descriptor; an object store puts the group as one segment
             except LedgerError as exc:
-                cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else OSError(str(exc))
-                self._poison(cause)
-                raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from cause
+                if not isinstance(exc.__cause__, OSError):
+                    self._poisoned = f"{type(exc).__name__}: {exc}"  # a put of unknown outcome, a lock file replaced
+                    raise
+                self._poison(exc.__cause__)
+                raise StreamPoisoned(str(self.path), self._poisoned or str(exc)) from exc.__cause__
+            except IntentlogError as exc:  # fenced: nothing more appended, and later appends say so
+                self._poisoned = f"{type(exc).__name__}: {exc}"
+                self._fenced = exc if isinstance(exc, LeaseLost) else None
+                raise
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -481,9 +489,8 @@ class StreamWriter:
     def abandon(self) -> None:
         """In a forked child: close the inherited descriptors, leaving the parent's lock and stream alone."""
         lease, self._lease, self._fd = self._lease, None, None
-        self._remote = None  # the parent's lease: neither released nor written by this child
         if lease is not None:
-            lease.abandon()
+            lease.abandon()  # the parent's lease: neither released nor written by this child
 
     def close(self) -> None:
         """Sync what is pending, close the descriptor and release the lock."""
@@ -492,7 +499,7 @@ class StreamWriter:
             return
         with self._mutex:
             try:
-                pending = self._remote is not None or (self._lease is not None and self._lease.dirty)
+                pending = self._lease is not None and self._lease.dirty
                 if self._poisoned is None and pending:
                     self.sync()  # a store's buffered group is put here (no request when none): a failure raises
             finally:

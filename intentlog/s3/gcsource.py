@@ -303,8 +303,16 @@ class _LogStorage:
     def create(self, name: str, records: Sequence[bytes] = ()) -> None:
         self.streams.create(name, records)
 
-    def lease(self, name: str, *, wait: float = 0.0, create: Callable[[], bytes] | None = None) -> StreamLease:
-        return self.streams.lease(name, wait=wait, create=create, take_over_after=self.take_over_after)
+    def lease(
+        self,
+        name: str,
+        *,
+        wait: float = 0.0,
+        create: Callable[[], bytes] | None = None,
+        take_over_after: float | None = None,
+    ) -> StreamLease:
+        after = self.take_over_after if take_over_after is None else take_over_after
+        return self.streams.lease(name, wait=wait, create=create, take_over_after=after)
 
     def read(self, name: str, offset: int = 0) -> bytes:
         return self.streams.read(name, offset)

@@ -3,26 +3,146 @@
 :meth:`intentlog.s3.streams.ObjectStreams.lease` grants it; see that module for the layout.
 A holder fenced by a take-over finds its next segment number taken: :class:`~intentlog.errors.LeaseLost`,
 nothing written (what it buffered is dropped, never stored).
+
+A lease lives no longer than its process, as a folder's lock does:
+
+- **Released when the process ends.** Every lease taken is registered here, and released
+  (what it buffered put first) by an :mod:`atexit` hook when the process that took it
+  ends normally -- whether or not the program closed its task -- or by an uncaught
+  ``KeyboardInterrupt`` (Ctrl-C). A forked child's exit never releases its parent's
+  leases. Only a process killed outright (``SIGKILL``, a power cut) leaves its lease held.
+- **A heartbeat while held.** A background thread of the process creates, every
+  :data:`HEARTBEAT_EVERY` s, a heartbeat object ``tasks/NAME/h/EPOCH.N`` for each lease it
+  holds (deleting the one before), so a holder that is alive -- idle, or in the middle of
+  a long send -- is seen to move by anyone watching, and a taker waiting for the stream to
+  stand still never takes it from a living process. The heartbeat is not part of the
+  stream (its records and its segments are untouched by it).
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import threading
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import orjson
 
 from ..errors import Conflict, CorruptStream, LeaseLost, LedgerError, UsageError
-from .segments import Segment, checked_records, segment_key
+from .client import ObjectClient
+from .segments import WIDTH, Segment, checked_records, segment_key
 
-if TYPE_CHECKING:
-    from .streams import ObjectStreams
+__all__ = ["HEARTBEAT_EVERY", "LeaseHost", "ObjectLease", "beat_key", "beats_folder", "held_tokens"]
 
-__all__ = ["ObjectLease"]
+#: seconds between two heartbeats of a held lease (a taker's default wait is many of them)
+HEARTBEAT_EVERY = 10.0
+
+
+def beats_folder(name: str) -> str:
+    """Where the heartbeats of the stream ``name``'s lease holders are (``tasks/NAME/h``)."""
+    return f"tasks/{name}/h"
+
+
+def beat_key(name: str, epoch: int, n: int) -> str:
+    """The ``n``-th heartbeat of the lease of ``epoch`` on stream ``name``."""
+    return f"{beats_folder(name)}/{epoch:0{WIDTH}d}.{n:0{WIDTH}d}"
+
+
+class LeaseHost(Protocol):
+    """What a lease needs of the streams that granted it (:class:`~intentlog.s3.streams.ObjectStreams`)."""
+
+    @property
+    def client(self) -> ObjectClient: ...
+
+    def where(self, name: str) -> str: ...
+
+    def put_segment(self, key: str, body: bytes) -> tuple[bool, str | None]: ...
+
+    def remember(self, name: str, seg: Segment, payload: bytes, size: int, tag: str | None = None) -> None: ...
+
+    def checkpoint_after(self, name: str, seg: Segment) -> None: ...
+
+    def forget(self, name: str, lease: ObjectLease) -> None: ...
+
+    def tail(self, name: str) -> Segment: ...
+
+
+# -- the leases this process holds: released at its end, kept alive by its heartbeat ---------------
+
+_live: dict[int, ObjectLease] = {}
+_live_mutex = threading.Lock()
+_wake = threading.Event()
+_beater: tuple[int, threading.Thread] | None = None  # (the pid that started it, the thread)
+
+
+def _register(lease: ObjectLease) -> None:
+    global _beater
+    with _live_mutex:
+        _live[id(lease)] = lease
+        pid = os.getpid()
+        if _beater is None or _beater[0] != pid:  # none yet, or the parent's (a forked child has no such thread)
+            thread = threading.Thread(target=_beat_forever, name="intentlog-lease-heartbeat", daemon=True)
+            _beater = (pid, thread)
+            thread.start()
+
+
+def _unregister(lease: ObjectLease) -> None:
+    with _live_mutex:
+        _live.pop(id(lease), None)
+
+
+def _mine() -> list[ObjectLease]:
+    """The leases this very process took (a forked child's inherited entries are its parent's)."""
+    pid = os.getpid()
+    with _live_mutex:
+        return [lease for lease in _live.values() if lease.pid == pid]
+
+
+def held_tokens() -> frozenset[str]:
+    """The holder tokens of the leases this process holds now (their holder is alive: it is this process)."""
+    return frozenset(lease.token for lease in _mine())
+
+
+def _beat_forever() -> None:
+    while True:
+        _wake.wait(HEARTBEAT_EVERY)
+        _wake.clear()
+        for lease in _mine():
+            try:
+                lease.beat()
+            except Exception:  # a missed beat is retried at the next; the holder's own puts report
+                pass
+
+
+def _after_fork_in_child() -> None:
+    """A lock the heartbeat thread held at the fork stays held in the child: renew it (the thread is not there)."""
+    global _live_mutex, _wake
+    _live_mutex = threading.Lock()
+    _wake = threading.Event()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """Release every lease this process still holds: its end gives them up, as a folder's lock dies with it."""
+    for lease in _mine():
+        try:
+            lease.release()
+        except Exception:  # at exit nothing can be reported; the next writer takes it over
+            pass
 
 
 class ObjectLease:
     """A held lease on one object-store stream: appends are conditional creates at the next number.
+
+    ``lives_with_process=False``: a lease meant to outlive its holder (gc's, which stays a
+    retired stream's tail): neither released at the process's end nor kept alive by its
+    heartbeat.
 
     Group commit: records appended with ``sync=False`` are buffered and put, with whatever
     the next synced append brings, as ONE segment by the next :meth:`sync` (or synced
@@ -36,7 +156,7 @@ class ObjectLease:
     #: a buffer this large is put at once, before its sync (one segment stays one GET to read)
     FLUSH_BYTES = 4 << 20
 
-    def __init__(self, streams: ObjectStreams, name: str, lease: Segment) -> None:
+    def __init__(self, streams: LeaseHost, name: str, lease: Segment, *, lives_with_process: bool = True) -> None:
         self._streams = streams
         self.name = name
         self._last = lease
@@ -46,6 +166,18 @@ class ObjectLease:
         self._mutex = threading.RLock()
         self._buf: list[bytes] = []
         self._buf_size = 0
+        #: the process that took the lease: only it releases it at its end, and only it beats
+        self.pid = os.getpid()
+        self._beat_mutex = threading.Lock()
+        self._beats = 0
+        self._beat: str | None = None  # the heartbeat object standing now
+        if lives_with_process:
+            _register(self)
+
+    @property
+    def token(self) -> str:
+        """The holder token written in the lease segment."""
+        return self._holder
 
     @property
     def epoch(self) -> int:
@@ -86,6 +218,18 @@ class ObjectLease:
                 self._put_buffer()
             return self.next_seq
 
+    def append_line(self, line: bytes, *, expected_seq: int, sync: bool = True) -> int:
+        """:meth:`append` of one record given as a line ending in its newline."""
+        return self.append([line[:-1] if line.endswith(b"\n") else line], expected_seq=expected_seq, sync=sync)
+
+    def abandon(self) -> None:
+        """In a forked child: the lease stays the parent's (released at the parent's end, never at the child's)."""
+
+    def renew_mutex(self) -> None:
+        """In a forked child: locks a thread of the parent held at the fork stay held there; replace them."""
+        self._mutex = threading.RLock()
+        self._beat_mutex = threading.Lock()
+
     def sync(self) -> None:
         """Put the buffered records as one segment; a lost or failed lease says so (nothing to put: no request)."""
         with self._mutex:
@@ -93,6 +237,30 @@ class ObjectLease:
                 return  # nothing buffered: a release puts what was
             self._check_state()
             self._put_buffer()
+
+    def beat(self) -> None:
+        """Create the next heartbeat object and delete the one before (nothing once the lease is not held)."""
+        with self._beat_mutex:
+            if self._state != "held":
+                return
+            client = self._streams.client
+            self._beats += 1
+            key = beat_key(self.name, self._epoch, self._beats)
+            client.create(key, orjson.dumps({"holder": self._holder, "n": self._beats}))
+            before, self._beat = self._beat, key
+            if before is not None:
+                client.delete(before)
+
+    def _end_beats(self) -> None:
+        """No more heartbeats: leave the registry, delete the standing heartbeat (best effort)."""
+        _unregister(self)
+        with self._beat_mutex:
+            key, self._beat = self._beat, None
+        if key is not None:
+            try:
+                self._streams.client.delete(key)
+            except LedgerError:
+                pass  # a stale heartbeat says nothing once the stream's tail is not this lease
 
     def _check_state(self) -> None:
         where = self._streams.where(self.name)
@@ -121,10 +289,12 @@ class ObjectLease:
         except LedgerError as exc:
             self._state = "poisoned"  # the put's outcome is unknown: the next lease reads the tail again
             self._streams.forget(self.name, self)
+            self._end_beats()
             raise LedgerError(f"{where}: append failed ({exc}); lease the stream again to see what it holds") from exc
         if not stored:
             self._state = "lost"  # fenced: the records buffered are dropped, never stored
             self._streams.forget(self.name, self)
+            self._end_beats()
             raise LeaseLost(self.name, client.describe(key), self._epoch)
         self._last = seg
         self._streams.remember(self.name, seg, body[body.index(b"\n") + 1 :], len(body), tag)
@@ -138,6 +308,7 @@ class ObjectLease:
         """
         with self._mutex:
             if self._state in ("released", "lost"):
+                _unregister(self)
                 return
             if self._state == "held" and self._buf:
                 try:
@@ -145,17 +316,16 @@ class ObjectLease:
                 except LedgerError:
                     pass  # poisoned: the put's outcome is unknown (looked at below)
             self._streams.forget(self.name, self)
+            state, self._state = self._state, "released"  # no heartbeat from here on
+            self._end_beats()
             last = self._last
-            if self._state == "poisoned":
+            if state == "poisoned":
                 try:
                     last = self._streams.tail(self.name)
                 except (LedgerError, CorruptStream, FileNotFoundError):
-                    self._state = "released"
                     return
                 if (last.epoch, last.holder) != (self._epoch, self._holder) or not last.held:
-                    self._state = "released"
                     return
-            self._state = "released"
             mark = Segment("release", last.seg + 1, last.end_seq, last.end_off, self._epoch, self._holder)
             try:
                 created, tag = self._streams.put_segment(segment_key(self.name, mark.seg), mark.encode())

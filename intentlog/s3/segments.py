@@ -2,7 +2,8 @@
 
 Each segment object is one header line -- what it is (``create``, ``lease``, ``data``,
 ``release``, ``cut``), its number, the seq and byte offset it starts at, the lease epoch and holder,
-how many records follow -- then the records of one append. :func:`decode_segment` refuses
+how many records follow; a ``lease`` also names the process that took it
+(:class:`~intentlog.s3.holder.Holder`) -- then the records of one append. :func:`decode_segment` refuses
 (:class:`~intentlog.errors.CorruptStream`) an object that does not describe itself and its
 records exactly.
 
@@ -25,6 +26,7 @@ import orjson
 
 from ..errors import CorruptStream, UsageError
 from ..eventlog.reader import MAX_LINE
+from .holder import Holder
 
 __all__ = [
     "DIGITS",
@@ -56,6 +58,8 @@ class Segment:
     n: int = 0  # records in this segment
     size: int = 0  # bytes of records in this segment
     void: int = 0  # a cut: the first segment number it voids (the segments from there to it are never read)
+    #: the process that took the lease (a ``lease`` segment; None where not recorded): for people and takers
+    who: Holder | None = None
 
     @property
     def held(self) -> bool:
@@ -75,6 +79,8 @@ class Segment:
         head |= {"holder": self.holder, "n": len(records)}
         if self.kind == "cut":
             head["void"] = self.void
+        if self.who is not None:
+            head["who"] = self.who.to_json()
         return orjson.dumps(head) + b"\n" + b"".join(r + b"\n" for r in records)
 
 
@@ -96,7 +102,8 @@ def decode_segment(where: str, seg: int, body: bytes) -> tuple[Segment, bytes]:
         raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment: a stream is created at segment 0 only")
     if kind in ("lease", "release") and payload:
         raise CorruptStream(where, 1, f"segment {seg} is a {kind!r} segment carrying records: only data segments do")
-    return Segment(kind, seg, seq, off, epoch, holder, n, len(payload), void), payload
+    who = Holder.from_json(head.get("who")) if kind == "lease" else None
+    return Segment(kind, seg, seq, off, epoch, holder, n, len(payload), void, who), payload
 
 
 def is_number(text: str) -> bool:

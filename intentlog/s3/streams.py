@@ -42,6 +42,7 @@ segment) rather than mistaken for a lost lease.
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
@@ -54,7 +55,8 @@ from ..errors import CorruptStream, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
 from .bounds import SealReader, seal_refusal
 from .client import ObjectClient, TaggedClient
-from .lease import ObjectLease
+from .holder import Holder, this_process
+from .lease import HEARTBEAT_EVERY, ObjectLease, beats_folder, held_tokens
 from .segcache import Part, SegmentCache, continues
 from .segments import (
     DIGITS,
@@ -73,6 +75,8 @@ __all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Seg
 #: A checkpoint object is created after every segment whose number is a multiple of this.
 CHECKPOINT_EVERY = 64
 _POLL = 0.05
+#: how often a writer watching a held stream for a take-over looks again, once its ``wait`` is over
+_WATCH = 1.0
 _READERS = 8
 #: a lease whose holder token starts so is gc's: never taken over by a writer (a retired stream keeps it as its tail)
 GC_HOLDER = "gc-"
@@ -81,8 +85,18 @@ GC_HOLDER = "gc-"
 class ObjectStreams:
     """:class:`~intentlog.eventlog.storage.StreamStorage` over an object store's conditional create."""
 
-    def __init__(self, client: ObjectClient, *, before_write: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: ObjectClient,
+        *,
+        before_write: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.client = client
+        #: this process's monotonic clock and its sleep: every wait and take-over is measured on them only
+        self.clock = clock
+        self.sleep = sleep
         #: called before every segment this handle puts (a store opened to read runs its fencing probe there)
         self.before_write = before_write
         #: the leases held through this handle, by stream: its reads see their buffered records
@@ -91,6 +105,8 @@ class ObjectStreams:
         self._seals = SealReader(client)
         #: the segments read or created through this handle, by stream (checked against the tail on every use)
         self._cache = SegmentCache()
+        #: the process holding each stream's lease, by stream, as (epoch, holder) (found once per epoch)
+        self._holders: dict[str, tuple[int, Holder | None]] = {}
         #: whether the client names objects by ETag: only then does a reader not holding the lease use the cache
         self._tagged = isinstance(client, TaggedClient)
         #: the stream id the store's gc log records gc finished deleting under a name (set by the ledger's
@@ -144,19 +160,35 @@ class ObjectStreams:
     ) -> ObjectLease:
         """The writer lease, waiting up to ``wait`` s for a holder to release it (``TaskBusy`` then).
 
-        With ``take_over_after`` the lease is taken from a holder whose stream has not moved
-        for that many seconds of this process's monotonic clock (0: at once); the old holder
-        is fenced by its next put. ``FileNotFoundError`` if the stream does not exist, unless
-        ``create`` is given: the stream is then created holding the record it returns (one
-        conditional create: it appears whole or not at all; when another writer created it
-        first, theirs stands and this one leases it like any other). ``holder``: the lease's
-        token (gc's start with :data:`GC_HOLDER`; a stream whose tail is gc's lease is refused).
+        With ``take_over_after`` the lease is taken from a holder whose stream -- its tail
+        segment and its holder's heartbeats (:data:`~intentlog.s3.lease.HEARTBEAT_EVERY`) --
+        has not moved for that many seconds of this process's monotonic clock (0: at once).
+        No timestamp another machine wrote is ever compared. The watch goes on past ``wait``
+        until the stream is seen to move (``TaskBusy``: a live holder keeps its lease) or
+        has stood still long enough; a holder this machine knows alive (it runs here:
+        :meth:`~intentlog.s3.holder.Holder.alive`) is refused once ``wait`` is over. The
+        take-over is a ``lease`` segment at the next number, as any lease: the old holder
+        is fenced by its next put. ``take_over_after=None`` (or infinite): never taken
+        (``TaskBusy`` once ``wait`` is over).
+
+        ``FileNotFoundError`` if the stream does not exist, unless ``create`` is given: the
+        stream is then created holding the record it returns (one conditional create: it
+        appears whole or not at all; when another writer created it first, theirs stands
+        and this one leases it like any other). ``holder``: the lease's token (gc's start
+        with :data:`GC_HOLDER`; a stream whose tail is gc's lease is refused).
         """
         check_task_id(name)
+        if isinstance(take_over_after, bool) or not (
+            take_over_after is None or (isinstance(take_over_after, int | float) and take_over_after >= 0)
+        ):
+            raise UsageError(f"take_over_after must be a number of seconds >= 0 or None, not {take_over_after!r}")
+        if take_over_after is not None and math.isinf(take_over_after):
+            take_over_after = None  # never
         if not self._tagged:  # without ETags a writer's open reads the stream afresh, as a folder's scans its file
             self._cache.drop(name)
-        start = time.monotonic()
-        seen: tuple[int, float] | None = None  # (tail seg, when first seen here)
+        start = self.clock()
+        seen: tuple[object, float] | None = None  # (the stream's state, when first seen so here)
+        moved = False  # whether the state changed while watched: its holder is alive
         made: Segment | None = None  # the stream's creation, just put by this writer: its tail, known
         sealed = False  # whether the seals were checked (once: after gc's refusal, before any put)
         while True:
@@ -193,25 +225,95 @@ class ObjectStreams:
             if not sealed:
                 self.check_seal(name)
                 sealed = True
-            now = time.monotonic()
-            if seen is None or seen[0] != tail.seg:
-                seen = (tail.seg, now)
-            stale = take_over_after is not None and now - seen[1] >= take_over_after
-            if not tail.held or stale:
-                token = holder if holder is not None else secrets.token_hex(8)
-                lease = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token)
-                created, tag = self.put_segment(segment_key(name, lease.seg), lease.encode())
-                if created:
-                    self.remember(name, lease, b"", len(lease.encode()), tag)
-                    self.checkpoint_after(name, lease)
-                    held = ObjectLease(self, name, lease)
-                    with self._held_mutex:
-                        self._held[name] = held
-                    return held
+            now = self.clock()
+            alive: bool | None = None
+            if tail.held:
+                state: object = (tail.seg, self._last_beat(name) if take_over_after is not None else None)
+                if seen is None or seen[0] != state:
+                    moved = moved or seen is not None
+                    seen = (state, now)
+                who = self._holder_of(name, tail)
+                alive = True if tail.holder in held_tokens() else (who.alive() if who is not None else None)
+            still = now - seen[1] if seen is not None else 0.0
+            if not tail.held or (take_over_after is not None and still >= take_over_after):
+                taken = self._take(name, tail, holder)
+                if taken is not None:
+                    return taken
                 continue  # another writer got there first: look again
-            if now - start >= wait:
-                raise TaskBusy(name, self.where(name), None)
-            time.sleep(_POLL)
+            if now - start >= wait and (take_over_after is None or moved or alive):
+                who = self._holder_of(name, tail)
+                raise TaskBusy(
+                    name,
+                    self.where(name),
+                    who.pid if who is not None else None,
+                    holder_host=who.host if who is not None else None,
+                    still_for=still,
+                    take_over_after=take_over_after,
+                    alive=alive,
+                )
+            self.sleep(_POLL if now - start < wait else min(_WATCH, HEARTBEAT_EVERY))
+
+    def _take(self, name: str, tail: Segment, holder: str | None) -> ObjectLease | None:
+        """Put a ``lease`` segment after ``tail``: the lease, or None when another writer put one there first."""
+        token = holder if holder is not None else secrets.token_hex(8)
+        seg = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token, who=this_process())
+        body = seg.encode()
+        created, tag = self.put_segment(segment_key(name, seg.seg), body)
+        if not created:
+            return None
+        self.remember(name, seg, b"", len(body), tag)
+        self.checkpoint_after(name, seg)
+        held = ObjectLease(self, name, seg, lives_with_process=not token.startswith(GC_HOLDER))
+        with self._held_mutex:
+            self._held[name] = held
+        if tail.held:  # a take-over: the holder taken from never deleted its heartbeats (a release does)
+            for key, _ in self.client.scan(beats_folder(name)):
+                try:
+                    self.client.delete(key)
+                except LedgerError:
+                    pass  # a stale heartbeat only makes a later watcher wait longer
+        return held
+
+    def _last_beat(self, name: str) -> str | None:
+        """The newest heartbeat object of ``name``'s lease holders (None: none stands)."""
+        last = None
+        for key, _ in self.client.scan(beats_folder(name)):
+            last = key
+        return last
+
+    def _holder_of(self, name: str, tail: Segment) -> Holder | None:
+        """The process that took the lease ``tail`` is under (its ``lease`` segment records it; None if not)."""
+        if tail.kind == "lease":
+            return tail.who
+        known = self._holders.get(name)
+        if known is not None and known[0] == tail.epoch:
+            return known[1]
+        try:
+            who = self.holder_segment(name, tail).who
+        except (CorruptStream, LedgerError):
+            return None
+        self._holders[name] = (tail.epoch, who)
+        return who
+
+    def holder_segment(self, name: str, tail: Segment) -> Segment:
+        """The ``lease`` segment the held stream with tail ``tail`` is under: the first of its epoch.
+
+        Epochs never go down along a stream (a lease is one more than the tail it follows;
+        data and release segments carry their lease's): a binary search, a GET per step.
+        """
+        if tail.kind == "lease" or not tail.held:
+            return tail
+        lo, hi = 0, tail.seg  # the first segment of tail.epoch is in (lo, hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.segment(name, mid)[0].epoch >= tail.epoch:
+                hi = mid
+            else:
+                lo = mid
+        found = self.segment(name, hi)[0]
+        if found.kind != "lease" or found.epoch != tail.epoch:
+            raise CorruptStream(self.where(name), found.seq + 1, "the holder's data does not follow a lease segment")
+        return found
 
     def check_seal(self, name: str) -> None:
         """Refuse a stream behind what any seal recorded for it (``CorruptStream``, as a folder's writer does).
