@@ -66,7 +66,7 @@ def _template(folder: Path, effects: int) -> list[tuple[str, bytes, str]]:
 def _write_stream(path: Path, task_id: str, events: list[tuple[str, bytes, str]]) -> None:
     prev: str | None = None
     lines = []
-    from intentlog._digest import digest_bytes
+    from intentlog._internal.digest import digest_bytes
 
     for seq, (kind, data, ts) in enumerate(events):
         if seq == 0:
@@ -212,7 +212,7 @@ def make_sqlite(root: Path, db: Path) -> None:
         return
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, kind TEXT, ts TEXT, prev TEXT, data BLOB, digest TEXT)")
-    from intentlog._digest import digest_bytes
+    from intentlog._internal.digest import digest_bytes
 
     rows = []
     for line in (root / "tasks" / "long.jsonl").read_bytes().splitlines(keepends=True):

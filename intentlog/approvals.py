@@ -26,7 +26,7 @@ import time
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ._digest import is_digest
+from ._internal.digest import is_digest
 from .errors import ApprovalConflict, ApprovalPending, UnknownApproval, UnknownCall, UsageError
 from .eventlog.redaction import scrub_note
 from .projections.operator import APPROVED, REJECTED, VOID, ApprovalState, OperatorFold, approval_states

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-from ._digest import is_digest
+from ._internal.digest import is_digest
 from .artifacts import Ref, inline_bytes
 from .artifacts.inline import ref_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError

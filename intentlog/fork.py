@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ._digest import digest_bytes
+from ._internal.digest import digest_bytes
 from .errors import CorruptStream, EffectUnknown, IntentlogError, LedgerError, UnknownCall, UsageError
 from .eventlog.canonical import dumps
 from .eventlog.format import FORMAT, TASK_CREATED, Event, check_task_id, encode_line, new_stream_id, utc_now

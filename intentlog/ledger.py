@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
-from ._args import check_bool, check_seconds
-from ._fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofollow, publish_bytes
+from ._internal.args import check_bool, check_seconds
+from ._internal.fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofollow, publish_bytes
 from .artifacts import ArtifactStore, inline_bytes
 from .errors import ArtifactError, IntentlogError, NotALedger, UsageError, WrongType
 from .eventlog import FORMAT, Event, check_task_id
@@ -46,7 +46,7 @@ _SUBDIRS: Final = ("tasks", "objects", "tmp", "quarantine")
 GITIGNORE: Final = (
     b"# intentlog: lock files, staging and the view cache (derived, deletable) are not evidence\n*.lock\ntmp/\ncache/\n"
 )
-#: The view cache's folder (intentlog/viewcache.py): made with the ledger, so a reader never creates it.
+#: The view cache's folder (intentlog/viewcache/__init__.py): made with the ledger, so a reader never creates it.
 CACHE: Final = "cache"
 GITATTRIBUTES: Final = (
     b"# intentlog: hashes cover exact bytes; never let git rewrite line endings\n"

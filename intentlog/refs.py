@@ -11,7 +11,7 @@ Guarantee that gc's safety rests on (pinned by a property test): for any event d
 ``walk(data, EXPORT)`` names, so retention never keeps fewer blobs than verify checks or
 export copies. Walks are iterative: data nested as deep as JSON allows cannot overflow.
 
-Pure: imports nothing above :mod:`intentlog._digest`.
+Pure: imports nothing above :mod:`intentlog._internal.digest`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ._digest import DIGEST_PREFIX, is_digest, is_ref
+from ._internal.digest import DIGEST_PREFIX, is_digest, is_ref
 
 __all__ = [
     "CHECK",

@@ -5,7 +5,7 @@ lock, taken at the first write and held until :meth:`TaskStream.close`), the liv
 state kept current by the handle's own appends, the privileged append (any kind, the
 protocol's own namespaces included), group commit, the in-flight guard against running
 one key twice at once, and reading. Effects, approvals, checkpoints, sessions and fork
-take a ``TaskStream`` (or the :class:`~intentlog._types.StreamLayout` and the store),
+take a ``TaskStream`` (or the :class:`~intentlog._internal.types.StreamLayout` and the store),
 never the :class:`~intentlog.task.Task` facade or the ledger; ``Task`` is a thin facade
 over it that adds the public checks (reserved kinds, argument types). Every append, the
 stream's creation and the writer lock reach the disk through the stream seam
@@ -39,8 +39,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, final
 
-from ._nofollow import check_real_dir
-from ._procs import PROC_LOCKS, flock_writer
+from ._internal.nofollow import check_real_dir
+from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import encode_data
@@ -49,7 +49,7 @@ from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
 if TYPE_CHECKING:
-    from ._types import StreamLayout
+    from ._internal.types import StreamLayout
     from .artifacts import ArtifactStore
     from .eventlog.storage import StreamStorage
 
@@ -245,7 +245,7 @@ class TaskStream:
         """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
         if self.remote is not None:
             return None  # a store's seals (heads/N.json) are checked by its own lease (ObjectStreams.check_seal)
-        from .gclog import retired_by_gc
+        from .eventlog.gclog import retired_by_gc
         from .heads.codec import read_heads_at
 
         heads = read_heads_at(self.root)

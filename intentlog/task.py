@@ -19,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, final
 
-from ._args import check_path
-from ._types import EffectKwargs, PrepareKwargs, StreamLayout, spelled
+from ._internal.args import check_path
+from ._internal.types import EffectKwargs, PrepareKwargs, StreamLayout, spelled
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
@@ -28,7 +28,7 @@ from .projections.workstate import WorkState, work_state
 from .stream import TaskStream
 
 if TYPE_CHECKING:
-    from ._types import Send, Unpack
+    from ._internal.types import Send, Unpack
     from .artifacts import ArtifactStore, Ref
     from .checkpoints import Checkpoint, Evidence
     from .compile import Package
@@ -217,7 +217,7 @@ class Task:
         See :func:`intentlog.effects.effect` and DESIGN §5 for what happens in each stage;
         :meth:`intentlog.Call.run` for heartbeats (``intentlog.heartbeat``) and the
         ``inactivity_timeout`` / ``max_duration`` limits of a long effect. The options
-        (:class:`~intentlog._types.EffectKwargs`) are checked once, before anything is written.
+        (:class:`~intentlog._internal.types.EffectKwargs`) are checked once, before anything is written.
         """
         from .effects.intent import check_not_async
         from .effects.options import EffectOptions

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
 from . import viewcache
-from ._digest import DIGEST_PREFIX
-from ._nofollow import open_dir_nofollow
-from ._procs import PROC_LOCKS
+from ._internal.digest import DIGEST_PREFIX
+from ._internal.nofollow import open_dir_nofollow
+from ._internal.procs import PROC_LOCKS
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
 from .projections.operator import OperatorFold
@@ -31,7 +31,7 @@ from .projections.status import OPERATOR_STATES, TaskStatus, status_of
 from .projections.workstate import WorkStateFold
 from .stream import lock_holder
 from .viewcache import fold_task
-from .viewindex import IndexJoin, facts_of
+from .viewcache.index import IndexJoin, facts_of
 
 if TYPE_CHECKING:
     from .eventlog.format import Event

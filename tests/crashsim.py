@@ -1,6 +1,6 @@
 """A power-loss simulator for the folder storage: record every file-system call, build crash states.
 
-Not a test module. :class:`Recorder` wraps every function of :mod:`intentlog._fsops` (the one
+Not a test module. :class:`Recorder` wraps every function of :mod:`intentlog._internal.fsops` (the one
 place the folder implementations and ``_fsutil`` create, write, sync, link, rename, truncate
 and remove files) and logs, in order, what each call did to a ledger folder: per file
 (by inode: writes, truncations, syncs) and per directory (creates, links, renames, unlinks,
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import intentlog._fsops as fsops
+import intentlog._internal.fsops as fsops
 
 PAGE = 4096
 SEED = int(os.environ.get("INTENTLOG_CRASH_SEED", "2126"))

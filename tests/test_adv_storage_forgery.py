@@ -12,7 +12,7 @@ import pytest
 from test_verify_forgery import Events, at, reseal, verdicts
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.eventlog.canonical import dumps
 from intentlog.projections.verify import verify_path
 

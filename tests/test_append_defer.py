@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import intentlog
-import intentlog._fsops as fsops
+import intentlog._internal.fsops as fsops
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import intentlog.artifacts.store as store_module
-from intentlog._fsutil import publish_bytes
+from intentlog._internal.fsutil import publish_bytes
 from intentlog.artifacts import (
     INLINE_MAX,
     ArtifactStore,

@@ -48,7 +48,7 @@ def test_a_lost_folder_lock_is_the_same_lease_lost(tmp_path: Path) -> None:
 
 
 def test_one_proc_locks_parser_answers_for_the_backlog_and_the_writer(tmp_path: Path) -> None:
-    from intentlog import _procs
+    from intentlog._internal import procs as _procs
     from intentlog.backlog import procs
 
     f = tmp_path / "f"

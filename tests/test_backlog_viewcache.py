@@ -16,7 +16,7 @@ from backlog_steps import read_receipts
 
 import intentlog
 from intentlog.backlog import itemcache
-from intentlog.viewstore import read_lines, write_lines
+from intentlog.viewcache.store import read_lines, write_lines
 
 N = 70  # at least itemcache.MIN_ITEMS
 

@@ -28,7 +28,7 @@ from effect_child import Killed, kill_before
 
 import intentlog
 from intentlog import NotSent, ProviderFailure, RetryPolicy
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.bundle import (
     HASHES_FILE,
     STATES_FILE,

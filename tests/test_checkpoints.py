@@ -12,7 +12,7 @@ import pytest
 from effect_child import disk_events, snapshot
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.artifacts.inline import INLINE_MAX
 from intentlog.errors import ArtifactMissing, UsageError
 from intentlog.projections.verify import verify_ledger

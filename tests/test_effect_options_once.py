@@ -22,7 +22,7 @@ from effect_child import disk_events, snapshot
 import intentlog
 import intentlog.http
 from intentlog import effects
-from intentlog._types import EffectKwargs, PrepareKwargs, RunKwargs, TurnKwargs
+from intentlog._internal.types import EffectKwargs, PrepareKwargs, RunKwargs, TurnKwargs
 from intentlog.effects import Call
 from intentlog.effects.options import EffectOptions
 from intentlog.http import HashKwargs, HttpKwargs

@@ -13,7 +13,7 @@ import pytest
 from effect_child import disk_events, snapshot
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.eventlog.canonical import dumps
 from intentlog.eventlog.format import encode_line
 from intentlog.fork import check_fork

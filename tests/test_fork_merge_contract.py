@@ -18,7 +18,7 @@ import s3_server
 from click.testing import CliRunner
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.cli import main
 from intentlog.errors import EffectUnknown, MergeRefused
 from intentlog.fork import check_fork

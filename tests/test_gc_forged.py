@@ -15,7 +15,7 @@ import pytest
 
 import intentlog
 from intentlog.retention import plan_gc
-from intentlog.viewindex import IndexJoin, iter_index
+from intentlog.viewcache.index import IndexJoin, iter_index
 
 BAD_NAME = b"\xff.backlog.jsonl"
 

@@ -16,7 +16,7 @@ from blake3 import blake3
 
 import intentlog
 from intentlog.retention import plan_gc
-from intentlog.viewindex import INDEX_FORMAT, facts_of
+from intentlog.viewcache.index import INDEX_FORMAT, facts_of
 from intentlog.views import task_rows
 
 

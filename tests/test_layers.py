@@ -66,9 +66,9 @@ def _violations(subs: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
 def test_the_import_walker_resolves_relative_imports() -> None:
     """imports_of resolves ``from ..x import y`` against the module's package (so the layer checks can fail)."""
     writer = imports_of(PKG / "eventlog" / "writer.py")
-    assert {"intentlog._fsutil", "intentlog.errors", "intentlog.eventlog.format"} <= writer
+    assert {"intentlog._internal.fsutil", "intentlog.errors", "intentlog.eventlog.format"} <= writer
     assert "intentlog.eventlog.writer" in imports_of(PKG / "eventlog" / "__init__.py")
-    assert _violations(("eventlog",), ("intentlog._fsutil",)), "a forbidden import is reported"
+    assert _violations(("eventlog",), ("intentlog._internal.fsutil",)), "a forbidden import is reported"
 
 
 def test_eventlog_and_artifacts_know_nothing_above_them() -> None:
@@ -85,7 +85,9 @@ def test_eventlog_and_artifacts_know_nothing_above_them() -> None:
 def test_projections_import_no_writer() -> None:
     """intentlog/projections imports neither the stream writer nor the atomic-write helper: projections never write."""
     assert (
-        _violations(("projections",), ("intentlog.eventlog.writer", "intentlog._fsutil", "intentlog.eventlog.lock"))
+        _violations(
+            ("projections",), ("intentlog.eventlog.writer", "intentlog._internal.fsutil", "intentlog.eventlog.lock")
+        )
         == []
     )
 
@@ -187,26 +189,26 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog.errors": (0, "foundation"),
     "intentlog._internal": (0, "foundation"),
     "intentlog._internal.*": (0, "foundation"),
-    "intentlog._digest": (0, "foundation"),
-    "intentlog._args": (0, "foundation"),
-    "intentlog._text": (0, "foundation"),
-    "intentlog._types": (0, "foundation"),
-    "intentlog._nofollow": (0, "foundation"),
-    "intentlog._fsops": (0, "foundation"),
-    "intentlog._fsutil": (0, "foundation"),
-    "intentlog._regular": (0, "foundation"),
-    "intentlog._procs": (0, "foundation"),
+    "intentlog._internal.digest": (0, "foundation"),
+    "intentlog._internal.args": (0, "foundation"),
+    "intentlog._internal.text": (0, "foundation"),
+    "intentlog._internal.types": (0, "foundation"),
+    "intentlog._internal.nofollow": (0, "foundation"),
+    "intentlog._internal.fsops": (0, "foundation"),
+    "intentlog._internal.fsutil": (0, "foundation"),
+    "intentlog._internal.regular": (0, "foundation"),
+    "intentlog._internal.procs": (0, "foundation"),
     # 1 storage: streams and objects behind their seams; they know nothing of calls
     "intentlog.eventlog.*": (1, "storage"),
     "intentlog.artifacts.*": (1, "storage"),
     # the codecs of the ledger's own files, next to their writers (heads.json, gc.jsonl)
     "intentlog.heads.codec": (1, "storage"),
-    "intentlog.gclog": (1, "storage"),
+    "intentlog.eventlog.gclog": (1, "storage"),
     # the seams' object-store implementations (the s3 extra), and a local SeaweedFS to run them on
     "intentlog.s3": (1, "storage"),
     "intentlog.s3.*": (1, "storage"),
     # 2 pure: folds over events and policies that read and write nothing
-    "intentlog._diff": (2, "pure"),
+    "intentlog._internal.diff": (2, "pure"),
     "intentlog.dedup": (2, "pure"),
     "intentlog.projections.*": (2, "pure"),
     # 3 features, ordered inside (3.0 < 3.1 < 3.2 < 3.3): the stream core and the names every
@@ -226,13 +228,13 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog.fork": (3.1, "effects"),
     # the view cache: derived, deletable projections per task (read through, checked against the stream)
     "intentlog.viewcache": (3.1, "view cache"),
-    "intentlog.viewstore": (3.1, "view cache"),
-    "intentlog.viewindex": (3.1, "view cache"),
+    "intentlog.viewcache.store": (3.1, "view cache"),
+    "intentlog.viewcache.index": (3.1, "view cache"),
     "intentlog.checker": (3.1, "checker"),
     "intentlog.checker.*": (3.1, "checker"),
     "intentlog.checkpoints": (3.2, "built on effects"),
     "intentlog.compile": (3.2, "built on effects"),
-    "intentlog.turns": (3.2, "built on effects"),  # a session's turns: Turn, and a turn being asked
+    "intentlog.sessions.turns": (3.2, "built on effects"),  # a session's turns: Turn, and a turn being asked
     # the HTML report: reads streams, objects and the checker; the bundle export writes one
     "intentlog.report": (3.2, "report"),
     "intentlog.report.*": (3.2, "report"),
@@ -272,9 +274,9 @@ RANKS: dict[str, tuple[float, str]] = {
 UPWARD_ALLOWED: set[tuple[str, str, str]] = {
     # the shared aliases (and the effect options' TypedDicts) name the retry policy, the
     # provider's window and the redaction rule for typing only
-    ("intentlog._types", "intentlog.dedup", "type"),
-    ("intentlog._types", "intentlog.effects.policy", "type"),
-    ("intentlog._types", "intentlog.eventlog.canonical", "type"),
+    ("intentlog._internal.types", "intentlog.dedup", "type"),
+    ("intentlog._internal.types", "intentlog.effects.policy", "type"),
+    ("intentlog._internal.types", "intentlog.eventlog.canonical", "type"),
     # features (and the disk-reading checker in projections/) take the Ledger instead of the layout and store
     ("intentlog.heads", "intentlog.ledger", "type"),
     # the checker's names at their former path (tests and docs import them there); nothing else does

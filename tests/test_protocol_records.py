@@ -352,7 +352,7 @@ def test_a_deeply_nested_result_is_a_recorded_interpretation_error(ledger: inten
 def test_a_damaged_response_ref_is_a_library_error(ledger: intentlog.Ledger, tmp_path: Path, interpreted: bool) -> None:
     """A re-chained record whose observation lost its digest gives an IntentlogError on re-run, not a KeyError,
     and appends nothing (with an interpreter, and for a raw result)."""
-    from intentlog._digest import digest_bytes
+    from intentlog._internal.digest import digest_bytes
     from intentlog.eventlog.format import encode_line
 
     task = ledger.task("t")

@@ -28,7 +28,7 @@ from dedup_provider import CHARGE, KEY, KEY_HEADER, TASK, read_log, send_charge
 import intentlog
 import intentlog.http
 from intentlog import ProviderDedup, UsageError
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.eventlog.canonical import dumps
 from intentlog.eventlog.format import encode_line
 from intentlog.projections.status import task_status

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from strategies import plain_keys, scalars
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.artifacts.inline import inline_ref
 from intentlog.bundle import export_bundle
 from intentlog.projections.verify import verify_ledger

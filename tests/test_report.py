@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from report_ledger import HOSTILE, build
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.bundle import check_bundle, export_bundle
 from intentlog.cli import main
 from intentlog.eventlog.canonical import dumps

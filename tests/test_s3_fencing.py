@@ -19,7 +19,7 @@ import orjson
 import pytest
 import s3_server
 
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.errors import TaskBusy
 from intentlog.eventlog.format import encode_line, parse_line
 from intentlog.s3 import ObjectStreams, S3Location

@@ -21,7 +21,7 @@ from s3_server import snapshot
 
 import intentlog
 import intentlog.s3
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.cli import main
 from intentlog.demo.provider import SyntheticProvider, read_receipts
 from intentlog.errors import CorruptStream, EffectUnknown, UsageError

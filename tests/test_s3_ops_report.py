@@ -23,7 +23,7 @@ from report_ledger import build
 from s3_server import client_of, snapshot
 
 import intentlog.s3
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.cli import main
 from intentlog.merge import merge
 from intentlog.report import render, render_report

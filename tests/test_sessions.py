@@ -18,7 +18,7 @@ from effect_child import disk_events, files_containing, snapshot
 
 import intentlog
 from intentlog import EffectUnknown, ResumeRefused
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.artifacts.inline import INLINE_MAX
 from intentlog.projections.status import task_status
 from intentlog.projections.verify import verify_ledger

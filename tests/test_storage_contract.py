@@ -21,8 +21,8 @@ import pytest
 import s3_server
 from blake3 import blake3
 
-import intentlog._fsops
-import intentlog._fsutil
+import intentlog._internal.fsops
+import intentlog._internal.fsutil
 import intentlog.eventlog.storage
 import intentlog.eventlog.writer
 from intentlog.artifacts.objects import FolderObjects, ObjectStore
@@ -64,7 +64,7 @@ def _folder_failing(monkeypatch: pytest.MonkeyPatch) -> Callable[[], AbstractCon
             raise OSError(errno.ENOSPC, "No space left on device")
 
         with monkeypatch.context() as m:
-            m.setattr(intentlog._fsutil, "write_all", half)
+            m.setattr(intentlog._internal.fsutil, "write_all", half)
             m.setattr(intentlog.eventlog.storage, "write_all", half)
             yield
 
@@ -418,8 +418,8 @@ def test_folder_appends_fdatasync_before_returning(tmp_path: Path, monkeypatch: 
     s = FolderStreams(tmp_path / "tasks")
     s.create("t")
     synced: list[int] = []
-    real = intentlog._fsops.fdatasync  # every sync of the folder goes through the fs-operations module
-    monkeypatch.setattr(intentlog._fsops, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    real = intentlog._internal.fsops.fdatasync  # every sync of the folder goes through the fs-operations module
+    monkeypatch.setattr(intentlog._internal.fsops, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
     with s.lease("t") as lease:
         lease.append([b"{}", b"{}"], expected_seq=0)
         assert len(synced) == 1, "one fdatasync per append, before it returns"
@@ -431,8 +431,9 @@ def test_folder_group_commit_syncs_once_for_the_group(tmp_path: Path, monkeypatc
     s = FolderStreams(tmp_path / "tasks")
     s.create("t")
     synced: list[int] = []
-    real = intentlog._fsops.fdatasync
-    monkeypatch.setattr(intentlog._fsops, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_size), real(fd))[1])
+    fsops = intentlog._internal.fsops
+    real = fsops.fdatasync
+    monkeypatch.setattr(fsops, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_size), real(fd))[1])
     with s.lease("t") as lease:
         for i in range(5):
             lease.append([b"{}"], expected_seq=i, sync=False)

@@ -36,7 +36,7 @@ from blake3 import blake3
 from crashsim import SEED, Mark, Recorder, Report, explore
 
 import intentlog
-import intentlog._fsutil
+import intentlog._internal.fsutil
 from intentlog.checker.verify import verify_path
 
 KEY = "k1"
@@ -517,7 +517,7 @@ def test_the_explorer_catches_a_directory_sync_dropped_after_a_link(
     """An artifact put that did not sync objects/xx/ after linking: an event names a lost object."""
     root = tmp_path / "l"
     _ledger(root).close()
-    real = intentlog._fsutil.fsync_dir
+    real = intentlog._internal.fsutil.fsync_dir
 
     def no_shard_sync(path: Any) -> None:
         if Path(path).parent.name != "objects":
@@ -525,9 +525,9 @@ def test_the_explorer_catches_a_directory_sync_dropped_after_a_link(
 
     def run(rec: Recorder) -> None:
         led = intentlog.open(root)
-        monkeypatch.setattr(intentlog._fsutil, "fsync_dir", no_shard_sync)
+        monkeypatch.setattr(intentlog._internal.fsutil, "fsync_dir", no_shard_sync)
         ref = led.artifacts.put(b"payload " * 1000)
-        monkeypatch.setattr(intentlog._fsutil, "fsync_dir", real)
+        monkeypatch.setattr(intentlog._internal.fsutil, "fsync_dir", real)
         _ack(rec, "t", led.task("t").append("ref.noted", {"ref": ref.to_json()}))
         led.close()
 

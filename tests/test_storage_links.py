@@ -18,7 +18,7 @@ import pytest
 
 import intentlog
 from intentlog import ArtifactError, IntentlogError, LinkRefused
-from intentlog._fsutil import check_real_dir, open_nofollow
+from intentlog._internal.fsutil import check_real_dir, open_nofollow
 
 VICTIM = b"precious bytes that are not the ledger's\n"
 

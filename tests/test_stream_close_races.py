@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import intentlog
-from intentlog import _fsops as fsops
+from intentlog._internal import fsops
 
 
 def test_a_close_racing_appends_never_locks_the_process_out(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 from strategies import TS_RE, b3, check_chain, raw_lines, snapshot_tree
 
 import intentlog
-import intentlog._fsutil
+import intentlog._internal.fsutil
 import intentlog.eventlog.writer
 from intentlog import CorruptStream
 
@@ -266,7 +266,7 @@ def test_creating_a_stream_fsyncs_the_file_then_its_directory(
 ) -> None:
     """A new ledger fsyncs every directory it made and their parents; a new stream fsyncs its bytes, then tasks/."""
     calls: list[tuple[str, str]] = []
-    real_fsync_dir, real_fsync = intentlog._fsutil.fsync_dir, os.fsync
+    real_fsync_dir, real_fsync = intentlog._internal.fsutil.fsync_dir, os.fsync
 
     def rec_dir(path: Any) -> None:
         calls.append(("dir", os.path.realpath(path)))
@@ -276,7 +276,7 @@ def test_creating_a_stream_fsyncs_the_file_then_its_directory(
         calls.append(("file", os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))))
         real_fsync(fd)
 
-    monkeypatch.setattr(intentlog._fsutil, "fsync_dir", rec_dir)
+    monkeypatch.setattr(intentlog._internal.fsutil, "fsync_dir", rec_dir)
     monkeypatch.setattr(os, "fsync", rec_file)
     root = ledger_root / "deeper"
     led = intentlog.open(root)

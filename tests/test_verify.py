@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.errors import (
     CallFailed,
     CorruptStream,

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.bundle import HASHES_FILE, STATES_FILE, check_bundle, encode_hashes, encode_states, export_bundle
 from intentlog.bundle import file_hashes as bundle_file_hashes
 from intentlog.eventlog.canonical import dumps

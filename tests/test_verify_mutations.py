@@ -27,7 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.eventlog.canonical import dumps
 from intentlog.eventlog.format import encode_line
 from intentlog.heads import stream_head

@@ -1,4 +1,4 @@
-"""The view cache (intentlog/viewcache.py): a projection read through it is the projection a full read gives.
+"""The view cache (intentlog/viewcache/__init__.py): a projection read through it is the projection a full read gives.
 
 Histories are generated protocol events written through the stream core's privileged
 append (so the lines are the writer's own); the cache is then put in every state a
@@ -24,11 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import intentlog
-from intentlog import viewcache, viewstore
+from intentlog import viewcache
 from intentlog.errors import CorruptStream, IntentlogError
 from intentlog.projections.status import task_status
 from intentlog.projections.workstate import WorkState, work_state
 from intentlog.stream import read_events
+from intentlog.viewcache import store as viewstore
 from intentlog.views import task_row, task_rows
 
 CALLS = st.sampled_from(["call-1", "call-2", "call-3"])

@@ -2,7 +2,7 @@
 
 The memory of ``tasks`` (table and ``--json``) and of the gc preview is measured in fresh
 processes at two ledger sizes ten times apart; ``iter_task_rows`` is measured in process
-with tracemalloc. The index (``cache/index-*.json``, :mod:`intentlog.viewindex`) is put in
+with tracemalloc. The index (``cache/index-*.json``, :mod:`intentlog.viewcache.index`) is put in
 the states a ledger can leave it in -- a damaged block, an entry out of order, an entry
 for a task that is gone, a listing stopped early -- and the rows must still be those of
 a full read. gc's preview takes a backlog's unfinished items from the index only while
@@ -32,13 +32,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import intentlog
-from intentlog import viewcache, viewindex
-from intentlog._digest import digest_bytes
-from intentlog._text import format_table
+from intentlog import viewcache
+from intentlog._internal.digest import digest_bytes
+from intentlog._internal.text import format_table
 from intentlog.errors import GcRefused
 from intentlog.eventlog.format import encode_line, new_stream_id
 from intentlog.retention import apply_gc, plan_gc
-from intentlog.viewindex import INDEX_FORMAT, IndexJoin, iter_index, write_index
+from intentlog.viewcache import index as viewindex
+from intentlog.viewcache.index import INDEX_FORMAT, IndexJoin, iter_index, write_index
 from intentlog.views import iter_task_rows, task_rows
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("COV")}

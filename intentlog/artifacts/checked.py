@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._digest import DIGEST_PREFIX
+from .._internal.digest import DIGEST_PREFIX
 from ..errors import ArtifactError, DigestMismatch
 from .hashing import CHUNK_SIZE, hash_fd, hasher
 

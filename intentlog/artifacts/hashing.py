@@ -13,7 +13,7 @@ from typing import Protocol, cast
 
 from blake3 import blake3
 
-from .._digest import DIGEST_PREFIX
+from .._internal.digest import DIGEST_PREFIX
 
 __all__ = ["CHUNK_SIZE", "MMAP_WINDOW", "THREADED_MIN", "Hasher", "digest_of", "hash_fd", "hasher"]
 

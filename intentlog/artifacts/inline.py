@@ -13,7 +13,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Protocol
 
-from .._digest import check_digest, digest_bytes
+from .._internal.digest import check_digest, digest_bytes
 from ..errors import ArtifactError, DigestMismatch
 
 __all__ = ["INLINE_MAX", "ObjectSource", "inline_bytes", "inline_ref", "ref_bytes"]

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from .._digest import DIGEST_PREFIX
+from .._internal.digest import DIGEST_PREFIX
 from ..errors import ArtifactError
 
 __all__ = ["list_objects"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from .._fsutil import fsops, open_dir_nofollow
+from .._internal.fsutil import fsops, open_dir_nofollow
 from ..errors import ArtifactError
 from .protocol import ObjectStat, ObjectStore
 from .store import ArtifactStore

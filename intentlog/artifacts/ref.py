@@ -6,7 +6,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._digest import check_digest
+from .._internal.digest import check_digest
 from ..errors import ArtifactError
 
 __all__ = ["Ref"]

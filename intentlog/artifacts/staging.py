@@ -12,8 +12,8 @@ import os
 import re
 from pathlib import Path
 
-from .._fsutil import check_real_dir, fsops, fsync_dir
-from .._procs import pid_alive
+from .._internal.fsutil import check_real_dir, fsops, fsync_dir
+from .._internal.procs import pid_alive
 from ..errors import ArtifactError
 
 __all__ = ["STAGING_RE", "sweep_dead_staging"]

@@ -37,8 +37,8 @@ import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .._digest import DIGEST_PREFIX, check_digest
-from .._fsutil import check_real_dir, fsops, fsync_dir, makedirs_durable, publish_bytes, publish_chunks
+from .._internal.digest import DIGEST_PREFIX, check_digest
+from .._internal.fsutil import check_real_dir, fsops, fsync_dir, makedirs_durable, publish_bytes, publish_chunks
 from ..errors import ArtifactError, ArtifactMissing, DigestMismatch, WrongType
 from .checked import CheckedObjectIO
 from .hashing import CHUNK_SIZE, MMAP_WINDOW, THREADED_MIN, digest_of, hasher

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._args import check_seconds
-from .._digest import digest_bytes
+from .._internal.args import check_seconds
+from .._internal.digest import digest_bytes
 from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import TASK_ID_RE, Event

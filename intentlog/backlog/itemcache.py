@@ -6,7 +6,7 @@ records in it (:func:`intentlog.backlog.model.task_extras`) and its quota reserv
 Reading every item task each time costs what the whole folder holds; this module keeps
 those values in a derived, deletable file under the ledger's ``cache/`` folder
 (``cache/backlog-NAME.json``, written with the view cache's own atomic, link-refusing
-helpers in :mod:`intentlog.viewstore`, never fsync'd), one line per item task with the
+helpers in :mod:`intentlog.viewcache.store`, never fsync'd), one line per item task with the
 file facts of its stream (size, inode, device, mtime_ns, ctime_ns) when it was last read
 whole. Guarantees:
 
@@ -39,10 +39,10 @@ from typing import Any, Final, TypeVar
 
 import orjson
 
-from .._nofollow import check_real_dir
+from .._internal.nofollow import check_real_dir
 from ..eventlog.format import Event, parse_utc
 from ..projections.status import task_status
-from ..viewstore import cache_dir, read_lines, write_lines
+from ..viewcache.store import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
 
 __all__ = [

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from .._procs import PROC_LOCKS, flock_writer
+from .._internal.procs import PROC_LOCKS, flock_writer
 from .procs import end_holder
 
 if TYPE_CHECKING:

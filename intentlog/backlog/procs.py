@@ -14,8 +14,8 @@ import socket
 import time
 from typing import Final
 
-from .. import _procs
-from .._procs import PROC_LOCKS, lock_key
+from .._internal import procs as _procs
+from .._internal.procs import PROC_LOCKS, lock_key
 
 __all__ = ["boot_id", "end_holder", "flock_holders", "host_name", "lock_key", "start_time", "die_with_parent"]
 

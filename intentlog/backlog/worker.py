@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from .._procs import PROC_LOCKS, flock_writer
+from .._internal.procs import PROC_LOCKS, flock_writer
 from ..errors import IntentlogError, LeaseLost, TaskBusy
 from ..eventlog.canonical import dumps
 from ..projections.status import AWAITING_ACCEPTANCE, task_status

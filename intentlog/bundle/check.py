@@ -12,8 +12,8 @@ from typing import Any, Final
 import orjson
 
 from .. import __version__
-from .._args import check_path
-from .._digest import is_digest
+from .._internal.args import check_path
+from .._internal.digest import is_digest
 from ..checker.report import ERROR, INFO, Problem, VerifyReport
 from ..checker.verify import verify_path
 from ..errors import (

@@ -14,9 +14,9 @@ from typing import Any, Final, Protocol, final
 
 import orjson
 
-from .._args import check_names, check_path, check_paths
-from .._digest import is_digest
-from .._fsutil import fsync_dir, makedirs_durable, publish_chunks
+from .._internal.args import check_names, check_path, check_paths
+from .._internal.digest import is_digest
+from .._internal.fsutil import fsync_dir, makedirs_durable, publish_chunks
 from ..artifacts.inline import inline_bytes
 from ..checker.report import INFO, VerifyReport
 from ..checker.seams import LedgerReads

@@ -10,7 +10,7 @@ from typing import Final
 import orjson
 from blake3 import blake3
 
-from .._digest import DIGEST_PREFIX
+from .._internal.digest import DIGEST_PREFIX
 from ..errors import (
     UsageError,
 )

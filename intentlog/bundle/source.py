@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from .._regular import NotRegular
+from .._internal.regular import NotRegular
 from ..artifacts.inline import inline_bytes
 from ..checker.folder import checked_copy, read_range
 from ..checker.seams import LedgerReads

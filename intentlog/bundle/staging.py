@@ -11,9 +11,9 @@ from typing import Final
 
 from blake3 import blake3
 
-from .._digest import DIGEST_PREFIX
-from .._fsutil import fsync_dir
-from .._procs import pid_alive
+from .._internal.digest import DIGEST_PREFIX
+from .._internal.fsutil import fsync_dir
+from .._internal.procs import pid_alive
 from ..errors import (
     UsageError,
 )

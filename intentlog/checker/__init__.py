@@ -22,7 +22,7 @@ through its own reads:
 Memory is bounded: streams are read line by line and files hashed in fixed-size chunks;
 what grows is one entry per call, per referenced digest and per recorded locator, never
 per byte. The checker imports no writing code: it reads heads.json and gc.jsonl through
-their codecs (:mod:`intentlog.heads.codec`, :mod:`intentlog.gclog`).
+their codecs (:mod:`intentlog.heads.codec`, :mod:`intentlog.eventlog.gclog`).
 
 Layout: :mod:`.verify` (one run), :mod:`.streams` (lines, chain, seal, events),
 :mod:`.artifacts` (bytes, quarantine, workspace, orphans), :mod:`.state` (what a run
@@ -33,7 +33,7 @@ and its seam implementation), :mod:`.folder` (its folder implementation), :mod:`
 
 from __future__ import annotations
 
-from ..gclog import retired_by_gc
+from ..eventlog.gclog import retired_by_gc
 from ..heads.codec import HEADS_FILE, HEADS_FORMAT, StreamHead, decode_heads, encode_heads, read_heads_at
 from .report import CHANGED, ERROR, INFO, VERIFY_VERSION, Problem, VerifyReport
 from .verify import verify, verify_ledger, verify_path, verify_storage

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from .._regular import NotRegular
+from .._internal.regular import NotRegular
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream
 from ..projections.schema import is_ref

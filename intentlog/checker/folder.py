@@ -3,7 +3,7 @@
 Files are read without following a link (a linked stream, object or seal is reported by
 the caller, never read through), hashed in fixed-size chunks, and never locked: a writer's
 lock is probed through ``/proc/locks`` only. ``heads.json`` and ``gc.jsonl`` are read
-through their codecs (:mod:`intentlog.heads.codec`, :mod:`intentlog.gclog`).
+through their codecs (:mod:`intentlog.heads.codec`, :mod:`intentlog.eventlog.gclog`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any, Final
 
 from blake3 import blake3
 
-from .._digest import DIGEST_PREFIX, is_digest
-from .._regular import read_regular
+from .._internal.digest import DIGEST_PREFIX, is_digest
+from .._internal.regular import read_regular
 from ..errors import ArtifactError, CorruptStream, DigestMismatch, IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
+from ..eventlog.gclog import GcDeletion, read_gc_deletions, retired_by_gc
 from ..eventlog.listing import task_ids
 from ..eventlog.reader import StreamScan
-from ..gclog import GcDeletion, read_gc_deletions, retired_by_gc
 from ..heads.codec import StreamHead, read_heads_at
 from .seams import EventRead, Payload, checked_payload
 from .walk import find_links, hash_file, iter_objects, iter_regular_lines, lock_holder

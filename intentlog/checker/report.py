@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from .._digest import DIGEST_PREFIX, is_digest
+from .._internal.digest import DIGEST_PREFIX, is_digest
 
 __all__ = ["CHANGED", "ERROR", "INFO", "SEVERITIES", "VERIFY_VERSION", "Problem", "VerifyReport", "abbr"]
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from .._digest import digest_bytes
+from .._internal.digest import digest_bytes
 from ..errors import ArtifactError, ArtifactMissing, CorruptStream, DigestMismatch, IntentlogError
 from ..eventlog.format import Event, check_task_id
+from ..eventlog.gclog import GcDeletion
 from ..eventlog.reader import ScanProblem
 from ..eventlog.remote import events_in
-from ..gclog import GcDeletion
 from ..heads.codec import StreamHead, furthest_heads
 
 __all__ = [
@@ -84,7 +84,7 @@ class LedgerReads(Protocol):
     """The reads of one ledger that verify, the report and export make; nothing is written, locked or probed.
 
     Errors: a stream or object that cannot be read is an ``OSError`` (``FileNotFoundError``
-    when absent), a file that is a link or not regular :class:`~intentlog._regular.NotRegular`,
+    when absent), a file that is a link or not regular :class:`~intentlog._internal.regular.NotRegular`,
     segments that do not make one stream :class:`~intentlog.errors.CorruptStream`.
     """
 
@@ -240,7 +240,7 @@ class SeamReads:
     ``seals`` are ``(where, heads.json bytes)`` in number order, each a lower bound
     (:func:`~intentlog.heads.codec.furthest_heads`); none: never sealed. ``gc_deleted`` /
     ``gc_problem``: what the gc log records deleting, and what is wrong with it (read as a
-    folder's ``gc.jsonl`` is: :mod:`intentlog.gclog`); ``gc_leftovers``: names that are what
+    folder's ``gc.jsonl`` is: :mod:`intentlog.eventlog.gclog`); ``gc_leftovers``: names that are what
     is left of a stream the log records deleting (no task for any reader). A stream's
     segments are whole or absent, so any line that fails its checks is damage, never a
     torn tail.

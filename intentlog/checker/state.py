@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import orjson
 
-from .._regular import NotRegular
+from .._internal.regular import NotRegular
 from ..eventlog.format import FORMAT
 from .report import ERROR, INFO, Problem
 from .seams import LedgerReads

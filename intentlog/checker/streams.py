@@ -13,12 +13,12 @@ from typing import Any, Final
 
 import orjson
 
-from .._digest import digest_bytes
-from .._regular import NotRegular
+from .._internal.digest import digest_bytes
+from .._internal.regular import NotRegular
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream, DigestMismatch, NotSerializable
 from ..eventlog.format import TASK_CREATED, check_kind, is_reserved
-from ..gclog import GC_LOG
+from ..eventlog.gclog import GC_LOG
 from ..heads.codec import StreamHead
 from ..projections.schema import FILE, TaskGraph, check_shape, is_ref, rule_for
 from ..refs import CHECK, CHECK_REFS, walk

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from .._args import check_names, check_path
+from .._internal.args import check_names, check_path
 from ..errors import NotALedger, UsageError
 from ..eventlog.format import check_task_id
-from ..gclog import GC_LOG, GcDeletion
+from ..eventlog.gclog import GC_LOG, GcDeletion
 from ..heads.codec import HEADS_FILE, StreamHead
 from .artifacts import ArtifactChecks
 from .folder import FolderReads

@@ -16,9 +16,9 @@ from typing import Final
 
 from blake3 import blake3
 
-from .._digest import DIGEST_PREFIX
-from .._procs import PROC_LOCKS, flock_writer
-from .._regular import NotRegular, open_regular
+from .._internal.digest import DIGEST_PREFIX
+from .._internal.procs import PROC_LOCKS, flock_writer
+from .._internal.regular import NotRegular, open_regular
 from ..eventlog.reader import iter_lines
 
 __all__ = [

@@ -24,7 +24,7 @@ import click
 import orjson
 from click.shell_completion import CompletionItem
 
-from .._text import format_table
+from .._internal.text import format_table
 from ..errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
 from ..ledger import DEFAULT_ROOT, Ledger, open_ledger
 

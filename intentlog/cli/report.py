@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .._fsutil import makedirs_durable, publish_bytes
+from .._internal.fsutil import makedirs_durable, publish_bytes
 from ..errors import IntentlogError, UsageError
 from ..ledger import Ledger
 from .app import Ctx, emit_json, handle_errors, json_option, main, pass_ctx, task_arg

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from .._regular import NotRegular
+from .._internal.regular import NotRegular
 from ..errors import InvalidTaskId, NotALedger, UsageError
 from ..eventlog.format import check_task_id
 from .app import (

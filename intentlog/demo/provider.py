@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from .._digest import digest_bytes
-from .._fsutil import write_all
+from .._internal.digest import digest_bytes
+from .._internal.fsutil import write_all
 from ..eventlog.canonical import canonicalize
 
 __all__ = ["SyntheticProvider", "read_receipts"]

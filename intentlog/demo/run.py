@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from .._text import format_table
+from .._internal.text import format_table
 from ..errors import IntentlogError
 from ..eventlog.reader import StreamScan
 from .provider import read_receipts

@@ -68,7 +68,7 @@ facade.
 
 from __future__ import annotations
 
-from .._types import DEFAULT_PROGRESS_INTERVAL, EffectKwargs, PrepareKwargs, RunKwargs, TurnKwargs
+from .._internal.types import DEFAULT_PROGRESS_INTERVAL, EffectKwargs, PrepareKwargs, RunKwargs, TurnKwargs
 from .call import Call
 from .intent import decode_text, secrets_of
 from .long import current_heartbeat, heartbeat

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-from .._types import Interpret, Lookup, RunKwargs, Send, spelled
+from .._internal.types import Interpret, Lookup, RunKwargs, Send, spelled
 from ..dedup import ProviderDedup
 from ..errors import (
     CallFailed,
@@ -41,7 +41,7 @@ from .steps import PROCEED, SYNC, Ask, Deliver, Interpreting, Pause, Steps, driv
 from .window import check_window, dedup_resend
 
 if TYPE_CHECKING:
-    from .._types import Unpack
+    from .._internal.types import Unpack
     from ..stream import TaskStream
 
 
@@ -109,7 +109,7 @@ class Call:
     def run(self, send: Send, **options: Unpack[RunKwargs]) -> Any:
         """Carry out the call, or resume it from whatever the record proves.
 
-        The options (:class:`~intentlog._types.RunKwargs`): ``interpret``, ``retry``,
+        The options (:class:`~intentlog._internal.types.RunKwargs`): ``interpret``, ``retry``,
         ``lookup``, ``progress``, ``inactivity_timeout``, ``max_duration``,
         ``progress_interval`` and ``dedup``, checked once here, before anything is written.
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .._diff import first_difference
-from .._digest import is_digest
+from .._internal.diff import first_difference
+from .._internal.digest import is_digest
 from ..errors import (
     EffectUnknown,
     IntentlogError,
@@ -29,7 +29,7 @@ from ..projections.workstate import (
 from .records import error_text, load_ref, store_bytes
 
 if TYPE_CHECKING:
-    from .._types import RedactRule
+    from .._internal.types import RedactRule
     from ..stream import TaskStream
 
 

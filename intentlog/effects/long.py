@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._types import DEFAULT_PROGRESS_INTERVAL
+from .._internal.types import DEFAULT_PROGRESS_INTERVAL
 from ..errors import (
     EffectUnknown,
     UsageError,
@@ -19,7 +19,7 @@ from ..eventlog.canonical import scrub_value
 from ..projections.workstate import RECONCILE_EFFECT
 
 if TYPE_CHECKING:
-    from .._types import Send
+    from .._internal.types import Send
     from ..stream import TaskStream
     from .intent import Intent
 

@@ -3,7 +3,7 @@
 :func:`~intentlog.effects.effect`, :meth:`intentlog.Task.effect`, :func:`prepare` /
 :meth:`intentlog.Task.prepare`, :meth:`Call.run`, :meth:`intentlog.Session.turn` (and
 the awaited forms) take their options as ``**options: Unpack[...]`` of the TypedDicts in
-:mod:`intentlog._types` (so a reader and a type checker see every name and type) and
+:mod:`intentlog._internal.types` (so a reader and a type checker see every name and type) and
 turn them into one :class:`EffectOptions` with :meth:`EffectOptions.of`, where each value
 is checked, once, before anything is written. Everything below the boundary takes the
 checked options and checks nothing again. A test pins the TypedDicts' names and
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
-from .._types import DEFAULT_PROGRESS_INTERVAL, PrepareKwargs, RunKwargs
+from .._internal.types import DEFAULT_PROGRESS_INTERVAL, PrepareKwargs, RunKwargs
 from ..dedup import check as check_dedup
 from ..errors import UsageError
 from .intent import NOT_CALLABLE, check_name, check_rules
@@ -24,7 +24,7 @@ from .long import Long
 from .policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from .._types import Interpret, Lookup, RedactRule
+    from .._internal.types import Interpret, Lookup, RedactRule
     from ..dedup import ProviderDedup
 
 __all__ = ["PREPARE_OPTIONS", "RUN_OPTIONS", "EffectOptions"]

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
-from .._types import EffectKwargs, PrepareKwargs, Send, spelled
+from .._internal.types import EffectKwargs, PrepareKwargs, Send, spelled
 from ..errors import (
     PreparationFailed,
     UsageError,
@@ -36,7 +36,7 @@ from .records import error_text
 from .steps import Steps, drive
 
 if TYPE_CHECKING:
-    from .._types import Unpack
+    from .._internal.types import Unpack
     from ..stream import TaskStream
 
 
@@ -53,7 +53,7 @@ def prepare(task: TaskStream, key: str, request: Any, **options: Unpack[PrepareK
     ``call.requested`` and ``call.preparation_failed`` (the error message, never the
     value) and raises :class:`PreparationFailed`. ``dedup`` (a :class:`ProviderDedup`)
     is recorded in the manifest and lets :meth:`Call.run` resolve an unknown effect inside
-    the provider's window. The options (:class:`~intentlog._types.PrepareKwargs`) are
+    the provider's window. The options (:class:`~intentlog._internal.types.PrepareKwargs`) are
     checked once, here, before anything is written.
     """
     opts = EffectOptions.of(options, PrepareKwargs, "prepare")
@@ -123,7 +123,7 @@ def effect(task: TaskStream, key: str, request: Any, send: Send, **options: Unpa
     The batch that defers the intent's sync ends as soon as ``attempt.started`` is synced
     (or the run takes any other path), so it is never held across ``send``. ``progress``,
     ``inactivity_timeout``, ``max_duration`` and ``progress_interval``: see :meth:`Call.run`.
-    The options (:class:`~intentlog._types.EffectKwargs`) are checked once, here, before
+    The options (:class:`~intentlog._internal.types.EffectKwargs`) are checked once, here, before
     anything is written.
     """
     opts = EffectOptions.of(options, EffectKwargs, "effect")

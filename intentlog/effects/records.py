@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .._digest import digest_bytes, is_digest
-from .._fsutil import makedirs_durable, publish_bytes
+from .._internal.digest import digest_bytes, is_digest
+from .._internal.fsutil import makedirs_durable, publish_bytes
 from ..artifacts.inline import INLINE_MAX, inline_ref, ref_bytes
 from ..errors import (
     IntentlogError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._types import Interpret
+from .._internal.types import Interpret
 from ..errors import (
     CorruptStream,
     IntentlogError,

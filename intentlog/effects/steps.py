@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 from .long import send_with_heartbeat
 
 if TYPE_CHECKING:
-    from .._types import Interpret, Lookup, Send
+    from .._internal.types import Interpret, Lookup, Send
     from ..stream import TaskStream
     from .intent import Intent
     from .long import Long

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .._digest import digest_bytes
+from .._internal.digest import digest_bytes
 from ..errors import NotSerializable, UsageError
 from .redaction import (
     DEFAULT_NAMES,

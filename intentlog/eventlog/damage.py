@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 from blake3 import blake3
 
-from .._fsutil import open_nofollow
+from .._internal.fsutil import open_nofollow
 from ..errors import CorruptStream, LinkRefused
 from .format import TASK_CREATED, Event
 from .reader import MAX_LINE, StreamScan, line_batches, line_spans

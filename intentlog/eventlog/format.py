@@ -15,7 +15,7 @@ from typing import Any, Final, NamedTuple, final
 
 import orjson
 
-from .._digest import digest_bytes, is_digest
+from .._internal.digest import digest_bytes, is_digest
 from ..errors import InvalidTaskId, NotSerializable
 from .canonical import dumps
 

@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from .._fsutil import check_own_file, open_nofollow
+from .._internal.fsutil import check_own_file, open_nofollow
 from ..errors import LedgerError, LinkRefused, TaskBusy
 
 __all__ = ["WriterLock"]

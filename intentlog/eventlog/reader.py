@@ -26,8 +26,8 @@ from typing import BinaryIO, Final, cast
 import orjson
 from blake3 import blake3
 
-from .._digest import DIGEST_PREFIX as _PREFIX
-from .._nofollow import open_nofollow
+from .._internal.digest import DIGEST_PREFIX as _PREFIX
+from .._internal.nofollow import open_nofollow
 from ..errors import CorruptStream, LedgerError
 from .format import Event, LineError, parse_line
 

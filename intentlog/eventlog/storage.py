@@ -37,9 +37,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from .. import _fsops as fsops
-from .._fsutil import drop_dead_temp_names, fsync_dir, makedirs_durable, publish_bytes, write_all
-from .._nofollow import check_own_file, check_real_dir, open_dir_nofollow, open_nofollow
+from .._internal import fsops
+from .._internal.fsutil import drop_dead_temp_names, fsync_dir, makedirs_durable, publish_bytes, write_all
+from .._internal.nofollow import check_own_file, check_real_dir, open_dir_nofollow, open_nofollow
 from ..errors import Conflict, CorruptStream, LedgerError, LinkRefused, UsageError
 from .format import TASK_ID_RE, check_task_id
 from .lock import WriterLock

@@ -47,9 +47,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import _fsops as fsops
-from .._digest import digest_bytes
-from .._fsutil import check_real_dir, makedirs_durable, publish_chunks, write_all
+from .._internal import fsops
+from .._internal.digest import digest_bytes
+from .._internal.fsutil import check_real_dir, makedirs_durable, publish_chunks, write_all
 from ..errors import (
     Conflict,
     CorruptStream,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._fsutil import check_real_dir, makedirs_durable, publish_bytes
+from .._internal.fsutil import check_real_dir, makedirs_durable, publish_bytes
 from ..errors import CorruptStream
 from ..eventlog.format import TASK_CREATED
 from ..eventlog.reader import StreamScan

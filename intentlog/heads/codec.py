@@ -14,8 +14,8 @@ from typing import Any, Final, final
 
 import orjson
 
-from .._digest import is_digest
-from .._regular import NotRegular, read_regular
+from .._internal.digest import is_digest
+from .._internal.regular import NotRegular, read_regular
 from ..errors import LedgerError
 from ..eventlog.format import check_task_id
 

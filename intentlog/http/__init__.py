@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from .._types import spelled
+from .._internal.types import spelled
 from ..errors import EffectUnknown, UsageError
 from ._flavor import flavor
 from ._keys import occurrences
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     import httpx
     import httpx2
 
-    from .._types import Unpack
+    from .._internal.types import Unpack
     from ..dedup import ProviderDedup
     from ..stream import StreamSource
 

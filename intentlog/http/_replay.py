@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import orjson
 
-from .._diff import first_difference
+from .._internal.diff import first_difference
 from ..artifacts.inline import ref_bytes
 from ..effects.intent import current_key
 from ..errors import IntentlogError

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .._digest import digest_bytes, is_ref
+from .._internal.digest import digest_bytes, is_ref
 
 __all__ = ["canonical_digest", "completion_token", "interpretation_token"]
 

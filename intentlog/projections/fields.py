@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, final
 
-from .._digest import is_digest, is_ref
+from .._internal.digest import is_digest, is_ref
 
 __all__ = [
     "ANY",

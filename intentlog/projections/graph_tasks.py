@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._digest import is_digest
+from .._internal.digest import is_digest
 from ..eventlog.format import FORMAT
 from .fields import Finding
 from .graph import Compilation, TaskGraph

@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from .._types import NextOperation, ProviderEffect, Stage
+from .._internal.types import NextOperation, ProviderEffect, Stage
 from .derive import completion_token, interpretation_token
 from .records import INTERPRETED, NOT_SENT, OBSERVED, CallRecord, CompRecord, attempt_effect, worse
 from .states import (

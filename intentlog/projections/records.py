@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .._types import CompilationStage, ProviderEffect
+from .._internal.types import CompilationStage, ProviderEffect
 from ..eventlog.format import Event
 
 __all__ = [

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .._types import CompilationStage, NextOperation, ProviderEffect, Stage
+from .._internal.types import CompilationStage, NextOperation, ProviderEffect, Stage
 
 __all__ = [
     "CHECK_AND_ACCEPT",
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-# next operations (DESIGN §2); their type, :data:`~intentlog._types.NextOperation`, lists exactly these words
+# next operations (DESIGN §2); their type, :data:`~intentlog._internal.types.NextOperation`, lists exactly these words
 START_CALL: Final[NextOperation] = "start call"
 RECONCILE_EFFECT: Final[NextOperation] = "reconcile effect"
 REINTERPRET: Final[NextOperation] = "reinterpret"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..checker.report import CHANGED, ERROR, INFO, VERIFY_VERSION, Problem, VerifyReport
 from ..checker.verify import verify_ledger, verify_path
 from ..checker.walk import find_links
-from ..gclog import retired_by_gc
+from ..eventlog.gclog import retired_by_gc
 from ..heads.codec import HEADS_FILE, HEADS_FORMAT, StreamHead, decode_heads, encode_heads, read_heads_at
 
 __all__ = [

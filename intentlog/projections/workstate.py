@@ -13,7 +13,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from .._types import NextOperation
+from .._internal.types import NextOperation
 from ..eventlog.format import Event
 from .ladder import FinishedCalls, classify, classify_comp, task_summary, underived
 from .records import (

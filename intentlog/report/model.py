@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .._digest import DIGEST_PREFIX, digest_bytes
+from .._internal.digest import DIGEST_PREFIX, digest_bytes
 from ..artifacts.inline import inline_bytes
 from ..checker.report import ERROR, Problem, VerifyReport
 from ..errors import ArtifactError

@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, final
 
-from .._args import check_names
-from .._regular import NotRegular
+from .._internal.args import check_names
+from .._internal.regular import NotRegular
 from ..checker.report import VerifyReport
 from ..checker.seams import LedgerReads
 from ..errors import NotALedger, UsageError

@@ -24,11 +24,11 @@ import datetime as _dt
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._args import check_count, check_seconds
-from .._digest import DIGEST_PREFIX
+from .._internal.args import check_count, check_seconds
+from .._internal.digest import DIGEST_PREFIX
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream, GcRefused, IntentlogError, LedgerError, UsageError, WrongType
-from ..gclog import GC_FINISHED, GC_STARTED, finished_data
+from ..eventlog.gclog import GC_FINISHED, GC_STARTED, finished_data
 from .plan import make_plan
 from .policy import MAX_TRACKED, check_now, format_ts, resolve_policy
 from .report import ExpiredBlob, GcPlan, GcResult

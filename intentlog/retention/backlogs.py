@@ -19,7 +19,7 @@ from ..errors import LedgerError
 from ..eventlog.format import TASK_ID_RE
 from ..eventlog.reader import StreamScan, open_stream
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
-from ..viewindex import IndexJoin, facts_of
+from ..viewcache.index import IndexJoin, facts_of
 
 __all__ = ["backlog_needs"]
 

@@ -33,9 +33,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from .._args import check_seconds
-from .._digest import DIGEST_PREFIX
-from .._fsutil import (
+from .._internal.args import check_seconds
+from .._internal.digest import DIGEST_PREFIX
+from .._internal.fsutil import (
     check_real_dir,
     fsops,
     fsync_dir,

@@ -8,7 +8,7 @@ decided here, once.
 
 from __future__ import annotations
 
-from .._args import check_seconds
+from .._internal.args import check_seconds
 from ..errors import UsageError
 from ..eventlog.format import check_task_id
 from .policy import format_ts, utcnow

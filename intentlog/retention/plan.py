@@ -8,8 +8,8 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._args import check_count
-from .._digest import DIGEST_PREFIX
+from .._internal.args import check_count
+from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, parse_ts, resolve_policy
 from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan

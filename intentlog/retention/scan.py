@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from .. import viewcache
-from .._digest import DIGEST_PREFIX
+from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
@@ -25,7 +25,7 @@ from ..projections.status import OPERATOR_STATES, status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
 from ..viewcache import paused_gc
-from ..viewindex import IndexJoin, facts_of
+from ..viewcache.index import IndexJoin, facts_of
 from .backlogs import backlog_needs
 from .policy import GcPolicy, format_duration, parse_ts
 from .rows import TaskRows

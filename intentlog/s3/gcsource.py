@@ -63,9 +63,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import CorruptStream, GcRefused, IntentlogError, LeaseLost, LedgerError, TaskBusy
 from ..eventlog.format import Event
-from ..eventlog.remote import events_in
-from ..eventlog.writer import StreamWriter
-from ..gclog import (
+from ..eventlog.gclog import (
     GC_FINISHED,
     GC_KEPT,
     GC_LEASED,
@@ -77,6 +75,8 @@ from ..gclog import (
     check_shape,
     fold_deletions,
 )
+from ..eventlog.remote import events_in
+from ..eventlog.writer import StreamWriter
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
 from ..projections.status import status_of
 from ..refs import INLINE, walk

@@ -22,7 +22,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 
-from .._digest import DIGEST_PREFIX, check_digest, digest_bytes
+from .._internal.digest import DIGEST_PREFIX, check_digest, digest_bytes
 from ..artifacts.objects import ObjectStat
 from ..errors import ArtifactMissing, DigestMismatch, LedgerError, UsageError
 from .client import ObjectClient

@@ -40,10 +40,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, Protocol, runtime_checkable
 
-from .._digest import DIGEST_PREFIX
+from .._internal.digest import DIGEST_PREFIX
 from ..errors import CorruptStream, LedgerError
+from ..eventlog.gclog import GcDeletion, store_gc_deletions
 from ..eventlog.remote import events_in
-from ..gclog import GcDeletion, store_gc_deletions
 from ..heads.codec import StreamHead, decode_gc_head
 from .bounds import SEALS, seal_number
 from .client import ObjectClient

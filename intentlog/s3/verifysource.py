@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..gclog import GcDeletion
+from ..eventlog.gclog import GcDeletion
 from .client import ObjectClient
 from .objects import ObjectArtifacts
 from .retire import store_gc_log

@@ -46,23 +46,23 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, final
 
-from ._types import TurnKwargs, spelled
-from .artifacts.inline import ref_bytes
-from .effects.disk import disk_of
-from .effects.intent import check_not_async, secrets_of
-from .effects.options import EffectOptions
-from .effects.policy import DRIFT
-from .effects.prepare import arun_effect, run_effect
-from .effects.records import bare_ref, store_bytes
-from .errors import IntentlogError, ResumeRefused, UsageError
-from .eventlog.canonical import canonicalize, resolve_rules
-from .projections.workstate import CallState, WorkStateFold, work_state
+from .._internal.types import TurnKwargs, spelled
+from ..artifacts.inline import ref_bytes
+from ..effects.disk import disk_of
+from ..effects.intent import check_not_async, secrets_of
+from ..effects.options import EffectOptions
+from ..effects.policy import DRIFT
+from ..effects.prepare import arun_effect, run_effect
+from ..effects.records import bare_ref, store_bytes
+from ..errors import IntentlogError, ResumeRefused, UsageError
+from ..eventlog.canonical import canonicalize, resolve_rules
+from ..projections.workstate import CallState, WorkStateFold, work_state
 from .turns import TURN_PREFIX, Asked, Turn
 
 if TYPE_CHECKING:
-    from ._types import RedactRule, Send, Unpack
-    from .eventlog import Event
-    from .stream import StreamSource, TaskStream
+    from .._internal.types import RedactRule, Send, Unpack
+    from ..eventlog import Event
+    from ..stream import StreamSource, TaskStream
 
 __all__ = ["TURN_PREFIX", "Session", "Turn"]
 
@@ -177,7 +177,7 @@ class Session:
         :meth:`Task.effect` does (and raises what it raises: ``EffectUnknown`` for an
         unknown effect, ``CallFailed``...). ``accept`` (default: the session's) records the
         accepting checkpoint once the turn completes. The options
-        (:class:`~intentlog._types.TurnKwargs`): ``name``, ``interpret``, ``retry``, and for
+        (:class:`~intentlog._internal.types.TurnKwargs`): ``name``, ``interpret``, ``retry``, and for
         long turns ``progress``, ``inactivity_timeout``, ``max_duration``,
         ``progress_interval`` as for :meth:`Call.run`; checked once, before anything is stored.
         """
@@ -333,7 +333,7 @@ class Session:
     # -- verifying ---------------------------------------------------------------------
 
     def _record_acceptance(self, st: CallState, status: str, *, note: str | None, by: str | None) -> Event:
-        from .checkpoints import record_checkpoint
+        from ..checkpoints import record_checkpoint
 
         evidence = [bare_ref(st.response)] if st.response is not None else []
         ev = record_checkpoint(

@@ -31,10 +31,10 @@ from typing import Any, Final
 import orjson
 from blake3 import blake3
 
-from ._nofollow import open_dir_nofollow, open_nofollow
-from .errors import LinkRefused
-from .projections.records import CallRecord, call_from_json, call_to_json
-from .projections.workstate import WorkStateFold
+from .._internal.nofollow import open_dir_nofollow, open_nofollow
+from ..errors import LinkRefused
+from ..projections.records import CallRecord, call_from_json, call_to_json
+from ..projections.workstate import WorkStateFold
 
 __all__ = [
     "CACHE_DIR",

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import UsageError, WrongType
+from ..errors import UsageError, WrongType
 
 __all__ = ["check_bool", "check_count", "check_names", "check_path", "check_paths", "check_seconds"]
 

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Final
 import orjson
 from blake3 import blake3
 
-from .viewstore import cache_dir, drop_temp, new_temp, open_file
+from .store import cache_dir, drop_temp, new_temp, open_file
 
 __all__ = ["BLOCK_BYTES", "INDEX_FORMAT", "PARTS", "Facts", "IndexJoin", "facts_of", "iter_index", "write_index"]
 

@@ -10,7 +10,7 @@ store, ``verify`` and ``export`` -- uses these two primitives:
   (``lstat``), never links.
 
 This module writes nothing, so checkers that must not reach a writer may import it
-(:mod:`intentlog._fsutil` re-exports it for writers).
+(:mod:`intentlog._internal.fsutil` re-exports it for writers).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import os
 import stat
 from pathlib import Path
 
-from . import _fsops as fsops
-from .errors import LedgerError, LinkRefused
+from ..errors import LedgerError, LinkRefused
+from . import fsops
 
 __all__ = ["O_NOFOLLOW", "check_own_file", "check_real_dir", "open_dir_nofollow", "open_nofollow", "real_dirs"]
 

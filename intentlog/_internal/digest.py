@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from blake3 import blake3
 
-from .errors import InvalidDigest
+from ..errors import InvalidDigest
 
 __all__ = ["DIGEST_PREFIX", "check_digest", "digest_bytes", "is_digest", "is_ref"]
 

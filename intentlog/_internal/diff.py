@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from .eventlog.redaction import REDACTED, apply_spans, find_spans, is_credential_name
+from ..eventlog.redaction import REDACTED, apply_spans, find_spans, is_credential_name
 
 __all__ = ["first_difference"]
 

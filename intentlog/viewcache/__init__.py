@@ -6,7 +6,7 @@ clone, which lacks it, is read without a cache until a writer puts the folder ba
 kinds of file, both written atomically (temp + rename; not fsync'd: they are derivable)
 and both checked before use, never trusted as read:
 
-- ``cache/views/TASK.json`` (its layout: :mod:`intentlog.viewstore`): the work-state and
+- ``cache/views/TASK.json`` (its layout: :mod:`intentlog.viewcache.store`): the work-state and
   operator folds of one task at a seq, with the byte offset, length and digest of that
   seq's line (and of line 0). A reader
   (:func:`fold_task`) uses it only when the stream is at least that long and the line at
@@ -17,7 +17,7 @@ and both checked before use, never trusted as read:
   read. A stream *shorter* than its entry says, whose line 0 is still the same, is
   reported (:class:`~intentlog.errors.CorruptStream`): events were cut from its end.
 - ``cache/index-rows.json``, ``cache/index-gc.json``, ``cache/index-backlogs.json``: per
-  task (one per line, sorted by id, in checked blocks: :mod:`intentlog.viewindex`), the
+  task (one per line, sorted by id, in checked blocks: :mod:`intentlog.viewcache.index`), the
   file facts of its stream (size, inode, device, mtime_ns, ctime_ns) when last read whole,
   and what listings show of it (:mod:`intentlog.views`, gc's preview; the plan gc applies
   reads every stream). A listing reads a stream only when its facts differ from the
@@ -44,25 +44,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._digest import digest_bytes
-from ._nofollow import check_real_dir
-from .errors import CorruptStream
-from .eventlog.reader import StreamScan, open_stream
-from .projections.operator import OPERATOR_KINDS, OperatorFold
-from .projections.records import CallRecord
-from .projections.workstate import WorkState, WorkStateFold, work_state
-from .stream import read_events
-from .viewindex import INDEX_FORMAT, Facts, IndexJoin, facts_of, iter_index, write_index
-from .viewstore import (
-    CACHE_DIR,
-    ENTRY_FORMAT,
-    EntryRecords,
-    StaleEntry,
-    cache_dir,
-    drop_entry,
-    load_entry,
-    save_entry,
-)
+from .._internal.digest import digest_bytes
+from .._internal.nofollow import check_real_dir
+from ..errors import CorruptStream
+from ..eventlog.reader import StreamScan, open_stream
+from ..projections.operator import OPERATOR_KINDS, OperatorFold
+from ..projections.records import CallRecord
+from ..projections.workstate import WorkState, WorkStateFold, work_state
+from ..stream import read_events
+from .index import INDEX_FORMAT, Facts, IndexJoin, facts_of, iter_index, write_index
+from .store import CACHE_DIR, ENTRY_FORMAT, EntryRecords, StaleEntry, cache_dir, drop_entry, load_entry, save_entry
 
 __all__ = [
     "CACHE_DIR",
@@ -269,7 +260,7 @@ def save_folds(
     save_entry(root, task_id, anchor, work)
 
 
-# -- the listings' index (streamed: intentlog.viewindex) --------------------------------------
+# -- the listings' index (streamed: intentlog.viewcache.index) --------------------------------------
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The one atomic-write helper and its directory fsyncs (DESIGN §4 rules 1 and 3).
 
 Besides the ``O_APPEND`` stream storage, this is the only place that opens files for
-writing; every call that changes or syncs a file goes through :mod:`intentlog._fsops`
+writing; every call that changes or syncs a file goes through :mod:`intentlog._internal.fsops`
 (re-exported here as ``fsops``, for the artifact store). A file published here is
 complete and durable when the call returns: its bytes were fsynced before it got its
 name, and the directory entry was fsynced after.
@@ -15,9 +15,9 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import _fsops as fsops
-from ._nofollow import O_NOFOLLOW, check_own_file, check_real_dir, open_dir_nofollow, open_nofollow, real_dirs
-from ._procs import pid_alive
+from . import fsops
+from .nofollow import O_NOFOLLOW, check_own_file, check_real_dir, open_dir_nofollow, open_nofollow, real_dirs
+from .procs import pid_alive
 
 __all__ = [
     "fsops",

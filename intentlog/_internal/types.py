@@ -18,9 +18,9 @@ elif TYPE_CHECKING:  # 3.10 has no typing.Unpack: only the type checker needs it
     from typing_extensions import Unpack as Unpack
 
 if TYPE_CHECKING:
-    from .dedup import ProviderDedup
-    from .effects.policy import RetryPolicy, Served
-    from .eventlog.canonical import Redact
+    from ..dedup import ProviderDedup
+    from ..effects.policy import RetryPolicy, Served
+    from ..eventlog.canonical import Redact
 
 __all__ = [
     "DEFAULT_PROGRESS_INTERVAL",

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, final
 
-from .errors import CorruptStream
-from .eventlog.format import Event
-from .eventlog.reader import StreamScan
-from .eventlog.remote import events_in
-from .heads.codec import StreamHead
+from ..errors import CorruptStream
+from ..heads.codec import StreamHead
+from .format import Event
+from .reader import StreamScan
+from .remote import events_in
 
 __all__ = [
     "GC_FINISHED",

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import orjson
 
-from .effects.intent import decode_text
+from ..effects.intent import decode_text
 
 if TYPE_CHECKING:
-    from ._types import Send
-    from .effects.options import EffectOptions
-    from .projections.workstate import CallState
+    from .._internal.types import Send
+    from ..effects.options import EffectOptions
+    from ..projections.workstate import CallState
 
 __all__ = ["TURN_PREFIX", "Asked", "Turn"]
 

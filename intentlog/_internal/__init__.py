@@ -1,0 +1,1 @@
+"""The private helpers every layer shares: files, digests, text, types, arguments."""
