@@ -10,7 +10,7 @@ taken over resumes through the effect protocol.
 from __future__ import annotations
 
 from ..errors import LeaseLost
-from .core import Backlog, BacklogView, PayloadChanged, StillBlocked
+from .core import Backlog, BacklogView, ItemTaskTaken, PayloadChanged, StillBlocked
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .model import ITEM_STATES, ItemView
@@ -23,6 +23,7 @@ __all__ = [
     "BacklogView",
     "DaskEngine",
     "Engine",
+    "ItemTaskTaken",
     "ItemView",
     "LeaseLost",
     "LocalEngine",

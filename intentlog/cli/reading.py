@@ -27,6 +27,7 @@ from .app import (
 )
 
 if TYPE_CHECKING:
+    from ..artifacts import ArtifactStore
     from ..views import TaskRow
 
 # -- ledger ---------------------------------------------------------------------------
@@ -338,19 +339,40 @@ def show(c: Ctx, digest: str, as_json: bool) -> None:
 
     ledger = c.ledger()
     full = resolve_digest(ledger, digest)
-    data = ledger.artifacts.get(full)
-    if as_json:
-        try:
-            text: str | None = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        out: dict[str, Any] = {"digest": full, "size": len(data), "text": text}
-        if text is None:
-            import base64
-
-            out["base64"] = base64.b64encode(data).decode()
-        emit_json(out)
+    if not as_json:
+        _write_checked(ledger.artifacts, full)
         return
+    data = ledger.artifacts.get(full)
+    try:
+        text: str | None = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    out: dict[str, Any] = {"digest": full, "size": len(data), "text": text}
+    if text is None:
+        import base64
+
+        out["base64"] = base64.b64encode(data).decode()
+    emit_json(out)
+
+
+#: How much of an artifact ``show`` holds at a time.
+SHOW_CHUNK = 1 << 20
+
+
+def _write_checked(store: ArtifactStore, digest: str) -> None:
+    """Write an artifact's bytes to stdout in chunks, only once all of them were checked against the digest.
+
+    Two reads through :meth:`ArtifactStore.open`, which checks the digest as a read reaches
+    the end: the first proves the bytes before anything is written, the second writes them
+    (checked again, so bytes swapped in between are cut off with the error, never completed).
+    Memory: one chunk (:data:`SHOW_CHUNK`) whatever the artifact's size.
+    """
+    with store.open(digest) as f:
+        while f.read(SHOW_CHUNK):
+            pass
+    out = sys.stdout.buffer
     sys.stdout.flush()
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    with store.open(digest) as f:
+        while chunk := f.read(SHOW_CHUNK):
+            out.write(chunk)
+    out.flush()
