@@ -131,3 +131,19 @@ def test_the_view_cache_keeps_a_foreign_task_foreign(ledger: intentlog.Ledger) -
     for v in (first, second):
         assert v.counts["blocked"] == 1 and v.counts["done"] == 0
         assert v.items[5].state == "blocked"
+
+
+def test_add_refuses_an_existing_task_on_a_store_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import s3_server
+
+    with intentlog.open(s3_server.ledger_url(monkeypatch)) as led:
+        digests = _old_item_task(led, "reports.item.2024", "reports", "2024")
+        b = led.backlog("reports")
+        b.add("2023", {"year": 2023})
+        with pytest.raises(ItemTaskTaken, match="already exists"):
+            b.add("2024", {"year": 2024})
+        assert [r.item for r in b.view().items] == ["2023"]
+        assert [e.digest for e in led.task("reports.item.2024").events()] == digests
+        for i in range(3):  # the kept fold on a store: each add folds only its own record
+            b.add(f"n{i}", {"n": i})
+        assert [r.item for r in b.view().items] == ["2023", "n0", "n1", "n2"]
