@@ -148,7 +148,7 @@ def main() -> None:
         raise SystemExit("two sizes and two add sizes")
     base = Path(a.dir)
     base.mkdir(parents=True, exist_ok=True)
-    got = [measure(base, n, m) for n, m in zip(sizes, adds)]
+    got = [measure(base, n, m) for n, m in zip(sizes, adds, strict=True)]
     rows = []
     for key in got[0]:
         scale = (adds[1] / adds[0]) if key.startswith("add") else (sizes[1] / sizes[0])
