@@ -63,3 +63,40 @@ def test_show_of_a_corrupt_artifact_writes_nothing(tmp_path: Path) -> None:
     r = _show(root, digest)
     assert r.exit_code != 0
     assert r.stdout_bytes == b""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"plain text",
+        "naïve — ünïcödé 🙂 spanning chunks \" \\ \n\t\x01".encode() * 7,
+        bytes(range(256)) * 3,
+        b"abc" * 50 + b"\xff",  # text until its last byte
+        b"\xe2\x82",  # a character cut short at the end
+    ],
+)
+def test_show_json_streams_the_same_bytes_emit_json_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes
+) -> None:
+    import base64
+
+    import orjson
+
+    import intentlog.cli.reading as reading
+
+    root = tmp_path / "l"
+    with intentlog.open(root) as led:
+        digest = led.artifacts.put(data).digest
+    monkeypatch.setattr(reading, "SHOW_CHUNK", 7)  # chunks that cut characters and base64 groups
+    monkeypatch.setattr(ArtifactStore, "get", lambda self, d: pytest.fail("read whole"))
+    r = CliRunner().invoke(main, ["--root", str(root), "show", digest, "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    try:
+        text: str | None = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    want: dict[str, Any] = {"digest": digest, "size": len(data), "text": text}
+    if text is None:
+        want["base64"] = base64.b64encode(data).decode()
+    assert r.stdout_bytes == orjson.dumps(want, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
