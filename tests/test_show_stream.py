@@ -70,7 +70,7 @@ def test_show_of_a_corrupt_artifact_writes_nothing(tmp_path: Path) -> None:
     [
         b"",
         b"plain text",
-        "naïve — ünïcödé 🙂 spanning chunks \" \\ \n\t\x01".encode() * 7,
+        'naïve — ünïcödé 🙂 spanning chunks " \\ \n\t\x01'.encode() * 7,
         bytes(range(256)) * 3,
         b"abc" * 50 + b"\xff",  # text until its last byte
         b"\xe2\x82",  # a character cut short at the end
