@@ -147,3 +147,27 @@ def test_add_refuses_an_existing_task_on_a_store_too(monkeypatch: pytest.MonkeyP
         for i in range(3):  # the kept fold on a store: each add folds only its own record
             b.add(f"n{i}", {"n": i})
         assert [r.item for r in b.view().items] == ["2023", "n0", "n1", "n2"]
+
+
+def test_a_backlog_never_adopts_a_task_named_like_its_stream(
+    ledger: intentlog.Ledger, env: None, tmp_path: Path
+) -> None:
+    """A user's task ``reports.backlog`` is not a backlog: add, run and unblock refuse to write into it."""
+    from intentlog.backlog import BacklogTaken
+
+    t = ledger.task("reports.backlog")
+    t.append("note", {"mine": True})
+    t.append("backlog.item_added", {"item": "x", "task": "reports.item.x", "payload_hash": "h", "payload": {},
+                                    "priority": 0})  # fmt: skip
+    t.close()
+    digests = [e.digest for e in t.events()]
+    b = ledger.backlog("reports")
+    with pytest.raises(BacklogTaken, match=r"'note' comes first.*nothing was written"):
+        b.add("2024", {"item": "2024"})
+    with pytest.raises(BacklogTaken):
+        b.run(step, workers=1, until_idle=True)
+    with pytest.raises(BacklogTaken):
+        b.unblock("x")
+    assert [e.digest for e in t.events()] == digests
+    assert _receipts(tmp_path) == []
+    assert not ledger.task("reports.item.x").exists()

@@ -54,7 +54,7 @@ from .supervisor import Supervisor
 #: add's options, in its order (add_many's mappings take the same names)
 _OPTIONS = ("priority", "not_before", "max_attempts", "inactivity", "max_duration")
 
-__all__ = ["Backlog", "BacklogView", "ItemTaskTaken", "PayloadChanged", "StillBlocked"]
+__all__ = ["Backlog", "BacklogTaken", "BacklogView", "ItemTaskTaken", "PayloadChanged", "StillBlocked"]
 
 
 class PayloadChanged(IntentlogError, ValueError):
@@ -63,6 +63,10 @@ class PayloadChanged(IntentlogError, ValueError):
 
 class ItemTaskTaken(IntentlogError, ValueError):
     """A new item's task already holds records the backlog did not write: the item is not added."""
+
+
+class BacklogTaken(IntentlogError, ValueError):
+    """The backlog's stream (``NAME.backlog``) is a task no backlog wrote: nothing is added, run or unblocked there."""
 
 
 class StillBlocked(IntentlogError):
@@ -236,6 +240,7 @@ class Backlog:
                 if f is None or f.seq != w.next_seq - 1 or f.head != w.head:
                     self._fold = None
                     f = self.fold()
+                self._refuse_foreign(f)
                 new: dict[str, dict[str, Any]] = {}
                 for e in entries:
                     old = f.items.get(e["item"])
@@ -262,6 +267,13 @@ class Backlog:
                 return [dataclasses.replace(f.items[e["item"]]) for e in entries]
             finally:
                 t.close()  # a running supervisor waits for this lock
+
+    def _refuse_foreign(self, f: BacklogFold) -> None:
+        if f.foreign is not None:
+            raise BacklogTaken(
+                f"backlog {self.name!r}: {f.foreign}; the backlog never adopts a task it did not start: use another "
+                f"backlog name (or rename the task {self.stream_id!r}); nothing was written"
+            )
 
     def _refuse_taken(self, item_id: str, task_id: str) -> None:
         """:class:`ItemTaskTaken` when a new item's task already holds records: none of them is the backlog's."""
@@ -293,6 +305,7 @@ class Backlog:
         """
         item_id = _check_item(item_id)
         f = self.fold()
+        self._refuse_foreign(f)
         rec = f.items.get(item_id)
         if rec is None:
             raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
@@ -346,6 +359,7 @@ class Backlog:
         """
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise UsageError(f"workers must be a positive int, not {workers!r}")
+        self._refuse_foreign(self.fold())
         quotas: tuple[Quota, ...]
         if quota is None:
             quotas = ()

@@ -185,12 +185,22 @@ class BacklogFold:
     seq: int = -1
     #: the digest of the last event folded (the stream's head at ``seq``)
     head: str | None = None
+    #: why the stream is not a backlog's (its first record is not one a backlog writes); None: it is
+    foreign: str | None = None
+    first: bool = True
 
     def apply(self, ev: Event) -> None:
         self.seq = ev.seq
         self.head = ev.digest
         d = ev.data
         kind = ev.kind
+        if self.first and not _own(kind):
+            self.first = False
+            if not (kind.startswith("backlog.") or (kind == "task.checkpoint" and d.get("phase") == "backlog")):
+                self.foreign = (
+                    f"its stream holds records no backlog wrote (seq {ev.seq} {kind!r} comes first): a task of that "
+                    "name that is not a backlog"
+                )
         if kind == "backlog.item_added":
             self.items[d["item"]] = ItemRecord(
                 d["item"], d["task"], d["payload_hash"], d["payload"], int(d["priority"]),
