@@ -168,6 +168,8 @@ def test_a_backlog_never_adopts_a_task_named_like_its_stream(
         b.run(step, workers=1, until_idle=True)
     with pytest.raises(BacklogTaken):
         b.unblock("x")
+    with pytest.raises(BacklogTaken):
+        b.view()  # its records are not a backlog's: no view of them as one
     assert [e.digest for e in t.events()] == digests
     assert _receipts(tmp_path) == []
     assert not ledger.task("reports.item.x").exists()

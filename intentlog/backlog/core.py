@@ -135,6 +135,7 @@ class Backlog:
         """
         now = time.time() if now is None else now
         f = self.fold()
+        self._refuse_foreign(f)
         ordered = f.ordered()
         got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
         running = _running_probe(self.ledger)
@@ -272,7 +273,7 @@ class Backlog:
         if f.foreign is not None:
             raise BacklogTaken(
                 f"backlog {self.name!r}: {f.foreign}; the backlog never adopts a task it did not start: use another "
-                f"backlog name (or rename the task {self.stream_id!r}); nothing was written"
+                "backlog name; nothing was written"
             )
 
     def _refuse_taken(self, item_id: str, task_id: str) -> None:
