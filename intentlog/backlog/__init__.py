@@ -10,7 +10,7 @@ taken over resumes through the effect protocol.
 from __future__ import annotations
 
 from ..errors import LeaseLost
-from .core import Backlog, BacklogView, PayloadChanged, StillBlocked
+from .core import Backlog, BacklogTaken, BacklogView, ItemTaskTaken, PayloadChanged, StillBlocked
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .model import ITEM_STATES, ItemView
@@ -20,9 +20,11 @@ from .worker import QuotaExhausted, Stopping, units
 __all__ = [
     "ITEM_STATES",
     "Backlog",
+    "BacklogTaken",
     "BacklogView",
     "DaskEngine",
     "Engine",
+    "ItemTaskTaken",
     "ItemView",
     "LeaseLost",
     "LocalEngine",

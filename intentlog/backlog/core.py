@@ -4,7 +4,9 @@
 and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
 
 - ``add`` is idempotent per item id: the same payload again is a no-op, another payload
-  under the same id raises :class:`PayloadChanged` and writes nothing;
+  under the same id raises :class:`PayloadChanged` and writes nothing; a new item whose
+  task already exists (a task of that name, not the backlog's) raises :class:`ItemTaskTaken`
+  and writes nothing: a backlog never adopts a task it did not start;
 - the view (:meth:`Backlog.view`) is a projection of the folder: the backlog's stream and
   each item task's operator state (:func:`intentlog.projections.status.status_of`);
 - ``unblock`` re-queues a blocked item only once its task no longer needs a person
@@ -15,6 +17,7 @@ and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -40,6 +43,7 @@ from .model import (
     LedgerLike,
     backlog_stream_id,
     blocking_reason,
+    first_record,
     item_task_id,
     item_view,
 )
@@ -50,11 +54,19 @@ from .supervisor import Supervisor
 #: add's options, in its order (add_many's mappings take the same names)
 _OPTIONS = ("priority", "not_before", "max_attempts", "inactivity", "max_duration")
 
-__all__ = ["Backlog", "BacklogView", "PayloadChanged", "StillBlocked"]
+__all__ = ["Backlog", "BacklogTaken", "BacklogView", "ItemTaskTaken", "PayloadChanged", "StillBlocked"]
 
 
 class PayloadChanged(IntentlogError, ValueError):
     """An item id was added again with another payload: an item id names one payload forever."""
+
+
+class ItemTaskTaken(IntentlogError, ValueError):
+    """A new item's task already holds records the backlog did not write: the item is not added."""
+
+
+class BacklogTaken(IntentlogError, ValueError):
+    """The backlog's stream (``NAME.backlog``) is a task no backlog wrote: nothing is added, run or unblocked there."""
 
 
 class StillBlocked(IntentlogError):
@@ -93,6 +105,8 @@ class Backlog:
         self.ledger = ledger
         self.name = name
         self.stream_id = backlog_stream_id(name)
+        #: the fold as this handle last wrote it: reused while the stream's count and head match it
+        self._fold: BacklogFold | None = None
 
     def __repr__(self) -> str:
         return f"<Backlog {self.name!r} in {str(self.ledger.root)!r}>"
@@ -121,6 +135,7 @@ class Backlog:
         """
         now = time.time() if now is None else now
         f = self.fold()
+        self._refuse_foreign(f)
         ordered = f.ordered()
         got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
         running = _running_probe(self.ledger)
@@ -220,8 +235,13 @@ class Backlog:
         leases.claim_stale(t)  # on a store: the lease a SIGKILLed supervisor left, taken back once it stood still
         with t.stream.mutex:
             try:
-                t.stream.open_writer()  # the lock first: the fold below is then the whole stream
-                f = self.fold()
+                w = t.stream.open_writer()  # the lock first: the fold below is then the whole stream
+                f = self._fold
+                # the hash chain's head names every record before it: the same count and head are the same stream
+                if f is None or f.seq != w.next_seq - 1 or f.head != w.head:
+                    self._fold = None
+                    f = self.fold()
+                self._refuse_foreign(f)
                 new: dict[str, dict[str, Any]] = {}
                 for e in entries:
                     old = f.items.get(e["item"])
@@ -235,15 +255,36 @@ class Backlog:
                         )
                     if h is None:
                         new[e["item"]] = e
+                for e in new.values():
+                    self._refuse_taken(e["item"], e["task"])
+                self._fold = None  # until the appends below are all in the fold
                 if new:
                     with t.batch():
                         if f.seq < 1:
                             self._created(t)
                         for e in new.values():
                             f.apply(t.append("backlog.item_added", e))
-                return [f.items[e["item"]] for e in entries]
+                self._fold = f
+                return [dataclasses.replace(f.items[e["item"]]) for e in entries]
             finally:
                 t.close()  # a running supervisor waits for this lock
+
+    def _refuse_foreign(self, f: BacklogFold) -> None:
+        if f.foreign is not None:
+            raise BacklogTaken(
+                f"backlog {self.name!r}: {f.foreign}; the backlog never adopts a task it did not start: use another "
+                "backlog name; nothing was written"
+            )
+
+    def _refuse_taken(self, item_id: str, task_id: str) -> None:
+        """:class:`ItemTaskTaken` when a new item's task already holds records: none of them is the backlog's."""
+        ev = first_record(self.ledger.task(task_id).events())
+        if ev is not None:
+            raise ItemTaskTaken(
+                f"backlog {self.name!r} item {item_id!r}: its task {task_id!r} already exists (seq {ev.seq} is "
+                f"{ev.kind!r}), and the backlog never adopts a task it did not start: its records would be taken "
+                "for the item's; add the payload under another item id; nothing was written"
+            )
 
     def _created(self, t: Task) -> None:
         """The backlog stream's first records: what it is, as a checkpoint the task views show."""
@@ -265,10 +306,17 @@ class Backlog:
         """
         item_id = _check_item(item_id)
         f = self.fold()
+        self._refuse_foreign(f)
         rec = f.items.get(item_id)
         if rec is None:
             raise UsageError(f"backlog {self.name!r} has no item {item_id!r}; see 'intentlog backlog {self.name}'")
-        st = read_item_task(self.ledger, rec.task).status  # read whole: a decision, never from the cache
+        whole = read_item_task(self.ledger, rec.task)  # read whole: a decision, never from the cache
+        if whole.extras.foreign is not None:
+            raise StillBlocked(
+                f"item {item_id!r} of backlog {self.name!r}: {whole.extras.foreign}; it cannot run under this id: "
+                "add the payload under another item id; nothing was written"
+            )
+        st = whole.status
         held = blocking_reason(st)
         if held is not None:
             raise StillBlocked(
@@ -312,6 +360,7 @@ class Backlog:
         """
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise UsageError(f"workers must be a positive int, not {workers!r}")
+        self._refuse_foreign(self.fold())
         quotas: tuple[Quota, ...]
         if quota is None:
             quotas = ()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from ..eventlog.format import Event
+from ..eventlog.format import TASK_CREATED, Event
 from ..projections.backlogs import BACKLOG_SUFFIX
 from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW
 from ..projections.workstate import RECONCILE_EFFECT
@@ -39,6 +39,8 @@ __all__ = [
     "StatusLike",
     "TaskExtras",
     "backlog_stream_id",
+    "first_record",
+    "foreign_records",
     "item_task_id",
     "item_view",
     "task_extras",
@@ -107,6 +109,45 @@ def item_task_id(name: str, item: str) -> str:
     return f"{name}.item.{item}"
 
 
+def _own(kind: str) -> bool:
+    """A record the stream writes about itself (its creation, a repaired tail), never a backlog or a step."""
+    return kind == TASK_CREATED or kind.startswith("stream.")
+
+
+def first_record(events: Iterable[Event]) -> Event | None:
+    """The task's first record that is not the stream's own (None: it holds nothing else yet)."""
+    for ev in events:
+        if not _own(ev.kind):
+            return ev
+    return None
+
+
+def _names(d: Mapping[str, Any], task_id: str) -> bool:
+    """Whether a ``lease.acquired``'s data names the item whose task is ``task_id``."""
+    b, i = d.get("backlog"), d.get("item")
+    return isinstance(b, str) and isinstance(i, str) and item_task_id(b, i) == task_id
+
+
+def foreign_records(task_id: str, events: Iterable[Event]) -> str | None:
+    """Why an item task's records are not its backlog's; None when nothing says so.
+
+    A backlog's worker leases an item task (``lease.acquired {backlog, item}``) before the
+    step writes anything in it; a task whose first lease names another backlog or item is
+    someone else's (a task of that name from an earlier backlog, or copied in): its result,
+    approvals and calls are not the item's, and nothing may be run in it. (A new item whose
+    task exists at all is refused by ``add``.)
+    """
+    for ev in events:
+        if ev.kind == "lease.acquired":
+            if _names(ev.data, task_id):
+                return None
+            return (
+                f"its task {task_id!r} was first leased for backlog {ev.data.get('backlog')!r} item "
+                f"{ev.data.get('item')!r} (seq {ev.seq}): a task of that name that is not this item's"
+            )
+    return None
+
+
 @dataclass
 class ItemRecord:
     """What the backlog stream says about one item."""
@@ -142,11 +183,24 @@ class BacklogFold:
     quota_waiting: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
     seq: int = -1
+    #: the digest of the last event folded (the stream's head at ``seq``)
+    head: str | None = None
+    #: why the stream is not a backlog's (its first record is not one a backlog writes); None: it is
+    foreign: str | None = None
+    first: bool = True
 
     def apply(self, ev: Event) -> None:
         self.seq = ev.seq
+        self.head = ev.digest
         d = ev.data
         kind = ev.kind
+        if self.first and not _own(kind):
+            self.first = False
+            if not (kind.startswith("backlog.") or (kind == "task.checkpoint" and d.get("phase") == "backlog")):
+                self.foreign = (
+                    f"its stream holds records no backlog wrote (seq {ev.seq} {kind!r} comes first): a task of that "
+                    "name that is not a backlog"
+                )
         if kind == "backlog.item_added":
             self.items[d["item"]] = ItemRecord(
                 d["item"], d["task"], d["payload_hash"], d["payload"], int(d["priority"]),
@@ -204,26 +258,45 @@ class TaskExtras:
     reserved: Mapping[str, float]
     last_ts: str | None
     events: int
+    #: why the task's records are not its backlog's (:func:`foreign_records`); None when they are
+    foreign: str | None = None
 
 
-def task_extras(events: Iterable[Event]) -> TaskExtras:
+def task_extras(events: Iterable[Event], task_id: str | None = None) -> TaskExtras:
+    """The runner's records in an item task.
+
+    With ``task_id``, only the backlog's own records count: a result (``item.returned``) is
+    the item's only when written under a lease (its epoch) that names this task, and a task
+    whose first lease names another is ``foreign`` (:func:`foreign_records`).
+    """
     lease: LeaseRecord | None = None
     returned, result, last_ts, n = False, None, None, 0
     reserved: dict[str, float] = {}
+    ours: set[int] = set()
+    foreign: str | None = None
+    first_lease = True
     for ev in events:
         n += 1
         last_ts = ev.ts
         d = ev.data
         if ev.kind == "lease.acquired":
             lease = LeaseRecord(int(d["epoch"]), int(d["pid"]), str(d["host"]), d.get("start_time"), ev.ts, False)
+            if task_id is not None:
+                if first_lease:
+                    foreign = foreign_records(task_id, (ev,))
+                    first_lease = False
+                if _names(d, task_id):
+                    ours.add(lease.epoch)
         elif ev.kind == "lease.released" and lease is not None and d.get("epoch") == lease.epoch:
             lease = LeaseRecord(lease.epoch, lease.pid, lease.host, lease.start_time, lease.since, True)
-        elif ev.kind == "item.returned":
+        elif ev.kind == "item.returned" and (task_id is None or (type(d.get("epoch")) is int and d["epoch"] in ours)):
             returned, result = True, d.get("result")
         elif ev.kind == "quota.reserved":
             for q, units in dict(d.get("units", {})).items():
                 reserved[q] = reserved.get(q, 0.0) + float(units)
-    return TaskExtras(lease, returned, result, reserved, last_ts, n)
+    if foreign is not None:
+        returned, result = False, None
+    return TaskExtras(lease, returned, result, reserved, last_ts, n, foreign)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +355,11 @@ def item_view(
             extras.last_ts if extras is not None else None, st.state if st is not None else None,
         )  # fmt: skip
 
+    if extras is not None and extras.foreign is not None:
+        return view(
+            BLOCKED, f"{extras.foreign}; nothing is run in it",
+            f"add the payload under another item id (intentlog log {rec.task} shows what the task holds)",
+        )  # fmt: skip
     if extras is not None and extras.returned:
         return view(DONE, None, "nothing: the item is done")
     if rec.done and extras is not None and not extras.events:  # its task is gone: gc removes a done item's task

@@ -40,7 +40,7 @@ from .messages import (
     Stop,
     Stopped,
 )  # fmt: skip
-from .model import LedgerLike, blocking_reason
+from .model import BLOCKED, LedgerLike, blocking_reason, foreign_records, task_extras
 from .procs import boot_id, die_with_parent, host_name, start_time
 
 __all__ = ["LeaseLost", "QuotaExhausted", "Stopping", "units", "worker_main"]
@@ -182,6 +182,12 @@ def run_item(
         return Busy("busy", item, str(exc))
     # a stream holding its creation record alone (a new item) has nothing more to read
     evs = list(task.events()) if writer.next_seq > 1 else []
+    foreign = foreign_records(task.id, evs)
+    if foreign is not None:  # never adopt a task the backlog did not start: nothing is written into it
+        task.close()
+        return Blocked(
+            "blocked", item, BLOCKED, f"{foreign}; nothing is run in it", "add the payload under another item id"
+        )
     epoch = guard.epoch = 1 + max(
         (int(ev.data.get("epoch", 0)) for ev in evs if ev.kind == "lease.acquired"), default=0
     )
@@ -201,7 +207,7 @@ def run_item(
             held = blocking_reason(task_status(evs, task_id=task.id))
             if held is not None:
                 return Blocked("blocked", item, *held)
-            if any(ev.kind == "item.returned" for ev in evs):
+            if task_extras(evs, task.id).returned:  # a result under one of the backlog's own leases
                 return Done("done", item, None)
         del evs
         guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it

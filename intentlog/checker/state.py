@@ -21,6 +21,7 @@ from .seams import LedgerReads
 from .walk import CHUNK_SIZE, through_link
 
 __all__ = [
+    "MAX_INFO_PER_CODE",
     "MAX_PROBLEMS_PER_TASK",
     "UNKNOWN",
     "Capture",
@@ -34,6 +35,10 @@ __all__ = [
 #: Problems listed per stream before the rest are only counted (a garbage file must not
 #: make the report grow with its bytes).
 MAX_PROBLEMS_PER_TASK: Final = 200
+
+#: ``info`` findings listed per code before the rest are only counted (one line at the end):
+#: a ledger of 100,000 unsealed tasks or stray objects says so in a bounded report.
+MAX_INFO_PER_CODE: Final = 100
 
 #: ``progress(phase, done, total)``, called as streams, artifacts and workspace files are checked.
 Progress = Callable[[str, int, int], None]
@@ -110,6 +115,7 @@ class CheckerState:
         self.buf = bytearray(CHUNK_SIZE)
         self._stream: StreamFacts | None = None
         self.links: dict[str, str] = {}
+        self._infos: dict[str, int] = {}  # code -> info findings of that code, listed or not
 
     # -- reporting ---------------------------------------------------------------------
 
@@ -120,7 +126,20 @@ class CheckerState:
                 s.suppressed += 1
                 return
             s.listed += 1
+        if severity == INFO:
+            n = self._infos[code] = self._infos.get(code, 0) + 1
+            if n > MAX_INFO_PER_CODE:
+                return
         self.problems.append(Problem(severity, code, message, **where))
+
+    def unlisted(self) -> list[Problem]:
+        """One ``info`` line per code whose findings were past :data:`MAX_INFO_PER_CODE`: how many more."""
+        return [
+            Problem(INFO, "more", f"{n - MAX_INFO_PER_CODE} more [{code}] info finding(s) like the above were not "
+                    "listed (info never fails a check)")
+            for code, n in self._infos.items()
+            if n > MAX_INFO_PER_CODE
+        ]  # fmt: skip
 
     def tick(self, phase: str, done: int, total: int) -> None:
         if self.progress is not None:

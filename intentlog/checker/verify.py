@@ -133,16 +133,15 @@ def _run(
 ) -> VerifyReport:
     """The checks after the ledger's own files were read: streams, seals, gc log, bytes, orphans."""
     present = checker.list_tasks()
+    present_set = set(present)  # built once: every membership test below is O(1)
     if tasks is None:
         selected = present
     else:
-        selected = []
         for t in tasks:
             check_task_id(t)
-            if t not in present and (heads is None or t not in heads):
+            if t not in present_set and (heads is None or t not in heads):
                 raise UsageError(f"no task {t!r} in {tasks_where}; 'intentlog tasks' lists the tasks there")
-            if t not in selected:
-                selected.append(t)
+        selected = list(dict.fromkeys(tasks))  # each once, in the order named
     sealed = heads is not None
     if heads is None:
         checker.add(
@@ -150,7 +149,6 @@ def _run(
             "run 'intentlog seal' and commit heads.json to anchor the streams",
         )
         heads = {}
-    present_set = set(present)
     checked = [t for t in selected if t in present_set]
     for i, task in enumerate(checked, start=1):
         checker.check_stream(task, heads.get(task))
@@ -180,7 +178,8 @@ def _run(
                 ERROR, "heads", f"heads.json sealed this task at seq {h.seq} ({h.events} events), but its stream is "
                 "gone; restore it from a copy or git", task=task, seq=h.seq, digest=h.head,
             )
-    others = [t for t in present if t not in set(checked)]
+    checked_set = set(checked)
+    others = [t for t in present if t not in checked_set]
     checker.check_artifacts(others)
     checker.check_quarantined()
     checker.check_captures()
@@ -188,6 +187,7 @@ def _run(
     if tasks is None:
         checker.check_orphans()
         checker.check_unrecorded_quarantine()
+    checker.problems.extend(checker.unlisted())
     return VerifyReport(
         root=root,
         # errors first, then changed, then info; in the order found within each

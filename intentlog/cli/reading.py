@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import sys
 import time
@@ -27,6 +28,7 @@ from .app import (
 )
 
 if TYPE_CHECKING:
+    from ..artifacts import ArtifactStore
     from ..views import TaskRow
 
 # -- ledger ---------------------------------------------------------------------------
@@ -338,19 +340,61 @@ def show(c: Ctx, digest: str, as_json: bool) -> None:
 
     ledger = c.ledger()
     full = resolve_digest(ledger, digest)
-    data = ledger.artifacts.get(full)
-    if as_json:
-        try:
-            text: str | None = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        out: dict[str, Any] = {"digest": full, "size": len(data), "text": text}
-        if text is None:
-            import base64
+    _write_checked(ledger.artifacts, full, as_json=as_json)
 
-            out["base64"] = base64.b64encode(data).decode()
-        emit_json(out)
-        return
+
+#: How much of an artifact ``show`` holds at a time.
+SHOW_CHUNK = 1 << 20
+
+
+def _write_checked(store: ArtifactStore, digest: str, *, as_json: bool = False) -> None:
+    """Write an artifact to stdout in chunks, only once all of its bytes were checked against the digest.
+
+    Two reads through :meth:`ArtifactStore.open`, which checks the digest as a read reaches
+    the end: the first proves the bytes (and, for ``--json``, whether they are UTF-8 text)
+    before anything is written, the second writes them (checked again, so bytes swapped in
+    between are cut off with the error, never completed). ``--json`` writes the same bytes
+    as ``emit_json({"digest", "size", "text"[, "base64"]})`` would, a chunk at a time.
+    Memory: one chunk (:data:`SHOW_CHUNK`) whatever the artifact's size.
+    """
+    import codecs
+
+    size, text = 0, as_json
+    check = codecs.getincrementaldecoder("utf-8")()
+    with store.open(digest) as f:
+        while chunk := f.read(SHOW_CHUNK):
+            size += len(chunk)
+            if text:
+                try:
+                    check.decode(chunk)
+                except UnicodeDecodeError:
+                    text = False
+    if text:
+        try:
+            check.decode(b"", final=True)
+        except UnicodeDecodeError:
+            text = False
+    # emit_json's layout (keys sorted, indent 2) around the one long string, written as it is read
+    known = b'  "digest": %b,\n  "size": %d,\n  "text": ' % (orjson.dumps(digest), size)
+    head, tail = (b"{\n" + known + b'"', b'"\n}\n') if text else (b'{\n  "base64": "', b'",\n' + known + b"null\n}\n")
+    out = sys.stdout.buffer
     sys.stdout.flush()
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    if as_json:
+        out.write(head)
+    decode = codecs.getincrementaldecoder("utf-8")().decode
+    pending = b""  # base64 turns 3 bytes into 4 characters: a remainder waits for the next chunk
+    with store.open(digest) as f:
+        while chunk := f.read(SHOW_CHUNK):
+            if not as_json:
+                out.write(chunk)
+            elif text:
+                out.write(orjson.dumps(decode(chunk))[1:-1])  # JSON escapes each character on its own
+            else:
+                pending += chunk
+                cut = len(pending) - len(pending) % 3
+                out.write(base64.b64encode(pending[:cut]))
+                pending = pending[cut:]
+    if as_json:
+        last = orjson.dumps(decode(b"", final=True))[1:-1] if text else base64.b64encode(pending)
+        out.write(last + tail)
+    out.flush()

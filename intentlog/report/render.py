@@ -150,9 +150,10 @@ def render_report(
         raise NotALedger(src.reads.where, "holds no intentlog.json; pass the ledger root (or a bundle folder)") from exc
     present = src.names()
     if names:
+        present_set = set(present)
         for t in names:
             check_task_id(t)
-            if t not in present:
+            if t not in present_set:
                 raise UsageError(f"no task {t!r} in {src.where()}; 'intentlog tasks' lists the tasks there")
         selected = sorted(set(names))
     else:
@@ -179,7 +180,8 @@ def _pick(rows: Mapping[str, TaskData], detail: int | None, *, named: bool) -> l
     if named or detail is None:
         return list(rows)
     first = [t for t, r in rows.items() if r.state not in _SETTLED or r.verify_errors]
-    rest = [t for t in rows if t not in set(first)]
+    firsts = set(first)
+    rest = [t for t in rows if t not in firsts]
     chosen = set((first + rest)[:detail])
     return [t for t in rows if t in chosen]
 
