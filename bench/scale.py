@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 import intentlog
-from intentlog._digest import digest_bytes
+from intentlog._internal.digest import digest_bytes
 from intentlog.eventlog.canonical import dumps
 from intentlog.eventlog.format import encode_line, new_stream_id
 
