@@ -21,7 +21,9 @@ recorded intent to cause it fails.
 It reads only; it writes nothing, follows no symbolic link and leaves the bundle folder.
 A tar is extracted into a temporary folder (removed afterwards) only when every member
 is a plain file or folder inside ``intentlog-bundle/``: an absolute path, ``..``, a link,
-a device or a repeated name is refused before anything is written.
+a device, a repeated name, a sparse member (its holes would expand to any size), a file
+hashes.json does not list or one larger than it declares is refused before anything is
+written.
 Exit status: 0 every claim passed (skipped claims do not fail); 1 a claim failed or the
 tar was refused; 2 usage (neither a folder nor a tar, blake3 missing).
 """
@@ -1597,41 +1599,91 @@ def open_tar(path: str) -> tarfile.TarFile:
         raise BundleError(f"{path} is not a readable tar ({exc})") from exc
 
 
-def extract_tar(path: str, dest: str) -> str:
-    """Extract the bundle tar ``path`` under ``dest``; return the bundle folder. BundleError refuses the tar."""
+def is_sparse(m: tarfile.TarInfo) -> bool:
+    """Whether a member is stored sparse: GNU sparse 0.x/1.0 pax keys or type 'S' (holes expand when written)."""
+    return m.type == b"S" or m.sparse is not None or any(k.startswith("GNU.sparse.") for k in m.pax_headers)
+
+
+def tar_headers(tf: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, list[str]]]:
+    """Every member with its path parts, each judged safe by its header alone (nothing is read or written)."""
+    out: list[tuple[tarfile.TarInfo, list[str]]] = []
     seen: set[str] = set()
+    for m in tf:
+        name = m.name.rstrip("/")
+        parts = name.split("/")
+        if (
+            m.name.startswith("/")
+            or "\\" in name
+            or "\x00" in name
+            or parts[0] != TAR_ROOT
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise BundleError(f"member {m.name!r} is not a plain path inside {TAR_ROOT}/")
+        if name in seen:
+            raise BundleError(f"member {m.name!r} appears twice")
+        seen.add(name)
+        if is_sparse(m):
+            raise BundleError(f"member {m.name!r} is a sparse file (its holes would expand to {m.size} bytes)")
+        if not (m.isdir() or (m.type in (b"0", b"\x00") and len(parts) > 1)):
+            raise BundleError(f"member {m.name!r} is a link or a special file; a bundle holds only files")
+        out.append((m, parts))
+    return out
+
+
+def declared_sizes(tf: tarfile.TarFile, members: list[tuple[tarfile.TarInfo, list[str]]]) -> dict[str, int]:
+    """The size hashes.json declares for every file, read within a bound of its own (512 bytes a member)."""
+    found = [m for m, parts in members if parts == [TAR_ROOT, "hashes.json"] and not m.isdir()]
+    if not found:
+        raise BundleError("the tar holds no hashes.json, which declares every file's size")
+    bound = 4096 + 512 * len(members)
+    if found[0].size > bound:
+        raise BundleError(f"hashes.json is {found[0].size} bytes, more than a list of {len(members)} members needs")
+    src = tf.extractfile(found[0])
+    try:
+        doc = loads(src.read(bound + 1) if src is not None else b"")
+    except ValueError as exc:
+        raise BundleError(f"hashes.json is not JSON ({exc})") from exc
+    files = doc.get("files") if type(doc) is dict else None
+    if type(files) is not dict:
+        raise BundleError("hashes.json lists no 'files'")
+    return {rel: e["size"] for rel, e in files.items() if type(e) is dict and is_int(e.get("size")) and e["size"] >= 0}
+
+
+def extract_tar(path: str, dest: str) -> str:
+    """Extract the bundle tar ``path`` under ``dest``; return the bundle folder. BundleError refuses the tar.
+
+    Every header is judged first, and every file's size bounded by what hashes.json declares
+    for it, before anything is written: the tar never writes more than the bundle declares.
+    """
     with open_tar(path) as tf:
-        for m in tf:
-            name = m.name.rstrip("/")
-            parts = name.split("/")
-            if (
-                m.name.startswith("/")
-                or "\\" in name
-                or "\x00" in name
-                or parts[0] != TAR_ROOT
-                or any(p in ("", ".", "..") for p in parts)
-            ):
-                raise BundleError(f"member {m.name!r} is not a plain path inside {TAR_ROOT}/")
-            if name in seen:
-                raise BundleError(f"member {m.name!r} appears twice")
-            seen.add(name)
+        members = tar_headers(tf)
+        sizes = declared_sizes(tf, members)
+        for m, parts in members:
+            rel = "/".join(parts[1:])
+            if m.isdir() or rel == "hashes.json":
+                continue
+            if rel not in sizes:
+                raise BundleError(f"member {m.name!r} ({m.size} bytes) is not listed in hashes.json")
+            if m.size > sizes[rel]:
+                raise BundleError(f"member {m.name!r} holds {m.size} bytes, but hashes.json declares {sizes[rel]}")
+        for m, parts in members:
             target = os.path.join(dest, *parts)
             if m.isdir():
                 os.makedirs(target, exist_ok=True)
-            elif m.isreg() and len(parts) > 1:
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                src = tf.extractfile(m)
-                if src is None:
-                    raise BundleError(f"member {m.name!r} cannot be read")
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-                with os.fdopen(fd, "wb") as out, src:
-                    while True:
-                        chunk = src.read(CHUNK)
-                        if not chunk:
-                            break
-                        out.write(chunk)
-            else:
-                raise BundleError(f"member {m.name!r} is a link or a special file; a bundle holds only files")
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            src = tf.extractfile(m)
+            if src is None:
+                raise BundleError(f"member {m.name!r} cannot be read")
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            left = m.size
+            with os.fdopen(fd, "wb") as out, src:
+                while left > 0:
+                    chunk = src.read(min(CHUNK, left))
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    left -= len(chunk)
     inner = os.path.join(dest, TAR_ROOT)
     if not os.path.isdir(inner):
         raise BundleError(f"the tar holds no {TAR_ROOT}/ folder")

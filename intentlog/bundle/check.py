@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import tarfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -18,7 +17,6 @@ from ..checker.report import ERROR, INFO, Problem, VerifyReport
 from ..checker.verify import verify_path
 from ..errors import (
     LedgerError,
-    NotALedger,
     UsageError,
 )
 from ..eventlog.listing import task_ids
@@ -29,7 +27,6 @@ from .files import (
     CHECKED_CALL_FIELDS,
     CHECKED_COMPILATION_FIELDS,
     CHECKED_TASK_FIELDS,
-    CHUNK,
     HASHES_FILE,
     HASHES_FORMAT,
     RECEIPTS_DIR,
@@ -41,6 +38,7 @@ from .files import (
     file_hashes,
     verifier_source,
 )
+from .untar import extract_tar
 
 # -- the library's check of a bundle ----------------------------------------------------------
 
@@ -61,10 +59,11 @@ def check_bundle(
     :class:`~intentlog.errors.NotALedger` when ``bundle`` is neither a folder nor a tar.
 
     ``bundle`` may also be the tar :func:`export_bundle` writes: it is extracted into a
-    temporary folder (removed afterwards) member by member, refusing with
+    temporary folder (removed afterwards), refusing with
     :class:`~intentlog.errors.LedgerError` any member that is not a plain file or folder
-    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates) before
-    anything of it is checked.
+    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates, sparse
+    files) or that ``hashes.json`` does not list at least its size, before anything of it
+    is written (:mod:`intentlog.bundle.untar`).
     """
     root = check_path(bundle, "bundle")
     if root.is_file():
@@ -85,82 +84,15 @@ def check_bundle(
     return replace(report, problems=tuple(sorted(problems, key=lambda p: order.get(p.severity, 3))))
 
 
-_TAR_FILE_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
-
-
 def _check_tar(path: Path, *, inventory: bool, progress: Progress | None) -> VerifyReport:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="intentlog-bundle-") as tmp:
-        inner = _extract_tar(path, Path(tmp))
+        inner = extract_tar(path, Path(tmp))
         report = check_bundle(inner, inventory=inventory, progress=progress)
         shown = f"{path}:{TAR_ROOT}"
         problems = tuple(replace(p, message=p.message.replace(str(inner), shown)) for p in report.problems)
         return replace(report, root=str(path), problems=problems)
-
-
-def _tar_member_path(name: str, where: Path) -> tuple[str, ...]:
-    """The parts of a member name below ``intentlog-bundle/``; :class:`LedgerError` for anything else."""
-    parts = tuple(name.rstrip("/").split("/"))
-    if (
-        name.startswith("/")
-        or "\\" in name
-        or "\x00" in name
-        or parts[0] != TAR_ROOT
-        or any(p in ("", ".", "..") for p in parts)
-    ):
-        raise LedgerError(
-            f"{where}: the member {name!r} is not a plain path inside {TAR_ROOT}/ (absolute, '..', or elsewhere); "
-            "the tar was not extracted: it is not a bundle export wrote"
-        )
-    return parts[1:]
-
-
-def _open_tar(path: Path) -> tarfile.TarFile:
-    try:
-        return tarfile.open(path, "r:")
-    except (OSError, tarfile.TarError) as exc:
-        raise NotALedger(str(path), f"is neither a bundle folder nor a readable tar ({exc})") from exc
-
-
-def _extract_tar(path: Path, dest: Path) -> Path:
-    """Extract a bundle tar into ``dest`` safely and return the bundle folder (``dest/intentlog-bundle``)."""
-    inner = dest / TAR_ROOT
-    seen: set[tuple[str, ...]] = set()
-    with _open_tar(path) as tf:
-        while True:
-            try:
-                m = tf.next()
-            except tarfile.TarError as exc:
-                raise LedgerError(f"{path}: the tar is damaged ({exc}); it was not checked") from exc
-            if m is None:
-                break
-            parts = _tar_member_path(m.name, path)
-            if parts in seen:
-                raise LedgerError(f"{path}: the member {m.name!r} appears twice; the tar was not checked")
-            seen.add(parts)
-            target = inner.joinpath(*parts)
-            if m.type == tarfile.DIRTYPE:
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            if m.type not in _TAR_FILE_TYPES:
-                raise LedgerError(
-                    f"{path}: the member {m.name!r} is a link or a special file; a bundle holds only files and "
-                    "folders, so the tar was not checked"
-                )
-            if not parts:
-                raise LedgerError(f"{path}: {TAR_ROOT} is a file, not a folder; the tar was not checked")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tf.extractfile(m)
-            if src is None:  # pragma: no cover - a regular member always has a file object
-                raise LedgerError(f"{path}: the member {m.name!r} cannot be read")
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "wb") as out, src:
-                while chunk := src.read(CHUNK):
-                    out.write(chunk)
-    if not inner.is_dir():
-        raise LedgerError(f"{path}: the tar holds no {TAR_ROOT}/ folder; it is not a bundle export wrote")
-    return inner
 
 
 class _BundleCheck:
