@@ -236,6 +236,7 @@ def on_reconciled(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
     node.outcome = True
     node.settled = d["outcome"] in ("not_served", "resend", "provider_dedup")
     if d["outcome"] == "provider_dedup":
+        node.dedup_relied = True
         yield from _dedup_findings(g, node)
     if d["evidence"] is not None:
         g.expect(
