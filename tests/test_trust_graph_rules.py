@@ -160,6 +160,24 @@ def resend_two_days_late(events: Events) -> Events:
     return events
 
 
+def third_attempt_two_days_later(events: Events) -> Events:
+    """Attempt 2 (inside the window) retried: attempt 3 starts two days after the first attempt, under the same key."""
+    observed = events[at(events, "attempt.observed")]
+    end = at(events, "attempt.interpreted") if any(e["kind"] == "attempt.interpreted" for e in events) else None
+    cut = end if end is not None else at(events, "call.completed")
+    retry = {
+        "kind": "attempt.retry_decided",
+        "ts": observed["ts"],
+        "data": {"call": observed["data"]["call"], "attempt": 2, "decision": "retry", "reason": "a 503 answer"},
+    }
+    third = {
+        "kind": "attempt.started",
+        "ts": _shift(observed["ts"], 2 * 86400),
+        "data": {"call": observed["data"]["call"], "attempt": 3},
+    }
+    return [*events[:cut], retry, third]
+
+
 def window_beyond_the_bound(events: Events) -> Events:
     """The manifest declares a window of 31 years, so a resend decades later would be 'inside' it."""
     d = events[at(events, "call.manifest")]["data"]
@@ -180,6 +198,7 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
     },
     "resend_inside_dedup_window": {
         "resend two days after the first attempt": (deduped, resend_two_days_late),
+        "a third attempt two days after a resend inside the window": (deduped, third_attempt_two_days_later),
         "a declared window beyond the bound": (deduped, window_beyond_the_bound),
     },
 }
