@@ -481,6 +481,9 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
     ("approved_before_send", "attempt.started",
         "an attempt of a call bound to an approval (by its key, or by its request hash as a digest) starts only after "
         "an approve decision of that exact request hash, made after the approval's latest request"),
+    ("reconciled_inside_dedup_window", "effect.reconciled",
+        "a provider_dedup reconciliation rests on the manifest's declared window (no longer than 2592000 s) and lies, "
+        "by the events' ts, at most window_s - margin_s after the call's first attempt started"),
     ("resend_inside_dedup_window", "attempt.started",
         "every attempt after a provider_dedup reconciliation of its call starts, by the events' ts, at most window_s "
         "- margin_s after the call's first attempt, of a window the manifest declares and no longer than 2592000 s "
@@ -618,21 +621,29 @@ class Graph:
                 out.append(f"approval {aid!r} of request {binding} was decided {decision!r}, and the call sent")
         return out
 
-    def rule_resend_inside_dedup_window(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
-        if not c.dedup_relied:
-            return []
-        decl = c.dedup if type(c.dedup) is dict else {}
+    def outside_window(self, c: GraphCall, what: str) -> list[str]:
+        """What is wrong with relying, at this event's ts, on the dedup window the call's manifest declares."""
+        decl = c.dedup
+        if type(decl) is not dict:
+            return [f"{what}, but the call's manifest declares no provider dedup window"]
         window, margin = decl.get("window_s"), decl.get("margin_s")
         numbers = all(type(v) in (int, float) for v in (window, margin))
         if numbers and window > MAX_DEDUP_WINDOW_S:  # type: ignore[operator]
-            return [f"the manifest declares a dedup window of {window!r} s, beyond {MAX_DEDUP_WINDOW_S:.0f} s"]
+            return [f"{what} under a declared window of {window!r} s, beyond {MAX_DEDUP_WINDOW_S:.0f} s"]
         start, now = epoch_seconds(c.first_started or ""), epoch_seconds(self.ts)
         if start is None or now is None or not numbers or not 0 <= now - start <= window - margin:  # type: ignore[operator]
-            return [
-                f"attempt {d['attempt']} of {d['call']} relies on the provider's dedup window, but starts outside "
-                f"it ({window!r} s less a margin of {margin!r} s after the first attempt)"
-            ]
+            return [f"{what} outside the declared window ({window!r} s less a margin of {margin!r} s)"]
         return []
+
+    def rule_reconciled_inside_dedup_window(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if d["outcome"] != "provider_dedup":
+            return []
+        return self.outside_window(c, f"'provider_dedup' of {d['call']}")
+
+    def rule_resend_inside_dedup_window(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if not c.dedup_relied:
+            return []
+        return self.outside_window(c, f"attempt {d['attempt']} of {d['call']} relies on the provider's window")
 
     def on_task_created(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         if seq != 0:
@@ -796,34 +807,13 @@ class Graph:
             self.bad(seq, kind, "only a 'served' reconciliation carries evidence")
         c.has_outcome = True
         c.may_follow = d["outcome"] in ("not_served", "resend", "provider_dedup")
-        if d["outcome"] == "provider_dedup":
+        if d["outcome"] == "provider_dedup":  # judged by the table's rule_reconciled_inside_dedup_window
             c.dedup_relied = True
-            self.check_dedup(seq, kind, d["call"], c)
         if d["evidence"] is not None:
             self.promises[f"evidence:{d['call']}:{d['attempt']}"] = (
                 seq,
                 f"the evidence of {d['call']} is not observed yet (no attempt.observed from reconciliation follows: "
                 "legal after a crash between the two lines; the next run of the call records it)",
-            )
-
-    def check_dedup(self, seq: int, kind: str, call: str, c: GraphCall) -> None:
-        """A provider_dedup resend needs the manifest's declaration and a first attempt inside its window.
-
-        reconciled.ts - first attempt.started.ts must lie in [0, window_s - margin_s].
-        """
-        decl = c.dedup
-        if type(decl) is not dict:
-            self.bad(seq, kind, f"'provider_dedup' of {call}, but its manifest declares no provider dedup window")
-            return
-        start, now = epoch_seconds(c.first_started or ""), epoch_seconds(self.ts)
-        window, margin = decl.get("window_s"), decl.get("margin_s")
-        numbers = all(type(v) in (int, float) for v in (window, margin))
-        if start is None or now is None or not numbers or not 0 <= now - start <= window - margin:  # type: ignore[operator]
-            self.bad(
-                seq,
-                kind,
-                f"'provider_dedup' of {call} outside the declared window ({window!r} s less a margin of "
-                f"{margin!r} s) of its first attempt",
             )
 
     def on_call_completed(self, seq: int, kind: str, d: dict[str, Any]) -> None:

@@ -178,6 +178,20 @@ def third_attempt_two_days_later(events: Events) -> Events:
     return [*events[:cut], retry, third]
 
 
+def reconciled_two_hours_late(events: Events) -> Events:
+    """The provider_dedup reconciliation (and all after it) two hours later: past the hour's window."""
+    i = at(events, "effect.reconciled")
+    for e in events[i:]:
+        e["ts"] = _shift(e["ts"], 2 * HOUR)
+    return events
+
+
+def declaration_removed(events: Events) -> Events:
+    """The manifest no longer declares a dedup window: the reconciliation rests on nothing."""
+    del events[at(events, "call.manifest")]["data"]["dedup"]
+    return events
+
+
 def window_beyond_the_bound(events: Events) -> Events:
     """The manifest declares a window of 31 years, so a resend decades later would be 'inside' it."""
     d = events[at(events, "call.manifest")]["data"]
@@ -195,6 +209,11 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "digest approval flipped to reject": (approved_by_digest, flip_to_reject),
         "an attempt added after a rejection": (rejected, send_after_rejection),
         "the approval re-bound to another request": (approved, decided_for_another_request),
+    },
+    "reconciled_inside_dedup_window": {
+        "reconciliation two hours after the first attempt": (deduped, reconciled_two_hours_late),
+        "the manifest's declaration removed": (deduped, declaration_removed),
+        "a declared window beyond the bound": (deduped, window_beyond_the_bound),
     },
     "resend_inside_dedup_window": {
         "resend two days after the first attempt": (deduped, resend_two_days_late),

@@ -46,6 +46,13 @@ GRAPH_RULES: Final = (
         "after an approve decision of that exact request hash, made after the approval's latest request",
     ),
     TableRule(
+        "reconciled_inside_dedup_window",
+        "effect.reconciled",
+        "a provider_dedup reconciliation rests on the manifest's declared window (no longer than "
+        f"{MAX_WINDOW_S:.0f} s) and lies, by the events' ts, at most window_s - margin_s after the call's first "
+        "attempt started",
+    ),
+    TableRule(
         "resend_inside_dedup_window",
         "attempt.started",
         "every attempt after a provider_dedup reconciliation of its call starts, by the events' ts, at most "
@@ -102,28 +109,43 @@ def _approved_before_send(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) ->
             yield f"approval {aid!r} of request {a.binding} was decided {a.decision!r}: sent though refused"
 
 
-def _resend_inside_dedup_window(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
-    if not node.dedup_relied:
+def _outside_window(g: TaskGraph, node: CallNode, what: str) -> Iterator[str]:
+    """What is wrong with relying, now (the event's ts), on the window the call's manifest declares."""
+    if type(node.dedup) is not dict:
+        yield f"{what}, but {node.call}'s call.manifest declares no provider dedup window"
         return
-    decl: dict[str, Any] = node.dedup if type(node.dedup) is dict else {}
-    window, margin = decl.get("window_s"), decl.get("margin_s")
+    window, margin = node.dedup.get("window_s"), node.dedup.get("margin_s")
     if isinstance(window, (int, float)) and window > MAX_WINDOW_S:
-        yield f"the manifest declares a provider dedup window of {window!r} s, longer than any provider keeps a key"
+        yield f"{what} under a declared window of {window!r} s, longer than any provider keeps a key"
         return
     start = parse_ts(node.first_started_ts) if node.first_started_ts is not None else None
     now = parse_ts(g.extra.get("ts", ""))
     if start is None or now is None or not within(window, margin, now - start):
         age = "at an unknown time" if start is None or now is None else f"{now - start:.3f} s"
         yield (
-            f"attempt {d['attempt']} of {node.call} relies on the provider's dedup window but starts {age} after "
-            f"the first attempt, outside the declared window ({window!r} s less a margin of {margin!r} s)"
+            f"{what} {age} after the first attempt started, outside the declared window ({window!r} s less a "
+            f"margin of {margin!r} s): the provider may not recognise the resend"
         )
+
+
+def _reconciled_inside_dedup_window(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    if d.get("outcome") == "provider_dedup":
+        yield from _outside_window(g, node, f"effect.reconciled 'provider_dedup' of {node.call}")
+
+
+def _resend_inside_dedup_window(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    if node.dedup_relied:
+        yield from _outside_window(g, node, f"attempt {d['attempt']} of {node.call} relies on the provider's window")
 
 
 _Check = Callable[[TaskGraph, CallNode, Mapping[str, Any]], Iterator[str]]
 #: rule name -> the library's check of it (each yields what it found, as text).
 CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
-    {"approved_before_send": _approved_before_send, "resend_inside_dedup_window": _resend_inside_dedup_window}
+    {
+        "approved_before_send": _approved_before_send,
+        "reconciled_inside_dedup_window": _reconciled_inside_dedup_window,
+        "resend_inside_dedup_window": _resend_inside_dedup_window,
+    }
 )
 _BY_KIND: Final = {r.kind: tuple(x for x in GRAPH_RULES if x.kind == r.kind) for r in GRAPH_RULES}
 
