@@ -127,14 +127,14 @@ def graph_rules_block() -> list[str]:
         "GRAPH_RULES: tuple[tuple[str, str, str], ...] = (",
     ]
     for rule in GRAPH_RULES:
-        out.append(f"    ({_q(rule.name)}, {_q(rule.kind)},")
+        out.extend(["    (", f"        {_q(rule.name)},", f"        {_q(rule.kind)},"])
         words, line = rule.statement.split(" "), ""
         for w in words:  # the statement as implicitly joined string literals, each line within WIDTH
             if line and 8 + len(line) + len(w) + 4 > WIDTH:
                 out.append(f"        {_q(line)}")
                 line = ""
             line += w + " "
-        out.append(f"        {_q(line.rstrip())}),")
+        out.extend([f"        {_q(line.rstrip())},", "    ),"])
     out.append(")")
     out.append(f"MAX_DEDUP_WINDOW_S = {MAX_DEDUP_WINDOW_S!r}")
     return out
