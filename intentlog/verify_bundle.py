@@ -943,6 +943,8 @@ class Graph:
             self.bad(seq, kind, f"binds {binding!r}, not a digest")
         self.approvals[d["approval"]] = (binding, seq, False)
         key = binds["key"] if binds.get("call") is not None and type(binds.get("key")) is str else None
+        if key is None and type(binds.get("call")) is str and binds["call"] in self.calls:
+            key = self.calls[binds["call"]].key  # a binding that leaves out the key binds its call's key
         self.approval_state[d["approval"]] = (binding, key, None)
         if key is not None:
             index: list[str] | None = self.bound_key.setdefault(key, [])

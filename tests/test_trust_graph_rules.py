@@ -133,6 +133,12 @@ def decision_removed(events: Events) -> Events:
     return events
 
 
+def key_left_out_and_flipped(events: Events) -> Events:
+    """The approval's binding loses its key (so no key seems bound) and its decision says reject."""
+    del events[at(events, "approval.requested")]["data"]["binds"]["key"]
+    return flip_to_reject(events)
+
+
 def send_after_rejection(events: Events) -> Events:
     manifest = events[at(events, "call.manifest")]
     ts = events[-1]["ts"]
@@ -207,6 +213,7 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "decision moved after the send": (approved, decision_after_send),
         "decision deleted": (approved, decision_removed),
         "digest approval flipped to reject": (approved_by_digest, flip_to_reject),
+        "the binding's key left out, the decision flipped": (approved, key_left_out_and_flipped),
         "an attempt added after a rejection": (rejected, send_after_rejection),
         "the approval re-bound to another request": (approved, decided_for_another_request),
     },
