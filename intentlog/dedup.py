@@ -36,12 +36,23 @@ from typing import Any, Final, final
 from .errors import UsageError
 from .eventlog.format import parse_utc
 
-__all__ = ["DEFAULT_MARGIN_FLOOR", "DEFAULT_MARGIN_SHARE", "ProviderDedup", "age_of", "clock", "parse_ts", "within"]
+__all__ = [
+    "DEFAULT_MARGIN_FLOOR",
+    "DEFAULT_MARGIN_SHARE",
+    "MAX_WINDOW_S",
+    "ProviderDedup",
+    "age_of",
+    "clock",
+    "parse_ts",
+    "within",
+]
 
 #: The smallest default margin, seconds.
 DEFAULT_MARGIN_FLOOR: Final = 60.0
 #: The default margin's share of the window.
 DEFAULT_MARGIN_SHARE: Final = 0.05
+#: The longest window a declaration may give (30 days): longer than providers keep an idempotency key.
+MAX_WINDOW_S: Final = 30 * 86400.0
 
 _TOKEN: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field-name
 
@@ -75,8 +86,10 @@ class ProviderDedup:
         self, window: _dt.timedelta | float, header: str | None = None, *, margin: _dt.timedelta | float | None = None
     ) -> None:
         w = _seconds(window, "window")
-        if not w > 0:
-            raise UsageError(f"ProviderDedup(window=...) must be positive, not {window!r}")
+        if not 0 < w <= MAX_WINDOW_S:
+            raise UsageError(
+                f"ProviderDedup(window=...) must be positive and at most {MAX_WINDOW_S:g} s (30 days), not {window!r}"
+            )
         if header is not None and (not isinstance(header, str) or _TOKEN.match(header) is None):
             raise UsageError(
                 f"ProviderDedup(header=...) must be an HTTP header name (letters, digits, '-'), or None, not {header!r}"

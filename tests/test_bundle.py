@@ -41,6 +41,7 @@ from intentlog.bundle import (
     file_hashes,
     verifier_source,
 )
+from intentlog.bundle.check import rendered
 from intentlog.demo.provider import SyntheticProvider
 from intentlog.errors import (
     ArtifactMissing,
@@ -380,6 +381,8 @@ def restate(bundle: Path) -> None:
     tasks = sorted(p.stem for p in (bundle / "tasks").glob("*.jsonl"))
     states = {t: work_state(StreamScan(bundle / "tasks" / f"{t}.jsonl"), task_id=t) for t in tasks}
     (bundle / STATES_FILE).write_bytes(encode_states(states))
+    for rel, data in rendered(bundle).items():  # README.md and report.html are renderings of the record too
+        (bundle / rel).write_bytes(data)
 
 
 def rehash(bundle: Path) -> None:

@@ -1,4 +1,4 @@
-"""Write verify_bundle.py's data -- its kinds table and format constants -- from intentlog's own schema.
+"""Write verify_bundle.py's data -- its kinds and graph rules tables, format constants -- from intentlog's schema.
 
 The standalone verifier stays independent code (its predicates, graph and work-state
 table are written separately) but the *data* both verifiers must agree on is generated,
@@ -25,6 +25,7 @@ from intentlog.bundle import HASHES_FORMAT, STATES_FORMAT
 from intentlog.eventlog.format import FORMAT, RESERVED_PREFIXES, Event
 from intentlog.heads.codec import HEADS_FORMAT
 from intentlog.projections.fields import FieldType
+from intentlog.projections.graph_rules import GRAPH_RULES, MAX_DEDUP_WINDOW_S
 from intentlog.projections.schema import RULES
 from intentlog.projections.workstate import WORK_STATE_VERSION
 
@@ -119,7 +120,31 @@ def formats_block() -> list[str]:
     ]
 
 
-BLOCKS: Mapping[str, Callable[[], list[str]]] = {"formats": formats_block, "kinds": kinds_block}
+def graph_rules_block() -> list[str]:
+    out = [
+        HEADER,
+        "# the graph rules table: (name, the kind it judges, what must hold); Graph.rule_<name> checks each",
+        "GRAPH_RULES: tuple[tuple[str, str, str], ...] = (",
+    ]
+    for rule in GRAPH_RULES:
+        out.extend(["    (", f"        {_q(rule.name)},", f"        {_q(rule.kind)},"])
+        words, line = rule.statement.split(" "), ""
+        for w in words:  # the statement as implicitly joined string literals, each line within WIDTH
+            if line and 8 + len(line) + len(w) + 4 > WIDTH:
+                out.append(f"        {_q(line)}")
+                line = ""
+            line += w + " "
+        out.extend([f"        {_q(line.rstrip())},", "    ),"])
+    out.append(")")
+    out.append(f"MAX_DEDUP_WINDOW_S = {MAX_DEDUP_WINDOW_S!r}")
+    return out
+
+
+BLOCKS: Mapping[str, Callable[[], list[str]]] = {
+    "formats": formats_block,
+    "kinds": kinds_block,
+    "graph_rules": graph_rules_block,
+}
 
 
 def render(source: str) -> str:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import tarfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -18,20 +17,20 @@ from ..checker.report import ERROR, INFO, Problem, VerifyReport
 from ..checker.verify import verify_path
 from ..errors import (
     LedgerError,
-    NotALedger,
     UsageError,
 )
 from ..eventlog.listing import task_ids
 from ..eventlog.reader import StreamScan
 from ..heads.codec import HEADS_FILE, StreamHead, decode_heads
 from ..projections.workstate import WorkState, work_state
+from ..report import REPORT_FILE
 from .files import (
     CHECKED_CALL_FIELDS,
     CHECKED_COMPILATION_FIELDS,
     CHECKED_TASK_FIELDS,
-    CHUNK,
     HASHES_FILE,
     HASHES_FORMAT,
+    README_FILE,
     RECEIPTS_DIR,
     STATES_FILE,
     STATES_FORMAT,
@@ -41,6 +40,9 @@ from .files import (
     file_hashes,
     verifier_source,
 )
+from .page import NOT_AT_EXPORT, report_page
+from .readme import readme_text
+from .untar import extract_tar
 
 # -- the library's check of a bundle ----------------------------------------------------------
 
@@ -57,14 +59,17 @@ def check_bundle(
     equals this library's projection of each stream (``states``); every receipt in
     ``receipts/`` is covered by an ``attempt.started`` of a call whose manifest has its
     request hash (``receipts``); every file matches ``hashes.json`` and none is unlisted
-    (``inventory``; skipped when ``inventory`` is false). Raises
+    (``inventory``), and ``README.md`` and ``report.html`` are byte for byte what this
+    library renders of the bundle's record (``rendering``; both skipped when ``inventory``
+    is false). Raises
     :class:`~intentlog.errors.NotALedger` when ``bundle`` is neither a folder nor a tar.
 
     ``bundle`` may also be the tar :func:`export_bundle` writes: it is extracted into a
-    temporary folder (removed afterwards) member by member, refusing with
+    temporary folder (removed afterwards), refusing with
     :class:`~intentlog.errors.LedgerError` any member that is not a plain file or folder
-    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates) before
-    anything of it is checked.
+    under ``intentlog-bundle/`` (absolute paths, ``..``, links, devices, duplicates, sparse
+    files) or that ``hashes.json`` does not list at least its size, before anything of it
+    is written (:mod:`intentlog.bundle.untar`).
     """
     root = check_path(bundle, "bundle")
     if root.is_file():
@@ -80,93 +85,54 @@ def check_bundle(
                 "workspace itself, so they were not compared with any current file",
             )
         problems.append(p)
-    problems.extend(_BundleCheck(root).run(inventory))
+    bundle_check = _BundleCheck(root)
+    problems.extend(bundle_check.run(inventory))
+    # report.html holds the check export made before the page and hashes.json existed: render it again from that
+    at_export = replace(report, problems=_in_order([p for p in problems if p.code not in NOT_AT_EXPORT]))
+    if inventory:
+        problems.extend(bundle_check.renderings(at_export))
+    return replace(report, problems=_in_order(problems))
+
+
+def rendered(bundle: str | os.PathLike[str]) -> dict[str, bytes]:
+    """What ``README.md`` and ``report.html`` must hold for the bundle folder's record, by relative path.
+
+    The renderings :func:`check_bundle` compares with (export writes the same bytes): drawn
+    from ``heads.json``, the projected states, the receipt logs' names and the bundle's
+    files with their check. README.md is absent when ``heads.json`` does not name the
+    streams in ``tasks/`` (then there is no record to render it from).
+    """
+    root = check_path(bundle, "bundle")
+    report = check_bundle(root, inventory=False)
+    at_export = replace(report, problems=_in_order([p for p in report.problems if p.code not in NOT_AT_EXPORT]))
+    bc = _BundleCheck(root)
+    bc.run(False)
+    return bc.expected(at_export)
+
+
+def _in_order(problems: list[Problem]) -> tuple[Problem, ...]:
     order = {ERROR: 0, "changed": 1, INFO: 2}
-    return replace(report, problems=tuple(sorted(problems, key=lambda p: order.get(p.severity, 3))))
-
-
-_TAR_FILE_TYPES: Final = (tarfile.REGTYPE, tarfile.AREGTYPE)
+    return tuple(sorted(problems, key=lambda p: order.get(p.severity, 3)))
 
 
 def _check_tar(path: Path, *, inventory: bool, progress: Progress | None) -> VerifyReport:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="intentlog-bundle-") as tmp:
-        inner = _extract_tar(path, Path(tmp))
+        inner = extract_tar(path, Path(tmp))
         report = check_bundle(inner, inventory=inventory, progress=progress)
         shown = f"{path}:{TAR_ROOT}"
         problems = tuple(replace(p, message=p.message.replace(str(inner), shown)) for p in report.problems)
         return replace(report, root=str(path), problems=problems)
 
 
-def _tar_member_path(name: str, where: Path) -> tuple[str, ...]:
-    """The parts of a member name below ``intentlog-bundle/``; :class:`LedgerError` for anything else."""
-    parts = tuple(name.rstrip("/").split("/"))
-    if (
-        name.startswith("/")
-        or "\\" in name
-        or "\x00" in name
-        or parts[0] != TAR_ROOT
-        or any(p in ("", ".", "..") for p in parts)
-    ):
-        raise LedgerError(
-            f"{where}: the member {name!r} is not a plain path inside {TAR_ROOT}/ (absolute, '..', or elsewhere); "
-            "the tar was not extracted: it is not a bundle export wrote"
-        )
-    return parts[1:]
-
-
-def _open_tar(path: Path) -> tarfile.TarFile:
-    try:
-        return tarfile.open(path, "r:")
-    except (OSError, tarfile.TarError) as exc:
-        raise NotALedger(str(path), f"is neither a bundle folder nor a readable tar ({exc})") from exc
-
-
-def _extract_tar(path: Path, dest: Path) -> Path:
-    """Extract a bundle tar into ``dest`` safely and return the bundle folder (``dest/intentlog-bundle``)."""
-    inner = dest / TAR_ROOT
-    seen: set[tuple[str, ...]] = set()
-    with _open_tar(path) as tf:
-        while True:
-            try:
-                m = tf.next()
-            except tarfile.TarError as exc:
-                raise LedgerError(f"{path}: the tar is damaged ({exc}); it was not checked") from exc
-            if m is None:
-                break
-            parts = _tar_member_path(m.name, path)
-            if parts in seen:
-                raise LedgerError(f"{path}: the member {m.name!r} appears twice; the tar was not checked")
-            seen.add(parts)
-            target = inner.joinpath(*parts)
-            if m.type == tarfile.DIRTYPE:
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            if m.type not in _TAR_FILE_TYPES:
-                raise LedgerError(
-                    f"{path}: the member {m.name!r} is a link or a special file; a bundle holds only files and "
-                    "folders, so the tar was not checked"
-                )
-            if not parts:
-                raise LedgerError(f"{path}: {TAR_ROOT} is a file, not a folder; the tar was not checked")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tf.extractfile(m)
-            if src is None:  # pragma: no cover - a regular member always has a file object
-                raise LedgerError(f"{path}: the member {m.name!r} cannot be read")
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "wb") as out, src:
-                while chunk := src.read(CHUNK):
-                    out.write(chunk)
-    if not inner.is_dir():
-        raise LedgerError(f"{path}: the tar holds no {TAR_ROOT}/ folder; it is not a bundle export wrote")
-    return inner
-
-
 class _BundleCheck:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.problems: list[Problem] = []
+        self.sealed: dict[str, StreamHead] | None = None
+        self.projected: dict[str, WorkState] = {}
+        self.unlike: set[str] = set()  # files the inventory found changed, unlisted or missing
 
     def add(self, code: str, message: str, *, severity: str = ERROR, **where: Any) -> None:
         self.problems.append(Problem(severity, code, message, **where))
@@ -179,7 +145,9 @@ class _BundleCheck:
             self.add("bundle", f"heads.json seals {sorted(heads)} but tasks/ holds {tasks}", locator=HEADS_FILE)
         if states is not None and sorted(states) != tasks:
             self.add("states", f"states.json holds {sorted(states)} but tasks/ holds {tasks}", locator=STATES_FILE)
-        projected: dict[str, WorkState] = {}
+        projected = self.projected
+        if heads is not None and sorted(heads) == tasks:
+            self.sealed = heads
         for task in tasks:
             scan = StreamScan(self.root / "tasks" / f"{task}.jsonl")
             projected[task] = work_state(scan, task_id=task)
@@ -204,6 +172,52 @@ class _BundleCheck:
                 locator=VERIFIER_FILE,
             )
         return self.problems
+
+    def renderings(self, at_export: VerifyReport) -> list[Problem]:
+        """README.md and report.html against what this library renders of the bundle's record (``rendering``).
+
+        Both are deterministic renderings (no clock, no path): README.md of the sealed heads,
+        the projected states and the receipt logs' names; report.html of the bundle's files
+        with ``at_export``, the check as export made it. Part of the inventory: a file the
+        inventory already found changed or absent is not reported twice; with heads.json
+        unusable README.md is not rendered (reported above).
+        """
+        found: list[Problem] = []
+        for rel, expected in self.expected(at_export).items():
+            path = self.root / rel
+            if rel not in self.unlike and path.is_file() and not path.is_symlink():
+                self._compare(rel, expected, found)
+        return found
+
+    def expected(self, at_export: VerifyReport) -> dict[str, bytes]:
+        """README.md (when heads.json names the streams) and report.html as this library renders them."""
+        out: dict[str, bytes] = {}
+        if self.sealed is not None:
+            folder = self.root / RECEIPTS_DIR
+            logs = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+            out[README_FILE] = readme_text(self.sealed, self.projected, logs)
+        out[REPORT_FILE] = report_page(self.root, at_export)
+        return out
+
+    def _compare(self, rel: str, expected: bytes, found: list[Problem]) -> None:
+        path = self.root / rel
+        with open(path, "rb") as f:  # never more than the rendering's size (and one byte) read
+            got = f.read(len(expected) + 1)
+        if got == expected:
+            return
+        mine, theirs = expected.splitlines(), got.splitlines()
+        pairs = enumerate(zip(mine, theirs, strict=False), start=1)
+        line = next((i for i, (a, b) in pairs if a != b), min(len(mine), len(theirs)) + 1)
+        found.append(
+            Problem(
+                ERROR,
+                "rendering",
+                f"is not what intentlog {__version__} renders of this bundle's record and its check (first "
+                f"difference at line {line}): it was edited after export, or the files it is drawn from were; do "
+                "not act on what it says, read the verifiers' claims",
+                locator=rel,
+            )
+        )
 
     def heads(self) -> dict[str, StreamHead] | None:
         path = self.root / HEADS_FILE
@@ -326,9 +340,12 @@ class _BundleCheck:
             return
         for rel in sorted(set(present) - set(listed)):
             self.add("inventory", "is in the bundle but not in hashes.json", locator=rel)
+            self.unlike.add(rel)
         for rel, entry in sorted(listed.items()):
             got = present.get(rel)
             want = (entry.get("digest"), entry.get("size")) if type(entry) is dict else None
+            if got != want:
+                self.unlike.add(rel)
             if got is None:
                 self.add("inventory", "is listed in hashes.json but missing", locator=rel)
             elif got != want:

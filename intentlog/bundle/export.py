@@ -34,7 +34,7 @@ from ..heads.codec import HEADS_FILE, StreamHead, encode_heads
 from ..ledgerreads import open_reads
 from ..projections.workstate import WorkState, work_state
 from ..refs import EXPORT, walk
-from ..report import REPORT_FILE, render
+from ..report import REPORT_FILE
 from .check import check_bundle
 from .files import (
     HASHES_FILE,
@@ -51,6 +51,7 @@ from .files import (
     verifier_source,
     walk_files,
 )
+from .page import report_page
 from .readme import readme_text
 from .source import check_marker, inline_in, read_range, refuse_links
 from .staging import STAGING_SUFFIX, check_out, holds_bundle, remove_stale, same_bytes
@@ -403,19 +404,14 @@ def export_bundle(
 
 
 def _report(staging: Path) -> bytes:
-    """``report.html``: the page :func:`intentlog.report.render` draws of the bundle, with the library's check of it.
+    """``report.html``, with the library's check of the bundle in it.
 
     The check is :func:`check_bundle` without the inventory (``hashes.json`` does not exist
     yet, and it lists this file). The report is derived, never evidence: both verifiers
-    check its bytes against ``hashes.json`` like every other file, and neither reads it.
+    check its bytes against ``hashes.json`` like every other file, and the library's check
+    renders it again from the bundle and compares.
     """
-    check = check_bundle(staging, inventory=False)
-    note = (
-        "An evidence bundle's report, derived from the bundle's own files (hashes.json lists it; no verifier reads "
-        "it). Commands name the ledger the bundle was exported from."
-    )
-    # the bundle holds exactly the exported tasks: every one is in the index, the detail bounded as everywhere
-    return render(staging, verify=check, title="intentlog evidence bundle", note=note)
+    return report_page(staging, check_bundle(staging, inventory=False))
 
 
 # -- the deterministic tar ----------------------------------------------------------------------

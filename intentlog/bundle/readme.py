@@ -57,7 +57,7 @@ With intentlog installed, its own checker must agree:
 | `heads.json` | each stream's id, last seq, head digest and event count: a cut tail is visible |
 | `states.json` | what intentlog says each call and compilation is, and what is safe next |
 | `receipts/` | provider receipt logs: every receipt must be covered by a recorded `attempt.started` |
-| `report.html` | the record as one self-contained page for people, derived from the files above; read by no verifier |
+| `report.html` | the record as one page for people, derived from the files above; intentlog's check re-renders it |
 | `hashes.json` | the digest and size of every other file |
 | `verify_bundle.py` | the independent verifier |
 

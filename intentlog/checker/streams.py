@@ -20,6 +20,7 @@ from ..errors import ArtifactError, CorruptStream, DigestMismatch, NotSerializab
 from ..eventlog.format import TASK_CREATED, check_kind, is_reserved
 from ..eventlog.gclog import GC_LOG
 from ..heads.codec import StreamHead
+from ..projections.graph_rules import table_findings
 from ..projections.schema import FILE, TaskGraph, check_shape, is_ref, rule_for
 from ..refs import CHECK, CHECK_REFS, walk
 from .report import ERROR, INFO, Problem, abbr
@@ -285,6 +286,7 @@ class StreamChecks(CheckerState):
         findings = check_shape(rule, data)
         if not findings and rule.graph is not None:
             graph.extra["ts"] = ts  # rules that judge time (a provider dedup window) read the event's own ts
+            findings.extend(table_findings(graph, kind, data))  # the graph rules table, before the event is folded
             findings.extend(rule.graph(graph, seq, data))
         for finding in findings:
             self.add(finding.severity, finding.code, f"{kind}: {finding.message}", **at)

@@ -41,6 +41,7 @@ class CallNode:
     interpretation: tuple[int, bytes | None] | None = None
     dedup: Any = None  # the manifest's provider-dedup declaration (window_s, header, margin_s), if any
     first_started_ts: str | None = None  # ts of the call's first attempt.started (the provider's window opens there)
+    dedup_relied: bool = False  # some attempt was reconciled 'provider_dedup': later sends rely on the window
 
 
 @dataclass(slots=True)

@@ -235,8 +235,8 @@ def on_reconciled(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
         )
     node.outcome = True
     node.settled = d["outcome"] in ("not_served", "resend", "provider_dedup")
-    if d["outcome"] == "provider_dedup":
-        yield from _dedup_findings(g, node)
+    if d["outcome"] == "provider_dedup":  # judged by the table's reconciled_inside_dedup_window (graph_rules.py)
+        node.dedup_relied = True
     if d["evidence"] is not None:
         g.expect(
             f"evidence:{node.call}:{d['attempt']}",
@@ -248,33 +248,6 @@ def on_reconciled(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Find
                 "evidence is in objects/): the next run of the call records the observation",
                 "info",
             ),
-        )
-
-
-def _dedup_findings(g: TaskGraph, node: CallNode) -> Iterator[Finding]:
-    """A ``provider_dedup`` reconciliation needs the manifest's declaration and a first attempt inside its window.
-
-    Judged from the events' own timestamps: ``reconciled.ts - first attempt.started.ts``
-    must lie in ``[0, window_s - margin_s]`` of the manifest's ``dedup``.
-    """
-    from ..dedup import parse_ts, within
-
-    decl = node.dedup
-    if type(decl) is not dict:
-        yield Finding(
-            "graph", f"effect.reconciled 'provider_dedup' of {node.call}, but its call.manifest declares no "
-            "provider dedup window: an unknown effect was resent without a person or a declaration"
-        )
-        return
-    start = parse_ts(node.first_started_ts) if node.first_started_ts is not None else None
-    now = parse_ts(g.extra.get("ts", ""))
-    window, margin = decl.get("window_s"), decl.get("margin_s")
-    if start is None or now is None or not within(window, margin, now - start):
-        age = "unknown" if start is None or now is None else f"{now - start:.3f} s"
-        yield Finding(
-            "graph", f"effect.reconciled 'provider_dedup' of {node.call} {age} after its first attempt started, "
-            f"outside the declared window ({window!r} s less a margin of {margin!r} s): a resend the provider "
-            "may not recognise"
         )
 
 

@@ -14,6 +14,7 @@ from .._internal.digest import is_digest
 from ..eventlog.format import FORMAT
 from .fields import Finding
 from .graph import Compilation, TaskGraph
+from .graph_rules import ApprovalNode, approvals_of, bound_by
 
 # -- graph rules: tasks and streams --------------------------------------------------
 
@@ -131,6 +132,16 @@ def on_approval_requested(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Itera
     if binding is not None and not is_digest(binding):
         yield Finding("shape", f"approval {d['approval']!r} binds {binding!r}, which is not a digest")
     _approvals(g)[d["approval"]] = {"binding": binding, "seq": seq, "decided": False}
+    key = binds.get("key") if cid is not None and isinstance(binds.get("key"), str) else None
+    if key is None and cid is not None and isinstance(cid, str) and cid in g.calls:
+        key = g.calls[cid].key  # a binding that leaves out the key still binds the key of the call it names
+    approvals_of(g)[d["approval"]] = ApprovalNode(binding, key, seq)
+    by_key, by_digest = bound_by(g)
+    index = by_key.setdefault(key, []) if key is not None else None
+    if index is None and cid is None and isinstance(binding, str):
+        index = by_digest.setdefault(binding, [])
+    if index is not None and d["approval"] not in index:
+        index.append(d["approval"])
 
 
 def on_approval_decided(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
@@ -145,6 +156,8 @@ def on_approval_decided(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterato
         )
     elif a["decided"]:
         yield Finding("graph", f"approval {d['approval']!r} is decided a second time for the same request")
+    else:
+        approvals_of(g)[d["approval"]].decision = d.get("decision")
     a["decided"] = True
 
 
