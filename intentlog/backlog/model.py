@@ -142,6 +142,8 @@ class BacklogFold:
     quota_waiting: dict[str, Any] | None = None
     stopped: dict[str, Any] | None = None
     seq: int = -1
+    #: the last ``backlog.run_started`` (its run open while ``stopped`` is None)
+    run: dict[str, Any] | None = None
 
     def apply(self, ev: Event) -> None:
         self.seq = ev.seq
@@ -157,7 +159,7 @@ class BacklogFold:
             self.quota_waiting = dict(d)
             return
         if kind == "backlog.run_started":
-            self.quota_waiting, self.stopped = None, None
+            self.quota_waiting, self.stopped, self.run = None, None, dict(d)
             return
         if kind == "backlog.run_stopped":
             self.stopped = dict(d)
