@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 
 __all__ = ["START_DEATHS", "BacklogTakenOver", "Supervisor", "WorkersDie"]
 
+#: seconds a run goes on without a heartbeat landing (its storage unreachable) before it gives up
+OUTAGE = 60.0
+
 #: workers in a row that exit before answering anything: the run stops (a step that cannot load, a crash at start)
 START_DEATHS = 5
 
@@ -237,10 +240,17 @@ class Supervisor:
         """Show the run still holds its backlog; a lease taken over (fenced) stops the run, granting nothing more."""
         try:
             self.owner.beat()
-        except IntentlogError:
-            if self.owner.fresh():
-                return  # a failed write while still fresh: tried again next turn (granting stops once stale)
-            raise
+        except (IntentlogError, OSError):
+            # the store unreachable, or the stream's lease lost to an add that found it standing
+            # still: granting stops once the last heartbeat is older than FRESH; the next turn
+            # leases the stream again and tries once more, for up to OUTAGE s
+            try:
+                self.journal.close()
+            except (IntentlogError, OSError):
+                pass
+            if self.owner.clock() - self.owner.landed > OUTAGE:
+                raise
+            return
         if self.owner.lost is not None:
             self.failure = BacklogTakenOver(self.owner.lost)
             self.stopping = "taken over"
@@ -414,21 +424,26 @@ class Supervisor:
     def idle(self) -> bool:
         """No item can progress without a person: nothing running; every item done, failed or blocked.
 
-        An item another process held counts as running only while it is held and not settled
-        or blocked in the record (what the other process did is read, never waited for).
+        An item another process held counts as running only while it is held, not settled or
+        blocked in the record (what the other process did is read, never waited for), and its
+        stream grew within ``inactivity`` (a holder this run can neither end nor fence, stalled
+        on another host, cannot progress without a person).
         """
         if any(w.item for w in self.pool):
             return False
-        for item in list(self.watchdog.foreign):
+        now = time.monotonic()
+        for item, seen in list(self.watchdog.foreign.items()):
+            if now - seen.progress >= self.watchdog.inactivity:
+                continue  # stalled where this run cannot end it: not progressing
             rec = self.fold.items.get(item)
             if rec is None or self.schedule.is_settled(rec) or rec.blocked is not None:
                 self.watchdog.mine(item)
             elif not leases.held_elsewhere(self.backlog.ledger.task(rec.task)):
                 self.watchdog.mine(item)  # let go: the next turn hands it out (it resumes), so not idle yet
                 return False
-        if self.watchdog.foreign:
-            return False
-        return self.schedule.waits_for_a_person()
+            else:
+                return False  # held by a process whose stream grows
+        return self.schedule.waits_for_a_person(set(self.watchdog.foreign))
 
     def shutdown(self) -> None:
         """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
