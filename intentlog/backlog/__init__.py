@@ -15,11 +15,15 @@ from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .model import ITEM_STATES, ItemView
 from .quota import Quota, parse_quota
+from .runlease import BacklogBusy
+from .supervisor import BacklogTakenOver, WorkersDie
 from .worker import QuotaExhausted, Stopping, units
 
 __all__ = [
     "ITEM_STATES",
     "Backlog",
+    "BacklogBusy",
+    "BacklogTakenOver",
     "BacklogView",
     "DaskEngine",
     "Engine",
@@ -31,6 +35,7 @@ __all__ = [
     "QuotaExhausted",
     "StillBlocked",
     "Stopping",
+    "WorkersDie",
     "parse_quota",
     "units",
 ]
