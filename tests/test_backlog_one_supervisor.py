@@ -297,3 +297,23 @@ def test_a_spent_budget_exits_1_and_says_so_and_json_commands_name_the_root(tmp_
     assert len(queued) == 2
     for row in queued:
         assert "budget" in row["next_step"] and f"--root {root}" in row["next_step"]
+
+
+def test_a_run_of_this_process_that_ended_without_its_record_is_taken_over_at_once(ledger: Any) -> None:
+    from intentlog.backlog.procs import boot_id, host_name, start_time
+
+    b = ledger.backlog("g")
+    b.add("a", {"item": "a"})
+    me = {"pid": os.getpid(), "host": host_name(), "boot_id": boot_id(), "start_time": start_time(os.getpid())}
+    live = RunOwner(Journal(b))
+    live.start(me)  # going on in this process: a second start is refused
+    with pytest.raises(BacklogBusy, match=f"process {os.getpid()}"):
+        RunOwner(Journal(b)).start(me, sleep=lambda s: pytest.fail("a run here is judged at once"))
+    live.end()  # ended without recording run_stopped (its storage failed at the end, say)
+    b.task.close()
+    nxt = RunOwner(Journal(b))
+    nxt.start(me, sleep=lambda s: pytest.fail("a run here is judged at once"))
+    nxt.end()
+    runs = [e.data for e in b.task.events() if e.kind == "backlog.run_started"]
+    assert len(runs) == 2 and runs[1]["took_over"]["run"] == live.token
+    b.task.close()

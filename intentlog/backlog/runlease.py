@@ -24,6 +24,7 @@ there, written once for both storages:
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -45,6 +46,8 @@ FRESH: Final = 3.5
 STALE: Final = 6.0
 #: what others write while a run is open: not the holder's records
 _NOT_THE_HOLDERS: Final = frozenset({"backlog.item_added", "backlog.item_unblocked"})
+#: the tokens of the runs going on in this process (an open run of this pid not here ended without its record)
+_RUNNING: set[str] = set()
 
 
 class BacklogBusy(IntentlogError):
@@ -105,14 +108,25 @@ class RunOwner:
             "backlog.run_started",
             {**ident, "run": self.token, **({"took_over": self.took_over} if self.took_over else {})},
         )
+        _RUNNING.add(self.token)
         self.landed = self.clock()
 
+    def end(self) -> None:
+        """This process runs the backlog no more (whether or not its end was recorded)."""
+        _RUNNING.discard(self.token)
+
     def _gone(self, other: dict[str, Any]) -> bool:
-        """The open run's holder ran on this machine since its boot and is gone (its pid free or reused)."""
-        return self._here(other) and start_time(int(other.get("pid", -1))) != other.get("start_time")
+        """The open run's holder ran on this machine since its boot and is gone (its pid free or reused, or it
+        was this process's and ended without recording it)."""
+        return self._here(other) and not self._alive_here(other)
 
     def _alive_here(self, other: dict[str, Any]) -> bool:
-        return self._here(other) and start_time(int(other.get("pid", -1))) == other.get("start_time")
+        if not self._here(other):
+            return False
+        pid = int(other.get("pid", -1))
+        if pid == os.getpid():
+            return other.get("run") in _RUNNING
+        return start_time(pid) == other.get("start_time")
 
     @staticmethod
     def _here(other: dict[str, Any]) -> bool:

@@ -171,7 +171,10 @@ class Supervisor:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            self.shutdown()
+            try:
+                self.shutdown()
+            finally:
+                self.owner.end()
         if self.failure is not None:
             raise self.failure
 
