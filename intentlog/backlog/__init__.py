@@ -15,12 +15,16 @@ from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .model import ITEM_STATES, ItemView
 from .quota import Quota, parse_quota
+from .runlease import BacklogBusy
+from .supervisor import BacklogTakenOver, WorkersDie
 from .worker import QuotaExhausted, Stopping, units
 
 __all__ = [
     "ITEM_STATES",
     "Backlog",
+    "BacklogBusy",
     "BacklogTaken",
+    "BacklogTakenOver",
     "BacklogView",
     "DaskEngine",
     "Engine",
@@ -33,6 +37,7 @@ __all__ = [
     "QuotaExhausted",
     "StillBlocked",
     "Stopping",
+    "WorkersDie",
     "parse_quota",
     "units",
 ]

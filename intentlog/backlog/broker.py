@@ -1,7 +1,12 @@
 """The quota broker: every attempt's units are granted here first, counted from the record.
 
 What was spent is read from the items' tasks at the start (``quota.reserved``) and kept by
-the grants made since. A full window makes the asking workers wait (``backlog.quota_waiting``,
+the grants made since. Windows are counted on the supervisor's monotonic clock, never on
+the wall clock, so no step of it (forward or back) can open or hold a window: this run's
+grants at the monotonic time they were made; those of earlier runs, whose wall-clock times
+cannot be trusted, as made at this run's start (never counted short; a window they fill
+reopens at most one window, plus its margin, after the start).
+A full window makes the asking workers wait (``backlog.quota_waiting``,
 recorded once per quota that fills); a spent budget that cannot reopen stops the run
 (``backlog.quota_exhausted``).
 """
@@ -9,7 +14,7 @@ recorded once per quota that fills); a spent budget that cannot reopen stops the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .journal import Journal
 from .messages import Grant, Spent
@@ -21,26 +26,39 @@ __all__ = ["QuotaBroker"]
 class QuotaBroker:
     """Answers reservations against one run's quotas."""
 
-    def __init__(self, journal: Journal, quotas: tuple[Quota, ...]) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        quotas: tuple[Quota, ...],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.journal = journal
         self.quotas = quotas
+        #: what windows are counted on (monotonic); ``wall`` only says when a window reopens, for people
+        self.clock, self.wall = clock, wall
         self.book = QuotaBook(quotas)
         #: why the run takes no more attempts (a budget that cannot reopen is spent), once it is so
         self.exhausted: str | None = None
         self.waiting_logged: str | None = None
 
     def load(self, reservations: Iterable[tuple[float, dict[str, float]]]) -> None:
-        """Count what the record says was reserved (``(unix time, {quota: units})``, any order)."""
-        self.book.load(reservations)
+        """Count what the record says earlier runs reserved (``(unix time, {quota: units})``, any order).
+
+        Their recorded wall-clock times are not used: each is counted as made now (see the module).
+        """
+        now = self.clock()
+        self.book.load((now, units) for _, units in reservations)
 
     def answer(self, item: str, want: dict[str, float]) -> Grant | Spent | None:
         """Grant ``want`` now (reserved), refuse it for good, or None: the worker waits for the window."""
-        now = time.time()
+        now = self.clock()
         blocked = self.book.check(want, now)
         if blocked is None:
             self.book.reserve(want, now)
             self.waiting_logged = None
-            return Grant("grant", now)
+            return Grant("grant", self.wall())
         q, until = blocked
         if until is None:
             why = f"quota {q.spec()} is spent and cannot reopen"
@@ -50,8 +68,9 @@ class QuotaBroker:
             return Spent("exhausted", why)
         if self.waiting_logged != q.name:
             self.waiting_logged = q.name
+            wall_until = self.wall() + max(0.0, until - now)  # for people: when, by the wall clock, it reopens
             self.journal.record(
                 "backlog.quota_waiting",
-                {"quota": q.spec(), "until": until, "used": self.book.used(q, now), "reason": "window full"},
+                {"quota": q.spec(), "until": wall_until, "used": self.book.used(q, now), "reason": "window full"},
             )
         return None

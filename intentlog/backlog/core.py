@@ -21,7 +21,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._internal.args import check_seconds
@@ -140,9 +140,14 @@ class Backlog:
         got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
         running = _running_probe(self.ledger)
         rows: list[ItemView] = []
+        spent = (f.stopped or {}).get("quota")  # the last run stopped at a spent budget: queued items wait for it
         for rec in ordered:
             it = got[rec.task]
-            rows.append(item_view(self.name, rec, it.status, it.extras, running=running(rec.task), now=now))
+            row = item_view(self.name, rec, it.status, it.extras, running=running(rec.task), now=now)
+            if spent and row.state == "queued":
+                step = f"raise the budget: intentlog run {self.name} --step ... --quota ... (a larger budget)"
+                row = replace(row, reason=f"the last run stopped: {spent}", next_step=step)
+            rows.append(row)
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:
             counts[r.state] += 1

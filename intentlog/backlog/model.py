@@ -188,6 +188,8 @@ class BacklogFold:
     #: why the stream is not a backlog's (its first record is not one a backlog writes); None: it is
     foreign: str | None = None
     first: bool = True
+    #: the last ``backlog.run_started`` (its run open while ``stopped`` is None)
+    run: dict[str, Any] | None = None
 
     def apply(self, ev: Event) -> None:
         self.seq = ev.seq
@@ -211,7 +213,7 @@ class BacklogFold:
             self.quota_waiting = dict(d)
             return
         if kind == "backlog.run_started":
-            self.quota_waiting, self.stopped = None, None
+            self.quota_waiting, self.stopped, self.run = None, None, dict(d)
             return
         if kind == "backlog.run_stopped":
             self.stopped = dict(d)

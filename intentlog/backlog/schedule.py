@@ -62,9 +62,10 @@ class Schedule:
                 continue
             yield rec
 
-    def waits_for_a_person(self) -> bool:
-        """Every item not settled is blocked: awaiting approval, reconciliation or review, then ``unblock``."""
-        return all(rec.blocked is not None or self.is_settled(rec) for rec in self.unsettled())
+    def waits_for_a_person(self, stuck: Collection[str] = ()) -> bool:
+        """Every item not settled is blocked (awaiting approval, reconciliation or review, then ``unblock``),
+        or ``stuck``: held by a stalled process the run can neither end nor fence."""
+        return all(rec.blocked is not None or self.is_settled(rec) or rec.item in stuck for rec in self.unsettled())
 
     def failed_attempt(self, rec: ItemRecord, why: str) -> None:
         """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``."""

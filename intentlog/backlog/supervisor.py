@@ -23,7 +23,13 @@ backlog stream before it acts on it. Guarantees:
   (``quota.reserved`` in the items' tasks); an exhausted window makes the workers wait
   (``backlog.quota_waiting``), an exhausted budget stops the run;
 - **shutdown** (SIGTERM, SIGINT): no new item or attempt starts; running effects finish
-  within ``grace``; then the holders left are ended; ``backlog.run_stopped`` says so.
+  within ``grace``; then the holders left are ended; ``backlog.run_stopped`` says so;
+- **one supervisor per backlog**: a run owns its backlog from ``backlog.run_started`` to
+  ``backlog.run_stopped`` (:mod:`intentlog.backlog.runlease`); a second run is refused
+  naming the holder, a dead one is taken over (recorded); a run that cannot show it still
+  owns it (its heartbeat late, or another run started since) grants nothing;
+- **workers that die at start** (:data:`START_DEATHS` in a row before answering anything)
+  stop the run: :class:`WorkersDie` names the last exit.
 
 The supervisor itself carries items to its slots and their answers back (the messages of
 :mod:`intentlog.backlog.messages`); each concern is its own part: the record of its
@@ -45,6 +51,7 @@ from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..errors import IntentlogError
 from . import leases
 from .broker import QuotaBroker
 from .engines import Engine, LocalEngine, Slot
@@ -54,13 +61,28 @@ from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, 
 from .model import BacklogFold, BacklogLike
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota
+from .runlease import RunOwner
 from .schedule import Schedule
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..task import Task
 
-__all__ = ["Supervisor"]
+__all__ = ["START_DEATHS", "BacklogTakenOver", "Supervisor", "WorkersDie"]
+
+#: seconds a run goes on without a heartbeat landing (its storage unreachable) before it gives up
+OUTAGE = 60.0
+
+#: workers in a row that exit before answering anything: the run stops (a step that cannot load, a crash at start)
+START_DEATHS = 5
+
+
+class WorkersDie(IntentlogError):
+    """The run stopped: its workers kept exiting before they answered anything."""
+
+
+class BacklogTakenOver(IntentlogError):
+    """The run stopped: another run took the backlog over while this one stood still."""
 
 
 @dataclass
@@ -74,6 +96,7 @@ class _Worker:
     waiting: tuple[str, dict[str, float]] | None = None  # a reservation not granted yet
     task: Task | None = None  # the item's task (read only: its stream's growth is its progress)
     asks: bool = True  # whether the item's worker asks for a grant before each attempt (else: told "stop")
+    answered: bool = False  # whether it ever sent a message (a worker that dies before: a start death)
 
 
 class Supervisor:
@@ -94,6 +117,7 @@ class Supervisor:
         max_backoff: float,
         poll: float,
         engine: Engine | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backlog, self.step = backlog, step
         self.workers, self.until_idle, self.grace, self.poll = workers, until_idle, grace, poll
@@ -101,10 +125,15 @@ class Supervisor:
         self.journal = Journal(backlog)
         self.schedule = Schedule(self.journal, backoff=backoff, max_backoff=max_backoff)
         self.watchdog = Watchdog(self.journal, inactivity=inactivity, max_duration=max_duration)
-        self.broker = QuotaBroker(self.journal, quotas)
+        self.broker = QuotaBroker(self.journal, quotas, clock=clock)
+        self.owner = RunOwner(self.journal, clock=clock)
         self.pool: list[_Worker] = []
         #: why the run stops taking items and attempts (a signal's name, "idle", "quota"), once it does
         self.stopping: str | None = None
+        #: workers in a row that exited before answering anything, and the last one's exit
+        self.start_deaths, self.last_death = 0, ""
+        #: what ends the run with an error once it is shut down (workers dying at start, the lease lost)
+        self.failure: IntentlogError | None = None
 
     @property
     def fold(self) -> BacklogFold:
@@ -121,25 +150,33 @@ class Supervisor:
         def on_signal(signum: int, frame: FrameType | None) -> None:
             self.stopping = signal.Signals(signum).name
 
-        for s in old:
-            signal.signal(s, on_signal)
+        leases.claim_stale(self.backlog.task)  # on a store: a SIGKILLed supervisor's lease, taken back
+        me = os.getpid()
         try:
-            leases.claim_stale(self.backlog.task)  # on a store: a SIGKILLed supervisor's lease, taken back
-            self.journal.refresh()
-            me = os.getpid()
-            self.journal.record(
-                "backlog.run_started",
+            self.owner.start(  # BacklogBusy while another supervisor runs it: nothing written
                 {
                     "pid": me, "host": host_name(), "start_time": start_time(me), "boot_id": boot_id(),
                     "workers": self.workers, "quota": [q.spec() for q in self.broker.quotas],
-                },
+                }
             )  # fmt: skip
+        except BaseException:
+            self.journal.close()
+            self.engine.close()
+            raise
+        for s in old:
+            signal.signal(s, on_signal)
+        try:
             self.scan_items()
             self.loop()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            self.shutdown()
+            try:
+                self.shutdown()
+            finally:
+                self.owner.end()
+        if self.failure is not None:
+            raise self.failure
 
     def scan_items(self) -> None:
         """Each item's task, read whole only if it changed since the cache: done and blocked items settled,
@@ -177,7 +214,12 @@ class Supervisor:
         while True:
             if self.stopping is not None:
                 return
+            self.heartbeat()
+            if self.stopping is not None:
+                return
             self.spawn()
+            if self.stopping is not None:
+                return
             ready = wait([w.conn for w in self.pool], timeout=self.poll)
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
@@ -197,7 +239,35 @@ class Supervisor:
                 if self.idle():
                     return
 
+    def heartbeat(self) -> None:
+        """Show the run still holds its backlog; a lease taken over (fenced) stops the run, granting nothing more."""
+        try:
+            self.owner.beat()
+        except (IntentlogError, OSError):
+            # the store unreachable, or the stream's lease lost to an add that found it standing
+            # still: granting stops once the last heartbeat is older than FRESH; the next turn
+            # leases the stream again and tries once more, for up to OUTAGE s
+            try:
+                self.journal.close()
+            except (IntentlogError, OSError):
+                pass
+            if self.owner.clock() - self.owner.landed > OUTAGE:
+                raise
+            return
+        if self.owner.lost is not None:
+            self.failure = BacklogTakenOver(self.owner.lost)
+            self.stopping = "taken over"
+
     def spawn(self) -> None:
+        if self.start_deaths >= START_DEATHS:
+            if self.stopping is None:
+                self.failure = WorkersDie(
+                    f"backlog {self.backlog.name!r}: {self.start_deaths} workers in a row exited before answering "
+                    f"anything (the last: {self.last_death}); the run is stopped: check that the step loads and "
+                    "runs in a new process (python -c 'import MODULE'), then run again"
+                )
+                self.stopping = "workers die at start"
+            return
         while len(self.pool) < self.workers:
             self.journal.close()  # a forked child must not inherit the backlog's lock
             slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
@@ -252,6 +322,8 @@ class Supervisor:
         except (EOFError, OSError):
             self.lost(w, f"worker {w.proc.pid} exited ({w.proc.exitcode})")
             return
+        w.answered = True
+        self.start_deaths = 0
         if isinstance(msg, Leased):
             w.progress = time.monotonic()
         elif isinstance(msg, Died):  # the engine runs the item again elsewhere: it resumes, never re-runs
@@ -269,6 +341,8 @@ class Supervisor:
         """Answer the worker's reservation: "stop" once the run stops, else the broker's grant or refusal (or wait)."""
         assert w.waiting is not None
         item, want = w.waiting
+        if self.stopping is None and not self.owner.fresh():
+            return  # not shown to hold the backlog now: it waits (a run taken over has stopped granting)
         reply = Stop("stop") if self.stopping is not None else self.broker.answer(item, want)
         if reply is None:
             return  # the window is full: it waits
@@ -305,11 +379,18 @@ class Supervisor:
         """A worker died on its own (or was ended): its item resumes, never re-runs; a new worker replaces it."""
         self.pool.remove(w)
         w.proc.join(timeout=1.0)
+        self.died(w)
         if w.item is not None:
             rec = self.fold.items[w.item]
             self.journal.record(
                 "backlog.holder_died", {"item": w.item, "task": rec.task, "pid": w.proc.pid, "reason": why}
             )
+
+    def died(self, w: _Worker) -> None:
+        """Count a worker that exited before answering anything: :data:`START_DEATHS` in a row stop the run."""
+        if not w.answered:
+            self.start_deaths += 1
+            self.last_death = f"worker {w.proc.pid} exited with status {w.proc.exitcode}"
 
     # -- stalls and timeouts -----------------------------------------------------------
 
@@ -320,6 +401,7 @@ class Supervisor:
             if w.item is None:
                 if not w.proc.is_alive():
                     self.pool.remove(w)
+                    self.died(w)
                 continue
             rec = self.fold.items[w.item]
             size = leases.progress(w.task) if w.task is not None else -1
@@ -343,17 +425,35 @@ class Supervisor:
     # -- idle and shutdown -------------------------------------------------------------
 
     def idle(self) -> bool:
-        """No item can progress without a person: nothing running; every item done, failed or blocked."""
-        if any(w.item for w in self.pool) or self.watchdog.foreign:
+        """No item can progress without a person: nothing running; every item done, failed or blocked.
+
+        An item another process held counts as running only while it is held, not settled or
+        blocked in the record (what the other process did is read, never waited for), and its
+        stream grew within ``inactivity`` (a holder this run can neither end nor fence, stalled
+        on another host, cannot progress without a person).
+        """
+        if any(w.item for w in self.pool):
             return False
-        return self.schedule.waits_for_a_person()
+        now = time.monotonic()
+        for item, seen in list(self.watchdog.foreign.items()):
+            if now - seen.progress >= self.watchdog.inactivity:
+                continue  # stalled where this run cannot end it: not progressing
+            rec = self.fold.items.get(item)
+            if rec is None or self.schedule.is_settled(rec) or rec.blocked is not None:
+                self.watchdog.mine(item)
+            elif not leases.held_elsewhere(self.backlog.ledger.task(rec.task)):
+                self.watchdog.mine(item)  # let go: the next turn hands it out (it resumes), so not idle yet
+                return False
+            else:
+                return False  # held by a process whose stream grows
+        return self.schedule.waits_for_a_person(set(self.watchdog.foreign))
 
     def shutdown(self) -> None:
         """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
         self.journal.end()
         self.journal.batching = False
         why = self.stopping or ("quota" if self.broker.exhausted else "idle")
-        if self.stopping is not None:
+        if self.stopping is not None and self.owner.lost is None:
             self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
         deadline = time.monotonic() + (self.grace if self.stopping is not None else 5.0)
         if self.stopping is None:
@@ -383,5 +483,6 @@ class Supervisor:
         self.pool.clear()
         self.engine.close()
         self.journal.end()
-        self.journal.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.broker.exhausted})
+        if self.owner.mine():  # under the lease: a run taken over never records the end of the next one's
+            self.journal.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.broker.exhausted})
         self.backlog.task.close()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import sys
+from typing import Any
 
 import click
 
-from ..backlog import StillBlocked
+from ..backlog import BacklogView, StillBlocked
 from ..errors import UsageError
 from ..ledger import open_ledger
-from .app import Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
+from .app import EXIT_PROBLEMS, Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
 
 
 def _when(t: float | None) -> str:
@@ -44,7 +45,7 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
     _exists(c, name)
     view = c.ledger().backlog(name).view()
     if as_json:
-        emit_json(view.to_json())
+        emit_json(_hinted(c, view))
         return
     click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
     if view.quota_waiting is not None:
@@ -123,9 +124,25 @@ def run_cmd(
         max_duration=max_duration, grace=grace, engine=chosen,
     )  # fmt: skip
     if as_json:
-        emit_json(view.to_json())
-        return
-    click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
+        emit_json(_hinted(c, view))
+    else:
+        click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
+    spent = (view.stopped or {}).get("quota")
+    if spent and view.counts["queued"]:
+        click.echo(
+            f"intentlog run: {spent}: {view.counts['queued']} item(s) still queued; "
+            + c.hint(f"raise the budget and run again: intentlog run {name} --step {step} --quota ..."),
+            err=True,
+        )
+        sys.exit(EXIT_PROBLEMS)
+
+
+def _hinted(c: Ctx, view: BacklogView) -> dict[str, Any]:
+    """The view as JSON with every command in it complete (``--root`` when the command line gave one)."""
+    out = view.to_json()
+    for row in out["items"]:
+        row["next_step"] = c.hint(row["next_step"])
+    return out
 
 
 @main.command("unblock")

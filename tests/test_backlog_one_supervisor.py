@@ -1,0 +1,319 @@
+"""One supervisor per backlog, quota windows on a clock that cannot jump, runs that end when nothing can progress.
+
+Real ``intentlog run`` processes on one folder backlog (the second refused naming the
+holder; a SIGKILLed one taken over, recorded), the run's ownership protocol and the quota
+broker on injected clocks (no sleeping), a run that returns although another process's
+item was settled meanwhile, workers that die at start, a spent budget on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backlog_steps import read_receipts
+
+import intentlog
+from intentlog.backlog import messages as m
+from intentlog.backlog.broker import QuotaBroker
+from intentlog.backlog.journal import Journal
+from intentlog.backlog.quota import parse_quota
+from intentlog.backlog.runlease import STALE, BacklogBusy, RunOwner
+
+TESTS = Path(__file__).parent
+
+
+def _env(tmp: Path, sleep: str = "0") -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env["BACKLOG_RECEIPTS"] = str(tmp / "receipts.jsonl")
+    env["BACKLOG_SLEEP"] = sleep
+    return env
+
+
+def _run(root: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "intentlog.cli", "--root", str(root), "run", "g", "--step", "backlog_steps:step",
+        "--workers", "1", "--until-idle", *extra,
+    ]  # fmt: skip
+
+
+def _wait_for(pred: Any, what: str, limit: float = 60.0) -> None:
+    """Wait for a record (polling the ledger): a bound on a hang, never a step of the test."""
+    deadline = time.monotonic() + limit
+    while not pred():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.02)
+
+
+def _started(root: Path) -> list[dict[str, Any]]:
+    with intentlog.open(root) as led:
+        return [e.data for e in led.backlog("g").task.events() if e.kind == "backlog.run_started"]
+
+
+def _add(root: Path, n: int) -> None:
+    with intentlog.open(root) as led:
+        led.backlog("g").add_many([{"item": f"i{k}", "payload": {"item": f"i{k}", "effects": 1}} for k in range(n)])
+
+
+def test_a_second_run_is_refused_naming_the_holder_and_the_first_runs_alone(tmp_path: Path) -> None:
+    root = tmp_path / "l"
+    _add(root, 4)
+    env = _env(tmp_path, sleep="0.4")
+    first = subprocess.Popen(_run(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: len(_started(root)) == 1, "the first run's start")
+        second = subprocess.run(_run(root), env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1
+        assert f"process {first.pid} on host {socket.gethostname()!r}" in second.stderr
+        assert "one supervisor per backlog" in second.stderr
+        _out, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err
+    assert [d["pid"] for d in _started(root)] == [first.pid]  # the refused run wrote nothing
+    keys = sorted(r["key"] for r in read_receipts(str(tmp_path / "receipts.jsonl")))
+    assert keys == [f"i{k}:0" for k in range(4)]
+
+
+def test_a_sigkilled_supervisor_is_taken_over_and_the_take_over_recorded(tmp_path: Path) -> None:
+    root = tmp_path / "l"
+    _add(root, 3)
+    env = _env(tmp_path, sleep="0.4")
+    first = subprocess.Popen(_run(root), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_started(root)) == 1, "the first run's start")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    second = subprocess.run(_run(root), env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    runs = _started(root)
+    assert len(runs) == 2 and runs[1]["took_over"]["pid"] == first.pid
+    assert runs[1]["took_over"]["run"] == runs[0]["run"]
+    keys = [r["key"] for r in read_receipts(str(tmp_path / "receipts.jsonl"))]
+    assert len(keys) == len(set(keys)) and set(keys) <= {f"i{k}:0" for k in range(3)}
+
+
+# -- the ownership protocol on an injected clock ---------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _open_run_elsewhere(b: Any) -> None:
+    """A run started on another host (its pid means nothing here) that never recorded its end."""
+    t = b.task
+    t.stream.append("backlog.run_started", {"pid": 4242, "host": "elsewhere", "boot_id": "b", "run": "r0"})
+    t.close()
+
+
+def test_an_open_run_elsewhere_that_stands_still_is_taken_over_after_the_stale_time(ledger: Any) -> None:
+    b = ledger.backlog("g")
+    b.add("a", {"item": "a"})
+    _open_run_elsewhere(b)
+    clock = _Clock()
+    owner = RunOwner(Journal(b), clock=clock)
+
+    def sleep(s: float) -> None:
+        clock.t += s
+
+    owner.start({"pid": os.getpid(), "host": socket.gethostname()}, sleep=sleep)
+    assert clock.t - 1000.0 >= STALE  # watched for the stale time on its own clock, not less
+    runs = [e.data for e in b.task.events() if e.kind == "backlog.run_started"]
+    assert runs[-1]["took_over"] == {"pid": 4242, "host": "elsewhere", "start_time": None, "run": "r0"}
+    b.task.close()
+
+
+def test_an_open_run_elsewhere_that_writes_refuses_the_start_and_nothing_is_written(ledger: Any) -> None:
+    b = ledger.backlog("g")
+    b.add("a", {"item": "a"})
+    _open_run_elsewhere(b)
+    clock = _Clock()
+    owner = RunOwner(Journal(b), clock=clock)
+
+    def sleep(s: float) -> None:  # meanwhile the holder's heartbeat lands; an add does not count as one
+        clock.t += s
+        b.add(f"x{clock.t}", {"item": "x"})
+        if clock.t > 1001.0:
+            b.task.stream.append("backlog.run_alive", {"run": "r0"})
+            b.task.close()
+
+    seq = max(e.seq for e in b.task.events())
+    with pytest.raises(BacklogBusy, match="process 4242 on host 'elsewhere'"):
+        owner.start({"pid": os.getpid()}, sleep=sleep)
+    assert not any(e.kind == "backlog.run_started" for e in b.task.events(since=seq + 1))
+    assert clock.t - 1000.0 < STALE
+
+
+def test_a_run_taken_over_grants_nothing_more_and_records_no_end(ledger: Any) -> None:
+    b = ledger.backlog("g")
+    b.add("a", {"item": "a"})
+    clock = _Clock()
+    owner = RunOwner(Journal(b), clock=clock)
+    owner.start({"pid": os.getpid()})
+    assert owner.fresh()
+    clock.t += 2.0
+    owner.beat()
+    assert owner.fresh() and owner.lost is None
+    b.task.close()
+    b.task.stream.append("backlog.run_started", {"pid": 4242, "host": "elsewhere", "run": "r1"})  # the take-over
+    b.task.close()
+    clock.t += 2.0
+    owner.beat()
+    assert owner.lost is not None and not owner.fresh() and not owner.mine()
+    b.task.close()
+    assert [e.kind for e in b.task.events()][-1] == "backlog.run_started"  # no heartbeat after the take-over
+
+
+# -- quota windows on the supervisor's monotonic clock ---------------------------------------------------
+
+
+class _Rec:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict[str, Any]]] = []
+
+    def record(self, kind: str, data: dict[str, Any]) -> None:
+        self.records.append((kind, data))
+
+
+def _granted(broker: QuotaBroker, n: int) -> int:
+    return sum(type(broker.answer(f"i{k}", {"calls": 1.0})) is m.Grant for k in range(n))
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0])
+def test_a_wall_clock_step_neither_opens_nor_holds_a_window(step: float) -> None:
+    mono, wall = _Clock(), _Clock()
+    broker = QuotaBroker(_Rec(), (parse_quota("calls=3/10s"),), clock=mono, wall=wall)  # type: ignore[arg-type]
+    assert _granted(broker, 5) == 3
+    wall.t += step  # NTP, a VM resume, date -s
+    mono.t += 1.0
+    assert _granted(broker, 5) == 0  # a forward step opens nothing
+    mono.t += 10.0  # the window (and its margin) passed on the monotonic clock
+    assert _granted(broker, 5) == 3  # a backward step holds nothing
+
+
+def test_grants_of_an_earlier_run_count_as_made_at_the_start_whatever_their_wall_time() -> None:
+    mono, wall = _Clock(), _Clock()
+    broker = QuotaBroker(_Rec(), (parse_quota("calls=3/10s"),), clock=mono, wall=wall)  # type: ignore[arg-type]
+    # recorded by a run whose wall clock ran an hour behind, and one an hour ahead
+    broker.load([(wall.t - 3600.0, {"calls": 1.0}), (wall.t - 3600.0, {"calls": 1.0}), (wall.t + 3600, {"calls": 1.0})])
+    assert _granted(broker, 3) == 0  # never counted short: all three in this window
+    mono.t += 11.0
+    assert _granted(broker, 5) == 3  # and held at most one window (plus its margin), never the hour
+
+
+def test_the_window_s_reopening_is_shown_on_the_wall_clock_from_the_monotonic_wait() -> None:
+    mono, wall = _Clock(), _Clock()
+    wall.t = 5_000_000.0
+    rec = _Rec()
+    broker = QuotaBroker(rec, (parse_quota("calls=1/10s"),), clock=mono, wall=wall)  # type: ignore[arg-type]
+    assert _granted(broker, 2) == 1
+    ((kind, data),) = rec.records
+    assert kind == "backlog.quota_waiting" and data["until"] == pytest.approx(wall.t + 11.0)
+
+
+# -- until_idle, start deaths, a spent budget -------------------------------------------------------------
+
+
+def test_until_idle_returns_when_an_item_another_process_held_was_settled_meanwhile(ledger: Any) -> None:
+    from backlog_steps import step
+
+    from intentlog.backlog.engines import LocalEngine
+    from intentlog.backlog.supervisor import Supervisor
+    from intentlog.backlog.watchdog import _Foreign
+
+    b = ledger.backlog("g")
+    b.add("x", {"item": "x"})
+    sup = Supervisor(
+        b, step, workers=1, quotas=(), until_idle=True, inactivity=300, max_duration=None, grace=1, backoff=1,
+        max_backoff=1, poll=0.05, engine=LocalEngine(),
+    )  # fmt: skip
+    sup.journal.refresh()
+    sup.watchdog.foreign["x"] = _Foreign(10, time.monotonic())  # another run's worker held it when this one looked
+    assert not sup.idle()  # still held as far as this run knows... but it is not held any more:
+    assert "x" not in sup.watchdog.foreign  # let go, to be handed out (it resumes) on the next turn
+    b.task.stream.append("backlog.item_done", {"item": "x", "task": "g.item.x"})  # the other run settled it
+    b.task.close()
+    sup.journal.refresh()
+    sup.watchdog.foreign["x"] = _Foreign(10, time.monotonic())
+    assert sup.idle() and not sup.watchdog.foreign
+
+    b.add("y", {"item": "y"})
+    sup.journal.refresh()
+    held = ledger.task("g.item.y")
+    held.stream.open_writer()  # a holder this run cannot end (as one on another host would be)
+    try:
+        sup.watchdog.foreign["y"] = _Foreign(10, time.monotonic())
+        assert not sup.idle()  # its stream grew within the inactivity: it progresses
+        sup.watchdog.foreign["y"] = _Foreign(10, time.monotonic() - 301.0)
+        assert sup.idle()  # stalled past the inactivity where nothing can end it: nothing can progress
+    finally:
+        held.close()
+
+
+def test_workers_that_die_at_start_stop_the_run_with_a_message_naming_why(ledger: Any, tmp_path: Path) -> None:
+    from intentlog.backlog.supervisor import START_DEATHS, WorkersDie
+
+    (tmp_path / "dies_at_start.py").write_text("import os\nos._exit(3)\n", encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        b = ledger.backlog("g")
+        b.add("a", {"item": "a"})
+        with pytest.raises(WorkersDie, match=r"workers in a row .* exited with status 3") as info:
+            b.run("dies_at_start:step", workers=2, until_idle=True, poll=0.02)
+        assert int(str(info.value).split()[2]) >= START_DEATHS
+    finally:
+        sys.path.remove(str(tmp_path))
+    stopped = [e.data for e in b.task.events() if e.kind == "backlog.run_stopped"]
+    assert stopped[-1]["reason"] == "workers die at start"
+    assert b.view().counts["queued"] == 1
+
+
+def test_a_spent_budget_exits_1_and_says_so_and_json_commands_name_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "l"
+    _add(root, 3)
+    env = _env(tmp_path)
+    r = subprocess.run([*_run(root, "--quota", "calls=1")], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "quota calls=1 is spent" in r.stderr and "2 item(s) still queued" in r.stderr
+    assert len(read_receipts(str(tmp_path / "receipts.jsonl"))) == 1
+    cli = [sys.executable, "-m", "intentlog.cli", "--root", str(root)]
+    view = json.loads(subprocess.run([*cli, "backlog", "g", "--json"], env=env, capture_output=True, text=True).stdout)
+    queued = [i for i in view["items"] if i["state"] == "queued"]
+    assert len(queued) == 2
+    for row in queued:
+        assert "budget" in row["next_step"] and f"--root {root}" in row["next_step"]
+
+
+def test_a_run_of_this_process_that_ended_without_its_record_is_taken_over_at_once(ledger: Any) -> None:
+    from intentlog.backlog.procs import boot_id, host_name, start_time
+
+    b = ledger.backlog("g")
+    b.add("a", {"item": "a"})
+    me = {"pid": os.getpid(), "host": host_name(), "boot_id": boot_id(), "start_time": start_time(os.getpid())}
+    live = RunOwner(Journal(b))
+    live.start(me)  # going on in this process: a second start is refused
+    with pytest.raises(BacklogBusy, match=f"process {os.getpid()}"):
+        RunOwner(Journal(b)).start(me, sleep=lambda s: pytest.fail("a run here is judged at once"))
+    live.end()  # ended without recording run_stopped (its storage failed at the end, say)
+    b.task.close()
+    nxt = RunOwner(Journal(b))
+    nxt.start(me, sleep=lambda s: pytest.fail("a run here is judged at once"))
+    nxt.end()
+    runs = [e.data for e in b.task.events() if e.kind == "backlog.run_started"]
+    assert len(runs) == 2 and runs[1]["took_over"]["run"] == live.token
+    b.task.close()
