@@ -292,7 +292,10 @@ class Supervisor:
             w.task = t
             w.size = leases.progress(t)
             w.asks = self.asks()
-            w.conn.send(Run("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
+            try:
+                w.conn.send(Run("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
+            except OSError:  # the worker died before it was handed anything (at start): the item stays queued
+                w.item, w.task = None, None  # the watch removes the dead worker and counts a start death
 
     def asks(self) -> bool:
         """Whether a worker must ask for a grant before each attempt.
