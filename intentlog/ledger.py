@@ -7,11 +7,9 @@ a process never locks itself out of its own task.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, final
@@ -19,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Final, final
 import orjson
 
 from ._internal.args import check_bool, check_seconds
-from ._internal.fsutil import check_own_file, check_real_dir, makedirs_durable, open_nofollow, publish_bytes
-from .artifacts import ArtifactStore, inline_bytes
+from ._internal.fsutil import makedirs_durable, open_nofollow, publish_bytes
+from .artifacts import inline_bytes
 from .errors import ArtifactError, IntentlogError, NotALedger, UsageError, WrongType
-from .eventlog import FORMAT, Event, check_task_id
-from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
-from .eventlog.reader import StreamScan
+from .eventlog import FORMAT, check_task_id
 from .eventlog.storage import DEFAULT_TAKE_OVER_AFTER
+from .folderstorage import MARKER, FolderLedgerStorage
+from .ledgerstorage import LedgerStorage, RepairReport
 from .task import Task
 
 if TYPE_CHECKING:
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_ROOT", "Ledger", "RepairReport", "open_ledger"]
 
 DEFAULT_ROOT: Final = ".intentlog"
-MARKER: Final = "intentlog.json"
 _SUBDIRS: Final = ("tasks", "objects", "tmp", "quarantine")
 GITIGNORE: Final = (
     b"# intentlog: lock files, staging and the view cache (derived, deletable) are not evidence\n*.lock\ntmp/\ncache/\n"
@@ -76,40 +73,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class RepairReport:
-    """What :meth:`Ledger.repair` did (or, with ``dry_run``, would do) to one stream.
-
-    ``action`` is ``"none"`` (nothing to repair), ``"torn_tail"`` (what a crash leaves;
-    the next writer would do the same) or ``"damage"`` (accepted by the operator).
-    ``line`` is the first line moved aside, ``quarantined`` the ledger-relative file the
-    bytes went to, ``size`` and ``digest`` those bytes; ``event`` the ``stream.repaired``
-    appended (None for a dry run or when nothing was done).
-    """
-
-    task: str
-    action: str
-    line: int | None = None
-    quarantined: str | None = None
-    size: int = 0
-    digest: str | None = None
-    reason: str | None = None
-    event: Event | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "action": self.action,
-            "line": self.line,
-            "quarantined": self.quarantined,
-            "size": self.size,
-            "digest": self.digest,
-            "reason": self.reason,
-            "event": self.event.to_json() if self.event is not None else None,
-        }
-
-
 def _check_wait(wait: object) -> float:
     return check_seconds(wait, "wait")
 
@@ -118,16 +81,6 @@ def _check_take_over(seconds: object) -> float:
     if isinstance(seconds, float) and seconds == float("inf"):
         return seconds
     return check_seconds(seconds, "take_over_after")
-
-
-def _read_marker(root: Path) -> dict[str, Any]:
-    try:
-        marker = orjson.loads((root / MARKER).read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise NotALedger(str(root), f"{MARKER} cannot be read ({exc})") from exc
-    if not isinstance(marker, dict) or marker.get("format") != FORMAT:
-        raise NotALedger(str(root), f"{MARKER} does not declare format {FORMAT!r}: {marker!r}")
-    return marker
 
 
 @final
@@ -144,16 +97,17 @@ class Ledger:
         self.root = root
         #: where the ledger is, as given: its folder, or its ``s3://bucket/prefix`` URL
         self.location = location or str(root)
-        #: the object store holding the streams and artifacts, or None for a folder ledger
+        #: the object store holding the streams and artifacts, or None for a folder ledger (as given)
         self.storage = storage
-        self.workspace = workspace if workspace is not None else (Path.cwd() if storage else root.parent)
+        #: where the ledger lives, as the operations ask it (:class:`~intentlog.ledgerstorage.LedgerStorage`)
+        self.backend: LedgerStorage = _storage_for(root, storage, self.location, self._inline_lookup)
+        self.workspace = workspace if workspace is not None else self.backend.default_workspace()
         self.tasks_dir = root / "tasks"
         self.tmp_dir = root / "tmp"
         self.quarantine_dir = root / "quarantine"
-        self.marker: dict[str, Any] = _read_marker(root) if storage is None else {"format": FORMAT, "hash": "blake3"}
-        objects = storage.objects if storage is not None else None
-        self.artifacts = ArtifactStore(root, inline_lookup=self._inline_lookup, objects=objects)
-        self._key = self.location if storage is not None else str(root.resolve())
+        self.marker: dict[str, Any] = self.backend.marker
+        self.artifacts = self.backend.artifacts
+        self._key = self.backend.key
         self._opened: set[str] = set()
         #: seconds a dead holder's stream must stand still before a task opened here takes its lease
         #: (an object store; a folder's lock dies with its holder); ``Ledger.task`` may say otherwise
@@ -162,26 +116,18 @@ class Ledger:
     def __repr__(self) -> str:
         return f"<Ledger {str(self.root)!r}>"
 
-    @functools.cached_property
+    @property
     def streams(self) -> StreamStorage:
         """The task streams behind the storage seam (eventlog/storage.py): the tasks/ folder, or the store.
 
         Built on first use, so ``import intentlog`` does not load the seam module.
         """
-        if self.storage is not None:
-            return self.storage.streams
-        from .eventlog.storage import FolderStreams
+        return self.backend.streams
 
-        return FolderStreams(self.tasks_dir, tmp_dir=self.tmp_dir)
-
-    @functools.cached_property
+    @property
     def objects(self) -> ObjectStore:
         """The artifact objects behind the object seam (artifacts/protocol.py): objects/, or the store's."""
-        if self.storage is not None:
-            return self.storage.objects
-        from .artifacts.objects import FolderObjects
-
-        return FolderObjects(self.root)
+        return self.backend.objects
 
     def sealed_heads(self) -> dict[str, StreamHead] | None:
         """The heads the ledger's seals record, by task (None when never sealed).
@@ -189,37 +135,18 @@ class Ledger:
         A folder's ``heads.json``; on a store the furthest head any of its seals recorded
         (every seal is a lower bound). ``LedgerError`` when a seal is malformed.
         """
-        if self.storage is not None:
-            from .s3.seals import stored_heads
-
-            return stored_heads(self.storage.client)
-        from .heads.codec import read_heads_at
-
-        return read_heads_at(self.root)
-
-    @property
-    def remote_streams(self) -> StreamStorage | None:
-        """The streams when they are not a folder (an object store), else None."""
-        return self.storage.streams if self.storage is not None else None
+        return self.backend.sealed_heads()
 
     def gc_storage(self) -> GcStorage:
         """What gc and keep work through (:mod:`intentlog.retention.storage`): the folder, or the store.
 
         Built on each call (its reads are its own), so ``import intentlog`` loads no retention module.
         """
-        if self.storage is not None:
-            from .s3.gcsource import StoreGc
-
-            return StoreGc(self.storage, self.location)
-        from .retention.folder import FolderGc
-
-        return FolderGc(self)
+        return self.backend.gc_storage()
 
     def reads(self) -> LedgerReads:
         """What verify, the report and export read of this ledger (its storage's own; nothing written, no probe)."""
-        from .ledgerreads import reads_on
-
-        return reads_on(self.root, self.storage, self.location, self.workspace)
+        return self.backend.reads(self.workspace)
 
     # -- tasks ---------------------------------------------------------------------
 
@@ -313,63 +240,13 @@ class Ledger:
         check_bool(accept_damage, "accept_damage")
         check_bool(accept_resend, "accept_resend")
         check_bool(dry_run, "dry_run")
-        if self.storage is not None:
-            from .storerepair import repair_stored
-
-            done = repair_stored(
-                self.storage, check_task_id(task_id), accept_damage=accept_damage, accept_resend=accept_resend,
-                dry_run=dry_run,
-            )  # fmt: skip
-            if done is None:
-                return RepairReport(task_id, "none")
-            cut, kept, event = done
-            return RepairReport(
-                task_id, cut.kind, cut.line, kept["file"], kept["size"], kept["digest"], cut.reason, event
-            )
-        t = self.task(task_id)
-        check_real_dir(self.tasks_dir, what="task streams")
-        if not os.path.lexists(t.path):
-            seal = t.stream.seal()
-            if seal is not None and not seal.retired:
-                raise lost(t.path, seal)  # nothing to move aside: restore it, or re-seal without it
-            return RepairReport(task_id, "none")
-        if dry_run:
-            fd = open_nofollow(t.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0), what="a task stream")
-            try:
-                check_own_file(fd, t.path, what="a task stream")  # what the repair itself would refuse
-            finally:
-                os.close(fd)
-            _, d = assess(t.path, t.stream.seal())
-            if d is None or (d.kind == "damage" and not accept_damage):
-                if d is not None:
-                    raise refusal(t.path, d)
-                return RepairReport(task_id, "none")
-            if d.kind == "damage" and not accept_resend:
-                started = started_in(t.path, d.offset)
-                if started:
-                    raise resend_refusal(t.path, d, started)
-            qname, digest, size = quarantine_plan(t.path, task_id, d.offset)
-            return RepairReport(task_id, d.kind, d.line, f"quarantine/{qname}", size, digest, d.reason)
-        t.close()
-        try:
-            w = t.stream.open_writer(accept_damage=accept_damage, accept_resend=accept_resend)
-            d, q, ev = w.damage, w.quarantined, w.repaired
-        finally:
-            t.close()
-        if d is None or q is None:
-            return RepairReport(task_id, "none")
-        from .viewcache import drop_entry  # imported here: only a repair needs the cache at all
-
-        drop_entry(self.root, task_id)  # the cut may reach under the view cache's entry: let it be rebuilt
-        return RepairReport(task_id, d.kind, d.line, q["file"], q["size"], q["digest"], d.reason, ev)
+        return self.backend.repair(
+            self.task(task_id).stream, accept_damage=accept_damage, accept_resend=accept_resend, dry_run=dry_run
+        )
 
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted (on a store: not what is left of a stream its gc deleted)."""
-        if self.storage is not None:
-            from .s3.retire import live_names
-
-            return live_names(self.storage.client)
-        return self.streams.names()
+        return self.backend.task_ids()
 
     def stream_path(self, task_id: str) -> Path:
         return self.tasks_dir / f"{check_task_id(task_id)}.jsonl"
@@ -379,8 +256,7 @@ class Ledger:
     def _inline_lookup(self, digest: str) -> bytes | None:
         """Find bytes stored inline in some event (DESIGN §3); a full scan, used rarely."""
         for task_id in self.task_ids():
-            evs = self.task(task_id).events() if self.storage is not None else StreamScan(self.stream_path(task_id))
-            for ev in evs:
+            for ev in self.backend.scan_events(task_id):
                 found = _find_inline(ev.data, digest)
                 if found is not None:
                     return found
@@ -401,6 +277,21 @@ class Ledger:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _storage_for(
+    root: Path, storage: ObjectStorage | None, location: str, inline_lookup: Callable[[str], bytes | None]
+) -> LedgerStorage:
+    """The storage a ledger opened at ``root`` lives in: the object store given, else the folder.
+
+    The one place a ledger's storage is chosen (what :class:`Ledger` was given); everything
+    else calls the :class:`~intentlog.ledgerstorage.LedgerStorage` it returns.
+    """
+    if storage is None:  # the choice itself
+        return FolderLedgerStorage(root, inline_lookup=inline_lookup)
+    from .s3.ledgerstorage import StoreLedgerStorage
+
+    return StoreLedgerStorage(storage, location, root, inline_lookup=inline_lookup)
 
 
 def _find_inline(value: Any, digest: str) -> bytes | None:

@@ -22,10 +22,9 @@ from .checker.state import Progress
 from .checker.verify import verify
 
 if TYPE_CHECKING:
-    from .s3 import ObjectStorage
     from .s3.client import ObjectClient
 
-__all__ = ["open_reads", "reads_on", "verify_stored"]
+__all__ = ["open_reads", "store_reads_on", "verify_stored"]
 
 
 def open_reads(location: str | os.PathLike[str]) -> LedgerReads:
@@ -34,22 +33,13 @@ def open_reads(location: str | os.PathLike[str]) -> LedgerReads:
     if text.startswith("s3://"):
         from .s3 import connect
 
-        return reads_on(Path(text), connect(text, write=False), text.rstrip("/"))  # no probe: it only reads
+        storage = connect(text, write=False)  # no probe: it only reads
+        return store_reads_on(storage.client, text.rstrip("/"), storage.objects)
     return FolderReads(Path(text))
 
 
-def reads_on(root: Path, storage: ObjectStorage | None, location: str, workspace: Path | None = None) -> LedgerReads:
-    """The reads of a ledger opened at ``root`` (``storage``: the object store it is on, named ``location``).
-
-    ``workspace`` is the folder ledger's workspace (what its captures are compared with by
-    default); a store's reads name none.
-    """
-    if storage is None:
-        return FolderReads(root, workspace)
-    return _store(storage.client, location, storage.objects)
-
-
-def _store(client: ObjectClient, where: str, objects: ObjectReads | None = None) -> SeamReads:
+def store_reads_on(client: ObjectClient, where: str, objects: ObjectReads | None = None) -> SeamReads:
+    """The reads of the ledger on the store behind ``client`` named ``where`` (``objects``: its artifacts' seam)."""
     from .s3.verifysource import store_reads
 
     parts = store_reads(client, where)
@@ -73,4 +63,4 @@ def verify_stored(
     Its streams read through a handle of their own (what the store holds), against every
     seal (each a lower bound) and the store's gc log (what gc retired is no task).
     """
-    return verify(_store(client, where, objects), tasks, workspace=workspace, progress=progress)
+    return verify(store_reads_on(client, where, objects), tasks, workspace=workspace, progress=progress)

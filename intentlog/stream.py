@@ -11,8 +11,9 @@ over it that adds the public checks (reserved kinds, argument types). Every appe
 stream's creation and the writer lock reach the disk through the stream seam
 (:mod:`intentlog.eventlog.storage`): the writer holds a lease and appends through it, a
 batch with ``sync=False`` and one ``sync`` at its end (group commit).
-On an object-store ledger (:attr:`TaskStream.remote` set) the writer works through that
-seam alone and :meth:`TaskStream.events` reads the stream through ``StreamStorage.read``.
+Where the stream lives is the ledger's :class:`TaskStorage` (:attr:`TaskStream.storage`): on
+an object store the writer works through the stream seam alone and :meth:`TaskStream.events`
+reads the stream through ``StreamStorage.read``; the stream core never asks which it has.
 
 The contract (public inside the package, not re-exported to users):
 
@@ -44,7 +45,6 @@ from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import encode_data
-from .eventlog.remote import events_in
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
@@ -53,7 +53,9 @@ if TYPE_CHECKING:
     from .artifacts import ArtifactStore
     from .eventlog.storage import StreamStorage
 
-__all__ = ["PROC_LOCKS", "AppendGate", "StreamSource", "TaskStream", "lock_holder", "read_events"]
+__all__ = [
+    "PROC_LOCKS", "AppendGate", "StreamSource", "TaskStorage", "TaskStream", "lock_holder", "read_events",
+]  # fmt: skip
 
 def lock_holder(lock_path: Path) -> int | None:
     """The pid holding an exclusive ``flock`` on ``lock_path``, or None; never takes or blocks on the lock.
@@ -110,14 +112,6 @@ def read_events(path: Path, tasks_dir: Path, since: int = 0) -> Iterator[Event]:
         raise CorruptStream(str(path), p.line, p.reason)
 
 
-def _remote_events(remote: StreamStorage, name: str, where: str, since: int) -> Iterator[Event]:
-    try:
-        data = remote.read(name)
-    except FileNotFoundError:
-        return iter(())
-    return events_in(data, where, since)
-
-
 class AppendGate(Protocol):
     """What a writer asks before each append, given to it when it is opened (:meth:`TaskStream.open_writer`).
 
@@ -143,6 +137,33 @@ class _CallGate:
         return ()
 
 
+class TaskStorage(Protocol):
+    """What a task's stream asks of the storage its ledger lives in (a folder or an object store).
+
+    The ledger's :class:`~intentlog.ledgerstorage.LedgerStorage` is one; the stream core
+    calls it and never asks which storage it has.
+    """
+
+    @property
+    def writer_storage(self) -> StreamStorage | None:
+        """What the writer leases, appends and reads through; None: the ledger's tasks/ folder and its lock files."""
+        ...
+
+    def sealed_head(self, task_id: str) -> SealedHead | None:
+        """The head a seal the writer checks itself records for ``task_id`` (None: none to check at open)."""
+        ...
+
+    def has_stream(self, task_id: str) -> bool: ...
+
+    def task_events(self, task_id: str, since: int) -> Iterator[Event]:
+        """Every trusted event of the stream from ``since`` on (see :meth:`TaskStream.events`); takes no lock."""
+        ...
+
+    def lock_pid(self, task_id: str) -> int | None:
+        """The pid of another live process holding the stream's writer lock, as this host can tell; else None."""
+        ...
+
+
 class StreamSource(Protocol):
     """What a feature taking "a task" accepts from its caller: a :class:`~intentlog.Task` or its stream."""
 
@@ -154,13 +175,10 @@ class StreamSource(Protocol):
 class TaskStream:
     """One task's stream in this process: writer, live fold, privileged append, batch, guard, reads."""
 
-    def __init__(
-        self, layout: StreamLayout, store: ArtifactStore, task_id: str, *, remote: StreamStorage | None = None
-    ) -> None:
+    def __init__(self, layout: StreamLayout, store: ArtifactStore, task_id: str, *, storage: TaskStorage) -> None:
         self.layout = layout
-        #: the stream storage when it is not the ledger's tasks/ folder (an object store): the
-        #: writer leases, appends and reads through it only; None for a folder ledger
-        self.remote = remote
+        #: where the stream lives (the ledger's storage): the writer leases, appends and reads through it
+        self.storage = storage
         self.store = store
         self.id = task_id
         self.root: Path = layout.root
@@ -217,7 +235,7 @@ class TaskStream:
                 tmp_dir=self.layout.tmp_dir,
                 on_event=fold.apply,
                 seal=self.seal(),
-                storage=self.remote,
+                storage=self.storage.writer_storage,
             )
             w.open(
                 wait=self.wait,
@@ -242,17 +260,11 @@ class TaskStream:
         self.gate = None if fn is None else _CallGate(fn)
 
     def seal(self) -> SealedHead | None:
-        """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it)."""
-        if self.remote is not None:
-            return None  # a store's seals (heads/N.json) are checked by its own lease (ObjectStreams.check_seal)
-        from .eventlog.gclog import retired_by_gc
-        from .heads.codec import read_heads_at
+        """This task's entry in ``heads.json`` (the writer refuses a stream that contradicts it).
 
-        heads = read_heads_at(self.root)
-        h = heads.get(self.id) if heads else None
-        if h is None:
-            return None
-        return SealedHead(h.stream, h.seq, h.head, retired_by_gc(self.root, self.id, h))
+        None on an object store: its seals (heads/N.json) are checked by its own lease.
+        """
+        return self.storage.sealed_head(self.id)
 
     @property
     def writing(self) -> bool:
@@ -343,32 +355,22 @@ class TaskStream:
     # -- reading -------------------------------------------------------------------
 
     def exists(self) -> bool:
-        if self.remote is not None:
-            try:
-                self.remote.read(self.id, 1 << 62)  # lists from the last checkpoint: no segment's bytes kept
-            except FileNotFoundError:
-                return False
-            return True
-        return self.path.exists()
+        return self.storage.has_stream(self.id)
 
     def events(self, since: int = 0) -> Iterator[Event]:
         """Every trusted event in order (see :func:`read_events`); takes no lock, checks no argument.
 
-        On a remote storage the stream is read whole through :meth:`StreamStorage.read` and
-        every line checked (:func:`~intentlog.eventlog.remote.events_in`: any bad line is
-        :class:`~intentlog.errors.CorruptStream`, a store keeps no torn tails).
+        On an object store the stream is read whole through :meth:`StreamStorage.read` and
+        every line checked (any bad line is :class:`~intentlog.errors.CorruptStream`, a store
+        keeps no torn tails).
         """
-        if self.remote is not None:
-            return _remote_events(self.remote, self.id, str(self.path), since)
-        return read_events(self.path, self.layout.tasks_dir, since)
+        return self.storage.task_events(self.id, since)
 
     def writer_pid(self) -> int | None:
         """The pid of the live process holding the writer lock (this one included), or None; never takes it."""
         if self.writing:
             return os.getpid()
-        if self.remote is not None:
-            return None  # a lease on a store names no pid
-        return lock_holder(self.path.with_name(self.path.name + ".lock"))
+        return self.storage.lock_pid(self.id)  # a lease on a store names no pid
 
 
 #: every live handle, so that a forked child can renew their mutexes (see below)

@@ -24,7 +24,7 @@ from ._internal.types import EffectKwargs, PrepareKwargs, StreamLayout, spelled
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
-from .projections.workstate import WorkState, work_state
+from .projections.workstate import WorkState
 from .stream import TaskStream
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .compile import Package
     from .effects import Call
     from .eventlog.storage import StreamStorage
+    from .ledgerstorage import LedgerStorage
     from .projections.operator import ApprovalState
     from .projections.status import TaskStatus
 
@@ -43,8 +44,8 @@ __all__ = ["RESERVED_PREFIXES", "Task", "TaskLedger"]
 class TaskLedger(StreamLayout, Protocol):
     """What a task needs of the ledger that hands it out (a :class:`~intentlog.Ledger` is one).
 
-    Its layout (where streams and the workspace are), its artifact store, its stream
-    storage when that is not the tasks folder, where it lives (for messages), and the
+    Its layout (where streams and the workspace are), its artifact store, its streams and
+    the storage it lives in (a folder or an object store), where it lives (for messages), and the
     handle of another of its tasks (a fork's). The task never imports the ledger.
     """
 
@@ -55,7 +56,7 @@ class TaskLedger(StreamLayout, Protocol):
     def streams(self) -> StreamStorage: ...
 
     @property
-    def remote_streams(self) -> StreamStorage | None: ...
+    def backend(self) -> LedgerStorage: ...
 
     @property
     def location(self) -> str: ...
@@ -71,7 +72,7 @@ class Task:
         self.ledger = ledger
         self.id = task_id
         #: the stream core the protocol is written against (writer, live fold, privileged append)
-        self.stream = TaskStream(ledger, ledger.artifacts, task_id, remote=ledger.remote_streams)
+        self.stream = TaskStream(ledger, ledger.artifacts, task_id, storage=ledger.backend)
         self.path: Path = self.stream.path
 
     def __repr__(self) -> str:
@@ -159,11 +160,7 @@ class Task:
         What a full read gives; the view cache (:mod:`intentlog.viewcache`) lets it fold only
         the events after the last read, once the stream vouches for the cached entry.
         """
-        if self.stream.remote is not None:  # on an object store: read whole through the seam (no cache there)
-            return work_state(self.events(), task_id=self.id)
-        from .viewcache import work_state_of
-
-        return work_state_of(self.stream.root, self.stream.layout.tasks_dir, self.id)
+        return self.ledger.backend.work_state(self.stream)
 
     # -- artifacts -----------------------------------------------------------------
 

@@ -181,13 +181,13 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
     """
     check_task_id(task_id)
     task = ledger.task(task_id)
-    if task.stream.remote is not None:
-        return _row_on_store(task_id, task.events)
+    if ledger.backend.row_files() is None:  # no stream files to vouch for a cached entry: read it whole
+        return _row_read_whole(task_id, task.events)
     return _project(ledger, task_id, None)[0]
 
 
-def _row_on_store(task_id: str, events: Callable[[], Iterator[Event]]) -> TaskRow:
-    """The row of a stream on an object store: read whole through the seam (no torn tails there)."""
+def _row_read_whole(task_id: str, events: Callable[[], Iterator[Event]]) -> TaskRow:
+    """The row of a stream that is not a file (an object store's): read whole through the seam (no torn tails)."""
     work, ops, n = WorkStateFold(task_id), OperatorFold(), 0
     try:
         for ev in events():
@@ -236,11 +236,12 @@ def iter_task_rows(ledger: Ledger) -> TaskRows:
     is read entry by entry beside the listing and rewritten (atomically, off every durable
     path) when anything changed, once the last row is taken.
     """
-    if ledger.remote_streams is not None:  # on an object store: no file facts, no cache (yet)
+    files = ledger.backend.row_files()
+    if files is None:  # no file facts, no cache (yet): each stream read whole
         ids = ledger.task_ids()
         return TaskRows(ids, (task_row(ledger, tid) for tid in ids))
     try:
-        dfd = open_dir_nofollow(ledger.tasks_dir, what="task streams")
+        dfd = open_dir_nofollow(files, what="task streams")
     except FileNotFoundError:
         return TaskRows([], iter(()))
     try:

@@ -244,6 +244,11 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog.retention.*": (3.3, "composed"),
     # the object store's retention storage: written against the retention seam it implements
     "intentlog.s3.gcsource": (3.3, "composed"),
+    # where a ledger lives (one protocol) and its two implementations, the folder and the object store:
+    # each answers for gc, verify, repair, a task's stream and the backlog's lease facts
+    "intentlog.ledgerstorage": (3.3, "composed"),
+    "intentlog.folderstorage": (3.3, "composed"),
+    "intentlog.s3.ledgerstorage": (3.3, "composed"),
     # which reads (a folder's, or a store's seams with its seals and gc log) verify, report and export get
     "intentlog.ledgerreads": (3.1, "checker"),
     # 4 the facade over one task's stream; 5 the ledger that hands tasks out
@@ -384,9 +389,9 @@ def test_the_import_classifier_tells_module_function_and_type_imports_apart() ->
 
 
 def test_the_rank_check_reports_an_import_that_points_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranking the damage assessment above the ledger makes the ledger's import of it an upward one."""
+    """Ranking the damage assessment above the folder storage makes the folder's repair import of it an upward one."""
     monkeypatch.setitem(RANKS, "intentlog.eventlog.damage", (9, "test"))
-    assert ("intentlog.ledger", "intentlog.eventlog.damage", "module") in upward_imports()
+    assert ("intentlog.folderstorage", "intentlog.eventlog.damage", "module") in upward_imports()
 
 
 def test_no_import_points_up() -> None:

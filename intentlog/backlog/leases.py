@@ -22,14 +22,11 @@ seam only; none of them writes, except :func:`fence` (two segments on a store).
 
 from __future__ import annotations
 
-import os
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from .._internal.procs import PROC_LOCKS, flock_writer
+from ..ledgerstorage import STORE_POLL
 from .procs import end_holder
 
 if TYPE_CHECKING:
@@ -45,21 +42,10 @@ __all__ = [
 #: live supervisor gives its lease back about once a second, a SIGKILLed one never does
 BACKLOG_STALE: Final = 5.0
 
-#: how often (seconds) the progress of one item on a store is read again; between reads the
-#: last answer stands (a stall is judged over ``inactivity``, seconds to minutes)
-STORE_POLL: Final = 0.25
-
-_seen: dict[tuple[str, str], tuple[float, int]] = {}
-_seen_lock = threading.Lock()
-
 
 def on_store(task: Task) -> bool:
-    """Whether the item's task lives on an object store (its lease is a stream epoch, not a lock)."""
-    return task.stream.remote is not None
-
-
-def _streams(task: Task) -> Any:
-    return task.stream.remote
+    """Whether the item's lease can be fenced from any host (a store's stream epoch), not only ended here (a lock)."""
+    return task.ledger.backend.fences
 
 
 def holder(task: Task) -> int | None:
@@ -71,14 +57,7 @@ def holder(task: Task) -> int | None:
     the store refuses the next put of a holder whose lease was taken, so a stale answer
     here can never become a send.
     """
-    stream = task.stream
-    if stream.remote is not None:
-        return os.getpid() if stream.writing else None
-    lock = task.path.with_name(task.path.name + ".lock")
-    try:
-        return flock_writer(os.stat(lock), PROC_LOCKS)
-    except OSError:
-        return os.getpid() if stream.writing else None
+    return task.ledger.backend.lease_holder(task.stream)
 
 
 def progress(task: Task) -> int:
@@ -88,24 +67,7 @@ def progress(task: Task) -> int:
     :data:`STORE_POLL` seconds (two LISTs and one GET: the tail), so a supervisor polling
     every 50 ms costs the store a few requests a second per running item.
     """
-    if not on_store(task):
-        try:
-            return os.stat(task.path).st_size
-        except OSError:
-            return -1
-    key = (str(task.ledger.location), task.id)
-    now = time.monotonic()
-    with _seen_lock:
-        seen = _seen.get(key)
-    if seen is not None and now - seen[0] < STORE_POLL:
-        return seen[1]
-    try:
-        value = int(_streams(task).tail(task.id).seg)
-    except FileNotFoundError:
-        value = -1
-    with _seen_lock:
-        _seen[key] = (now, value)
-    return value
+    return task.ledger.backend.progress(task.stream)
 
 
 def held_elsewhere(task: Task) -> bool:
@@ -115,14 +77,7 @@ def held_elsewhere(task: Task) -> bool:
     segment is a lease or a holder's data (a holder that died without releasing stays
     recorded as holding until it is fenced).
     """
-    if not on_store(task):
-        return task.writer_pid() is not None
-    if task.stream.writing:
-        return False
-    try:
-        return bool(_streams(task).tail(task.id).held)
-    except FileNotFoundError:
-        return False
+    return task.ledger.backend.held_elsewhere(task.stream)
 
 
 def fence(task: Task) -> int | None:
@@ -134,17 +89,7 @@ def fence(task: Task) -> int | None:
     had already started stays unknown in the record and blocks the item: never resent.
     None on a folder (a lock cannot be taken from its holder) or when the stream is gone.
     """
-    if not on_store(task):
-        return None
-    try:
-        lease = _streams(task).lease(task.id, wait=0.0, take_over_after=0.0)
-    except FileNotFoundError:
-        return None
-    epoch = int(lease.epoch)
-    lease.release()
-    with _seen_lock:
-        _seen.pop((str(task.ledger.location), task.id), None)
-    return epoch
+    return task.ledger.backend.fence(task.stream)
 
 
 def claim_stale(task: Task, after: float = BACKLOG_STALE) -> None:
@@ -156,15 +101,7 @@ def claim_stale(task: Task, after: float = BACKLOG_STALE) -> None:
     the caller's own open meets it); a stalled one is fenced (its next put refused). Does
     nothing on a folder or for a stream that does not exist yet.
     """
-    if not on_store(task) or task.stream.writing:
-        return
-    from ..errors import TaskBusy
-
-    try:
-        lease = _streams(task).lease(task.id, wait=after + 1.0, take_over_after=after)
-    except (FileNotFoundError, TaskBusy):
-        return
-    lease.release()
+    task.ledger.backend.claim_stale(task.stream, after)
 
 
 def end_or_fence(task: Task, pid: int | None, started: int | None) -> bool:
@@ -174,7 +111,7 @@ def end_or_fence(task: Task, pid: int | None, started: int | None) -> bool:
     taken. A holder on another host with a folder ledger is never ended (False).
     """
     ended = pid is not None and end_holder(pid, started)
-    if on_store(task):
+    if task.ledger.backend.fences:
         return fence(task) is not None or ended
     return ended
 
