@@ -31,10 +31,17 @@ settings.load_profile(os.environ.get("INTENTLOG_HYPOTHESIS_PROFILE", "intentlog"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests listed in ``slow_tier.py`` ``slow`` (``-m "not slow"`` leaves them out)."""
+    """Mark the tests listed in ``slow_tier.py`` ``slow`` (``-m "not slow"`` leaves them out).
+
+    With workers (``-n``), the slow ones are handed out first, so a long test does not start
+    last and leave one worker running it alone.
+    """
+    slow = {id(item) for item in items if is_slow(item)}
     for item in items:
-        if is_slow(item):
+        if id(item) in slow:
             item.add_marker(pytest.mark.slow)
+    if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        items.sort(key=lambda item: id(item) not in slow)  # stable: the order within each tier is kept
 
 
 @pytest.fixture
