@@ -138,11 +138,12 @@ class _Handler(BaseHTTPRequestHandler):
             n = srv.effects
             if key is not None:
                 entry = srv.keys[key] = _Entry(bh, now)
+            hold = srv.hold  # as set when the effect is recorded (a test may change it once it sees the effect)
             _append(srv.folder / "effects.jsonl", {"n": n, "key": key, "body_hash": bh, "ts": now})
-        if srv.hold < 0:
+        if hold < 0:
             srv.released.wait(120)
-        elif srv.hold:
-            time.sleep(srv.hold)
+        elif hold:
+            time.sleep(hold)
         if self.path == "/v1/chat/completions":
             out: dict[str, Any] = {
                 "id": f"chatcmpl-{n}",

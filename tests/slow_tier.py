@@ -1,6 +1,6 @@
 """The slow tier: tests of seconds each, marked ``slow`` at collection (see ``conftest.py``).
 
-The developer's quick run leaves them out (``python -m pytest -n auto -m "not slow"``); CI,
+The developer's quick run leaves them out (``python -m pytest -n 4 -m "not slow"``); CI,
 and the README's full command, run every test. A test belongs here when it takes seconds
 on a 2-core machine because of what it proves (real processes killed at random, a Dask
 cluster, a stall window waited out, a sweep, hundreds of MiB), not because it sleeps to
