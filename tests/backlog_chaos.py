@@ -111,13 +111,20 @@ def kill_at_random(
     seconds: float,
     pause: tuple[float, float],
     odds: tuple[float, float, float],
+    first: float = 120.0,
 ) -> None:
     """Until the supervisor ends or ``seconds`` pass, after each pause roll once (``odds`` are cumulative):
     SIGKILL the supervisor (and stop), SIGKILL one of ``victims()``, or SIGSTOP one (once, into ``stopped``).
 
+    The ``seconds`` start when ``victims()`` first names a process (waited for, up to ``first``
+    seconds, or until the supervisor ends): a run slow to start on a loaded machine does not
+    use up the window before there is anything to hit.
     Counts go to ``did``; the caller kills what is left and continues ``stopped`` afterwards.
     """
     p_sup, p_kill, p_stop = odds
+    started = time.monotonic()
+    while sup.poll() is None and not victims() and time.monotonic() - started < first:
+        time.sleep(0.02)
     deadline = time.monotonic() + seconds
     while sup.poll() is None and time.monotonic() < deadline:
         time.sleep(rng.uniform(*pause))

@@ -4,6 +4,12 @@ The provider is the outside world: its receipt log (``$BACKLOG_RECEIPTS``, one J
 request served, written with O_APPEND and fsynced before the answer) is the ground truth
 the tests check the record against. ``$BACKLOG_SLEEP`` (seconds) is how long a send takes,
 half before the receipt and half after, so a kill lands before or after the provider served.
+
+``$BACKLOG_GATE`` (a folder) holds a send at a point a test names, so the test waits for an
+event instead of racing a sleep: for each key listed in ``$BACKLOG_GATE_KEYS`` (comma
+separated, ``*`` for every key), at ``$BACKLOG_GATE_AT`` (``before`` or ``after`` the receipt,
+default ``after``), the send writes ``GATE/<key>.waiting`` and waits until ``GATE/open``
+exists. :func:`wait_at_gate` waits for the first, :func:`open_gate` makes the second.
 """
 
 from __future__ import annotations
@@ -26,8 +32,44 @@ def response_for(pkey: str) -> bytes:
     return json.dumps({"served": pkey}, sort_keys=True).encode()
 
 
+GATE_TIMEOUT = 120.0
+
+
+def _gate(pkey: str, at: str) -> None:
+    gate = os.environ.get("BACKLOG_GATE")
+    if not gate or os.environ.get("BACKLOG_GATE_AT", "after") != at:
+        return
+    keys = os.environ.get("BACKLOG_GATE_KEYS", "*").split(",")
+    if "*" not in keys and pkey not in keys:
+        return
+    fd = os.open(os.path.join(gate, pkey + ".waiting"), os.O_WRONLY | os.O_CREAT, 0o644)
+    os.fsync(fd)
+    os.close(fd)
+    deadline = time.monotonic() + GATE_TIMEOUT
+    while not os.path.exists(os.path.join(gate, "open")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{gate}: the gate was never opened for {pkey}")
+        time.sleep(0.01)
+
+
+def wait_at_gate(gate: str, pkey: str, timeout: float = GATE_TIMEOUT) -> None:
+    """Wait until a send of ``pkey`` stands at the gate (it wrote ``GATE/<pkey>.waiting``)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(os.path.join(gate, pkey + ".waiting")):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no send of {pkey} reached the gate {gate} in {timeout:g} s")
+        time.sleep(0.01)
+
+
+def open_gate(gate: str) -> None:
+    """Let every held send (and every later one) go on."""
+    with open(os.path.join(gate, "open"), "w", encoding="utf-8"):
+        pass
+
+
 def serve(request: dict[str, Any]) -> bytes:
     pause = float(os.environ.get("BACKLOG_SLEEP", "0"))
+    _gate(request["pkey"], "before")
     time.sleep(pause / 2)
     line = json.dumps({"key": request["pkey"], "ts": time.time(), "pid": os.getpid()}, sort_keys=True) + "\n"
     fd = os.open(_receipts(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -36,6 +78,7 @@ def serve(request: dict[str, Any]) -> bytes:
         os.fsync(fd)
     finally:
         os.close(fd)
+    _gate(request["pkey"], "after")
     time.sleep(pause / 2)
     return response_for(request["pkey"])
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: a hypothesis profile, a fresh ledger, folder snapshots, child processes."""
+"""Shared fixtures: a hypothesis profile, a fresh ledger, folder snapshots, child processes; the slow tier marked."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import strategies` whether or not tests/ is a package
 
+from slow_tier import is_slow
+
 import intentlog
 
 # Durable appends cost an fdatasync each; keep property tests few and free of deadlines.
@@ -26,6 +28,20 @@ settings.register_profile(
 )
 settings.register_profile("intentlog-long", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("INTENTLOG_HYPOTHESIS_PROFILE", "intentlog"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests listed in ``slow_tier.py`` ``slow`` (``-m "not slow"`` leaves them out).
+
+    With workers (``-n``), the slow ones are handed out first, so a long test does not start
+    last and leave one worker running it alone.
+    """
+    slow = {id(item) for item in items if is_slow(item)}
+    for item in items:
+        if id(item) in slow:
+            item.add_marker(pytest.mark.slow)
+    if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        items.sort(key=lambda item: id(item) not in slow)  # stable: the order within each tier is kept
 
 
 @pytest.fixture

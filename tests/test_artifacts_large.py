@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from blake3 import blake3
@@ -35,6 +34,7 @@ RACER = textwrap.dedent(
     root, go, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = ArtifactStore(root)
     blobs = [random.Random(i).randbytes(5 << 20) for i in range(rounds)]
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     digests = []
@@ -67,7 +67,8 @@ def test_two_processes_put_same_bytes_at_once(tmp_path: Path) -> None:
         )
         for _ in range(2)
     ]
-    time.sleep(0.5)  # let both import and build their blobs
+    for p in procs:  # both imported and built their blobs: they start at the same moment
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.communicate(timeout=120)[1]
     go.write_bytes(b"")
     results = []
     for p in procs:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from backlog_steps import open_gate, wait_at_gate
+
 import intentlog
 
 TESTS = Path(__file__).parent
@@ -38,23 +40,26 @@ def test_an_item_added_while_a_run_goes_on_is_run_by_it(tmp_path: Path) -> None:
     with intentlog.open(root) as led:
         led.backlog("g").add_many([{"item": f"i{n}", "payload": {"item": f"i{n}", "effects": 1}} for n in range(4)])
     receipts = tmp_path / "receipts.jsonl"
+    gate = tmp_path / "gate"
+    gate.mkdir()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         "BACKLOG_RECEIPTS": str(receipts),
         "BACKLOG_SLEEP": "0.8",
+        "BACKLOG_GATE": str(gate),  # the last item's send is held until the add is recorded
+        "BACKLOG_GATE_KEYS": "i3:0",
     }
     sup = subprocess.Popen([sys.executable, "-c", RUN, str(root)], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        import time
-
-        deadline = time.monotonic() + 60
-        while len(_receipts(receipts)) < 2 and time.monotonic() < deadline:  # two items done: lock given back meanwhile
-            time.sleep(0.05)
+        wait_at_gate(str(gate), "i3:0")  # three items done before it: the lock given back meanwhile
+        assert len(_receipts(receipts)) == 4
         with intentlog.open(root) as led:
             led.backlog("g").add("late", {"item": "late", "effects": 1})
+        open_gate(str(gate))  # only now can the run reach its end
         out, _ = sup.communicate(timeout=120)
     finally:
+        open_gate(str(gate))
         sup.kill()
     assert sup.returncode == 0
     assert out.split() == ["done", "5", "queued", "0"], out

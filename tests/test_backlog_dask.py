@@ -118,12 +118,18 @@ def test_the_engine_failing_while_carrying_an_item_never_hangs_the_run(
     ledger.close()
 
 
-def _kill_mid_effect(root: Path, receipts: Path, victim: str, done: threading.Event, out: dict[str, Any]) -> None:
-    """SIGKILL the Dask worker holding ``victim`` once its attempt started and before the provider served."""
+def _kill_mid_effect(
+    root: Path, receipts: Path, gate: Path, victim: str, done: threading.Event, out: dict[str, Any]
+) -> None:
+    """SIGKILL the Dask worker holding ``victim`` once its attempt started and before the provider served
+    (its send is held at the gate, before the receipt)."""
     ledger = intentlog.open(root)
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline and not done.is_set():
+            if not (gate / f"{victim}:0.waiting").exists():
+                time.sleep(0.01)
+                continue
             t = ledger.task(f"crash.item.{victim}")
             evs = list(t.events()) if t.exists() else []
             if any(e.kind == "attempt.started" for e in evs) and f"{victim}:0" not in _receipt_counts(receipts):
@@ -142,14 +148,18 @@ def test_a_worker_killed_mid_effect_blocks_its_item_on_another_worker_never_a_se
 ) -> None:
     """The item Dask re-runs elsewhere refuses the unknown effect (blocked, with the command); after reconcile
     and unblock a second run finishes it; one receipt per key, and the ledger verifies."""
-    monkeypatch.setenv("BACKLOG_SLEEP", "3")  # 1.5 s before the receipt: the kill lands before the send
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("BACKLOG_GATE", str(gate))  # v's send is held before the receipt: the kill lands before it
+    monkeypatch.setenv("BACKLOG_GATE_AT", "before")
+    monkeypatch.setenv("BACKLOG_GATE_KEYS", "v:0")
     root = tmp_path / "led"
     ledger = intentlog.open(root)
     bl = ledger.backlog("crash")
     bl.add("v", {"item": "v"}, priority=10)  # taken first
     bl.add_many([{"item": f"o{n}", "payload": {"item": f"o{n}"}} for n in range(2)])
     done, out = threading.Event(), {}  # type: ignore[var-annotated]
-    killer = threading.Thread(target=_kill_mid_effect, args=(root, receipts, "v", done, out))
+    killer = threading.Thread(target=_kill_mid_effect, args=(root, receipts, gate, "v", done, out))
     killer.start()
     try:
         view = bl.run(effects_step, workers=2, engine=_engine(), until_idle=True, inactivity=60)
@@ -188,7 +198,7 @@ def test_a_worker_killed_mid_effect_blocks_its_item_on_another_worker_never_a_se
     assert r.returncode == 0, r.stderr
     r = _cli(root, "unblock", "crash", "v")
     assert r.returncode == 0, r.stderr
-    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    monkeypatch.delenv("BACKLOG_GATE")
     r = _cli(root, "run", "crash", "--step", "backlog_steps:step", "--engine", "dask", "--workers", "1", "--until-idle")
     assert r.returncode == 0, r.stderr
     final = json.loads(_cli(root, "backlog", "crash", "--json").stdout)
@@ -231,28 +241,30 @@ def test_ctrl_c_to_the_process_group_lets_the_dask_workers_finish_the_effects_in
     root = tmp_path / "led"
     with intentlog.open(root) as ledger:
         ledger.backlog("g").add_many([{"item": f"i{n}", "payload": {"item": f"i{n}"}} for n in range(4)])
-    env = dict(os.environ, BACKLOG_SLEEP="2")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = dict(os.environ, BACKLOG_GATE=str(gate))  # every send is held after its receipt until the gate opens
     args = ["run", "g", "--step", "backlog_steps:step", "--engine", "dask", "--workers", "2", "--until-idle"]
     p = subprocess.Popen(
         [sys.executable, "-m", "intentlog.cli", "--root", str(root), *args, "--grace", "10"],
         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    stream = root / "tasks" / "g.backlog.jsonl"
     try:
-        with intentlog.open(root) as ledger:
-            deadline = time.monotonic() + 40
-            while time.monotonic() < deadline:
-                started = [
-                    n for n in range(4)
-                    if ledger.task(f"g.item.i{n}").exists()
-                    and any(e.kind == "attempt.started" for e in ledger.task(f"g.item.i{n}").events())
-                ]  # fmt: skip
-                if len(started) == 2:
-                    break
-                time.sleep(0.02)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            started = sorted(int(w.name[1]) for w in gate.glob("i*:0.waiting"))
+            if len(started) == 2:
+                break
+            time.sleep(0.02)
         assert len(started) == 2, "the two effects never started"
         os.killpg(p.pid, signal.SIGINT)
+        while b"backlog.run_stopping" not in stream.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the run knows it is stopping
+        (gate / "open").touch()  # only now can the two effects in flight finish
         _out, err = p.communicate(timeout=60)
     finally:
+        (gate / "open").touch()
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 0, err

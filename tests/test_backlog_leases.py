@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from backlog_steps import read_receipts, response_for, step
+from backlog_steps import open_gate, read_receipts, response_for, step, wait_at_gate
 
 import intentlog
 
@@ -144,19 +144,24 @@ def test_a_sigstopped_worker_is_ended_and_never_sends_again(
     b = ledger.backlog("stop")
     b.add("x", {"item": "x", "effects": 1})
     ledger.close()
-    env = {**env, "BACKLOG_SLEEP": "1"}  # 0.5 s before the receipt, 0.5 s after
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**env, "BACKLOG_GATE": str(gate)}  # the send is held after the receipt until the gate opens
     cli = [sys.executable, "-m", "intentlog.cli", "--root", str(root)]
     sup = subprocess.Popen(
         [*cli, "run", "stop", "--step", "backlog_steps:step", "--inactivity", "2", "--until-idle"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        _wait_for(lambda: _receipts(tmp_path) == ["x:0"])  # the provider served; the answer is on its way
+        wait_at_gate(str(gate), "x:0")  # the provider served; the answer is on its way
+        assert _receipts(tmp_path) == ["x:0"]
         (worker,) = _children(sup.pid)
         os.kill(worker, signal.SIGSTOP)
+        open_gate(str(gate))  # only a stopped worker could still be held: the answer never comes
         _, err = sup.communicate(timeout=30)
         assert sup.returncode == 0, err
     finally:
+        open_gate(str(gate))
         sup.kill()
     with pytest.raises(ProcessLookupError):
         os.kill(worker, signal.SIGCONT)  # resumed later: it was ended, it can neither write nor send
@@ -185,15 +190,21 @@ def test_sigterm_stops_taking_work_lets_the_effect_finish_and_records_it(
     for i in range(2):
         b.add(f"i{i}", {"item": f"i{i}", "effects": 3})
     ledger.close()
-    env = {**env, "BACKLOG_SLEEP": "0.6"}
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**env, "BACKLOG_GATE": str(gate)}  # every send is held after its receipt until the gate opens
     args = [sys.executable, "-m", "intentlog.cli", "--root", str(root), "run", "term", "--step", "backlog_steps:step"]
     sup = subprocess.Popen([*args, "--grace", "5"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stream = root / "tasks" / "term.backlog.jsonl"
     try:
-        _wait_for(lambda: len(_receipts(tmp_path)) == 1)
+        wait_at_gate(str(gate), "i0:0")  # the first effect is in flight
         sup.send_signal(signal.SIGTERM)
-        sup.communicate(timeout=10)
+        _wait_for(lambda: b"backlog.run_stopping" in stream.read_bytes())  # the run knows it is stopping
+        open_gate(str(gate))  # only now can the effect in flight finish
+        sup.communicate(timeout=30)
         assert sup.returncode == 0
     finally:
+        open_gate(str(gate))
         sup.kill()
     assert _receipts(tmp_path) == ["i0:0"]
     kinds = [e.kind for e in ledger.task("term.backlog").events()]
@@ -215,10 +226,13 @@ def test_a_hard_timeout_is_recorded_and_the_attempt_is_never_resent(
 ) -> None:
     b = ledger.backlog("slow")
     b.add("x", {"item": "x"}, max_duration=1.0, max_attempts=3)
-    monkeypatch.setenv("BACKLOG_SLEEP", "4")  # 2 s before the provider serves: ended first
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("BACKLOG_GATE", str(gate))  # the send is held before the provider serves: ended first
+    monkeypatch.setenv("BACKLOG_GATE_AT", "before")
     t0 = time.monotonic()
     view = b.run(step, inactivity=30, until_idle=True, backoff=0.05)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60  # ended by its timeout, long before the held send would give up (120 s)
     timed = _backlog_events(ledger, "slow", "backlog.item_timed_out")
     assert len(timed) == 1 and "timed out" in str(timed[0]["reason"])
     row = view.items[0]
@@ -230,6 +244,6 @@ def test_a_hard_timeout_is_recorded_and_the_attempt_is_never_resent(
     ledger.close()
     assert subprocess.run([*cli, "reconcile", "slow.item.x", "call-1", "--not-served"], env=env).returncode == 0
     assert subprocess.run([*cli, "unblock", "slow", "x"], env=env).returncode == 0
-    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    monkeypatch.delenv("BACKLOG_GATE")
     assert b.run(step, until_idle=True).items[0].state == "done"
     assert _receipts(tmp_path) == ["x:0"]

@@ -102,9 +102,12 @@ def test_an_item_added_while_a_run_goes_on_is_taken(
     """The supervisor reads the backlog stream again only when it grew; an add by another process makes it grow."""
     import threading
 
-    from backlog_steps import step
+    from backlog_steps import open_gate, step, wait_at_gate
 
-    monkeypatch.setenv("BACKLOG_SLEEP", "2.0")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("BACKLOG_GATE", str(gate))
+    monkeypatch.setenv("BACKLOG_GATE_KEYS", "a:0")  # item a's send is held until the add is recorded
     b = ledger.backlog("grow")
     b.add("a", {"item": "a"})
     adder = textwrap.dedent(
@@ -114,16 +117,20 @@ def test_an_item_added_while_a_run_goes_on_is_taken(
             led.backlog("grow").add("late", {"item": "late"})
         """
     )
+    added: list[int] = []
 
-    def add_later() -> None:
-        import time
+    def add_while_a_runs() -> None:
+        try:
+            wait_at_gate(str(gate), "a:0")  # item a is running (the supervisor holds the backlog's lock at times)
+            r = subprocess.run([sys.executable, "-c", adder, str(ledger.root)], env=env, timeout=60)
+            added.append(r.returncode)
+        finally:
+            open_gate(str(gate))  # only now can item a finish, so the run is still going when late is added
 
-        time.sleep(0.5)  # item a is running: the supervisor holds the backlog's lock for up to a second
-        subprocess.run([sys.executable, "-c", adder, str(ledger.root)], check=True, env=env, timeout=60)
-
-    th = threading.Thread(target=add_later)
+    th = threading.Thread(target=add_while_a_runs)
     th.start()
     view = b.run(step, until_idle=True)
     th.join()
+    assert added == [0]
     assert view.counts["done"] == 2, view.to_json()
     assert sorted(_receipts(tmp_path)) == ["a:0", "late:0"]

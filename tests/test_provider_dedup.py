@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -51,10 +52,27 @@ class Provider:
     def requests(self, key: str | None = KEY) -> list[dict[str, Any]]:
         return [r for r in read_log(self.folder / "requests.jsonl") if r["key"] == key]
 
-    def hold(self, seconds: float) -> None:
-        req = urllib.request.Request(f"{self.url}/_control", data=json.dumps({"hold": seconds}).encode(), method="POST")
+    def answers(self, key: str | None = KEY) -> list[dict[str, Any]]:
+        return [a for a in read_log(self.folder / "answers.jsonl") if a["key"] == key]
+
+    def _control(self, fields: dict[str, Any]) -> None:
+        req = urllib.request.Request(f"{self.url}/_control", data=json.dumps(fields).encode(), method="POST")
         with urllib.request.urlopen(req, timeout=10) as r:
             r.read()
+
+    def hold(self, seconds: float) -> None:
+        """Sleep ``seconds`` before each answer; a negative value holds it until :meth:`release`."""
+        self._control({"hold": seconds})
+
+    def release(self) -> None:
+        self._control({"release": True})
+
+    def wait_answered(self, key: str | None = KEY, timeout: float = 30) -> None:
+        """Wait until the provider keeps an answer for ``key`` (a repeat then gets it replayed)."""
+        deadline = time.monotonic() + timeout
+        while not self.answers(key):
+            assert time.monotonic() < deadline, f"the provider kept no answer for {key}"
+            time.sleep(0.01)
 
 
 def _start(folder: Path, window: float) -> Provider:
@@ -79,9 +97,12 @@ def provider(tmp_path: Path) -> Iterator[Provider]:
         p.proc.wait()
 
 
-def kill_mid_send(p: Provider, ledger: Path, *args: str, hold: float = 0.5) -> None:
-    """Run the client in a child and SIGKILL it once the provider has the effect and is still working on it."""
-    p.hold(hold)
+def kill_mid_send(p: Provider, ledger: Path, *args: str, release: bool = True) -> None:
+    """Run the client in a child and SIGKILL it once the provider has the effect and is still working on it.
+
+    The provider holds its answer until released: by the time of the kill with ``release``, else by the caller.
+    """
+    p.hold(-1)
     before = len(read_log(p.folder / "effects.jsonl"))  # any key, or none
     child = subprocess.Popen(
         [sys.executable, str(PROVIDER), "client", str(ledger), p.url, *args],
@@ -98,6 +119,8 @@ def kill_mid_send(p: Provider, ledger: Path, *args: str, hold: float = 0.5) -> N
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     p.hold(0)
+    if release:
+        p.release()
 
 
 def events(ledger: Path, task: str = TASK) -> list[dict[str, Any]]:
@@ -171,11 +194,15 @@ def test_declaration_is_validated_and_recorded_in_the_manifest(tmp_path: Path) -
 # -- killed mid-send, run again --------------------------------------------------------------------
 
 
-def test_killed_mid_send_is_resent_inside_the_window_and_paid_once(provider: Provider, tmp_path: Path) -> None:
+def test_killed_mid_send_is_resent_inside_the_window_and_paid_once(
+    provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "core")
     assert kinds(ledger)[-1] == "attempt.started"  # the record says: unknown
-    time.sleep(1.2)  # the provider finishes the first request and keeps its answer
+    provider.wait_answered()  # the provider finishes the first request and keeps its answer
+    real = time.time
+    monkeypatch.setattr(intentlog.dedup, "clock", lambda: real() + 1.2)  # and 1.2 s more have passed
 
     task = intentlog.open(ledger).task(TASK)
     result = task.effect(KEY, CHARGE, send_charge(provider.url), interpret=json.loads, dedup=dedup())
@@ -208,11 +235,14 @@ def test_killed_mid_send_is_resent_inside_the_window_and_paid_once(provider: Pro
     assert report.ok, report
 
 
-def test_after_the_window_it_stays_unknown_and_nothing_is_sent(provider: Provider, tmp_path: Path) -> None:
+def test_after_the_window_it_stays_unknown_and_nothing_is_sent(
+    provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = tmp_path / "ledger"
     # declared window 3 s with a 1 s margin: usable for under 2 s after the first send
     kill_mid_send(provider, ledger, "--via", "core", "--window", "3", "--margin", "1")
-    time.sleep(2.5)
+    real = time.time
+    monkeypatch.setattr(intentlog.dedup, "clock", lambda: real() + 2.5)  # 2.5 s later
     before = folder_bytes(ledger)
     task = intentlog.open(ledger).task(TASK)
     with pytest.raises(intentlog.EffectUnknown) as info:
@@ -225,7 +255,7 @@ def test_after_the_window_it_stays_unknown_and_nothing_is_sent(provider: Provide
 def test_without_a_declaration_it_stays_unknown(provider: Provider, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "core", "--no-dedup")
-    time.sleep(1.2)
+    provider.wait_answered()
     before = folder_bytes(ledger)
     task = intentlog.open(ledger).task(TASK)
     # no declaration now, nor in the manifest: unknown
@@ -241,7 +271,7 @@ def test_without_a_declaration_it_stays_unknown(provider: Provider, tmp_path: Pa
 def test_declared_at_first_but_not_now_stays_unknown(provider: Provider, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "core")
-    time.sleep(1.2)
+    provider.wait_answered()
     before = folder_bytes(ledger)
     task = intentlog.open(ledger).task(TASK)
     with pytest.raises(intentlog.EffectUnknown):
@@ -254,7 +284,7 @@ def test_a_first_attempt_in_the_future_is_refused(
 ) -> None:
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "core")
-    time.sleep(1.2)
+    provider.wait_answered()
     before = folder_bytes(ledger)
     real = time.time
     monkeypatch.setattr(intentlog.dedup, "clock", lambda: real() - 600)  # this clock runs 10 min behind the record
@@ -266,10 +296,22 @@ def test_a_first_attempt_in_the_future_is_refused(
 
 def test_key_in_use_is_retried_under_the_policy_never_a_second_effect(provider: Provider, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    kill_mid_send(provider, ledger, "--via", "core", hold=3.0)  # the provider still works on the first send
+    kill_mid_send(provider, ledger, "--via", "core", release=False)  # the provider still works on the first send
+
+    def release_after_a_409() -> None:  # a third request means the second got its 409: only then the first ends
+        deadline = time.monotonic() + 60
+        while len(provider.requests()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        provider.release()
+
+    releaser = threading.Thread(target=release_after_a_409)
+    releaser.start()
     task = intentlog.open(ledger).task(TASK)
     policy = intentlog.RetryPolicy(max_attempts=12, backoff=0.5, factor=1.0)
-    result = task.effect(KEY, CHARGE, send_charge(provider.url), interpret=json.loads, retry=policy, dedup=dedup())
+    try:
+        result = task.effect(KEY, CHARGE, send_charge(provider.url), interpret=json.loads, retry=policy, dedup=dedup())
+    finally:
+        releaser.join()
 
     assert result["id"] == "ch_1"
     assert len(provider.effects()) == 1  # never a second effect
@@ -303,7 +345,7 @@ def test_a_key_reused_with_other_parameters_is_refused_as_drift(provider: Provid
 def test_the_operator_view_names_the_reconciliation(provider: Provider, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "core")
-    time.sleep(1.2)
+    provider.wait_answered()
     task = intentlog.open(ledger).task(TASK)
     task.effect(KEY, CHARGE, send_charge(provider.url), interpret=json.loads, dedup=dedup())
     evs = list(task.events())
@@ -322,7 +364,7 @@ def test_the_operator_view_names_the_reconciliation(provider: Provider, tmp_path
 def test_through_httpx_the_header_carries_the_recorded_key(provider: Provider, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "httpx")
-    time.sleep(1.2)
+    provider.wait_answered()
     task = intentlog.open(ledger).task(TASK)
     with intentlog.http.client(task, base_url=provider.url, dedup=dedup()) as http, task.key(KEY):
         response = http.post("/v1/charges", json=CHARGE, headers={KEY_HEADER: "ignored-random-key"})
@@ -345,7 +387,7 @@ def test_through_openai_the_unknown_call_completes_once(provider: Provider, tmp_
     openai = pytest.importorskip("openai")
     ledger = tmp_path / "ledger"
     kill_mid_send(provider, ledger, "--via", "openai")
-    time.sleep(1.2)
+    provider.wait_answered()
     task = intentlog.open(ledger).task(TASK)
     client = openai.OpenAI(
         base_url=f"{provider.url}/v1",
