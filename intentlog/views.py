@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 from . import viewcache
 from ._internal.digest import DIGEST_PREFIX
 from ._internal.nofollow import open_dir_nofollow
-from ._internal.procs import PROC_LOCKS
+from ._internal.procs import PROC_LOCKS, flock_holders
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
 from .projections.operator import OperatorFold
@@ -324,19 +324,16 @@ def _list_streams(dfd: int, locked: set[tuple[int, int]] | None) -> tuple[list[s
 def _locked_inodes() -> set[tuple[int, int]] | None:
     """``(device, inode)`` of every file an exclusive ``flock`` is held on, from ``/proc/locks``; None without it."""
     try:
-        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
-            table = f.read()
+        holders = flock_holders(PROC_LOCKS)
     except OSError:
         return None
     out: set[tuple[int, int]] = set()
-    for line in table.splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE":
-            try:
-                major, minor, ino = parts[5].split(":")
-                out.add((os.makedev(int(major, 16), int(minor, 16)), int(ino)))
-            except ValueError:
-                continue
+    for key in holders:
+        try:
+            major, minor, ino = key.split(":")
+            out.add((os.makedev(int(major, 16), int(minor, 16)), int(ino)))
+        except ValueError:
+            continue
     return out
 
 
