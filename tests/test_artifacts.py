@@ -775,13 +775,15 @@ def test_capture_fifo_does_not_hang(root: Path, workspace: Path) -> None:
 def test_artifacts_import_nothing_above_them() -> None:
     """artifacts/ imports only its own modules and the foundation (errors and the file and digest helpers)."""
     pkg = Path(store_module.__file__).parent
-    foundation = {"errors", "_digest", "_fsutil", "_nofollow", "_procs", "_regular", "_args"}
+    helpers = ("digest", "fsutil", "nofollow", "procs", "regular", "args")
+    foundation = {"errors", *(f"_internal.{h}" for h in helpers)}
     allowed = foundation | {p.stem for p in pkg.glob("*.py")}
     for path in pkg.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level > 0:
-                mod = (node.module or "").split(".")[0]
+                parts = (node.module or "").split(".")
+                mod = ".".join(parts[:2]) if parts[0] == "_internal" else parts[0]
                 assert mod in allowed, f"{path.name} imports .{'.' * (node.level - 1)}{node.module}"
             if isinstance(node, ast.Import | ast.ImportFrom) and not getattr(node, "level", 0):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
