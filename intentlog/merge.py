@@ -7,8 +7,8 @@ a folder, a folder into an object store or back, whatever the seams sit on. :fun
 opens both sides as ledgers (a folder or an ``s3://`` URL: :func:`~intentlog.ledger.open_ledger`),
 merges their seams and verifies the merged ledger (:func:`~intentlog.checker.verify.verify_ledger`).
 It reads each side's tasks as the ledger lists them: a stream its gc deleted is no task, and
-an id the destination holds without a task (on a store an id is never used again) is not
-copied into (``retired_in_destination``).
+an id the destination holds without a task (on a store, what gc keeps of a stream it deleted)
+is not copied into (``retired_in_destination``).
 
 What it promises:
 
@@ -153,7 +153,7 @@ def plan_merge(
             _check_chain(f"{src!r} task {name!r}", ours)
             plan.create[name] = ours
             continue
-        if name not in live:  # an id held without its stream (never used again on a store): nothing to copy into
+        if name not in live:  # an id held without its stream (what gc keeps on a store): nothing to copy into
             plan.retired.append(name)
             continue
         theirs, _ = _lines(dst.read(name))

@@ -1,8 +1,9 @@
 """``verify`` and ``seal`` on an ``--root s3://BUCKET/PREFIX``: the checker over the store's seams, and its next seal.
 
 Every command runs on an object-store ledger as on a folder: the ledger it opens
-(:func:`~intentlog.ledger.open_ledger`) reads and writes through the storage seams, and an
-operation a store cannot carry out refuses itself, naming why, with nothing written.
+(:func:`~intentlog.ledger.open_ledger`) reads and writes through its storage
+(``Ledger.backend``), and the command line keeps no list of commands a store runs. These
+two helpers are the store's ``verify`` and ``seal`` as the command line calls them.
 """
 
 from __future__ import annotations

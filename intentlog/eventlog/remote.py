@@ -1,10 +1,12 @@
 """Reading a stream held by a storage other than a folder: its bytes, checked line by line.
 
 A stream on an object store is a sequence of whole segments (a segment is written by one
-conditional create: it is there whole or not at all), so it never ends in a torn line. A
-line that fails to parse or to chain is therefore damage, never a crash's leftovers, and
-is raised as :class:`~intentlog.errors.CorruptStream` naming it: there is no torn-tail
-repair or quarantine on such a storage (merge the ledger to a folder to repair it there).
+conditional create: it is there whole or not at all), so a writer never leaves a torn line.
+A line that fails to parse or to chain is raised here as
+:class:`~intentlog.errors.CorruptStream` naming it, for a reader and a writer alike; only
+``repair`` judges it (:mod:`intentlog.storerepair`: the folder's judgement, and a ``cut``
+segment under a fencing lease for what it accepts, the bytes moved aside kept under the
+store's ``quarantine/``).
 """
 
 from __future__ import annotations
