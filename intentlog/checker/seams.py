@@ -14,7 +14,8 @@ locks). Two implementations exist:
   its objects (``ObjectStore.get``, ``stat``, ``list``) -- with the seals and gc log it
   keeps beside them (an object store's: :mod:`intentlog.s3.verifysource`; an in-memory
   storage's the same way). What such a storage does not keep -- links, ``intentlog.json``,
-  ``quarantine/``, lock files, torn tails -- is simply never there.
+  lock files, torn tails -- is simply never there; the bytes a repair moved aside are read
+  by name through ``kept`` (a store's ``quarantine/`` keys).
 
 Both are read-only: nothing here writes, locks or probes. The checker imports no storage
 code (and so no writing code) at all: :class:`StreamReads` and :class:`ObjectReads` name the

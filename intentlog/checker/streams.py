@@ -55,7 +55,7 @@ class StreamChecks(CheckerState):
                 self.add(
                     INFO, "deleted_by_gc", f"what is left of the stream gc deleted at {d.ts} (the gc log's seq "
                     f"{d.seq}): {exc.reason}; not a stream, never read as one (the numbers a fenced writer "
-                    "could still put at are kept for ever, so its id is not used again)", task=task,
+                    "could still put at are kept for ever; a new stream under the id starts after them)", task=task,
                 )
                 self._stream = None
                 return s
