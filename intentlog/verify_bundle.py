@@ -497,6 +497,12 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
         "- margin_s after the call's first attempt, of a window the manifest declares and no longer than 2592000 s "
         "(30 days)",
     ),
+    (
+        "reconciled_while_open",
+        "effect.reconciled",
+        "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's call.completed "
+        "or call.failed",
+    ),
 )
 MAX_DEDUP_WINDOW_S = 2592000.0
 # </generated graph_rules>
@@ -653,6 +659,12 @@ class Graph:
         if not c.dedup_relied:
             return []
         return self.outside_window(c, f"attempt {d['attempt']} of {d['call']} relies on the provider's window")
+
+    def rule_reconciled_while_open(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if c.completed or c.failed:
+            ended = "completed" if c.completed else "failed"
+            return [f"a reconciliation of attempt {d['attempt']} of {d['call']} after the call {ended}"]
+        return []
 
     def on_task_created(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         if seq != 0:

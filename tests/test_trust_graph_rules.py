@@ -205,6 +205,39 @@ def window_beyond_the_bound(events: Events) -> Events:
     return events
 
 
+def reconciled_after_completion(events: Events) -> Events:
+    """A 'not_served' reconciliation of the completed call's attempt appended after its call.completed."""
+    done = events[at(events, "call.completed")]
+    forged = {
+        "kind": "effect.reconciled",
+        "ts": done["ts"],
+        "data": {
+            "call": done["data"]["call"],
+            "attempt": done["data"]["attempt"],
+            "outcome": "not_served",
+            "evidence": None,
+            "note": "never reached the provider",
+            "by": "mallory",
+            "source": "operator",
+        },
+    }
+    return [*events, forged]
+
+
+def reconciled_after_failure(events: Events) -> Events:
+    """The completion replaced by an operator's call.failed, then a 'resend' reconciliation after it."""
+    i = at(events, "call.completed")
+    done = events[i]
+    failed = {
+        "kind": "call.failed",
+        "ts": done["ts"],
+        "data": {"call": done["data"]["call"], "reason": "gave up", "by": "op"},
+    }
+    forged = reconciled_after_completion([done])[-1]
+    forged["data"]["outcome"] = "resend"
+    return [*events[:i], failed, forged]
+
+
 Forgery = tuple[Callable[[Path], None], Callable[[Events], Events]]
 #: rule name -> forgeries of that rule (each starts from a legal record)
 FORGERIES: dict[str, dict[str, Forgery]] = {
@@ -226,6 +259,10 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "resend two days after the first attempt": (deduped, resend_two_days_late),
         "a third attempt two days after a resend inside the window": (deduped, third_attempt_two_days_later),
         "a declared window beyond the bound": (deduped, window_beyond_the_bound),
+    },
+    "reconciled_while_open": {
+        "a reconciliation appended after the call completed": (approved, reconciled_after_completion),
+        "a reconciliation appended after the call failed": (approved, reconciled_after_failure),
     },
 }
 CASES = [(rule, name) for rule in sorted(FORGERIES) for name in sorted(FORGERIES[rule])]
