@@ -498,6 +498,12 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
         "(30 days)",
     ),
     (
+        "started_while_open",
+        "attempt.started",
+        "an attempt starts only while its call is open: no attempt.started follows the call's call.completed or "
+        "call.failed",
+    ),
+    (
         "reconciled_while_open",
         "effect.reconciled",
         "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's call.completed "
@@ -660,6 +666,11 @@ class Graph:
             return []
         return self.outside_window(c, f"attempt {d['attempt']} of {d['call']} relies on the provider's window")
 
+    def rule_started_while_open(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if c.completed or c.failed:
+            return [f"attempt {d['attempt']} of {d['call']} started after the call ended"]
+        return []
+
     def rule_reconciled_while_open(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
         if c.completed or c.failed:
             ended = "completed" if c.completed else "failed"
@@ -757,8 +768,7 @@ class Graph:
         n = d["attempt"]
         if not c.manifest:
             self.bad(seq, kind, f"attempt {n} of {d['call']} started without a manifest: intent never recorded")
-        if c.completed or c.failed:
-            self.bad(seq, kind, f"attempt {n} of {d['call']} started after the call ended")
+        # an attempt after the call ended: the table's rule_started_while_open
         if n != c.latest + 1:
             self.bad(seq, kind, f"attempt {n} of {d['call']} started; attempt {c.latest + 1} was next")
         elif c.latest and not c.may_follow:

@@ -238,6 +238,32 @@ def reconciled_after_failure(events: Events) -> Events:
     return [*events[:i], failed, forged]
 
 
+def attempt_after_completion(events: Events) -> Events:
+    """A second attempt of the completed call appended after its call.completed, with a retry decision before it."""
+    done = events[at(events, "call.completed")]
+    call, n = done["data"]["call"], done["data"]["attempt"]
+    retry = {
+        "kind": "attempt.retry_decided",
+        "ts": done["ts"],
+        "data": {"call": call, "attempt": n, "decision": "retry", "reason": "a 503 answer"},
+    }
+    started = {"kind": "attempt.started", "ts": done["ts"], "data": {"call": call, "attempt": n + 1}}
+    return [*events, retry, started]
+
+
+def attempt_after_failure(events: Events) -> Events:
+    """The completion replaced by an operator's call.failed, then another attempt of the call."""
+    i = at(events, "call.completed")
+    done = events[i]
+    failed = {
+        "kind": "call.failed",
+        "ts": done["ts"],
+        "data": {"call": done["data"]["call"], "reason": "gave up", "by": "op"},
+    }
+    started = {"kind": "attempt.started", "ts": done["ts"], "data": {"call": done["data"]["call"], "attempt": 2}}
+    return [*events[:i], failed, started]
+
+
 Forgery = tuple[Callable[[Path], None], Callable[[Events], Events]]
 #: rule name -> forgeries of that rule (each starts from a legal record)
 FORGERIES: dict[str, dict[str, Forgery]] = {
@@ -259,6 +285,10 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "resend two days after the first attempt": (deduped, resend_two_days_late),
         "a third attempt two days after a resend inside the window": (deduped, third_attempt_two_days_later),
         "a declared window beyond the bound": (deduped, window_beyond_the_bound),
+    },
+    "started_while_open": {
+        "an attempt appended after the call completed": (approved, attempt_after_completion),
+        "an attempt appended after the call failed": (approved, attempt_after_failure),
     },
     "reconciled_while_open": {
         "a reconciliation appended after the call completed": (approved, reconciled_after_completion),

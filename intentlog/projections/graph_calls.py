@@ -141,9 +141,7 @@ def on_attempt_started(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator
             "graph",
             f"attempt {n} of {node.call} started, but the call has no call.manifest: the intent was never recorded",
         )
-    if node.completed or node.failed:
-        ended = "completed" if node.completed else "failed"
-        yield Finding("graph", f"attempt {n} of {node.call} started after the call {ended}")
+    # an attempt after the call ended: judged by the table's started_while_open (graph_rules.py)
     if n != node.attempt + 1:
         yield Finding(
             "graph", f"attempt {n} of {node.call} started, but attempts count 1, 2, 3…: {node.attempt + 1} was next"

@@ -60,6 +60,12 @@ GRAPH_RULES: Final = (
         f"{MAX_WINDOW_S:.0f} s (30 days)",
     ),
     TableRule(
+        "started_while_open",
+        "attempt.started",
+        "an attempt starts only while its call is open: no attempt.started follows the call's call.completed or "
+        "call.failed",
+    ),
+    TableRule(
         "reconciled_while_open",
         "effect.reconciled",
         "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's "
@@ -144,8 +150,18 @@ def _resend_inside_dedup_window(g: TaskGraph, node: CallNode, d: Mapping[str, An
         yield from _outside_window(g, node, f"attempt {d['attempt']} of {node.call} relies on the provider's window")
 
 
+def _ended(node: CallNode) -> str | None:
+    return "completed" if node.completed else "failed" if node.failed else None
+
+
+def _started_while_open(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    ended = _ended(node)
+    if ended is not None:
+        yield f"attempt {d['attempt']} of {node.call} started after the call {ended}"
+
+
 def _reconciled_while_open(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
-    ended = "completed" if node.completed else "failed" if node.failed else None
+    ended = _ended(node)
     if ended is not None:
         yield (
             f"effect.reconciled {d['outcome']!r} of attempt {d['attempt']} of {node.call} after the call {ended}: "
@@ -160,6 +176,7 @@ CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
         "approved_before_send": _approved_before_send,
         "reconciled_inside_dedup_window": _reconciled_inside_dedup_window,
         "resend_inside_dedup_window": _resend_inside_dedup_window,
+        "started_while_open": _started_while_open,
         "reconciled_while_open": _reconciled_while_open,
     }
 )
