@@ -498,6 +498,11 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
         "(30 days)",
     ),
     (
+        "completed_once",
+        "call.completed",
+        "a call completes once: every later call.completed of it says it is a reinterpretation",
+    ),
+    (
         "started_while_open",
         "attempt.started",
         "an attempt starts only while its call is open: no attempt.started follows the call's call.completed or "
@@ -665,6 +670,11 @@ class Graph:
         if not c.dedup_relied:
             return []
         return self.outside_window(c, f"attempt {d['attempt']} of {d['call']} relies on the provider's window")
+
+    def rule_completed_once(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if c.completed and "reinterpretation" not in d:
+            return [f"{d['call']} completes twice, and the second is not a reinterpretation"]
+        return []
 
     def rule_started_while_open(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
         if c.completed or c.failed:
@@ -853,8 +863,7 @@ class Graph:
             return
         self.gone_on(seq, kind, d, c)
         n = d["attempt"]
-        if c.completed and "reinterpretation" not in d:
-            self.bad(seq, kind, f"{d['call']} completes twice, and the second is not a reinterpretation")
+        # a second completion that does not say reinterpretation: the table's rule_completed_once
         if n not in c.observed:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, which was never observed")
         elif n != c.latest:

@@ -264,6 +264,17 @@ def attempt_after_failure(events: Events) -> Events:
     return [*events[:i], failed, started]
 
 
+def completion_repeated(events: Events) -> Events:
+    """The call.completed line repeated right after itself, without 'reinterpretation'."""
+    i = at(events, "call.completed")
+    return [*events[: i + 1], _copy(events[i]), *events[i + 1 :]]
+
+
+def completion_repeated_at_the_end(events: Events) -> Events:
+    """A copy of the call.completed appended as the stream's last line."""
+    return [*events, _copy(events[at(events, "call.completed")])]
+
+
 Forgery = tuple[Callable[[Path], None], Callable[[Events], Events]]
 #: rule name -> forgeries of that rule (each starts from a legal record)
 FORGERIES: dict[str, dict[str, Forgery]] = {
@@ -285,6 +296,10 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "resend two days after the first attempt": (deduped, resend_two_days_late),
         "a third attempt two days after a resend inside the window": (deduped, third_attempt_two_days_later),
         "a declared window beyond the bound": (deduped, window_beyond_the_bound),
+    },
+    "completed_once": {
+        "the completion repeated": (approved, completion_repeated),
+        "the completion repeated at the end": (approved, completion_repeated_at_the_end),
     },
     "started_while_open": {
         "an attempt appended after the call completed": (approved, attempt_after_completion),

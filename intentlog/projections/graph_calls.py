@@ -256,10 +256,7 @@ def on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
         return
     yield from _gone_on(g, node)
     n = d["attempt"]
-    if node.completed and "reinterpretation" not in d:
-        yield Finding(
-            "graph", f"{node.call} completes a second time without saying it is a reinterpretation"
-        )
+    # a second completion that does not say reinterpretation: the table's completed_once (graph_rules.py)
     if n not in node.observed:
         yield Finding(
             "graph", f"{node.call} completes with attempt {n}, which has no attempt.observed: a result from nowhere"

@@ -60,6 +60,11 @@ GRAPH_RULES: Final = (
         f"{MAX_WINDOW_S:.0f} s (30 days)",
     ),
     TableRule(
+        "completed_once",
+        "call.completed",
+        "a call completes once: every later call.completed of it says it is a reinterpretation",
+    ),
+    TableRule(
         "started_while_open",
         "attempt.started",
         "an attempt starts only while its call is open: no attempt.started follows the call's call.completed or "
@@ -150,6 +155,11 @@ def _resend_inside_dedup_window(g: TaskGraph, node: CallNode, d: Mapping[str, An
         yield from _outside_window(g, node, f"attempt {d['attempt']} of {node.call} relies on the provider's window")
 
 
+def _completed_once(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    if node.completed and "reinterpretation" not in d:
+        yield f"{node.call} completes a second time without saying it is a reinterpretation"
+
+
 def _ended(node: CallNode) -> str | None:
     return "completed" if node.completed else "failed" if node.failed else None
 
@@ -176,6 +186,7 @@ CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
         "approved_before_send": _approved_before_send,
         "reconciled_inside_dedup_window": _reconciled_inside_dedup_window,
         "resend_inside_dedup_window": _resend_inside_dedup_window,
+        "completed_once": _completed_once,
         "started_while_open": _started_while_open,
         "reconciled_while_open": _reconciled_while_open,
     }
