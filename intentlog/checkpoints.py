@@ -23,14 +23,14 @@ from .artifacts import Ref, inline_bytes
 from .artifacts.inline import ref_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
 from .eventlog.redaction import scrub_note
-from .projections.operator import CheckpointRecord, checkpoint_record
+from .projections.operator import CheckpointRecord, EvidenceCheck, checkpoint_record, counted_checkpoint
 from .refs import INLINE, walk
 
 if TYPE_CHECKING:
     from .eventlog import Event
     from .stream import TaskStream
 
-__all__ = ["Checkpoint", "Evidence", "checkpoints", "latest_checkpoint", "record_checkpoint"]
+__all__ = ["Checkpoint", "Evidence", "checkpoints", "evidence_check", "latest_checkpoint", "record_checkpoint"]
 
 #: What evidence may be given as: bytes (stored now), a :class:`Ref` or ref mapping of
 #: stored bytes, or a digest string of stored bytes.
@@ -218,23 +218,41 @@ def _check(task: TaskStream, ref: Mapping[str, Any], index: Mapping[str, Mapping
     return None
 
 
-def checkpoints(task: TaskStream, *, verify: bool = True) -> list[Checkpoint]:
-    """Every checkpoint of the task, oldest first; with ``verify``, each one's evidence checked. Takes no lock."""
-    records = [checkpoint_record(ev) for ev in task.events() if ev.kind == "task.checkpoint"]
-    if not verify:
-        return [Checkpoint(r) for r in records]
-    wanted = {
+def _wanted(records: Iterable[CheckpointRecord]) -> set[str]:
+    """The digests of evidence not carried inline in its own ref (looked up in the stream when not stored)."""
+    return {
         str(e.get("digest"))
         for r in records
         for e in r.evidence
         if not any(k in e for k in _INLINE_KEYS) and is_digest(e.get("digest"))
     }
-    index = _inline_index(task, wanted)
-    out = []
-    for r in records:
-        problems = tuple(p for p in (_check(task, e, index) for e in r.evidence) if p is not None)
-        out.append(Checkpoint(r, checked=True, problems=problems))
-    return out
+
+
+def _problems(task: TaskStream, r: CheckpointRecord, index: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    return tuple(p for p in (_check(task, e, index) for e in r.evidence) if p is not None)
+
+
+def evidence_check(task: TaskStream) -> EvidenceCheck:
+    """Why one checkpoint's evidence does not verify against ``task``'s store (empty: it does).
+
+    The check :func:`latest_checkpoint` and :meth:`intentlog.Task.status` both hand to
+    :func:`~intentlog.projections.operator.counted_checkpoint`; the stream is read for
+    inline copies only when a checkpoint names evidence not inline in its own ref.
+    """
+
+    def check(r: CheckpointRecord) -> tuple[str, ...]:
+        return _problems(task, r, _inline_index(task, _wanted((r,))))
+
+    return check
+
+
+def checkpoints(task: TaskStream, *, verify: bool = True) -> list[Checkpoint]:
+    """Every checkpoint of the task, oldest first; with ``verify``, each one's evidence checked. Takes no lock."""
+    records = [checkpoint_record(ev) for ev in task.events() if ev.kind == "task.checkpoint"]
+    if not verify:
+        return [Checkpoint(r) for r in records]
+    index = _inline_index(task, _wanted(records))
+    return [Checkpoint(r, checked=True, problems=_problems(task, r, index)) for r in records]
 
 
 def latest_checkpoint(task: TaskStream, *, verified: bool = True, phase: str | None = None) -> Checkpoint | None:
@@ -243,11 +261,13 @@ def latest_checkpoint(task: TaskStream, *, verified: bool = True, phase: str | N
     With ``verified=False``, the newest checkpoint whatever its evidence. The checkpoint
     returned lists in ``skipped`` the newer ones passed over and why, so a script can say
     it continues from an older phase because a newer one's evidence is gone or corrupt.
+    Which checkpoint counts is :func:`~intentlog.projections.operator.counted_checkpoint`'s
+    rule, the one :meth:`intentlog.Task.status` names the phase by.
     """
-    found = [c for c in checkpoints(task, verify=verified) if phase is None or c.phase == phase]
-    skipped: list[tuple[int, str, str]] = []
-    for c in reversed(found):
-        if not verified or not c.problems:
-            return Checkpoint(c.record, c.checked, c.problems, tuple(skipped))
-        skipped.append((c.seq, c.phase, "; ".join(c.problems)))
-    return None
+    records = [checkpoint_record(ev) for ev in task.events() if ev.kind == "task.checkpoint"]
+    records = [r for r in records if phase is None or r.phase == phase]
+    check = evidence_check(task) if verified else None
+    found, skipped = counted_checkpoint(records, check)
+    if found is None:
+        return None
+    return Checkpoint(found, checked=verified, skipped=skipped)

@@ -7,6 +7,7 @@ a process never locks itself out of its own task.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -51,6 +52,8 @@ GITATTRIBUTES: Final = (
 )
 
 # what an interrupted creation may have left before the marker was written
+#: What creating a layout folder fails with on a ledger this process may only read.
+_NOT_WRITABLE: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 _LAYOUT: Final = frozenset({*_SUBDIRS, CACHE, ".gitignore", ".gitattributes"})
 
 _HANDLES: dict[tuple[str, str], Task] = {}
@@ -395,12 +398,15 @@ def _open_ledger(
         except OSError as exc:
             raise NotALedger(str(path), f"cannot create the ledger ({exc})") from exc
     elif create:
-        # a git clone drops empty folders; a writer puts them back, a reader (create=False) never writes
+        # a git clone drops empty folders; a writer puts them back, a reader (create=False) never writes.
+        # A ledger this process may not write (a read-only mount, another user's folder) still opens to
+        # read: its first write is refused by the writer lock, with the library's error.
         try:
             for sub in _SUBDIRS:
                 makedirs_durable(path / sub)
             if _ignores_cache(path):
                 makedirs_durable(path / CACHE)
         except OSError as exc:
-            raise NotALedger(str(path), f"cannot complete the folder layout ({exc})") from exc
+            if exc.errno not in _NOT_WRITABLE:
+                raise NotALedger(str(path), f"cannot complete the folder layout ({exc})") from exc
     return Ledger(path, workspace=Path(workspace) if workspace is not None else None)

@@ -427,11 +427,17 @@ class Task:
         return self.stream.writer_pid()
 
     def status(self) -> TaskStatus:
-        """The operator view (``intentlog status``), with *running* when a live process holds the writer lock."""
+        """The operator view (``intentlog status``), with *running* when a live process holds the writer lock.
+
+        The checkpoint it names (and the phase) is the one :meth:`latest_checkpoint` returns.
+        """
+        from .checkpoints import evidence_check
         from .projections.status import task_status
 
         pid = self.writer_pid()
-        return task_status(self.events(), task_id=self.id, running=pid is not None)
+        return task_status(
+            self.events(), task_id=self.id, running=pid is not None, evidence=evidence_check(self.stream)
+        )
 
     # -- lifetime ------------------------------------------------------------------
 

@@ -497,6 +497,23 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
         "- margin_s after the call's first attempt, of a window the manifest declares and no longer than 2592000 s "
         "(30 days)",
     ),
+    (
+        "completed_once",
+        "call.completed",
+        "a call completes once: every later call.completed of it says it is a reinterpretation",
+    ),
+    (
+        "started_while_open",
+        "attempt.started",
+        "an attempt starts only while its call is open: no attempt.started follows the call's call.completed or "
+        "call.failed",
+    ),
+    (
+        "reconciled_while_open",
+        "effect.reconciled",
+        "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's call.completed "
+        "or call.failed",
+    ),
 )
 MAX_DEDUP_WINDOW_S = 2592000.0
 # </generated graph_rules>
@@ -654,6 +671,22 @@ class Graph:
             return []
         return self.outside_window(c, f"attempt {d['attempt']} of {d['call']} relies on the provider's window")
 
+    def rule_completed_once(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if c.completed and "reinterpretation" not in d:
+            return [f"{d['call']} completes twice, and the second is not a reinterpretation"]
+        return []
+
+    def rule_started_while_open(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if c.completed or c.failed:
+            return [f"attempt {d['attempt']} of {d['call']} started after the call ended"]
+        return []
+
+    def rule_reconciled_while_open(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        if c.completed or c.failed:
+            ended = "completed" if c.completed else "failed"
+            return [f"a reconciliation of attempt {d['attempt']} of {d['call']} after the call {ended}"]
+        return []
+
     def on_task_created(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         if seq != 0:
             self.bad(seq, kind, "a stream has one task.created, at seq 0")
@@ -745,8 +778,7 @@ class Graph:
         n = d["attempt"]
         if not c.manifest:
             self.bad(seq, kind, f"attempt {n} of {d['call']} started without a manifest: intent never recorded")
-        if c.completed or c.failed:
-            self.bad(seq, kind, f"attempt {n} of {d['call']} started after the call ended")
+        # an attempt after the call ended: the table's rule_started_while_open
         if n != c.latest + 1:
             self.bad(seq, kind, f"attempt {n} of {d['call']} started; attempt {c.latest + 1} was next")
         elif c.latest and not c.may_follow:
@@ -831,8 +863,7 @@ class Graph:
             return
         self.gone_on(seq, kind, d, c)
         n = d["attempt"]
-        if c.completed and "reinterpretation" not in d:
-            self.bad(seq, kind, f"{d['call']} completes twice, and the second is not a reinterpretation")
+        # a second completion that does not say reinterpretation: the table's rule_completed_once
         if n not in c.observed:
             self.bad(seq, kind, f"{d['call']} completes with attempt {n}, which was never observed")
         elif n != c.latest:

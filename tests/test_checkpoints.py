@@ -139,3 +139,24 @@ def test_verify_catches_a_checkpoint_accepting_a_call_that_did_not_complete(ledg
     assert any("accepts 'call-1', which has not completed" in m for m in messages), messages
     assert any("names call 'call-5', which was never requested" in m for m in messages), messages
     assert any("accepts turn 'turn-1', which has no completed call" in m for m in messages), messages
+
+
+def test_status_names_the_checkpoint_latest_checkpoint_returns_when_the_newest_evidence_is_corrupt(
+    ledger: intentlog.Ledger,
+) -> None:
+    """The newest checkpoint's blob is corrupted: status() names the same (older) checkpoint and phase that
+    latest_checkpoint() continues from, not the one whose evidence fails to verify."""
+    task = ledger.task("t")
+    task.checkpoint("draft", evidence=[b"draft"])
+    task.checkpoint("review", evidence=[BIG + b"r"], status="failed")
+    ledger.close()
+    corrupt = obj(ledger.root, digest_bytes(BIG + b"r"))
+    corrupt.chmod(0o644)
+    corrupt.write_bytes(BIG + b"X")
+    t = intentlog.open(ledger.root).task("t")
+    cp = t.latest_checkpoint()
+    st = t.status()
+    assert cp is not None and cp.phase == "draft" and [s[1] for s in cp.skipped] == ["review"]
+    assert st.phase == "draft"
+    assert st.checkpoint is not None and st.checkpoint.seq == cp.seq
+    assert st.state != "paused for review", "a checkpoint whose evidence is corrupt must not pause the task"

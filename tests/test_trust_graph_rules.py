@@ -205,6 +205,76 @@ def window_beyond_the_bound(events: Events) -> Events:
     return events
 
 
+def reconciled_after_completion(events: Events) -> Events:
+    """A 'not_served' reconciliation of the completed call's attempt appended after its call.completed."""
+    done = events[at(events, "call.completed")]
+    forged = {
+        "kind": "effect.reconciled",
+        "ts": done["ts"],
+        "data": {
+            "call": done["data"]["call"],
+            "attempt": done["data"]["attempt"],
+            "outcome": "not_served",
+            "evidence": None,
+            "note": "never reached the provider",
+            "by": "mallory",
+            "source": "operator",
+        },
+    }
+    return [*events, forged]
+
+
+def reconciled_after_failure(events: Events) -> Events:
+    """The completion replaced by an operator's call.failed, then a 'resend' reconciliation after it."""
+    i = at(events, "call.completed")
+    done = events[i]
+    failed = {
+        "kind": "call.failed",
+        "ts": done["ts"],
+        "data": {"call": done["data"]["call"], "reason": "gave up", "by": "op"},
+    }
+    forged = reconciled_after_completion([done])[-1]
+    forged["data"]["outcome"] = "resend"
+    return [*events[:i], failed, forged]
+
+
+def attempt_after_completion(events: Events) -> Events:
+    """A second attempt of the completed call appended after its call.completed, with a retry decision before it."""
+    done = events[at(events, "call.completed")]
+    call, n = done["data"]["call"], done["data"]["attempt"]
+    retry = {
+        "kind": "attempt.retry_decided",
+        "ts": done["ts"],
+        "data": {"call": call, "attempt": n, "decision": "retry", "reason": "a 503 answer"},
+    }
+    started = {"kind": "attempt.started", "ts": done["ts"], "data": {"call": call, "attempt": n + 1}}
+    return [*events, retry, started]
+
+
+def attempt_after_failure(events: Events) -> Events:
+    """The completion replaced by an operator's call.failed, then another attempt of the call."""
+    i = at(events, "call.completed")
+    done = events[i]
+    failed = {
+        "kind": "call.failed",
+        "ts": done["ts"],
+        "data": {"call": done["data"]["call"], "reason": "gave up", "by": "op"},
+    }
+    started = {"kind": "attempt.started", "ts": done["ts"], "data": {"call": done["data"]["call"], "attempt": 2}}
+    return [*events[:i], failed, started]
+
+
+def completion_repeated(events: Events) -> Events:
+    """The call.completed line repeated right after itself, without 'reinterpretation'."""
+    i = at(events, "call.completed")
+    return [*events[: i + 1], _copy(events[i]), *events[i + 1 :]]
+
+
+def completion_repeated_at_the_end(events: Events) -> Events:
+    """A copy of the call.completed appended as the stream's last line."""
+    return [*events, _copy(events[at(events, "call.completed")])]
+
+
 Forgery = tuple[Callable[[Path], None], Callable[[Events], Events]]
 #: rule name -> forgeries of that rule (each starts from a legal record)
 FORGERIES: dict[str, dict[str, Forgery]] = {
@@ -226,6 +296,18 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "resend two days after the first attempt": (deduped, resend_two_days_late),
         "a third attempt two days after a resend inside the window": (deduped, third_attempt_two_days_later),
         "a declared window beyond the bound": (deduped, window_beyond_the_bound),
+    },
+    "completed_once": {
+        "the completion repeated": (approved, completion_repeated),
+        "the completion repeated at the end": (approved, completion_repeated_at_the_end),
+    },
+    "started_while_open": {
+        "an attempt appended after the call completed": (approved, attempt_after_completion),
+        "an attempt appended after the call failed": (approved, attempt_after_failure),
+    },
+    "reconciled_while_open": {
+        "a reconciliation appended after the call completed": (approved, reconciled_after_completion),
+        "a reconciliation appended after the call failed": (approved, reconciled_after_failure),
     },
 }
 CASES = [(rule, name) for rule in sorted(FORGERIES) for name in sorted(FORGERIES[rule])]

@@ -51,31 +51,53 @@ class WriterLock:
             if self._pid == os.getpid():
                 return
             self.abandon()
+        deadline = time.monotonic() + wait
+        while True:
+            fd = self._open(dir_fd)
+            try:
+                check_own_file(fd, self.path, what="a task's lock file")  # it is rewritten in place below
+                self._flock(fd, max(0.0, deadline - time.monotonic()))
+                locked_the_file_at_path = self._at_path(fd, dir_fd)
+                if locked_the_file_at_path:
+                    pid = f"{os.getpid()}\n".encode()
+                    # write first, then cut: a refused writer never reads an empty file in between
+                    os.pwrite(fd, pid, 0)
+                    os.ftruncate(fd, len(pid))
+            except LedgerError:
+                os.close(fd)
+                raise
+            except OSError as exc:
+                os.close(fd)
+                raise LedgerError(_cannot(self.path, exc)) from exc
+            except BaseException:
+                os.close(fd)
+                raise
+            if locked_the_file_at_path:
+                break
+            # the file was unlinked while this waited for it (gc deletes a task's lock file with its
+            # stream, holding it): its flock excludes no one, so lock the file at the path now
+            os.close(fd)
+        st = os.fstat(fd)
+        self._fd, self._pid, self._ident = fd, os.getpid(), (st.st_dev, st.st_ino)
+
+    def _open(self, dir_fd: int | None) -> int:
         try:
             name = self.path.name if dir_fd is not None else self.path
-            fd = open_nofollow(name, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file", dir_fd=dir_fd)
+            return open_nofollow(name, os.O_RDWR | os.O_CREAT, 0o644, what="a task's lock file", dir_fd=dir_fd)
         except LinkRefused:
             raise LinkRefused(str(self.path), "a task's lock file") from None
         except OSError as exc:
             raise LedgerError(_cannot(self.path, exc)) from exc
+
+    def _at_path(self, fd: int, dir_fd: int | None) -> bool:
+        """Whether the file locked through ``fd`` is still the one at this lock's path."""
+        name = self.path.name if dir_fd is not None else self.path
         try:
-            check_own_file(fd, self.path, what="a task's lock file")  # it is rewritten in place below
-            self._flock(fd, wait)
-            pid = f"{os.getpid()}\n".encode()
-            # write first, then cut: a refused writer never reads an empty file in between
-            os.pwrite(fd, pid, 0)
-            os.ftruncate(fd, len(pid))
-        except LedgerError:
-            os.close(fd)
-            raise
-        except OSError as exc:
-            os.close(fd)
-            raise LedgerError(_cannot(self.path, exc)) from exc
-        except BaseException:
-            os.close(fd)
-            raise
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
         st = os.fstat(fd)
-        self._fd, self._pid, self._ident = fd, os.getpid(), (st.st_dev, st.st_ino)
+        return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
     def _flock(self, fd: int, wait: float) -> None:
         deadline = time.monotonic() + wait

@@ -141,9 +141,7 @@ def on_attempt_started(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator
             "graph",
             f"attempt {n} of {node.call} started, but the call has no call.manifest: the intent was never recorded",
         )
-    if node.completed or node.failed:
-        ended = "completed" if node.completed else "failed"
-        yield Finding("graph", f"attempt {n} of {node.call} started after the call {ended}")
+    # an attempt after the call ended: judged by the table's started_while_open (graph_rules.py)
     if n != node.attempt + 1:
         yield Finding(
             "graph", f"attempt {n} of {node.call} started, but attempts count 1, 2, 3…: {node.attempt + 1} was next"
@@ -258,10 +256,7 @@ def on_completed(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Findi
         return
     yield from _gone_on(g, node)
     n = d["attempt"]
-    if node.completed and "reinterpretation" not in d:
-        yield Finding(
-            "graph", f"{node.call} completes a second time without saying it is a reinterpretation"
-        )
+    # a second completion that does not say reinterpretation: the table's completed_once (graph_rules.py)
     if n not in node.observed:
         yield Finding(
             "graph", f"{node.call} completes with attempt {n}, which has no attempt.observed: a result from nowhere"

@@ -59,6 +59,23 @@ GRAPH_RULES: Final = (
         "window_s - margin_s after the call's first attempt, of a window the manifest declares and no longer than "
         f"{MAX_WINDOW_S:.0f} s (30 days)",
     ),
+    TableRule(
+        "completed_once",
+        "call.completed",
+        "a call completes once: every later call.completed of it says it is a reinterpretation",
+    ),
+    TableRule(
+        "started_while_open",
+        "attempt.started",
+        "an attempt starts only while its call is open: no attempt.started follows the call's call.completed or "
+        "call.failed",
+    ),
+    TableRule(
+        "reconciled_while_open",
+        "effect.reconciled",
+        "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's "
+        "call.completed or call.failed",
+    ),
 )
 
 
@@ -138,6 +155,30 @@ def _resend_inside_dedup_window(g: TaskGraph, node: CallNode, d: Mapping[str, An
         yield from _outside_window(g, node, f"attempt {d['attempt']} of {node.call} relies on the provider's window")
 
 
+def _completed_once(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    if node.completed and "reinterpretation" not in d:
+        yield f"{node.call} completes a second time without saying it is a reinterpretation"
+
+
+def _ended(node: CallNode) -> str | None:
+    return "completed" if node.completed else "failed" if node.failed else None
+
+
+def _started_while_open(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    ended = _ended(node)
+    if ended is not None:
+        yield f"attempt {d['attempt']} of {node.call} started after the call {ended}"
+
+
+def _reconciled_while_open(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    ended = _ended(node)
+    if ended is not None:
+        yield (
+            f"effect.reconciled {d['outcome']!r} of attempt {d['attempt']} of {node.call} after the call {ended}: "
+            "only an open call's unknown effect is reconciled"
+        )
+
+
 _Check = Callable[[TaskGraph, CallNode, Mapping[str, Any]], Iterator[str]]
 #: rule name -> the library's check of it (each yields what it found, as text).
 CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
@@ -145,6 +186,9 @@ CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
         "approved_before_send": _approved_before_send,
         "reconciled_inside_dedup_window": _reconciled_inside_dedup_window,
         "resend_inside_dedup_window": _resend_inside_dedup_window,
+        "completed_once": _completed_once,
+        "started_while_open": _started_while_open,
+        "reconciled_while_open": _reconciled_while_open,
     }
 )
 _BY_KIND: Final = {r.kind: tuple(x for x in GRAPH_RULES if x.kind == r.kind) for r in GRAPH_RULES}

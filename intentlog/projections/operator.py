@@ -20,7 +20,7 @@ decided about the task:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -192,16 +192,41 @@ class OperatorView:
     failed: str | None  # the reason, when the task's latest verdict is task.failed
     failed_by: str | None
     forked: Mapping[str, Any] | None
-    phase: str | None  # the latest checkpoint's phase, else the latest event carrying a 'phase'
+    phase: str | None  # the counted checkpoint's phase, else the latest event carrying a 'phase'
+    current: CheckpointRecord | None = None  # the checkpoint that counts (:func:`counted_checkpoint`)
 
     @property
     def latest_checkpoint(self) -> CheckpointRecord | None:
-        return self.checkpoints[-1] if self.checkpoints else None
+        """The checkpoint that counts: the newest whose evidence was not found defective."""
+        return self.current
 
     @property
     def awaiting(self) -> tuple[ApprovalState, ...]:
         """Approvals a person still has to decide, in the order they were requested."""
         return tuple(a for a in self.approvals.values() if a.awaiting)
+
+
+#: Why a checkpoint's evidence does not verify (empty: it does); the store-side check is
+#: :func:`intentlog.checkpoints.evidence_check`.
+EvidenceCheck = Callable[[CheckpointRecord], Sequence[str]]
+
+
+def counted_checkpoint(
+    records: Sequence[CheckpointRecord], problems: EvidenceCheck | None = None
+) -> tuple[CheckpointRecord | None, tuple[tuple[int, str, str], ...]]:
+    """The one rule for which checkpoint counts: the newest whose evidence ``problems`` finds sound.
+
+    Returns it (None when every one is defective, or there is none) and the newer ones passed
+    over as ``(seq, phase, why)``, newest first. Without ``problems`` (a pure projection that
+    cannot read the store), the evidence is taken as recorded and the newest one counts.
+    """
+    skipped: list[tuple[int, str, str]] = []
+    for r in reversed(records):
+        why = tuple(problems(r)) if problems is not None else ()
+        if not why:
+            return r, tuple(skipped)
+        skipped.append((r.seq, r.phase, "; ".join(why)))
+    return None, tuple(skipped)
 
 
 #: The kinds :class:`OperatorFold` folds; any other event matters to it only when its data has a ``phase``.
@@ -295,11 +320,17 @@ class OperatorFold:
             _phase=snap["phase"],
         )
 
-    def result(self, ws: WorkState | None = None) -> OperatorView:
-        """The view; with ``ws``, approvals whose bound key now records another request are void."""
+    def result(self, ws: WorkState | None = None, *, evidence: EvidenceCheck | None = None) -> OperatorView:
+        """The view; with ``ws``, approvals whose bound key now records another request are void.
+
+        ``evidence`` checks a checkpoint's evidence against the store; the checkpoint that counts
+        (its phase, its status) is then chosen by :func:`counted_checkpoint`, the same rule
+        :func:`intentlog.checkpoints.latest_checkpoint` applies.
+        """
         approvals = {aid: _approval_state(a, ws) for aid, a in self._approvals.items()}
         failed = self._failed if self._failed is not None and self._failed[0] > self._accepted else None
-        phase = self._checkpoints[-1].phase if self._checkpoints else self._phase
+        current, _ = counted_checkpoint(self._checkpoints, evidence)
+        phase = current.phase if current is not None else self._phase
         return OperatorView(
             approvals=MappingProxyType(approvals),
             checkpoints=tuple(self._checkpoints),
@@ -307,6 +338,7 @@ class OperatorFold:
             failed_by=failed[2] if failed else None,
             forked=MappingProxyType(self._forked) if self._forked is not None else None,
             phase=phase,
+            current=current,
         )
 
 

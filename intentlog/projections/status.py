@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..eventlog.format import Event
-from .operator import ApprovalState, CheckpointRecord, OperatorFold, OperatorView
+from .operator import ApprovalState, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
     FIX_INPUTS,
@@ -370,11 +370,15 @@ def _action(c: CallState) -> str:
     )
 
 
-def task_status(events: Iterable[Event], *, task_id: str, running: bool = False) -> TaskStatus:
-    """Fold a task's events into its operator view. Pure: no clock, no I/O.
+def task_status(
+    events: Iterable[Event], *, task_id: str, running: bool = False, evidence: EvidenceCheck | None = None
+) -> TaskStatus:
+    """Fold a task's events into its operator view. Pure: no clock, no I/O of its own.
 
     ``running``: whether a live process holds the task's writer lock; the caller probes
     it (:meth:`intentlog.Task.status` does), since a projection reads only the record.
+    ``evidence``: the caller's check of a checkpoint's evidence against the store; the
+    checkpoint that counts is then the one :func:`intentlog.checkpoints.latest_checkpoint` returns.
     """
     fold = WorkStateFold(task_id)
     ops_fold = OperatorFold()
@@ -382,7 +386,7 @@ def task_status(events: Iterable[Event], *, task_id: str, running: bool = False)
         fold.apply(ev)
         ops_fold.apply(ev)
     ws = fold.result()
-    return status_of(task_id, ws, ops_fold.result(ws), running=running)
+    return status_of(task_id, ws, ops_fold.result(ws, evidence=evidence), running=running)
 
 
 def status_of(task_id: str, ws: WorkState, ops: OperatorView, *, running: bool = False) -> TaskStatus:

@@ -8,8 +8,8 @@
   by the same durable writer.
 * **A stream** is deleted while holding its task's writer lock, after checking the file
   (inode, size, mtime) did not change since the plan; a task a writer reopened in between
-  is skipped. The lock file stays: unlinking it while a writer waits on it would let a
-  third process lock a fresh file of the same name.
+  is skipped. Its lock file is unlinked after it, still held: a writer waiting on that file
+  finds it gone once it has the lock and locks the file at the path instead.
 * **A blob** is first *moved* into ``tmp/`` and its mtime compared with the planned one: a
   writer that re-put it in the meantime refreshed it (then it is moved back), and a writer
   that comes later finds it gone and stores it again. Moved blobs left by a crash are put
@@ -355,8 +355,12 @@ def _delete_stream(ledger: FolderLedger, t: ExpiredTask, evacuate: Evacuate) -> 
         finally:
             os.close(sfd)
         fsops.unlink(path.name, dir_fd=tasks_fd)
-        # the lock file stays: unlinking it while a writer waits on it would let a third
-        # process lock a fresh file of the same name, and two writers would hold "the" lock
+        # the stream is gone: its lock file goes too, while still held. A writer that opened it
+        # before this and waits on its flock finds, once it has it, that the file is no longer at
+        # the path, and locks the one there (WriterLock.acquire), so no two writers hold "the" lock.
+        if lock.is_current(dir_fd=tasks_fd):
+            with contextlib.suppress(FileNotFoundError):
+                fsops.unlink(lock_path.name, dir_fd=tasks_fd)
         fsops.fsync(tasks_fd)
         return None
     finally:
