@@ -411,7 +411,13 @@ class RetryHandedBack(IntentlogError):
 
 
 class ResumeRefused(IntentlogError):
-    """The record does not prove that continuing is safe; nothing was appended."""
+    """The record does not prove that continuing is safe; nothing was appended.
+
+    ``commands``: the complete command lines that record the operator's decision, the very
+    ones ``intentlog status`` offers (``--root`` included when the ledger is not the one
+    the command line opens by default); a word in capitals, such as ``RESPONSE_FILE``, is
+    the only part to fill in. Empty when the next operation is not a command.
+    """
 
     def __init__(
         self,
@@ -421,20 +427,28 @@ class ResumeRefused(IntentlogError):
         reason: str,
         next_operation: str,
         detail: str = "",
+        commands: Sequence[str] = (),
     ) -> None:
         self.call_id = call_id
         self.key = key
         self.reason = reason
         self.next_operation = next_operation
         self.detail = detail
+        self.commands = tuple(commands)
         extra = f": {detail}" if detail else ""
+        run = f"; record it with: {', or '.join(self.commands)}" if self.commands else ""
         super().__init__(
-            f"resume refused for {call_id} (key {key!r}): {reason}{extra}; next operation: {next_operation}"
+            f"resume refused for {call_id} (key {key!r}): {reason}{extra}; next operation: {next_operation}{run}"
         )
 
 
 class EffectUnknown(ResumeRefused):
-    """An attempt started and nothing after it was recorded: the effect may have happened."""
+    """An attempt started and nothing after it was recorded: the effect may have happened.
+
+    ``commands`` holds the decisions, complete: ``intentlog [--root ROOT] reconcile TASK CALL
+    --not-served`` (runs as pasted) and ``... --served --evidence RESPONSE_FILE``; a script
+    records the same with ``task.reconcile(call_id, "served" | "not_served" | "resend")``.
+    """
 
 
 class ApprovalRejected(ResumeRefused):

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +22,7 @@ import click
 import orjson
 from click.shell_completion import CompletionItem
 
+from .._internal.commands import complete, prog
 from .._internal.text import format_table
 from ..errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
 from ..ledger import DEFAULT_ROOT, Ledger, open_ledger
@@ -37,13 +36,6 @@ EXIT_USAGE = 2
 
 #: Exit status after a closed pipe, as git and a shell report a SIGPIPE death (128 + 13).
 EXIT_PIPE = 141
-
-#: Commands whose names, after "intentlog ", start a hint that the CLI completes with --root.
-_COMMANDS = (
-    "accept", "approve", "backlog", "demo", "doctor", "export", "fail", "fork", "gc", "init", "keep", "log",
-    "merge", "reconcile", "reject", "repair", "report", "run", "seal", "show", "status", "tasks", "unblock", "verify",
-)  # fmt: skip
-_HINT_RE = re.compile(r"\bintentlog (?=(?:" + "|".join(_COMMANDS) + r")\b)")
 
 
 class Ctx:
@@ -63,14 +55,16 @@ class Ctx:
     @property
     def prog(self) -> str:
         """How a hint starts: ``intentlog``, plus ``--root PATH`` when the ledger is not the default."""
-        where = self.url if self.url is not None else str(self.root)
-        return f"intentlog --root {shlex.quote(where)}" if self.explicit else "intentlog"
+        return prog(self.hint_root)
+
+    @property
+    def hint_root(self) -> str | None:
+        """The ``--root`` every hint names (None: the default ledger, named by none)."""
+        return (self.url if self.url is not None else str(self.root)) if self.explicit else None
 
     def hint(self, text: str) -> str:
         """``text`` with every ``intentlog COMMAND`` completed so that it runs as printed."""
-        if not self.explicit:
-            return text
-        return _HINT_RE.sub(self.prog + " ", text)
+        return complete(text, self.hint_root)
 
 
 def _hint(text: str) -> str:

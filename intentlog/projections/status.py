@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._internal.commands import reconcile_step
 from ..eventlog.format import Event
 from .operator import ApprovalState, CheckpointRecord, OperatorFold, OperatorView
 from .workstate import (
@@ -324,11 +325,7 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
 def _call_step(task_id: str, c: CallState) -> str:
     op = c.next_operation
     if op == RECONCILE_EFFECT:
-        return (
-            f"find out whether the provider served key {c.key!r}, then record it: "
-            f"intentlog reconcile {task_id} {c.call_id} --not-served, or "
-            f"intentlog reconcile {task_id} {c.call_id} --served --evidence RESPONSE_FILE"
-        )
+        return reconcile_step(task_id, c.call_id, c.key)
     if op == OPERATOR_DECIDES and c.stage == "failed":
         # the call is over; what is left to decide is the task's fate
         return (
