@@ -48,7 +48,7 @@ the fields behind the message are attributes so scripts need not parse text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "ApprovalConflict",
@@ -554,7 +554,55 @@ class NotSent(IntentlogError):
 
 
 class ProviderFailure(IntentlogError):
-    """Raised by a ``send`` function when the provider answered with a failure."""
+    """Raised by a ``send`` function when the provider answered with a failure.
+
+    The provider answered, so the call's effect is known: a refusal, nothing served. It is
+    recorded (``attempt.observed`` with the error and ``retryable``), then retried under the
+    call's :class:`~intentlog.RetryPolicy` when ``retryable``, else the call fails. For an
+    HTTP error status, :meth:`from_status` builds it with the retry rule the SDKs use.
+    """
+
+    @staticmethod
+    def retry_wanted(status: int, headers: _Headers = None) -> bool:
+        """Whether an HTTP answer with ``status`` is worth another try: 408, 409, 429 and 5xx.
+
+        An ``x-should-retry: true`` or ``false`` header overrides the status, as the OpenAI
+        and Anthropic SDKs read it. ``headers``: a mapping (``response.headers`` of httpx or
+        requests) or ``(name, value)`` pairs of ``str`` or ``bytes``.
+        """
+        if status < 400:
+            return False
+        pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+        for name, value in pairs:
+            if _text(name).lower() == "x-should-retry":
+                said = _text(value).strip().lower()
+                if said in ("true", "false"):
+                    return said == "true"
+        return status in (408, 409, 429) or status >= 500
+
+    @staticmethod
+    def from_status(
+        status: int, reason: str = "", *, body: bytes | str | None = b"", headers: _Headers = None
+    ) -> ProviderFailure:
+        """The failure a ``send`` raises for an HTTP error answer: the provider refused, nothing was served.
+
+        ``retryable`` follows :meth:`retry_wanted` (a 429 or a 503 is tried again under the
+        call's retry policy; a 400 or a 401 fails the call). ``body`` is recorded as the
+        attempt's observation. A status below 400 is not a refusal: :class:`UsageError`.
+
+        ::
+
+            response = client.post(url, json=request)
+            if response.status_code >= 400:
+                raise intentlog.ProviderFailure.from_status(
+                    response.status_code, response.reason_phrase, body=response.content, headers=response.headers
+                )
+            return response.content
+        """
+        if isinstance(status, bool) or not isinstance(status, int) or status < 400:
+            raise UsageError(f"HTTP status {status!r} is not a refusal: only a status of 400 or more is one")
+        retryable = ProviderFailure.retry_wanted(status, headers)
+        return ProviderFailure(f"HTTP {status} {reason}".strip(), body=body, retryable=retryable)
 
     def __init__(self, reason: str, *, body: bytes | str | None = b"", retryable: bool = False) -> None:
         self.reason = reason
@@ -564,6 +612,14 @@ class ProviderFailure(IntentlogError):
         self.body = bytes(body) if isinstance(body, (bytes, bytearray, memoryview)) else b""
         self.retryable = retryable
         super().__init__(reason)
+
+
+#: HTTP headers as a send has them: a mapping, or ``(name, value)`` pairs of ``str`` or ``bytes``.
+_Headers = Mapping[str, str] | Iterable[tuple[str | bytes, str | bytes]] | None
+
+
+def _text(v: str | bytes) -> str:
+    return v.decode("latin-1") if isinstance(v, bytes) else v
 
 
 class KeyReused(ProviderFailure):
