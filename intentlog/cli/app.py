@@ -113,10 +113,10 @@ def _quiet_pipe() -> None:
 
 
 def _no_ledger_hint(exc: NotALedger) -> str:
-    return (
-        f"{exc}; point at an existing ledger with 'intentlog --root PATH ...' or INTENTLOG_ROOT=PATH, "
-        f"or create one here with 'intentlog init'"
-    )
+    """The error, with both ways on: create the ledger (said once), or point at an existing one."""
+    text = str(exc)
+    create = "" if "'intentlog init'" in text else "; create one with 'intentlog init'"
+    return f"{text}{create}; or point at an existing ledger with 'intentlog --root PATH ...' or INTENTLOG_ROOT=PATH"
 
 
 def handle_errors(f: F) -> F:
