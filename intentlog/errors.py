@@ -374,21 +374,28 @@ class ApprovalConflict(IntentlogError):
 class ApprovalPending(IntentlogError):
     """No decision is recorded for the approval's current request.
 
+    ``commands``: the complete ``approve`` and ``reject`` command lines for this ledger.
+
     Raised by ``wait_for_approval`` after its timeout (``waited``: seconds), and by the effect
     protocol (``waited`` None) when a call the approval binds would start an attempt.
     Running the script again waits again.
     """
 
-    def __init__(self, task_id: str, approval_id: str, waited: float | None) -> None:
+    def __init__(
+        self, task_id: str, approval_id: str, waited: float | None, *, commands: Sequence[str] = ()
+    ) -> None:
         self.task_id = task_id
         self.approval_id = approval_id
         self.waited = waited
+        #: the complete decisions, as ``intentlog status`` offers them (``--root`` included where needed)
+        self.commands = tuple(commands)
         when = "not decided yet, so the call it binds does not start" if waited is None else (
             f"still undecided after {waited:.1f} s"
         )
+        full = f" (in full: {', or '.join(self.commands)})" if self.commands else ""
         super().__init__(
             f"approval {approval_id!r} of task {task_id!r} is {when}; record a "
-            f"decision with 'intentlog approve {task_id} {approval_id}' (or reject), then run the script again"
+            f"decision with 'intentlog approve {task_id} {approval_id}' (or reject){full}, then run the script again"
         )
 
 

@@ -124,6 +124,8 @@ def _states(root: Path, tmp: Path) -> None:
         failed.effect(
             "k", REQ, lambda r: (_ for _ in ()).throw(intentlog.ProviderFailure("400 bad request", retryable=False))
         )
+    gated = ledger.task("gated")
+    gated.request_approval("go", "Send it?", binds=gated.prepare("k", REQ))
     ledger.close()
 
 
@@ -132,7 +134,7 @@ def test_every_status_hint_runs_as_pasted(tmp_path: Path, elsewhere: Path) -> No
     root = tmp_path / "a ledger"
     _states(root, tmp_path)
     ran = 0
-    for task in ("unknown", "done", "failed"):
+    for task in ("unknown", "done", "failed", "gated"):
         shown = _run(command(str(root), "status", task, "--json"), elsewhere)
         assert shown.returncode == 0, shown.stderr
         step = orjson.loads(shown.stdout)["next_step"]
@@ -149,7 +151,7 @@ def test_every_status_hint_runs_as_pasted(tmp_path: Path, elsewhere: Path) -> No
             assert (root / "tasks" / f"{task}.jsonl").read_bytes() != before, cmd  # it recorded something
             ran += 1
             break
-    assert ran == 3
+    assert ran == 4
 
 
 def test_one_function_builds_every_command() -> None:
@@ -163,3 +165,22 @@ def test_one_function_builds_every_command() -> None:
     assert complete("intentlog status t", None) == "intentlog status t"
     assert "intentlog --root /x reconcile t call-2 --not-served" in reconcile_step("t", "call-2", "k", "/x")
     assert hint_root("s3://bucket/p") == "s3://bucket/p"
+
+
+@pytest.mark.parametrize(("decision", "outcome"), [(0, "approve"), (1, "reject")])
+def test_an_approval_pending_hint_runs_as_pasted(tmp_path: Path, elsewhere: Path, decision: int, outcome: str) -> None:
+    """ApprovalPending names the complete approve and reject commands; each, pasted from elsewhere, is recorded."""
+    root = tmp_path / "the ledger"
+    ledger = intentlog.open(root, create=True)
+    task = ledger.task("gated")
+    task.request_approval("go", "Send it?", binds=task.prepare("k", REQ))
+    with pytest.raises(intentlog.ApprovalPending) as info:
+        task.effect("k", REQ, lost)
+    ledger.close()
+    cmds = info.value.commands
+    assert len(cmds) == 2 and all(c in str(info.value) for c in cmds)
+    assert cmds[decision].startswith(f"intentlog --root {shlex.quote(str(root))} {outcome} gated go")
+    done = _run(cmds[decision], elsewhere)
+    assert done.returncode == 0, done.stderr
+    decided = _events(root, "approval.decided", "gated")
+    assert [(d["decision"], d["by"]) for d in decided] == [(outcome, "ops")]

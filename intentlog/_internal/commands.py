@@ -12,7 +12,16 @@ import os
 import re
 import shlex
 
-__all__ = ["COMMANDS", "command", "complete", "hint_root", "prog", "reconcile_commands", "reconcile_step"]
+__all__ = [
+    "COMMANDS",
+    "approval_commands",
+    "command",
+    "complete",
+    "hint_root",
+    "prog",
+    "reconcile_commands",
+    "reconcile_step",
+]
 
 #: The ledger the command line opens when neither ``--root`` nor ``$INTENTLOG_ROOT`` names one.
 DEFAULT_ROOT = ".intentlog"
@@ -76,3 +85,11 @@ def reconcile_step(task_id: str, call_id: str, key: str, root: str | None = None
     """The next step for a call whose effect is unknown: what to find out, and the commands that record it."""
     not_served, served = reconcile_commands(task_id, call_id, root)
     return f"find out whether the provider served key {key!r}, then record it: {not_served}, or {served}"
+
+
+def approval_commands(task_id: str, approval_id: str, root: str | None = None) -> tuple[str, str]:
+    """The two decisions about a pending approval: approve, reject (who decides, and why, filled in)."""
+    return (
+        command(root, "approve", task_id, approval_id) + " --by NAME",
+        command(root, "reject", task_id, approval_id) + " --by NAME --note WHY",
+    )

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .._internal.commands import reconcile_step
+from .._internal.commands import approval_commands, reconcile_step
 from ..eventlog.format import Event
 from .operator import ApprovalState, CheckpointRecord, OperatorFold, OperatorView
 from .workstate import (
@@ -289,10 +289,8 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
         a = ops.awaiting[0]
         if a.status == "void":
             return f"re-run the script: approval {a.approval_id!r} is void ({a.void_reason}) and is requested again"
-        return (
-            f"decide: intentlog approve {task_id} {a.approval_id} --by NAME, or intentlog reject {task_id} "
-            f"{a.approval_id} --by NAME --note WHY; then re-run the script (it resumes from the decision)"
-        )
+        approve, reject = approval_commands(task_id, a.approval_id)
+        return f"decide: {approve}, or {reject}; then re-run the script (it resumes from the decision)"
     rejected = _rejected(ws, ops)
     if rejected is not None:
         r, call_id = rejected
