@@ -184,3 +184,21 @@ def test_an_approval_pending_hint_runs_as_pasted(tmp_path: Path, elsewhere: Path
     assert done.returncode == 0, done.stderr
     decided = _events(root, "approval.decided", "gated")
     assert [(d["decision"], d["by"]) for d in decided] == [(outcome, "ops")]
+
+
+def test_a_refused_fork_names_the_complete_reconcile(tmp_path: Path, elsewhere: Path) -> None:
+    """A fork refused for an unknown effect carries the decisions; the first, pasted, settles it and the fork goes."""
+    root = tmp_path / "forks here"
+    _unknown_effect(root)
+    ledger = intentlog.open(root)
+    with pytest.raises(EffectUnknown) as info:
+        ledger.fork("t", "call-1", "t.v2")
+    ledger.close()
+    cmd = info.value.commands[0]
+    assert cmd == f"intentlog --root {shlex.quote(str(root))} reconcile t call-1 --not-served" and cmd in str(
+        info.value
+    )
+    done = _run(cmd, elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert [d["outcome"] for d in _events(root, "effect.reconciled")] == ["not_served"]
+    assert intentlog.open(root).fork("t", "call-1", "t.v2").id == "t.v2"
