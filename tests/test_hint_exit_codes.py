@@ -57,7 +57,7 @@ def test_log_of_a_call_the_task_lacks_is_not_found(tmp_path: Path) -> None:
 def test_no_ledger_says_init_once(tmp_path: Path) -> None:
     """The error for a folder without a ledger offers 'intentlog init' once (for that folder), then --root."""
     code, out = cli(tmp_path / "none", "tasks")
-    assert code == 1 and out.count(" init'") == 1 and "--root PATH" in out, out
+    assert code == 1 and out.count(" init ") == 1 and "--root PATH" in out, out
     assert f"intentlog --root {tmp_path / 'none'} init" in out
 
 
@@ -71,3 +71,31 @@ def test_a_worker_death_is_said_by_its_signal(exitcode: int, text: str) -> None:
 
 def test_a_worker_not_yet_reaped_is_not_said_to_have_exited() -> None:
     assert "(None)" not in exit_text(None) and "not exited" in exit_text(None)
+
+
+def test_merge_from_a_folder_that_is_no_ledger_does_not_offer_init(tmp_path: Path) -> None:
+    """merge names SRC as the problem (exit 1) and never suggests creating a ledger, least of all at --root."""
+    (tmp_path / "src").mkdir()
+    code, out = cli(tmp_path / "elsewhere", "merge", str(tmp_path / "src"), str(tmp_path / "dst"))
+    assert code == 1 and "init" not in out.replace(str(tmp_path), "") and "ledger to merge from" in out, out
+    assert not (tmp_path / "dst").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_no_ledger_hint_runs_as_pasted(tmp_path: Path) -> None:
+    """The init the error offers, run as pasted from another folder, creates the ledger the command wanted."""
+    import shlex
+    import subprocess
+    import sys
+
+    target = tmp_path / "a ledger"
+    code, out = cli(target, "tasks")
+    assert code == 1
+    init = out.split("create it with: ")[1].split(" -- ")[0]
+    argv = shlex.split(init)
+    assert argv[0] == "intentlog"
+    here = tmp_path / "here"
+    here.mkdir()
+    env = {"PYTHONPATH": str(Path(intentlog.__file__).resolve().parent.parent), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "intentlog.cli", *argv[1:]], cwd=here, env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert (target / "intentlog.json").is_file()

@@ -22,7 +22,7 @@ import click
 import orjson
 from click.shell_completion import CompletionItem
 
-from .._internal.commands import complete, prog
+from .._internal.commands import command, complete, hint_root, prog
 from .._internal.text import format_table
 from ..errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
 from ..ledger import DEFAULT_ROOT, Ledger, open_ledger
@@ -112,11 +112,18 @@ def _quiet_pipe() -> None:
     sys.exit(EXIT_PIPE)
 
 
+#: How a library error about a missing ledger ends: replaced by the complete command for that folder.
+_RUN_INIT = "; run 'intentlog init'"
+
+
 def _no_ledger_hint(exc: NotALedger) -> str:
-    """The error, with both ways on: create the ledger (said once), or point at an existing one."""
-    text = str(exc)
-    create = "" if "'intentlog init'" in text else "; create one with 'intentlog init'"
-    return f"{text}{create}; or point at an existing ledger with 'intentlog --root PATH ...' or INTENTLOG_ROOT=PATH"
+    """The error, with both ways on: create the ledger it names (said once, for that folder), or point at one."""
+    reason = exc.reason.removesuffix(_RUN_INIT)
+    init = command(hint_root(exc.root), "init")
+    return (
+        f"{exc.root}: {reason}; create it with: {init} -- or point at an existing ledger with "
+        "--root PATH (before the command) or INTENTLOG_ROOT=PATH"
+    )
 
 
 def handle_errors(f: F) -> F:
