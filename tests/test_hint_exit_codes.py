@@ -99,3 +99,22 @@ def test_the_no_ledger_hint_runs_as_pasted(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "intentlog.cli", *argv[1:]], cwd=here, env=env, capture_output=True)
     assert done.returncode == 0, done.stderr
     assert (target / "intentlog.json").is_file()
+
+
+def test_root_after_the_command_says_where_it_goes(tmp_path: Path) -> None:
+    """'status T --root E' is malformed usage (exit 2) that names where --root goes."""
+    r = CliRunner().invoke(main, ["status", "t", "--root", str(tmp_path)])
+    assert r.exit_code == 2 and "goes before the command: intentlog --root PATH status" in r.stderr, r.output
+
+
+@pytest.mark.parametrize(
+    "argv", [["status", "t", "--bogus", "--json"], ["status", "--json"], ["status", "t", "--json", "--root", "x"]]
+)
+def test_an_option_parse_error_honours_json(tmp_path: Path, argv: list[str]) -> None:
+    """Under --json a usage error click meets while parsing also prints {"error", "exit_code": 2} on stdout, once."""
+    import json
+
+    r = CliRunner().invoke(main, ["--root", str(tmp_path), *argv])
+    assert r.exit_code == 2
+    got = json.loads(r.stdout)
+    assert got["exit_code"] == 2 and got["error"], r.stdout

@@ -135,10 +135,7 @@ def handle_errors(f: F) -> F:
             return f(*args, **kwargs)
         except BrokenPipeError:
             _quiet_pipe()
-        except click.UsageError as exc:  # malformed usage met inside a command: click prints it, exit 2
-            ctx = click.get_current_context(silent=True)
-            if ctx is not None and ctx.params.get("as_json"):
-                emit_json({"error": exc.format_message(), "exit_code": EXIT_USAGE})
+        except click.UsageError:  # malformed usage met inside a command: click prints it, exit 2 (JSON: _Group)
             raise
         except (InvalidTaskId, InvalidDigest, UsageError) as exc:
             # a malformed id, digest or option value is a usage error, whichever command met it
@@ -173,7 +170,34 @@ def task_arg(name: str = "task", **kw: Any) -> Callable[[F], F]:
 _DEFAULT_ROOT_SHOWN = os.environ.get("INTENTLOG_ROOT") or str(DEFAULT_ROOT)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The ``intentlog`` group: a malformed command line says what to do, and honours ``--json``.
+
+    ``--root`` given after a command says that it goes before it; with ``--json`` among the
+    arguments, a usage error also prints ``{"error", "exit_code": 2}`` on stdout.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        args = list(ctx.args)  # the tokens after the command name
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            err = exc
+            if isinstance(exc, click.NoSuchOption) and exc.option_name == "--root":
+                sub = exc.ctx.command_path.removeprefix(ctx.command_path).strip() if exc.ctx else "COMMAND"
+                err = click.UsageError(
+                    f"no such option --root for {sub!r}: --root belongs to intentlog itself and goes before the "
+                    f"command: intentlog --root PATH {sub} ...",
+                    ctx=exc.ctx,
+                )
+            if "--json" in args:
+                emit_json({"error": err.format_message(), "exit_code": EXIT_USAGE})
+            if err is exc:
+                raise
+            raise err from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
     type=click.Path(),
