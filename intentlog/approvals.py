@@ -26,6 +26,7 @@ import time
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from ._internal.commands import approval_commands, hint_root
 from ._internal.digest import is_digest
 from .errors import ApprovalConflict, ApprovalPending, UnknownApproval, UnknownCall, UsageError
 from .eventlog.redaction import scrub_note
@@ -303,7 +304,8 @@ def _waiting(
             )
         waited = time.monotonic() - start
         if timeout is not None and waited >= timeout:
-            raise ApprovalPending(task.id, approval_id, waited)
+            decisions = approval_commands(task.id, approval_id, hint_root(task.layout.location))
+            raise ApprovalPending(task.id, approval_id, waited, commands=decisions)
         pause = poll if timeout is None else min(poll, max(0.0, timeout - waited))
         yield max(pause, 0.01)
         st = approval(task, approval_id)

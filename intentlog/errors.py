@@ -48,7 +48,7 @@ the fields behind the message are attributes so scripts need not parse text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "ApprovalConflict",
@@ -374,21 +374,28 @@ class ApprovalConflict(IntentlogError):
 class ApprovalPending(IntentlogError):
     """No decision is recorded for the approval's current request.
 
+    ``commands``: the complete ``approve`` and ``reject`` command lines for this ledger.
+
     Raised by ``wait_for_approval`` after its timeout (``waited``: seconds), and by the effect
     protocol (``waited`` None) when a call the approval binds would start an attempt.
     Running the script again waits again.
     """
 
-    def __init__(self, task_id: str, approval_id: str, waited: float | None) -> None:
+    def __init__(
+        self, task_id: str, approval_id: str, waited: float | None, *, commands: Sequence[str] = ()
+    ) -> None:
         self.task_id = task_id
         self.approval_id = approval_id
         self.waited = waited
+        #: the complete decisions, as ``intentlog status`` offers them (``--root`` included where needed)
+        self.commands = tuple(commands)
         when = "not decided yet, so the call it binds does not start" if waited is None else (
             f"still undecided after {waited:.1f} s"
         )
+        full = f" (in full: {', or '.join(self.commands)})" if self.commands else ""
         super().__init__(
             f"approval {approval_id!r} of task {task_id!r} is {when}; record a "
-            f"decision with 'intentlog approve {task_id} {approval_id}' (or reject), then run the script again"
+            f"decision with 'intentlog approve {task_id} {approval_id}' (or reject){full}, then run the script again"
         )
 
 
@@ -411,7 +418,13 @@ class RetryHandedBack(IntentlogError):
 
 
 class ResumeRefused(IntentlogError):
-    """The record does not prove that continuing is safe; nothing was appended."""
+    """The record does not prove that continuing is safe; nothing was appended.
+
+    ``commands``: the complete command lines that record the operator's decision, the very
+    ones ``intentlog status`` offers (``--root`` included when the ledger is not the one
+    the command line opens by default); a word in capitals, such as ``RESPONSE_FILE``, is
+    the only part to fill in. Empty when the next operation is not a command.
+    """
 
     def __init__(
         self,
@@ -421,20 +434,28 @@ class ResumeRefused(IntentlogError):
         reason: str,
         next_operation: str,
         detail: str = "",
+        commands: Sequence[str] = (),
     ) -> None:
         self.call_id = call_id
         self.key = key
         self.reason = reason
         self.next_operation = next_operation
         self.detail = detail
+        self.commands = tuple(commands)
         extra = f": {detail}" if detail else ""
+        run = f"; record it with: {', or '.join(self.commands)}" if self.commands else ""
         super().__init__(
-            f"resume refused for {call_id} (key {key!r}): {reason}{extra}; next operation: {next_operation}"
+            f"resume refused for {call_id} (key {key!r}): {reason}{extra}; next operation: {next_operation}{run}"
         )
 
 
 class EffectUnknown(ResumeRefused):
-    """An attempt started and nothing after it was recorded: the effect may have happened."""
+    """An attempt started and nothing after it was recorded: the effect may have happened.
+
+    ``commands`` holds the decisions, complete: ``intentlog [--root ROOT] reconcile TASK CALL
+    --not-served`` (runs as pasted) and ``... --served --evidence RESPONSE_FILE``; a script
+    records the same with ``task.reconcile(call_id, "served" | "not_served" | "resend")``.
+    """
 
 
 class ApprovalRejected(ResumeRefused):
@@ -540,7 +561,55 @@ class NotSent(IntentlogError):
 
 
 class ProviderFailure(IntentlogError):
-    """Raised by a ``send`` function when the provider answered with a failure."""
+    """Raised by a ``send`` function when the provider answered with a failure.
+
+    The provider answered, so the call's effect is known: a refusal, nothing served. It is
+    recorded (``attempt.observed`` with the error and ``retryable``), then retried under the
+    call's :class:`~intentlog.RetryPolicy` when ``retryable``, else the call fails. For an
+    HTTP error status, :meth:`from_status` builds it with the retry rule the SDKs use.
+    """
+
+    @staticmethod
+    def retry_wanted(status: int, headers: _Headers = None) -> bool:
+        """Whether an HTTP answer with ``status`` is worth another try: 408, 409, 429 and 5xx.
+
+        An ``x-should-retry: true`` or ``false`` header overrides the status, as the OpenAI
+        and Anthropic SDKs read it. ``headers``: a mapping (``response.headers`` of httpx or
+        requests) or ``(name, value)`` pairs of ``str`` or ``bytes``.
+        """
+        if status < 400:
+            return False
+        pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
+        for name, value in pairs:
+            if _text(name).lower() == "x-should-retry":
+                said = _text(value).strip().lower()
+                if said in ("true", "false"):
+                    return said == "true"
+        return status in (408, 409, 429) or status >= 500
+
+    @staticmethod
+    def from_status(
+        status: int, reason: str = "", *, body: bytes | str | None = b"", headers: _Headers = None
+    ) -> ProviderFailure:
+        """The failure a ``send`` raises for an HTTP error answer: the provider refused, nothing was served.
+
+        ``retryable`` follows :meth:`retry_wanted` (a 429 or a 503 is tried again under the
+        call's retry policy; a 400 or a 401 fails the call). ``body`` is recorded as the
+        attempt's observation. A status below 400 is not a refusal: :class:`UsageError`.
+
+        ::
+
+            response = client.post(url, json=request)
+            if response.status_code >= 400:
+                raise intentlog.ProviderFailure.from_status(
+                    response.status_code, response.reason_phrase, body=response.content, headers=response.headers
+                )
+            return response.content
+        """
+        if isinstance(status, bool) or not isinstance(status, int) or status < 400:
+            raise UsageError(f"HTTP status {status!r} is not a refusal: only a status of 400 or more is one")
+        retryable = ProviderFailure.retry_wanted(status, headers)
+        return ProviderFailure(f"HTTP {status} {reason}".strip(), body=body, retryable=retryable)
 
     def __init__(self, reason: str, *, body: bytes | str | None = b"", retryable: bool = False) -> None:
         self.reason = reason
@@ -550,6 +619,14 @@ class ProviderFailure(IntentlogError):
         self.body = bytes(body) if isinstance(body, (bytes, bytearray, memoryview)) else b""
         self.retryable = retryable
         super().__init__(reason)
+
+
+#: HTTP headers as a send has them: a mapping, or ``(name, value)`` pairs of ``str`` or ``bytes``.
+_Headers = Mapping[str, str] | Iterable[tuple[str | bytes, str | bytes]] | None
+
+
+def _text(v: str | bytes) -> str:
+    return v.decode("latin-1") if isinstance(v, bytes) else v
 
 
 class KeyReused(ProviderFailure):

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ._internal.commands import hint_root, reconcile_commands
 from ._internal.digest import digest_bytes
 from .errors import CorruptStream, EffectUnknown, IntentlogError, LedgerError, UnknownCall, UsageError
 from .eventlog.canonical import dumps
@@ -203,6 +204,7 @@ def fork_task(
             detail=f"reconcile it in the original first ('intentlog reconcile {task_id} {first.call_id} --served' "
             "or '--not-served'), or fork accepting the duplicate risk, which the new task records "
             f"(accept_risk=True; 'intentlog fork {task_id} --from {from_call}{as_new} --accept-risk')",
+            commands=reconcile_commands(task_id, first.call_id, hint_root(ledger.location)),
         )
     upto = cut - 1
     head: list[str] = []  # the original's line 0 stream id and the digest of line `upto`

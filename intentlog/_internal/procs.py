@@ -6,9 +6,10 @@ Read-only (nothing here takes a lock or writes), so the checker and the views ma
 from __future__ import annotations
 
 import os
+import signal
 from typing import Final
 
-__all__ = ["PROC_LOCKS", "flock_holders", "flock_writer", "lock_key", "pid_alive"]
+__all__ = ["PROC_LOCKS", "exit_text", "flock_holders", "flock_writer", "lock_key", "pid_alive"]
 
 #: Where Linux lists the file locks held: read to see a live writer without touching its lock.
 PROC_LOCKS: Final = "/proc/locks"
@@ -25,6 +26,23 @@ def pid_alive(pid: int) -> bool:
     except (OSError, OverflowError):
         return True
     return True
+
+
+def exit_text(exitcode: int | None) -> str:
+    """How a child process ended, from ``multiprocessing``'s ``exitcode``: a signal by name, a status, or not yet.
+
+    ``-9`` is "killed by SIGKILL", ``3`` "exited with status 3", None "closed its pipe and has
+    not exited yet".
+    """
+    if exitcode is None:
+        return "closed its pipe and has not exited yet"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with status {exitcode}"
 
 
 def lock_key(st: os.stat_result) -> str:

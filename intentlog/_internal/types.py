@@ -119,6 +119,9 @@ class StreamLayout(Protocol):
     def root(self) -> Path: ...
 
     @property
+    def location(self) -> str: ...
+
+    @property
     def tasks_dir(self) -> Path: ...
 
     @property

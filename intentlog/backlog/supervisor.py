@@ -51,6 +51,7 @@ from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .._internal.procs import exit_text
 from ..errors import IntentlogError
 from . import leases
 from .broker import QuotaBroker
@@ -323,7 +324,8 @@ class Supervisor:
         try:
             msg = from_slot(w.conn.recv())
         except (EOFError, OSError):
-            self.lost(w, f"worker {w.proc.pid} exited ({w.proc.exitcode})")
+            w.proc.join(timeout=5.0)  # its end of the pipe closed: it is ending; how it ended is the message
+            self.lost(w, f"worker {w.proc.pid} {exit_text(w.proc.exitcode)}")
             return
         w.answered = True
         self.start_deaths = 0
@@ -393,7 +395,7 @@ class Supervisor:
         """Count a worker that exited before answering anything: :data:`START_DEATHS` in a row stop the run."""
         if not w.answered:
             self.start_deaths += 1
-            self.last_death = f"worker {w.proc.pid} exited with status {w.proc.exitcode}"
+            self.last_death = f"worker {w.proc.pid} {exit_text(w.proc.exitcode)}"
 
     # -- stalls and timeouts -----------------------------------------------------------
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +22,7 @@ import click
 import orjson
 from click.shell_completion import CompletionItem
 
+from .._internal.commands import command, complete, hint_root, prog
 from .._internal.text import format_table
 from ..errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
 from ..ledger import DEFAULT_ROOT, Ledger, open_ledger
@@ -37,13 +36,6 @@ EXIT_USAGE = 2
 
 #: Exit status after a closed pipe, as git and a shell report a SIGPIPE death (128 + 13).
 EXIT_PIPE = 141
-
-#: Commands whose names, after "intentlog ", start a hint that the CLI completes with --root.
-_COMMANDS = (
-    "accept", "approve", "backlog", "demo", "doctor", "export", "fail", "fork", "gc", "init", "keep", "log",
-    "merge", "reconcile", "reject", "repair", "report", "run", "seal", "show", "status", "tasks", "unblock", "verify",
-)  # fmt: skip
-_HINT_RE = re.compile(r"\bintentlog (?=(?:" + "|".join(_COMMANDS) + r")\b)")
 
 
 class Ctx:
@@ -63,14 +55,16 @@ class Ctx:
     @property
     def prog(self) -> str:
         """How a hint starts: ``intentlog``, plus ``--root PATH`` when the ledger is not the default."""
-        where = self.url if self.url is not None else str(self.root)
-        return f"intentlog --root {shlex.quote(where)}" if self.explicit else "intentlog"
+        return prog(self.hint_root)
+
+    @property
+    def hint_root(self) -> str | None:
+        """The ``--root`` every hint names (None: the default ledger, named by none)."""
+        return (self.url if self.url is not None else str(self.root)) if self.explicit else None
 
     def hint(self, text: str) -> str:
         """``text`` with every ``intentlog COMMAND`` completed so that it runs as printed."""
-        if not self.explicit:
-            return text
-        return _HINT_RE.sub(self.prog + " ", text)
+        return complete(text, self.hint_root)
 
 
 def _hint(text: str) -> str:
@@ -118,10 +112,17 @@ def _quiet_pipe() -> None:
     sys.exit(EXIT_PIPE)
 
 
+#: How a library error about a missing ledger ends: replaced by the complete command for that folder.
+_RUN_INIT = "; run 'intentlog init'"
+
+
 def _no_ledger_hint(exc: NotALedger) -> str:
+    """The error, with both ways on: create the ledger it names (said once, for that folder), or point at one."""
+    reason = exc.reason.removesuffix(_RUN_INIT)
+    init = command(hint_root(exc.root), "init")
     return (
-        f"{exc}; point at an existing ledger with 'intentlog --root PATH ...' or INTENTLOG_ROOT=PATH, "
-        f"or create one here with 'intentlog init'"
+        f"{exc.root}: {reason}; create it with: {init} -- or point at an existing ledger with "
+        "--root PATH (before the command) or INTENTLOG_ROOT=PATH"
     )
 
 
@@ -134,10 +135,7 @@ def handle_errors(f: F) -> F:
             return f(*args, **kwargs)
         except BrokenPipeError:
             _quiet_pipe()
-        except click.UsageError as exc:  # malformed usage met inside a command: click prints it, exit 2
-            ctx = click.get_current_context(silent=True)
-            if ctx is not None and ctx.params.get("as_json"):
-                emit_json({"error": exc.format_message(), "exit_code": EXIT_USAGE})
+        except click.UsageError:  # malformed usage met inside a command: click prints it, exit 2 (JSON: _Group)
             raise
         except (InvalidTaskId, InvalidDigest, UsageError) as exc:
             # a malformed id, digest or option value is a usage error, whichever command met it
@@ -172,7 +170,34 @@ def task_arg(name: str = "task", **kw: Any) -> Callable[[F], F]:
 _DEFAULT_ROOT_SHOWN = os.environ.get("INTENTLOG_ROOT") or str(DEFAULT_ROOT)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The ``intentlog`` group: a malformed command line says what to do, and honours ``--json``.
+
+    ``--root`` given after a command says that it goes before it; with ``--json`` among the
+    arguments, a usage error also prints ``{"error", "exit_code": 2}`` on stdout.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        args = list(ctx.args)  # the tokens after the command name
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            err = exc
+            if isinstance(exc, click.NoSuchOption) and exc.option_name == "--root":
+                sub = exc.ctx.command_path.removeprefix(ctx.command_path).strip() if exc.ctx else "COMMAND"
+                err = click.UsageError(
+                    f"no such option --root for {sub!r}: --root belongs to intentlog itself and goes before the "
+                    f"command: intentlog --root PATH {sub} ...",
+                    ctx=exc.ctx,
+                )
+            if "--json" in args:
+                emit_json({"error": err.format_message(), "exit_code": EXIT_USAGE})
+            if err is exc:
+                raise
+            raise err from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
     type=click.Path(),

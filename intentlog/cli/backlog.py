@@ -11,6 +11,7 @@ import click
 
 from ..backlog import BacklogView, StillBlocked
 from ..errors import UsageError
+from ..eventlog.format import TASK_ID_RE
 from ..ledger import open_ledger
 from .app import EXIT_PROBLEMS, Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
 
@@ -166,6 +167,10 @@ def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, as_json: bool) -> 
         ev = c.ledger().backlog(name).unblock(item, by=by)
     except StillBlocked as exc:
         raise StillBlocked(c.hint(str(exc))) from None
+    except UsageError as exc:  # no such item, or done, or never run: a refusal (exit 1); a malformed id stays 2
+        if TASK_ID_RE.match(item) is None:
+            raise
+        raise NotFound(c.hint(str(exc))) from None
     if as_json:
         emit_json({"backlog": name, **ev.to_json(), "digest": ev.digest})
         return

@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from .app import EXIT_OK, EXIT_PROBLEMS, Ctx, emit_json, handle_errors, json_option, main, pass_ctx
+from .._internal.commands import command, hint_root
+from ..errors import NotALedger
+from .app import EXIT_OK, EXIT_PROBLEMS, Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx
 
 
 def _url(text: str) -> str:
@@ -35,7 +37,16 @@ def merge(src: str, dst: str, as_json: bool) -> None:
     """
     from ..merge import merge as merge_ledgers
 
-    result = merge_ledgers(_url(src), _url(dst))
+    try:
+        result = merge_ledgers(_url(src), _url(dst))
+    except NotALedger as exc:
+        if exc.root not in (src, _url(src)):
+            raise
+        reason = exc.reason.split("; run ")[0]  # creating SRC would not help: it is what is copied from
+        raise NotFound(
+            f"{src}: {reason}: name the ledger to merge from (the folder holding intentlog.json, or "
+            "s3://BUCKET/PREFIX); nothing was written"
+        ) from None
     ok = result.verify is None or result.verify.ok
     if as_json:
         emit_json(result.to_json())
@@ -47,7 +58,8 @@ def merge(src: str, dst: str, as_json: bool) -> None:
             f"{p.events} event(s) and {len(p.objects)} object(s) copied"
         )
         for name in p.torn:
-            click.echo(f"  {name}: its torn last line in {src} was not copied (run 'intentlog repair' there)")
+            repair = command(hint_root(_url(src)), "repair", name)
+            click.echo(f"  {name}: its torn last line in {src} was not copied (repair it there: {repair})")
         for name in p.retired:
             click.echo(f"  {name}: gc retired it in {dst} (an id a store never uses again): not copied")
         if result.verify is not None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from ..errors import UnknownCall
 from ..eventlog.format import Event
 from .app import (
     EXIT_OK,
@@ -285,6 +286,8 @@ def log(
     ledger = c.ledger()
     require_task(c, ledger, task)
     t = ledger.task(task)
+    if call_id is not None and not follow and call_id not in t.work_state().calls:
+        raise UnknownCall(task, call_id)  # nothing to print is a wrong call id, not an empty answer (exit 1)
 
     def wanted(ev: Event) -> bool:
         return (not kinds or ev.kind in kinds) and (call_id is None or ev.data.get("call") == call_id)

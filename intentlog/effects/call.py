@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
+from .._internal.commands import command, hint_root
 from .._internal.types import Interpret, Lookup, RunKwargs, Send, spelled
 from ..dedup import ProviderDedup
 from ..errors import (
@@ -22,7 +23,6 @@ from ..errors import (
 from ..eventlog.redaction import scrub_bytes
 from ..projections.workstate import (
     FINALIZE,
-    RECONCILE_EFFECT,
     REDECIDE,
     REINTERPRET,
     START_NEXT_ATTEMPT,
@@ -30,7 +30,7 @@ from ..projections.workstate import (
 )
 from .adrive import drive_async
 from .gate import check_gate
-from .intent import Intent, append_intent, check_not_async, check_send, encode_text, refuse, scrub
+from .intent import Intent, append_intent, check_not_async, check_send, encode_text, refuse, scrub, unknown_effect
 from .long import Long, TimedOut
 from .options import EffectOptions
 from .policy import DEFAULT_RETRY, DRIFT, NOT_SERVED, RetryPolicy, Served
@@ -204,7 +204,7 @@ class Call:
         elif nxt in (FINALIZE, REDECIDE) or stage == "failed":
             yield from self._conclude(st, run)
         else:
-            raise refuse(st, f"the call is {stage}", st.reason or "")
+            raise refuse(self.task, st, f"the call is {stage}", st.reason or "")
         return None
 
     def _start(self, st: CallState, run: _Run) -> Steps[None]:
@@ -233,12 +233,12 @@ class Call:
             return
         if run.lookup is None or not (yield from self._ask(st, run.lookup)):
             raise refuse(
+                self.task,
                 st,
                 "the effect of the last attempt is unknown",
                 f"attempt {st.attempts} started and nothing after it was recorded, so the provider "
                 "may have served it and resending risks a duplicate; reconcile it with "
-                f"task.reconcile({st.call_id!r}, 'served' | 'not_served' | 'resend') "
-                f"or 'intentlog reconcile {self.task.id} {st.call_id}'",
+                f"task.reconcile({st.call_id!r}, 'served' | 'not_served' | 'resend') or the command line",
             )
 
     def _conclude(self, st: CallState, run: _Run) -> Steps[None]:
@@ -283,12 +283,12 @@ class Call:
     def _errored(self, call_id: str, n: int, text: str, cause: BaseException) -> EffectUnknown:
         text = cap_text(scrub(text, self._intent.secrets))
         self.task.append("attempt.errored", {"call": call_id, "attempt": n, "error": text}, sync=True)
-        exc = EffectUnknown(
-            call_id=call_id,
-            key=self.key,
-            reason=text,
-            next_operation=RECONCILE_EFFECT,
-            detail="the request may have reached the provider; reconcile before any resend",
+        exc = unknown_effect(
+            self.task,
+            call_id,
+            self.key,
+            text,
+            "the request may have reached the provider; reconcile before any resend",
         )
         exc.__cause__ = cause
         return exc
@@ -299,21 +299,21 @@ class Call:
         kept = keep_aside(task, call_id, n, data)
         text = f"the response ({len(data)} bytes) could not be stored: {error_text(cause)}"
         if kept is not None:
-            text += (
-                f"; its bytes are kept in {kept} (reconcile with them: intentlog reconcile {task.id} {call_id} "
-                f"--served --evidence {kept})"
+            served = command(
+                hint_root(task.layout.location), "reconcile", task.id, call_id, "--served", "--evidence", str(kept)
             )
+            text += f"; its bytes are kept in {kept} (reconcile with them: {served})"
         else:
             text += "; no copy of its bytes could be written anywhere: ask the provider for them"
         try:
             return self._errored(call_id, n, text, cause)
         except (OSError, IntentlogError):  # the stream cannot take the event either: the record says unknown
-            exc = EffectUnknown(
-                call_id=call_id,
-                key=self.key,
-                reason=cap_text(scrub(text, self._intent.secrets)),
-                next_operation=RECONCILE_EFFECT,
-                detail="the provider served the request but the ledger could not record its answer; free space, "
+            exc = unknown_effect(
+                task,
+                call_id,
+                self.key,
+                cap_text(scrub(text, self._intent.secrets)),
+                "the provider served the request but the ledger could not record its answer; free space, "
                 "then reconcile",
             )
             exc.__cause__ = cause

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._internal.commands import approval_commands, hint_root
 from ..errors import ApprovalPending, ApprovalRejected, ApprovalVoid
 from ..projections.operator import APPROVED, PENDING, REJECTED, approval_states
 from ..projections.workstate import CallState
@@ -50,7 +51,8 @@ def check_gate(task: TaskStream, key: str, current: str, st: CallState) -> None:
                 note=a.note,
             )
         if a.status == PENDING:
-            raise ApprovalPending(task.id, aid, None)
+            decisions = approval_commands(task.id, aid, hint_root(task.layout.location))
+            raise ApprovalPending(task.id, aid, None, commands=decisions)
         if a.status != APPROVED:
             raise ApprovalVoid(
                 call_id=st.call_id,

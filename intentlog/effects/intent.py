@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from .._internal.commands import hint_root, reconcile_commands
 from .._internal.diff import first_difference
 from .._internal.digest import is_digest
 from ..errors import (
@@ -207,10 +208,31 @@ def _recorded_difference(task: TaskStream, state: CallState, intent: Intent) -> 
         return None
 
 
-def refuse(state: CallState, reason: str, detail: str = "", next_operation: str | None = None) -> ResumeRefused:
+def refuse(
+    task: TaskStream, state: CallState, reason: str, detail: str = "", next_operation: str | None = None
+) -> ResumeRefused:
+    """The refusal to continue ``state``: :class:`EffectUnknown` (with its decisions) when its effect is unknown."""
+    if state.next_operation == RECONCILE_EFFECT:
+        return unknown_effect(task, state.call_id, state.key, reason, detail)
     nxt = next_operation or state.next_operation
-    cls = EffectUnknown if state.next_operation == RECONCILE_EFFECT else ResumeRefused
-    return cls(call_id=state.call_id, key=state.key, reason=reason, next_operation=nxt, detail=detail)
+    return ResumeRefused(call_id=state.call_id, key=state.key, reason=reason, next_operation=nxt, detail=detail)
+
+
+def unknown_effect(task: TaskStream, call_id: str, key: str, reason: str, detail: str = "") -> EffectUnknown:
+    """An unknown effect, reported with the complete commands that record the operator's decision.
+
+    The commands are the ones ``intentlog status`` offers, built by the same function, with
+    ``--root`` when the command line run here would not open this ledger by default.
+    """
+    root = hint_root(task.layout.location)
+    return EffectUnknown(
+        call_id=call_id,
+        key=key,
+        reason=reason,
+        next_operation=RECONCILE_EFFECT,
+        detail=detail,
+        commands=reconcile_commands(task.id, call_id, root),
+    )
 
 
 def encode_text(text: str) -> tuple[bytes, str | None]:

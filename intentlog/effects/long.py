@@ -16,7 +16,7 @@ from ..errors import (
     UsageError,
 )
 from ..eventlog.canonical import scrub_value
-from ..projections.workstate import RECONCILE_EFFECT
+from .intent import unknown_effect
 
 if TYPE_CHECKING:
     from .._internal.types import Send
@@ -245,12 +245,11 @@ def _watch(task: TaskStream, key: str, send: Send, request: Any, beat: Beat) -> 
 
 def timed_out_error(task: TaskStream, key: str, beat: Beat, limit: str, timeout: float, after: float) -> EffectUnknown:
     what = "without a heartbeat" if limit == "inactivity" else "in all"
-    return EffectUnknown(
-        call_id=beat.call_id,
-        key=key,
-        reason=f"attempt {beat.attempt} timed out after {after:.1f} s {what} (limit {limit} {timeout:g} s)",
-        next_operation=RECONCILE_EFFECT,
-        detail="the provider may still serve the request and its late answer is not recorded; reconcile "
-        f"with task.reconcile({beat.call_id!r}, ...) or 'intentlog reconcile {task.id} {beat.call_id}' "
-        "before any resend",
+    return unknown_effect(
+        task,
+        beat.call_id,
+        key,
+        f"attempt {beat.attempt} timed out after {after:.1f} s {what} (limit {limit} {timeout:g} s)",
+        "the provider may still serve the request and its late answer is not recorded; reconcile "
+        f"with task.reconcile({beat.call_id!r}, ...) or the command line before any resend",
     )

@@ -99,11 +99,11 @@ def prepare_call(
         st = fold.call_state(existing) if existing is not None else None
         if st is not None and st.stage != "preparation_failed":
             if intent is None:
-                raise refuse(st, DRIFT, f"the request cannot be rebuilt ({error}), so it cannot be checked")
+                raise refuse(task, st, DRIFT, f"the request cannot be rebuilt ({error}), so it cannot be checked")
             drift = drift_of(task, st, intent)
             if drift is not None:
                 nxt = "use a new key" if st.next_operation in (START_CALL, NONE) else st.next_operation
-                raise refuse(st, DRIFT, f"{drift}; a changed request needs a new key", next_operation=nxt)
+                raise refuse(task, st, DRIFT, f"{drift}; a changed request needs a new key", next_operation=nxt)
             return Call(task, key, st.call_id, intent, fresh=False, dedup=dedup, held=held)
         call_id = fold.next_call_id()
         if intent is None:

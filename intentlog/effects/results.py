@@ -147,6 +147,7 @@ def reinterpret(task: TaskStream, call_or_key: str, interpret: Interpret) -> Any
         _check_derived(task, st)
         if not _reinterpretable(st):
             raise refuse(
+                task,
                 st,
                 f"nothing to reinterpret: the call is {st.stage}",
                 "only a completed call, or one whose interpretation failed, has stored bytes to interpret again",

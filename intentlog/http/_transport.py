@@ -91,15 +91,7 @@ def default_retryable(status: int, headers: Headers) -> bool:
 
     The same rule the OpenAI and Anthropic SDKs apply before their own retries.
     """
-    if status < 400:
-        return False
-    for name, value in headers:
-        if name.lower() == b"x-should-retry":
-            if value.strip().lower() == b"true":
-                return True
-            if value.strip().lower() == b"false":
-                return False
-    return status in (408, 409, 429) or status >= 500
+    return ProviderFailure.retry_wanted(status, headers)
 
 
 def check_task(task: object) -> TaskStream:

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._internal.commands import approval_commands, reconcile_step
 from ..eventlog.format import Event
 from .operator import ApprovalState, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
@@ -288,10 +289,8 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
         a = ops.awaiting[0]
         if a.status == "void":
             return f"re-run the script: approval {a.approval_id!r} is void ({a.void_reason}) and is requested again"
-        return (
-            f"decide: intentlog approve {task_id} {a.approval_id} --by NAME, or intentlog reject {task_id} "
-            f"{a.approval_id} --by NAME --note WHY; then re-run the script (it resumes from the decision)"
-        )
+        approve, reject = approval_commands(task_id, a.approval_id)
+        return f"decide: {approve}, or {reject}; then re-run the script (it resumes from the decision)"
     rejected = _rejected(ws, ops)
     if rejected is not None:
         r, call_id = rejected
@@ -324,11 +323,7 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
 def _call_step(task_id: str, c: CallState) -> str:
     op = c.next_operation
     if op == RECONCILE_EFFECT:
-        return (
-            f"find out whether the provider served key {c.key!r}, then record it: "
-            f"intentlog reconcile {task_id} {c.call_id} --not-served, or "
-            f"intentlog reconcile {task_id} {c.call_id} --served --evidence RESPONSE_FILE"
-        )
+        return reconcile_step(task_id, c.call_id, c.key)
     if op == OPERATOR_DECIDES and c.stage == "failed":
         # the call is over; what is left to decide is the task's fate
         return (
