@@ -9,6 +9,7 @@ cache (``cache/``), checked against the stream files' facts.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
@@ -23,7 +24,7 @@ from .eventlog import FORMAT, Event
 from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
 from .eventlog.writer import SealedHead
-from .ledgerstorage import RepairReport
+from .ledgerstorage import LeaseOwner, RepairReport
 from .stream import lock_holder, read_events
 
 if TYPE_CHECKING:
@@ -200,6 +201,13 @@ class FolderLedgerStorage:
             return flock_writer(os.stat(lock), PROC_LOCKS)
         except OSError:
             return os.getpid() if stream.writing else None
+
+    def lease_owner(self, stream: TaskStream) -> LeaseOwner | None:
+        pid = self.lease_holder(stream)
+        return None if pid is None else LeaseOwner(pid, socket.gethostname(), True)  # a flock dies with its holder
+
+    def reopen_spec(self) -> str:
+        return str(self.root)
 
     def progress(self, stream: TaskStream) -> int:
         try:

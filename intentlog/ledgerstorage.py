@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .retention.storage import GcStorage
     from .stream import TaskStream
 
-__all__ = ["STORE_POLL", "LedgerStorage", "RepairReport"]
+__all__ = ["STORE_POLL", "LedgerStorage", "LeaseOwner", "RepairReport"]
 
 #: how often (seconds) the progress of one stream on a store is read again; between reads the
 #: last answer stands (a stall is judged over a supervisor's ``inactivity``, seconds to minutes)
@@ -68,6 +68,30 @@ class RepairReport:
             "reason": self.reason,
             "event": self.event.to_json() if self.event is not None else None,
         }
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LeaseOwner:
+    """Who holds a stream's writer lease now, as far as this process can tell (the operator's view of it).
+
+    ``pid`` and ``host`` name the process (None where nothing records it). ``alive``: True
+    it runs (it is this process, or a folder lock's holder, or a process of this machine
+    seen running), False it has ended (it can never write again: its lease waits to be
+    taken over), None it cannot be told from here (another host: only its stream
+    standing still on the watcher's clock says it stopped). ``beat``: when the holder's
+    newest heartbeat was stored, on the store's clock (Unix seconds; None where there is
+    none or it is not cheap to read). Never a judgement of safety: a take-over is fenced
+    whatever was believed here.
+    """
+
+    pid: int | None
+    host: str | None
+    alive: bool | None
+    beat: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "host": self.host, "alive": self.alive, "beat": self.beat}
 
 
 class LedgerStorage(TaskStorage, Protocol):
@@ -125,6 +149,18 @@ class LedgerStorage(TaskStorage, Protocol):
         ...
 
     def lease_holder(self, stream: TaskStream) -> int | None: ...
+
+    def lease_owner(self, stream: TaskStream) -> LeaseOwner | None:
+        """Who holds the stream's lease now (None: nobody, or no stream); one probe, no waiting, no write."""
+        ...
+
+    def reopen_spec(self) -> str:
+        """What :func:`intentlog.open` takes to open this ledger again in another process (a path or a URL).
+
+        A spawned or remote worker opens its own: a folder's handles and a store's client
+        cannot cross a process boundary.
+        """
+        ...
 
     def progress(self, stream: TaskStream) -> int: ...
 
