@@ -178,3 +178,28 @@ def test_a_holder_on_another_host_shows_running_and_the_refusal_names_the_exact_
     after = _segments(url, "f.item.i0")
     assert after[len(before)][:2] == ("lease", 2)
     assert "effect.reconciled" in [e.kind for e in intentlog.open(url).task("f.item.i0").events()]
+
+
+def test_status_of_a_store_task_names_its_lease_holder_and_its_last_heartbeat(
+    url: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    ledger = intentlog.open(url)
+    ledger.backlog("f").add("i0", {"item": "i0"})
+    ledger.close()
+    h = _holder(url, "here", procs)
+    live = _cli("intentlog", "--root", url, "status", "f.item.i0", "--json")
+    assert live.returncode == 0, live.stderr
+    st = orjson.loads(live.stdout)
+    assert st["state"] == "running" and st["running"] is True, st
+    assert f"process {h.pid} on {socket.gethostname()}" in st["reason"] and "heartbeat" in st["reason"], st
+    h.send_signal(signal.SIGKILL)
+    h.wait()
+    dead = orjson.loads(_cli("intentlog", "--root", url, "status", "f.item.i0", "--json").stdout)
+    assert dead["state"] == "paused for review", dead
+    assert f"still held by process {h.pid}" in dead["reason"] and "which has ended" in dead["reason"], dead
+    cmd = _pasted(
+        dead["next_step"], re.escape(f"intentlog --root {url} ") + r"reconcile --take-over-after 0 \S+ \S+ --not-served"
+    )
+    assert _cli(*cmd).returncode == 0
+    after = orjson.loads(_cli("intentlog", "--root", url, "status", "f.item.i0", "--json").stdout)
+    assert "still held" not in (after["reason"] or "") and after["state"] != "paused for review", after

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..eventlog.format import TASK_CREATED, Event
 from ..projections.backlogs import BACKLOG_SUFFIX
-from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW
+from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, taking_over
 from ..projections.workstate import RECONCILE_EFFECT
 
 if TYPE_CHECKING:
@@ -344,19 +344,6 @@ def blocking_reason(st: StatusLike | None) -> tuple[str, str, str] | None:
         state = BLOCKED if st.next_operation == RECONCILE_EFFECT else PAUSED
         return state, st.reason or "paused for review", st.next_step
     return None
-
-
-#: the commands that write the task they name, and so meet its writer lease (each takes ``--take-over-after``)
-_WRITES_TASK = re.compile(r"\bintentlog (reconcile|fail|approve|reject|accept|fork)\b")
-
-
-def taking_over(step: str) -> str:
-    """``step`` with every command that writes the task taking its lease now (``--take-over-after 0``).
-
-    What a person runs once the holder named is gone: the take-over is a lease at the next
-    epoch, recorded on the stream, and the old holder is fenced (its next append refused).
-    """
-    return _WRITES_TASK.sub(r"intentlog \1 --take-over-after 0", step)
 
 
 def _holder(owner: LeaseOwner, lease: LeaseRecord | None) -> dict[str, Any]:
