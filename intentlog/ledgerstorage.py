@@ -11,7 +11,7 @@ never ask which one it is. Nothing here reads or writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .retention.storage import GcStorage
     from .stream import TaskStream
 
-__all__ = ["STORE_POLL", "LedgerStorage", "LeaseOwner", "RepairReport"]
+__all__ = ["STORE_POLL", "LedgerStorage", "LeaseOwner", "RepairReport", "ReopenSpec"]
 
 #: how often (seconds) the progress of one stream on a store is read again; between reads the
 #: last answer stands (a stall is judged over a supervisor's ``inactivity``, seconds to minutes)
@@ -68,6 +68,20 @@ class RepairReport:
             "reason": self.reason,
             "event": self.event.to_json() if self.event is not None else None,
         }
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReopenSpec:
+    """How another process opens this ledger again: ``Ledger(Path(location), storage=connect(location), location=...)``.
+
+    Picklable (``connect`` is a module-level function): what a spawned or remote worker is
+    sent, so that it opens its own handles -- a store's client, and its fencing probe,
+    cannot cross a process boundary. ``connect`` gives the object storage to pass (None: a folder).
+    """
+
+    location: str
+    connect: Callable[[str], Any]
 
 
 @final
@@ -154,12 +168,8 @@ class LedgerStorage(TaskStorage, Protocol):
         """Who holds the stream's lease now (None: nobody, or no stream); one probe, no waiting, no write."""
         ...
 
-    def reopen_spec(self) -> str:
-        """What :func:`intentlog.open` takes to open this ledger again in another process (a path or a URL).
-
-        A spawned or remote worker opens its own: a folder's handles and a store's client
-        cannot cross a process boundary.
-        """
+    def reopen_spec(self) -> ReopenSpec:
+        """How another process opens this ledger again, with handles of its own (see :class:`ReopenSpec`)."""
         ...
 
     def progress(self, stream: TaskStream) -> int: ...
@@ -169,6 +179,11 @@ class LedgerStorage(TaskStorage, Protocol):
     def fence(self, stream: TaskStream) -> int | None: ...
 
     def claim_stale(self, stream: TaskStream, after: float) -> None: ...
+
+    @property
+    def forks(self) -> bool:
+        """Whether a forked child may go on using this storage's handles (False: it opens :meth:`reopen_spec` anew)."""
+        ...
 
     @property
     def fences(self) -> bool:

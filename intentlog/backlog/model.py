@@ -26,7 +26,7 @@ from ..projections.workstate import RECONCILE_EFFECT
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
-    from ..ledgerstorage import LeaseOwner
+    from ..ledgerstorage import LeaseOwner, LedgerStorage
     from ..task import Task
 
 __all__ = [
@@ -85,6 +85,11 @@ class LedgerLike(Protocol):
 
     root: Path
     artifacts: ArtifactStore
+
+    @property
+    def backend(self) -> LedgerStorage:
+        """Where the ledger lives (:class:`~intentlog.ledgerstorage.LedgerStorage`): the lease facts, how to reopen."""
+        ...
 
     def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, final
 from ..artifacts import ArtifactStore
 from ..eventlog import FORMAT, Event
 from ..eventlog.remote import events_in
-from ..ledgerstorage import STORE_POLL, LeaseOwner, RepairReport
+from ..ledgerstorage import STORE_POLL, LeaseOwner, ReopenSpec, RepairReport
 
 if TYPE_CHECKING:
     from ..checker.seams import LedgerReads
@@ -160,6 +160,10 @@ class StoreLedgerStorage:
     # -- lease facts (the backlog runner's) ----------------------------------------
 
     @property
+    def forks(self) -> bool:
+        return False  # an object-store client cannot cross a fork (its runtime's threads stay behind)
+
+    @property
     def fences(self) -> bool:
         return True  # every append is a conditional create of the next segment: a taken lease cannot append
 
@@ -196,8 +200,10 @@ class StoreLedgerStorage:
                 beat = None
         return LeaseOwner(who.pid if who is not None else None, who.host if who is not None else None, alive, beat)
 
-    def reopen_spec(self) -> str:
-        return self.location
+    def reopen_spec(self) -> ReopenSpec:
+        from . import connect
+
+        return ReopenSpec(self.location, connect)
 
     def progress(self, stream: TaskStream) -> int:
         key = (self.location, stream.id)
