@@ -405,7 +405,7 @@ def _owner_probe(ledger: LedgerLike) -> Callable[[str], LeaseOwner | None]:
     that table cannot be read, each task's storage is asked (:meth:`LedgerStorage.lease_owner`).
     """
     holders = flock_holders()
-    backend = ledger.task(backlog_stream_id("x")).ledger.backend
+    backend = ledger.backend
     files = backend.row_files()
     probe_each = holders is None or files is None
     tasks = str(files)
