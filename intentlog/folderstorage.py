@@ -9,6 +9,7 @@ cache (``cache/``), checked against the stream files' facts.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
@@ -23,7 +24,7 @@ from .eventlog import FORMAT, Event
 from .eventlog.damage import assess, lost, quarantine_plan, refusal, resend_refusal, started_in
 from .eventlog.reader import StreamScan
 from .eventlog.writer import SealedHead
-from .ledgerstorage import RepairReport
+from .ledgerstorage import LeaseOwner, ReopenSpec, RepairReport
 from .stream import lock_holder, read_events
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from .retention.storage import GcStorage
     from .stream import TaskStream
 
-__all__ = ["MARKER", "FolderLedgerStorage", "read_marker"]
+__all__ = ["MARKER", "FolderLedgerStorage", "no_storage", "read_marker"]
 
 MARKER = "intentlog.json"
 
@@ -49,6 +50,11 @@ def read_marker(root: Path) -> dict[str, Any]:
     if not isinstance(marker, dict) or marker.get("format") != FORMAT:
         raise NotALedger(str(root), f"{MARKER} does not declare format {FORMAT!r}: {marker!r}")
     return marker
+
+
+def no_storage(location: str) -> None:
+    """A folder ledger is opened again from its path alone (the ``connect`` of its :class:`ReopenSpec`)."""
+    return None
 
 
 @final
@@ -191,6 +197,10 @@ class FolderLedgerStorage:
     # -- lease facts (the backlog runner's) ----------------------------------------
 
     @property
+    def forks(self) -> bool:
+        return True  # files and locks: a forked child reopens what it writes (TaskStream's own fork handling)
+
+    @property
     def fences(self) -> bool:
         return False  # a lock cannot be taken from its holder: a stalled one is ended on its own host
 
@@ -200,6 +210,13 @@ class FolderLedgerStorage:
             return flock_writer(os.stat(lock), PROC_LOCKS)
         except OSError:
             return os.getpid() if stream.writing else None
+
+    def lease_owner(self, stream: TaskStream) -> LeaseOwner | None:
+        pid = self.lease_holder(stream)
+        return None if pid is None else LeaseOwner(pid, socket.gethostname(), True)  # a flock dies with its holder
+
+    def reopen_spec(self) -> ReopenSpec:
+        return ReopenSpec(str(self.root), no_storage)
 
     def progress(self, stream: TaskStream) -> int:
         try:

@@ -11,7 +11,7 @@ never ask which one it is. Nothing here reads or writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .retention.storage import GcStorage
     from .stream import TaskStream
 
-__all__ = ["STORE_POLL", "LedgerStorage", "RepairReport"]
+__all__ = ["STORE_POLL", "LedgerStorage", "LeaseOwner", "RepairReport", "ReopenSpec"]
 
 #: how often (seconds) the progress of one stream on a store is read again; between reads the
 #: last answer stands (a stall is judged over a supervisor's ``inactivity``, seconds to minutes)
@@ -68,6 +68,44 @@ class RepairReport:
             "reason": self.reason,
             "event": self.event.to_json() if self.event is not None else None,
         }
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReopenSpec:
+    """How another process opens this ledger again: ``Ledger(Path(location), storage=connect(location), location=...)``.
+
+    Picklable (``connect`` is a module-level function): what a spawned or remote worker is
+    sent, so that it opens its own handles -- a store's client, and its fencing probe,
+    cannot cross a process boundary. ``connect`` gives the object storage to pass (None: a folder).
+    """
+
+    location: str
+    connect: Callable[[str], Any]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LeaseOwner:
+    """Who holds a stream's writer lease now, as far as this process can tell (the operator's view of it).
+
+    ``pid`` and ``host`` name the process (None where nothing records it). ``alive``: True
+    it runs (it is this process, or a folder lock's holder, or a process of this machine
+    seen running), False it has ended (it can never write again: its lease waits to be
+    taken over), None it cannot be told from here (another host: only its stream
+    standing still on the watcher's clock says it stopped). ``beat``: when the holder's
+    newest heartbeat was stored, on the store's clock (Unix seconds; None where there is
+    none or it is not cheap to read). Never a judgement of safety: a take-over is fenced
+    whatever was believed here.
+    """
+
+    pid: int | None
+    host: str | None
+    alive: bool | None
+    beat: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "host": self.host, "alive": self.alive, "beat": self.beat}
 
 
 class LedgerStorage(TaskStorage, Protocol):
@@ -126,6 +164,14 @@ class LedgerStorage(TaskStorage, Protocol):
 
     def lease_holder(self, stream: TaskStream) -> int | None: ...
 
+    def lease_owner(self, stream: TaskStream) -> LeaseOwner | None:
+        """Who holds the stream's lease now (None: nobody, or no stream); one probe, no waiting, no write."""
+        ...
+
+    def reopen_spec(self) -> ReopenSpec:
+        """How another process opens this ledger again, with handles of its own (see :class:`ReopenSpec`)."""
+        ...
+
     def progress(self, stream: TaskStream) -> int: ...
 
     def held_elsewhere(self, stream: TaskStream) -> bool: ...
@@ -133,6 +179,11 @@ class LedgerStorage(TaskStorage, Protocol):
     def fence(self, stream: TaskStream) -> int | None: ...
 
     def claim_stale(self, stream: TaskStream, after: float) -> None: ...
+
+    @property
+    def forks(self) -> bool:
+        """Whether a forked child may go on using this storage's handles (False: it opens :meth:`reopen_spec` anew)."""
+        ...
 
     @property
     def fences(self) -> bool:

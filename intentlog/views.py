@@ -13,11 +13,13 @@ before it, with ``stream`` ``torn tail`` and the problem beside it.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 from . import viewcache
@@ -27,7 +29,7 @@ from ._internal.procs import PROC_LOCKS, flock_holders
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
 from .projections.operator import OperatorFold
-from .projections.status import OPERATOR_STATES, TaskStatus, status_of
+from .projections.status import OPERATOR_STATES, TaskStatus, status_of, taking_over
 from .projections.workstate import WorkStateFold
 from .stream import lock_holder
 from .viewcache import fold_task
@@ -36,6 +38,7 @@ from .viewcache.index import IndexJoin, facts_of
 if TYPE_CHECKING:
     from .eventlog.format import Event
     from .ledger import Ledger
+    from .ledgerstorage import LeaseOwner
 
 __all__ = [
     "MIN_PREFIX",
@@ -181,12 +184,44 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
     """
     check_task_id(task_id)
     task = ledger.task(task_id)
+    owner = ledger.backend.lease_owner(task.stream)
     if ledger.backend.row_files() is None:  # no stream files to vouch for a cached entry: read it whole
-        return _row_read_whole(task_id, task.events)
-    return _project(ledger, task_id, None)[0]
+        row = _row_read_whole(task_id, task.events, running=owner is not None and owner.alive is True)
+    else:
+        row = _project(ledger, task_id, None)[0]
+    return _holder_said(row, owner)
 
 
-def _row_read_whole(task_id: str, events: Callable[[], Iterator[Event]]) -> TaskRow:
+def _holder_said(row: TaskRow, owner: LeaseOwner | None, *, now: float | None = None) -> TaskRow:
+    """The row saying who holds the task's lease (pid, host), and since when its holder last beat.
+
+    A holder that runs: the reason names it. One that ended, or that cannot be told from
+    here (another host), while the record waits for a person: the next step adds the
+    command that takes the lease over once that process is gone (``--take-over-after 0``).
+    """
+    st = row.status
+    if owner is None or st is None:
+        return row
+    who = f"process {owner.pid} on {owner.host}" if owner.pid is not None else "a process that recorded no pid"
+    beat = ""
+    if owner.beat is not None:
+        ago = max(0.0, (time.time() if now is None else now) - owner.beat)
+        when = _dt.datetime.fromtimestamp(owner.beat, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        beat = f"; its last heartbeat {when}, about {ago:.0f} s ago (the store's clock against this machine's)"
+    step = st.next_step
+    if st.running:
+        reason = f"{st.reason}: {who}{beat}"
+    else:
+        ended = "which has ended" if owner.alive is False else "alive or not cannot be told from this machine"
+        reason = f"{st.reason + '; ' if st.reason else ''}its lease is still held by {who} ({ended}){beat}"
+        again = taking_over(step)
+        if again != step:
+            step = again if owner.alive is False else f"{step}; once {who} is gone: {again}"
+    st = replace(st, reason=reason, next_step=step)
+    return replace(row, status=st, reason=reason, next_step=step)
+
+
+def _row_read_whole(task_id: str, events: Callable[[], Iterator[Event]], *, running: bool = False) -> TaskRow:
     """The row of a stream that is not a file (an object store's): read whole through the seam (no torn tails)."""
     work, ops, n = WorkStateFold(task_id), OperatorFold(), 0
     try:
@@ -197,7 +232,7 @@ def _row_read_whole(task_id: str, events: Callable[[], Iterator[Event]]) -> Task
     except (OSError, IntentlogError) as exc:
         return TaskRow(task_id, UNREADABLE, STREAM_UNREADABLE, str(exc), n, None)
     ws = work.result()
-    st = status_of(task_id, ws, ops.result(ws), running=False)  # a lease on a store names no process
+    st = status_of(task_id, ws, ops.result(ws), running=running)
     return TaskRow(task_id, st.state, STREAM_OK, None, n, st)
 
 

@@ -38,17 +38,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("eventlog/gclog.py", "from .remote import events_in"): "a module name",
     ("eventlog/writer.py", "from .remote import tail_of"): "a module name",
     ("checker/seams.py", "from ..eventlog.remote import events_in"): "a module name",
-    # the backlog's names for "its lease is fenced, not ended" (backlog.watchdog, backlog.worker and the
-    # engines call them); both now ask the ledger's storage (LedgerStorage.fences) or what a ledger was given
-    ("backlog/leases.py", '"holder", "is_on_store", "on_store", "progress", "reopen",'): "exported names",
-    ("backlog/leases.py", "def on_store(task: Task) -> bool:"): "backlog.watchdog and backlog.worker call it",
-    ("backlog/leases.py", "def is_on_store(ledger: LedgerLike) -> bool:"): "backlog.engines calls it",
-    ("backlog/watchdog.py", "if leases.on_store(t):  # a lease on a store names no pid: the stalled holder is "
-     "fenced, on any host"): "calls the lease facts",
-    ("backlog/worker.py", "if leases.on_store(self.task):"): "calls the lease facts",
-    ("backlog/engines.py", "store = leases.is_on_store(ledger)  # a store's client cannot cross a fork: spawn, "
-     "and reopen there"): "a store's client must be reconnected in a spawned worker",
-    ("backlog/dask_engine.py", "store = leases.is_on_store(ledger)"): "the same, for a dask worker",
     # verify --fix on a folder only: the command refuses it on a store before anything is read
     ("cli/verify_export.py", "if ledger.storage is None:"): "a command's refusal",
 }  # fmt: skip

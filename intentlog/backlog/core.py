@@ -29,6 +29,7 @@ from .._internal.digest import digest_bytes
 from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import TASK_ID_RE, Event
+from ..ledgerstorage import LeaseOwner
 from ..task import Task
 from . import leases
 from .dask_engine import DaskEngine
@@ -47,7 +48,7 @@ from .model import (
     item_task_id,
     item_view,
 )
-from .procs import flock_holders, lock_key
+from .procs import flock_holders, host_name, lock_key
 from .quota import Quota, parse_quota
 from .supervisor import Supervisor
 
@@ -138,12 +139,12 @@ class Backlog:
         self._refuse_foreign(f)
         ordered = f.ordered()
         got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
-        running = _running_probe(self.ledger)
+        owner = _owner_probe(self.ledger)
         rows: list[ItemView] = []
         spent = (f.stopped or {}).get("quota")  # the last run stopped at a spent budget: queued items wait for it
         for rec in ordered:
             it = got[rec.task]
-            row = item_view(self.name, rec, it.status, it.extras, running=running(rec.task), now=now)
+            row = item_view(self.name, rec, it.status, it.extras, owner=owner(rec.task), now=now)
             if spent and row.state == "queued":
                 step = f"raise the budget: intentlog run {self.name} --step ... --quota ... (a larger budget)"
                 row = replace(row, reason=f"the last run stopped: {spent}", next_step=step)
@@ -397,31 +398,38 @@ def engine_for(engine: object, workers: int) -> Engine:
     return engine  # type: ignore[return-value]
 
 
-def _running_probe(ledger: LedgerLike) -> Callable[[str], bool]:
-    """Whether a live process holds a task's writer lock: ``/proc/locks`` read once, each lock file stat'ed."""
+def _owner_probe(ledger: LedgerLike) -> Callable[[str], LeaseOwner | None]:
+    """Who holds a task's writer lease, if anyone: ``/proc/locks`` read once for a folder's lock files.
+
+    Where the ledger keeps no lock files this host's ``/proc/locks`` can name (a store), or
+    that table cannot be read, each task's storage is asked (:meth:`LedgerStorage.lease_owner`).
+    """
     holders = flock_holders()
-    stream = ledger.task(backlog_stream_id("x")).stream
-    tasks = str(stream.layout.tasks_dir)
-    probe_each = holders is None or getattr(stream, "remote", None) is not None
-    if holders:  # only the locks on the tasks folder's device can be an item task's
+    backend = ledger.backend
+    files = backend.row_files()
+    probe_each = holders is None or files is None
+    tasks = str(files)
+    if holders and not probe_each:  # only the locks on the tasks folder's device can be an item task's
         try:
             here = lock_key(os.stat(tasks)).rsplit(":", 1)[0] + ":"
             holders = {k: v for k, v in holders.items() if k.startswith(here)}
         except OSError:
             probe_each = True
+    host = host_name()
 
-    def running(task_id: str) -> bool:
+    def owner(task_id: str) -> LeaseOwner | None:
         if probe_each:
-            return ledger.task(task_id).writer_pid() is not None
+            return backend.lease_owner(ledger.task(task_id).stream)
         if not holders:
-            return False  # no exclusive flock held on this host at all
+            return None  # no exclusive flock held on this host at all
         try:
             st = os.stat(os.path.join(tasks, task_id + ".jsonl.lock"))
         except OSError:
-            return False
-        return lock_key(st) in holders
+            return None
+        pid = holders.get(lock_key(st))
+        return None if pid is None else LeaseOwner(pid, host, True)
 
-    return running
+    return owner
 
 
 def _check_item(item_id: object) -> str:

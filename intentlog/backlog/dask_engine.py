@@ -169,10 +169,11 @@ class _DaskSlot:
     def __init__(self, engine: DaskEngine, ledger: LedgerLike, step: StepArg) -> None:
         self.engine, self.step = engine, step
         ws = getattr(ledger, "workspace", None)
-        store = leases.is_on_store(ledger)
-        default = functools.partial(leases.reopen, type(ledger), workspace=None if ws is None else str(ws), store=store)
+        spec = ledger.backend.reopen_spec()  # what the worker opens: a folder's path, a store's URL
+        workspace = None if ws is None else str(ws)
+        default = functools.partial(leases.reopen, type(ledger), spec.connect, workspace=workspace)
         self.opener = engine.open_ledger or default
-        self.root = str(getattr(ledger, "location", ledger.root))  # a store's URL; a folder's path
+        self.root = spec.location
         self.listener = _Listener(engine.listen_host(), engine.authkey)
         self.parent, self.child = Pipe()
         self.conns: queue.Queue[Connection] = queue.Queue()

@@ -95,10 +95,10 @@ class LocalEngine:
     name = "local"
 
     def spawn(self, ledger: LedgerLike, step: StepArg) -> tuple[Slot, Connection]:
-        store = leases.is_on_store(ledger)  # a store's client cannot cross a fork: spawn, and reopen there
-        ctx = mp.get_context("spawn") if store else mp.get_context("fork")
+        forks = ledger.backend.forks  # a storage whose handles cannot cross a fork: spawn, and reopen there
+        ctx = mp.get_context("fork") if forks else mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        where = leases.Reopened(ledger) if store else ledger
+        where = ledger if forks else leases.Reopened(ledger)
         p = ctx.Process(target=worker_main, args=(where, child, step), daemon=True)
         p.start()
         child.close()

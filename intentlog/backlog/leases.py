@@ -30,22 +30,18 @@ from ..ledgerstorage import STORE_POLL
 from .procs import end_holder
 
 if TYPE_CHECKING:
+    from ..ledgerstorage import LedgerStorage
     from ..task import Task
     from .model import LedgerLike
 
 __all__ = [
     "BACKLOG_STALE", "STORE_POLL", "Reopened", "claim_stale", "end_or_fence", "fence", "held_elsewhere",
-    "holder", "is_on_store", "on_store", "progress", "reopen",
+    "holder", "progress", "reopen",
 ]  # fmt: skip
 
 #: how long (seconds) a backlog stream's lease must stand still on a store before a new writer takes it: a
 #: live supervisor gives its lease back about once a second, a SIGKILLed one never does
 BACKLOG_STALE: Final = 5.0
-
-
-def on_store(task: Task) -> bool:
-    """Whether the item's lease can be fenced from any host (a store's stream epoch), not only ended here (a lock)."""
-    return task.ledger.backend.fences
 
 
 def holder(task: Task) -> int | None:
@@ -116,33 +112,32 @@ def end_or_fence(task: Task, pid: int | None, started: int | None) -> bool:
     return ended
 
 
-def reopen(cls: Callable[..., LedgerLike], root: str, workspace: str | None = None, store: bool = False) -> LedgerLike:
-    """Open, in this process, the ledger a supervisor's ``cls`` ledger is: its folder, or its ``s3://`` URL.
+def reopen(
+    cls: Callable[..., LedgerLike], connect: Callable[[str], Any], location: str, workspace: str | None = None
+) -> LedgerLike:
+    """Open, in this process, the ledger a supervisor's ``cls`` ledger is, from its storage's ``reopen_spec()``.
 
-    A ledger on a store is connected anew (its own client, the fencing probe once per
-    process): an object-store client cannot be shared with a forked or remote process.
+    The ledger is opened anew, with its own handles (``connect(location)``): a store's
+    client, and its fencing probe, cannot be shared with a forked or remote process.
     """
     ws = {} if workspace is None else {"workspace": Path(workspace)}
-    if not store:
-        return cls(Path(root), **ws)
-    from ..s3 import connect  # the s3 extra: only for a ledger already on a store
-
-    return cls(Path(root), storage=connect(root), location=root, **ws)
+    return cls(Path(location), storage=connect(location), location=location, **ws)
 
 
 class Reopened:
     """A ledger like ``ledger`` that opens itself again on first use in the process it is sent to (picklable).
 
-    What a spawned local worker gets for a ledger on a store: the supervisor's client
-    cannot cross a fork (its runtime's threads stay behind), so the worker connects anew.
+    What a spawned local worker gets for a ledger whose storage cannot cross a fork
+    (:attr:`~intentlog.ledgerstorage.LedgerStorage.forks` False): the worker opens it anew
+    from its :meth:`~intentlog.ledgerstorage.LedgerStorage.reopen_spec`.
     """
 
     def __init__(self, ledger: LedgerLike) -> None:
         self.cls: Callable[..., LedgerLike] = type(ledger)
-        self.location = str(getattr(ledger, "location", ledger.root))
+        spec = ledger.backend.reopen_spec()
+        self.location, self.connect = spec.location, spec.connect
         ws = getattr(ledger, "workspace", None)
         self.workspace = None if ws is None else str(ws)
-        self.store = getattr(ledger, "storage", None) is not None
         self._ledger: LedgerLike | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -150,7 +145,7 @@ class Reopened:
 
     def opened(self) -> LedgerLike:
         if self._ledger is None:
-            self._ledger = reopen(self.cls, self.location, self.workspace, self.store)
+            self._ledger = reopen(self.cls, self.connect, self.location, self.workspace)
         return self._ledger
 
     @property
@@ -161,10 +156,9 @@ class Reopened:
     def artifacts(self) -> Any:
         return self.opened().artifacts
 
+    @property
+    def backend(self) -> LedgerStorage:
+        return self.opened().backend
+
     def task(self, task_id: str, *, wait: float = 0.0) -> Task:
         return self.opened().task(task_id, wait=wait)
-
-
-def is_on_store(ledger: LedgerLike) -> bool:
-    """Whether ``ledger`` keeps its streams on an object store."""
-    return getattr(ledger, "storage", None) is not None

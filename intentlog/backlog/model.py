@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..eventlog.format import TASK_CREATED, Event
 from ..projections.backlogs import BACKLOG_SUFFIX
-from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW
+from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, taking_over
 from ..projections.workstate import RECONCILE_EFFECT
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
+    from ..ledgerstorage import LeaseOwner, LedgerStorage
     from ..task import Task
 
 __all__ = [
@@ -84,6 +85,11 @@ class LedgerLike(Protocol):
 
     root: Path
     artifacts: ArtifactStore
+
+    @property
+    def backend(self) -> LedgerStorage:
+        """Where the ledger lives (:class:`~intentlog.ledgerstorage.LedgerStorage`): the lease facts, how to reopen."""
+        ...
 
     def task(self, task_id: str, *, wait: float = 0.0) -> Task: ...
 
@@ -345,10 +351,37 @@ def blocking_reason(st: StatusLike | None) -> tuple[str, str, str] | None:
     return None
 
 
+def _holder(owner: LeaseOwner, lease: LeaseRecord | None) -> dict[str, Any]:
+    """The row's holder: the item's own lease record where it is the process holding the lease now."""
+    ours = lease is not None and owner.pid in (None, -1, lease.pid)
+    return {
+        "pid": lease.pid if ours and lease is not None else owner.pid,
+        "host": lease.host if ours and lease is not None else owner.host,
+        "epoch": lease.epoch if lease is not None else None,
+        "since": lease.since if ours and lease is not None else None,
+        "alive": owner.alive,
+        "beat": owner.beat,
+    }
+
+
 def item_view(
-    backlog: str, rec: ItemRecord, st: StatusLike | None, extras: TaskExtras | None, *, running: bool, now: float
+    backlog: str,
+    rec: ItemRecord,
+    st: StatusLike | None,
+    extras: TaskExtras | None,
+    *,
+    owner: LeaseOwner | None,
+    now: float,
 ) -> ItemView:
-    """The item's state from the backlog's record and its task's operator state (``status_of``)."""
+    """The item's state from the backlog's record, its task's operator state (``status_of``) and its lease.
+
+    ``owner``: who holds the item task's lease now. A holder that runs, or that cannot be
+    told from here (another host), shows the item *running* -- a send in flight is never
+    shown blocked; where the task waits for a person, the step names the command that
+    takes the lease over (``--take-over-after 0``) for once that process is gone. A holder
+    known to have ended shows the item as its record says, every command writing the
+    task taking the dead holder's lease over.
+    """
     unblock = f"intentlog unblock {backlog} {rec.item}"
 
     def view(state: str, reason: str | None, step: str, holder: Mapping[str, Any] | None = None) -> ItemView:
@@ -369,15 +402,21 @@ def item_view(
     if rec.failed is not None or (st is not None and st.state == FAILED):
         why = rec.failed if rec.failed is not None else (st.reason if st is not None else None)
         return view(ITEM_FAILED, why, f"nothing: the item failed; see intentlog log {rec.task}")
-    if running:
-        lease = extras.lease if extras is not None else None
-        holder = None
-        if lease is not None:
-            holder = {"pid": lease.pid, "host": lease.host, "epoch": lease.epoch, "since": lease.since}
-        return view(RUNNING, "a worker holds the item's task", "wait: a worker is running it", holder)
     blocking = blocking_reason(st)
+    if owner is not None and owner.alive is not False:
+        holder = _holder(owner, extras.lease if extras is not None else None)
+        step = "wait: a worker is running it"
+        if owner.alive is None:
+            who = f"process {holder['pid']} on {holder['host']}" if holder["pid"] is not None else "its holder"
+            then = "intentlog run takes it over once its stream stands still"
+            if blocking is not None:
+                then = f"{taking_over(blocking[2])}; then: {unblock}"
+            step = f"wait: {who} holds the item's task (a send may be in flight); if that process is gone: {then}"
+        return view(RUNNING, "a worker holds the item's task", step, holder)
     if blocking is not None:
         state, reason, step = blocking
+        if owner is not None:  # its holder ended with the lease held: the person's command takes it over
+            step = taking_over(step)
         return view(state, reason, f"{step}; then: {unblock}")
     if rec.blocked is not None:
         reason, _ = rec.blocked

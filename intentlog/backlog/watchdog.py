@@ -63,7 +63,7 @@ class Watchdog:
             return
         if now - seen.progress < self.inactivity:
             return
-        if leases.on_store(t):  # a lease on a store names no pid: the stalled holder is fenced, on any host
+        if t.ledger.backend.fences:  # a lease that names no process here: the stalled holder is fenced, on any host
             if leases.fence(t) is not None:
                 why = f"stalled: its stream did not grow for {self.inactivity:g} s; lease taken"
                 self.journal.record(

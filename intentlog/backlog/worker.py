@@ -117,7 +117,7 @@ class _Guard:
         writing = self.task.stream.writing
         st: os.stat_result | None = None
         where = str(self.task.path)
-        if leases.on_store(self.task):
+        if self.task.ledger.backend.fences:
             holder = leases.holder(self.task)
         else:
             lock = self.task.path.with_name(self.task.path.name + ".lock")

@@ -126,6 +126,42 @@ def _no_ledger_hint(exc: NotALedger) -> str:
     )
 
 
+def _busy_hint(exc: TaskBusy) -> str:
+    """What a refused writer prints: a lock, wait for it; a store lease, the very command that takes it over."""
+    if exc.still_for is None:  # a lock: it dies with its holder
+        return f"{exc}: retry with --wait SECONDS (this command takes the task's writer lock)"
+    ctx = click.get_current_context(silent=True)
+    again = _command_line(ctx) if ctx is not None else None
+    if again is None:
+        return str(exc)
+    return f"{exc}. Once that process is gone, take the lease over (recorded; the old holder fenced): {again}"
+
+
+def _command_line(ctx: click.Context) -> str | None:
+    """The running command spelled again (``--take-over-after 0`` added), as a hint: ``intentlog NAME ARGS``."""
+    from click.core import ParameterSource
+
+    if ctx.parent is None or ctx.info_name is None:
+        return None
+    words = ["intentlog", ctx.info_name]
+    for p in ctx.command.params:
+        if p.name is None or p.name not in ctx.params or p.name == "wait":
+            continue
+        value = ctx.params[p.name]
+        if ctx.get_parameter_source(p.name) in (ParameterSource.DEFAULT, None) or value is None:
+            continue
+        if isinstance(p, click.Argument):
+            words.extend(str(v) for v in (value if isinstance(value, tuple | list) else [value]))
+        elif isinstance(p, click.Option) and p.is_flag:
+            if value:
+                words.append(p.opts[0])
+        elif isinstance(p, click.Option):
+            for v in value if isinstance(value, tuple | list) else [value]:
+                words.extend([p.opts[0], str(v)])
+    words.extend(["--take-over-after", "0"])
+    return shlex.join(words)
+
+
 def handle_errors(f: F) -> F:
     """Map library and OS errors to one clear line on stderr: exit 2 for usage, else 1; never a traceback."""
 
@@ -143,7 +179,7 @@ def handle_errors(f: F) -> F:
         except NotALedger as exc:
             _fail(_no_ledger_hint(exc))
         except TaskBusy as exc:
-            _fail(f"{exc}: retry with --wait SECONDS (this command takes the task's writer lock)")
+            _fail(_busy_hint(exc))
         except IntentlogError as exc:
             _fail(str(exc))
         except OSError as exc:

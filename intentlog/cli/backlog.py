@@ -58,10 +58,23 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
         if r.state == "scheduled":
             detail = f"not before {_when(r.not_before)}" + (f" ({r.reason})" if r.reason else "")
         if r.state == "running" and r.holder is not None:
-            detail = f"pid {r.holder['pid']} on {r.holder['host']} since {r.holder['since']}, last {r.last_progress}"
+            detail = _holder_detail(r.holder, r.last_progress)
         rows.append([r.item, r.task, r.state, detail or "-", c.hint(r.next_step)])
     if rows:
         print_table(["item", "task", "state", "why", "next step"], rows)
+
+
+def _holder_detail(h: Any, last: str | None) -> str:
+    """A running item's holder: its process, since when, its last record and (on a store) its last heartbeat."""
+    who = f"pid {h.get('pid')} on {h.get('host')}" if h.get("pid") is not None else "a holder recording no process"
+    if h.get("since"):
+        who += f" since {h['since']}"
+    who += f", last {last or '-'}"
+    if h.get("beat") is not None:
+        who += f", heartbeat {_when(h['beat'])} (the store's clock)"
+    if h.get("alive") is None:
+        who += "; alive or not cannot be told from this machine"
+    return who
 
 
 @main.command("run")

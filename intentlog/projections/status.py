@@ -24,6 +24,7 @@ The operator state, first that applies:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -66,6 +67,7 @@ __all__ = [
     "status_of",
     "task_next_operation",
     "task_status",
+    "taking_over",
 ]
 
 QUEUED: Final = "queued"
@@ -318,6 +320,20 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
             return f"re-run the script: compilation {first} is recompiled (no external effect)"
         return f"offer the missing context {', '.join(comp.missing) or '(see error)'} and re-run the script"
     return _call_step(task_id, c)
+
+
+#: the commands that write the task they name, and so meet its writer lease (each takes ``--take-over-after``)
+_WRITES_TASK: Final = re.compile(r"\bintentlog (reconcile|fail|approve|reject|accept|fork)\b")
+
+
+def taking_over(step: str) -> str:
+    """``step`` with every command that writes the task taking its lease now (``--take-over-after 0``).
+
+    What a person runs once the lease's holder is gone: on an object store the take-over is
+    a lease of the next epoch, recorded on the stream, and the old holder is fenced (its
+    next append refused); a folder's lock died with its holder (the option does nothing).
+    """
+    return _WRITES_TASK.sub(r"intentlog \1 --take-over-after 0", step)
 
 
 def _call_step(task_id: str, c: CallState) -> str:

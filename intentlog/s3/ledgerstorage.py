@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, final
 from ..artifacts import ArtifactStore
 from ..eventlog import FORMAT, Event
 from ..eventlog.remote import events_in
-from ..ledgerstorage import STORE_POLL, RepairReport
+from ..ledgerstorage import STORE_POLL, LeaseOwner, ReopenSpec, RepairReport
 
 if TYPE_CHECKING:
     from ..checker.seams import LedgerReads
@@ -160,11 +160,50 @@ class StoreLedgerStorage:
     # -- lease facts (the backlog runner's) ----------------------------------------
 
     @property
+    def forks(self) -> bool:
+        return False  # an object-store client cannot cross a fork (its runtime's threads stay behind)
+
+    @property
     def fences(self) -> bool:
         return True  # every append is a conditional create of the next segment: a taken lease cannot append
 
     def lease_holder(self, stream: TaskStream) -> int | None:
         return os.getpid() if stream.writing else None
+
+    def lease_owner(self, stream: TaskStream) -> LeaseOwner | None:
+        from ..errors import CorruptStream, LedgerError
+        from .holder import this_process
+        from .lease import beats_folder, held_tokens
+
+        if stream.writing:
+            me = this_process()
+            return LeaseOwner(me.pid, me.host, True)
+        streams = self.storage.streams
+        try:
+            tail = streams.tail(stream.id)
+        except FileNotFoundError:
+            return None
+        if not tail.held:
+            return None
+        try:
+            who = streams.holder_segment(stream.id, tail).who
+        except (CorruptStream, LedgerError):
+            who = None
+        alive = True if tail.holder in held_tokens() else (who.alive() if who is not None else None)
+        beat = None
+        scan_times = getattr(self.storage.client, "scan_times", None)  # the store's last-modified times, if listed
+        if scan_times is not None:
+            try:
+                for _, _, mtime_ns in scan_times(beats_folder(stream.id)):
+                    beat = max(beat or 0.0, mtime_ns / 1e9)
+            except LedgerError:
+                beat = None
+        return LeaseOwner(who.pid if who is not None else None, who.host if who is not None else None, alive, beat)
+
+    def reopen_spec(self) -> ReopenSpec:
+        from . import connect
+
+        return ReopenSpec(self.location, connect)
 
     def progress(self, stream: TaskStream) -> int:
         key = (self.location, stream.id)
