@@ -143,7 +143,7 @@ def _command_line(ctx: click.Context) -> str | None:
 
     if ctx.parent is None or ctx.info_name is None:
         return None
-    words = ["intentlog", ctx.info_name]
+    words = [ctx.info_name]
     for p in ctx.command.params:
         if p.name is None or p.name not in ctx.params or p.name == "wait":
             continue
@@ -159,7 +159,7 @@ def _command_line(ctx: click.Context) -> str | None:
             for v in value if isinstance(value, tuple | list) else [value]:
                 words.extend([p.opts[0], str(v)])
     words.extend(["--take-over-after", "0"])
-    return shlex.join(words)
+    return command(None, *words)
 
 
 def handle_errors(f: F) -> F:
