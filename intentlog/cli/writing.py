@@ -129,7 +129,7 @@ def _WAIT(f: F) -> F:
         expose_value=False,
         metavar="SECONDS",
         help="On an object store: take the task's lease from a writer whose stream stood still this long "
-        f"(0 or 0s: now; default {DEFAULT_TAKE_OVER_AFTER:g}s, at once from a process of this machine that ended). "
+        f"(0 or 0s: now; default {DEFAULT_TAKE_OVER_AFTER:g}s, on this process's own clock). "
         "The old writer is fenced. A folder's lock dies with its holder.",
     )(f)
     return click.option(
