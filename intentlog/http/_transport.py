@@ -55,6 +55,7 @@ from ..errors import IntentlogError, KeyReused, NotSent, ProviderFailure, RetryH
 from ..eventlog.canonical import CANON_V1, CANON_VERSION
 from ..eventlog.redaction import scrub_text
 from ..stream import StreamSource, TaskStream
+from . import _keys
 from ._flavor import Flavor
 from ._keys import hash_key, named_key, occurrences
 from ._wire import (
@@ -225,20 +226,41 @@ def unkeyed_plan(request: Any, o: Options) -> RequestPlan:
     return plan_for(request, o)
 
 
-def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str) -> RequestPlan:
-    """With a dedup ``header``, put the call's key in it and plan again: the header is in the recorded request.
+def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str, value: str | None = None) -> RequestPlan:
+    """With a dedup ``header``, put the call's key (as ``value``) in it and plan again: the header is recorded.
 
     The key was chosen from the request without that header (any value the caller or SDK
     put there is replaced), so a re-run maps to the same key and the same hash.
     """
     if o.dedup is None or o.dedup.header is None:
         return plan
-    if not key.isascii() or not key.isprintable():
+    sent = key if value is None else value
+    if not sent.isascii() or not sent.isprintable():
         raise UsageError(
             f"key {key!r} cannot travel in the {o.dedup.header} header (printable ASCII only): choose another key"
         )
-    request.headers[o.dedup.header] = key
+    request.headers[o.dedup.header] = sent
     return plan_for(request, o)
+
+
+def hashed_keyed_plan(
+    request: Any, o: Options, plan: RequestPlan, key: str, identity: Callable[[], str], recorded: str | None
+) -> RequestPlan:
+    """:func:`keyed_plan` for a hashed key: it travels as :func:`~._keys.sent_key`, unique to the stream and call.
+
+    ``recorded``: the request hash the record holds for ``key`` (None: no call yet). A call
+    recorded with another of the values :func:`~._keys.sent_values` names (an older
+    intentlog's) keeps it, so its resend is the same request under the same key.
+    """
+    if o.dedup is None or o.dedup.header is None:
+        return plan
+    values = _keys.sent_values(identity(), key)
+    if recorded is not None:
+        for value in values:
+            keyed = keyed_plan(request, o, plan, key, value)
+            if keyed.as_recorded(recorded).canonical.digest == recorded:
+                return keyed
+    return keyed_plan(request, o, plan, key, values[0])
 
 
 # Every attempt's failure that allows another try is recorded with a retry decision
@@ -321,7 +343,19 @@ class _Core:
         return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
 
     def _keyed(self, request: Any, plan: RequestPlan, key: str) -> RequestPlan:
-        return keyed_plan(request, self.options, plan, key)
+        if current_key(self.stream) is not None:  # a named key travels as the caller named it
+            return keyed_plan(request, self.options, plan, key)
+        if self.options.dedup is None or self.options.dedup.header is None:
+            return plan
+        recorded = self._recorded_hash(key)  # opens the writer: the stream (its first event) exists
+        return hashed_keyed_plan(request, self.options, plan, key, self._identity, recorded)
+
+    def _identity(self) -> str:
+        """The stream's identity (its first event's digest), read once per process."""
+        occ = self._occurrences
+        if occ.identity is None:
+            occ.identity = _keys.stream_identity(self.stream.events(), self.stream.id)
+        return occ.identity
 
     def _key_reused(self, raw: _Raw, key: str) -> bool:
         """A 400/422 naming the idempotency key: the provider holds other parameters under it."""
