@@ -120,3 +120,26 @@ def test_offline_replay_sends_the_recorded_key(ledger: intentlog.Ledger) -> None
         again = offline.post("/v1/charges", json=CHARGE)
     assert again.json() == {"id": "ch_1"} and again.request.headers[HEADER] == seen[0]
     assert seen[0].startswith("intentlog-") and len(seen) == 1
+
+
+def test_the_async_client_sends_the_same_keys_as_the_sync_one(ledger: intentlog.Ledger) -> None:
+    import asyncio
+
+    seen: list[str] = []
+
+    async def handle(request: Any) -> Any:
+        seen.append(request.headers.get(HEADER, ""))
+        return httpx.Response(200, json={"id": f"ch_{len(seen)}"})
+
+    async def post(task: intentlog.Task) -> None:
+        dedup = ProviderDedup(window=3600, header=HEADER)
+        inner = httpx.MockTransport(handle)
+        async with intentlog.http.async_client(task, base_url="https://pay.example", inner=inner, dedup=dedup) as c:
+            await c.post("/v1/charges", json=CHARGE)
+
+    asyncio.run(post(ledger.task("a")))
+    asyncio.run(post(ledger.task("b")))
+    sync_seen: list[str] = []
+    _post(ledger.task("a"), sync_seen)  # the second call of task a
+    assert len(set(seen + sync_seen)) == 3
+    assert _recorded_headers(ledger.task("a")) == [seen[0], sync_seen[0]]

@@ -342,8 +342,9 @@ class _Core:
             return named, functools.partial(named_key, named)
         return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
 
-    def _keyed(self, request: Any, plan: RequestPlan, key: str) -> RequestPlan:
-        if current_key(self.stream) is not None:  # a named key travels as the caller named it
+    def _keyed(self, request: Any, plan: RequestPlan, key: str, named: bool) -> RequestPlan:
+        """The plan with the key in the dedup header; reads the record (run it off an event loop)."""
+        if named:  # a named key travels as the caller named it
             return keyed_plan(request, self.options, plan, key)
         if self.options.dedup is None or self.options.dedup.header is None:
             return plan
@@ -443,13 +444,14 @@ class SyncTransportCore(_Core):
         request.read()
         plan = self._plan(request)
         scope, make_key = self._scope(plan)
+        named = current_key(self.stream) is not None
         digest = plan.canonical.digest
         n = self._occurrences.take(scope, digest)
         key = make_key(n)
         trace = _Trace()
         done = False
         try:
-            plan = self._keyed(request, plan, key)
+            plan = self._keyed(request, plan, key, named)
             data = self._protocol(plan, key, trace, functools.partial(self._exchange, request, plan, trace))
             done = not trace.handed_back
         finally:
@@ -489,13 +491,14 @@ class AsyncTransportCore(_Core):
         await request.aread()
         plan = self._plan(request)
         scope, make_key = self._scope(plan)  # the key block is a contextvar: read it on the loop
+        named = current_key(self.stream) is not None
         digest = plan.canonical.digest
         n = self._occurrences.take(scope, digest)
         key = make_key(n)
         trace = _Trace()
         done = False
         try:
-            plan = self._keyed(request, plan, key)
+            plan = await anyio.to_thread.run_sync(self._keyed, request, plan, key, named)
             data = await anyio.to_thread.run_sync(
                 functools.partial(
                     self._protocol, plan, key, trace, functools.partial(self._exchange, request, plan, trace)
