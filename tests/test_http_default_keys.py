@@ -143,3 +143,19 @@ def test_the_async_client_sends_the_same_keys_as_the_sync_one(ledger: intentlog.
     _post(ledger.task("a"), sync_seen)  # the second call of task a
     assert len(set(seen + sync_seen)) == 3
     assert _recorded_headers(ledger.task("a")) == [seen[0], sync_seen[0]]
+
+
+def test_a_fork_replays_the_calls_it_copied(ledger: intentlog.Ledger) -> None:
+    """A forked task has its own stream identity; the calls it copied keep the key they were sent with."""
+    seen: list[str] = []
+    task = ledger.task("orders")
+    dedup = ProviderDedup(window=3600, header=HEADER)
+    with intentlog.http.client(task, base_url="https://pay.example", inner=_provider(seen), dedup=dedup) as c:
+        c.post("/v1/charges", json=CHARGE)
+        c.post("/v1/charges", json={**CHARGE, "amount": 2000})
+    calls = list(task.work_state().calls.values())
+    fork = task.fork(calls[1].call_id, "orders-2")
+    with intentlog.http.client(fork, base_url="https://pay.example", inner=_provider(seen), dedup=dedup) as c:
+        assert c.post("/v1/charges", json=CHARGE).json() == {"id": "ch_1"}  # replayed from the copied record
+        c.post("/v1/charges", json={**CHARGE, "amount": 2000})  # the call the fork starts anew: sent
+    assert len(seen) == 3 and seen[2] not in seen[:2]

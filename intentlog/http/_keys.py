@@ -23,7 +23,8 @@ travels as :func:`sent_key`: a digest of the task stream's identity (its first e
 digest, unique to the ledger, task and stream, and the same on every run) and the call's
 key — the same on every resend of the call, different for every other call anywhere. The
 value sent is part of the recorded request; a call recorded with another value (an older
-intentlog sent the key itself) keeps the value it recorded (:func:`sent_values`).
+intentlog sent the key itself; a fork copied the call from another stream) keeps the
+value it recorded, so its resend or replay is the same request.
 
 The counts live with the task handle, which is shared process-wide, so every client made
 for one task agrees on them. :func:`restart` forgets them, as a new process would.

@@ -320,7 +320,15 @@ class _ReplayCore:
             else:
                 rec = index.get(key)
                 recorded = None if rec is None else rec.request_hash
-                plan = hashed_keyed_plan(request, self.replay.options, plan, key, self.replay.identity, recorded)
+                plan = hashed_keyed_plan(
+                    request,
+                    self.replay.options,
+                    plan,
+                    key,
+                    self.replay.identity,
+                    recorded,
+                    lambda: None if rec is None else self.replay._recorded_request(rec),
+                )
             response, done = self.replay.answer(request, plan, self.flavor, scope, key)
         finally:
             if not done:

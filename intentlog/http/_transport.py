@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypedDict, final
 
+import orjson
+
 from ..artifacts.inline import ref_bytes
 from ..dedup import ProviderDedup
 from ..dedup import check as check_dedup
@@ -244,23 +246,42 @@ def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str, value: str
 
 
 def hashed_keyed_plan(
-    request: Any, o: Options, plan: RequestPlan, key: str, identity: Callable[[], str], recorded: str | None
+    request: Any,
+    o: Options,
+    plan: RequestPlan,
+    key: str,
+    identity: Callable[[], str],
+    recorded: str | None,
+    recorded_request: Callable[[], Any],
 ) -> RequestPlan:
     """:func:`keyed_plan` for a hashed key: it travels as :func:`~._keys.sent_key`, unique to the stream and call.
 
     ``recorded``: the request hash the record holds for ``key`` (None: no call yet). A call
-    recorded with another of the values :func:`~._keys.sent_values` names (an older
-    intentlog's) keeps it, so its resend is the same request under the same key.
+    already recorded keeps the value it was sent with — an older intentlog's (the key
+    itself), or one made in the task a fork copied it from — read from the recorded
+    request (``recorded_request()``, its parsed JSON, or None) when it is neither of
+    :func:`~._keys.sent_values`: its resend or replay is the same request under the same key.
     """
     if o.dedup is None or o.dedup.header is None:
         return plan
     values = _keys.sent_values(identity(), key)
-    if recorded is not None:
-        for value in values:
-            keyed = keyed_plan(request, o, plan, key, value)
-            if keyed.as_recorded(recorded).canonical.digest == recorded:
-                return keyed
+    if recorded is None:
+        return keyed_plan(request, o, plan, key, values[0])
+    candidates = [*values, _header_of(recorded_request(), o.dedup.header)]
+    for value in candidates:
+        if value is None:
+            continue
+        keyed = keyed_plan(request, o, plan, key, value)
+        if keyed.as_recorded(recorded).canonical.digest == recorded:
+            return keyed
     return keyed_plan(request, o, plan, key, values[0])
+
+
+def _header_of(recorded_request: Any, header: str) -> str | None:
+    """The value of ``header`` in a recorded request (parsed JSON), or None."""
+    headers = recorded_request.get("headers") if isinstance(recorded_request, Mapping) else None
+    value = headers.get(header.lower()) if isinstance(headers, Mapping) else None
+    return value if isinstance(value, str) else None
 
 
 # Every attempt's failure that allows another try is recorded with a retry decision
@@ -349,7 +370,23 @@ class _Core:
         if self.options.dedup is None or self.options.dedup.header is None:
             return plan
         recorded = self._recorded_hash(key)  # opens the writer: the stream (its first event) exists
-        return hashed_keyed_plan(request, self.options, plan, key, self._identity, recorded)
+        return hashed_keyed_plan(
+            request, self.options, plan, key, self._identity, recorded, functools.partial(self._recorded_request, key)
+        )
+
+    def _recorded_request(self, key: str) -> Any:
+        """The request recorded for ``key``'s latest call, parsed (None: none, or not JSON)."""
+        stream = self.stream
+        with stream.mutex:
+            fold = stream.live()
+            call = fold.latest_call(key)
+            ref = None if call is None else fold.call_state(call).request
+        if ref is None:
+            return None
+        try:
+            return orjson.loads(ref_bytes(ref, stream.store))
+        except (IntentlogError, orjson.JSONDecodeError):
+            return None
 
     def _identity(self) -> str:
         """The stream's identity (its first event's digest), read once per process."""
