@@ -23,7 +23,7 @@ import orjson
 from click.shell_completion import CompletionItem
 
 from .._internal.commands import command, complete, hint_root, prog
-from .._internal.text import format_table
+from .._internal.text import format_table, terminal_text
 from ..errors import IntentlogError, InvalidDigest, InvalidTaskId, NotALedger, TaskBusy, UsageError
 from ..ledger import DEFAULT_ROOT, Ledger, open_ledger
 
@@ -73,6 +73,15 @@ def _hint(text: str) -> str:
     return c.hint(text) if c is not None else text
 
 
+def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Print a renderer's human text: whatever it holds that a terminal could act on is escaped.
+
+    Fields a caller or a person wrote are escaped where they are rendered (:func:`printable`);
+    this is the last guard, keeping only the line breaks, tabs and colours of the layout.
+    """
+    click.echo(terminal_text(text), err=err, nl=nl)
+
+
 def emit_json(value: Any) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode())
 
@@ -95,7 +104,7 @@ def _fail(message: str, code: int = EXIT_PROBLEMS) -> None:
     """One error line on stderr; with ``--json``, also ``{"error", "exit_code"}`` on stdout, so a script's
     JSON parser meets JSON whether the command succeeded or not."""
     text = _hint(message)
-    click.echo(f"intentlog: error: {text}", err=True)
+    click.echo(f"intentlog: error: {terminal_text(text)}", err=True)
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.params.get("as_json"):
         emit_json({"error": text, "exit_code": code})
@@ -272,14 +281,15 @@ def require_task(c: Ctx, ledger: Ledger, task: str) -> None:
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A table; cells are the renderer's, already escaped (:func:`printable`) where a caller wrote them."""
     first, *rest = format_table(header, [[click.unstyle(x) for x in row] for row in rows])
-    click.echo(click.style(first, bold=True))
+    echo(click.style(first, bold=True))
     for line, row in zip(rest, rows, strict=False):
         for cell in row:
             plain = click.unstyle(cell)
             if plain != cell:
                 line = line.replace(plain, cell, 1)
-        click.echo(line)
+        echo(line)
 
 
 def progress_for(verb: str) -> Callable[[str, int, int], None] | None:

@@ -9,11 +9,12 @@ from typing import Any
 
 import click
 
+from .._internal.text import printable as p
 from ..backlog import BacklogView, StillBlocked
 from ..errors import UsageError
 from ..eventlog.format import TASK_ID_RE
 from ..ledger import open_ledger
-from .app import EXIT_PROBLEMS, Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx, print_table
+from .app import EXIT_PROBLEMS, Ctx, NotFound, echo, emit_json, handle_errors, json_option, main, pass_ctx, print_table
 
 
 def _when(t: float | None) -> str:
@@ -48,10 +49,10 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
     if as_json:
         emit_json(_hinted(c, view))
         return
-    click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
+    echo(" ".join(f"{p(k)}: {v}" for k, v in view.counts.items() if v) or "no items")
     if view.quota_waiting is not None:
         q = view.quota_waiting
-        click.echo(f"quota {q.get('quota')}: {q.get('reason')}; reopens {_when(q.get('until'))}")
+        echo(f"quota {p(str(q.get('quota')))}: {p(str(q.get('reason')))}; reopens {_when(q.get('until'))}")
     rows = []
     for r in view.items:
         detail = r.reason or ""
@@ -59,7 +60,7 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
             detail = f"not before {_when(r.not_before)}" + (f" ({r.reason})" if r.reason else "")
         if r.state == "running" and r.holder is not None:
             detail = _holder_detail(r.holder, r.last_progress)
-        rows.append([r.item, r.task, r.state, detail or "-", c.hint(r.next_step)])
+        rows.append([p(r.item), p(r.task), p(r.state), p(detail or "-"), p(c.hint(r.next_step))])
     if rows:
         print_table(["item", "task", "state", "why", "next step"], rows)
 
@@ -140,11 +141,11 @@ def run_cmd(
     if as_json:
         emit_json(_hinted(c, view))
     else:
-        click.echo(" ".join(f"{k}: {v}" for k, v in view.counts.items() if v) or "no items")
+        echo(" ".join(f"{p(k)}: {v}" for k, v in view.counts.items() if v) or "no items")
     spent = (view.stopped or {}).get("quota")
     if spent and view.counts["queued"]:
-        click.echo(
-            f"intentlog run: {spent}: {view.counts['queued']} item(s) still queued; "
+        echo(
+            f"intentlog run: {p(str(spent))}: {view.counts['queued']} item(s) still queued; "
             + c.hint(f"raise the budget and run again: intentlog run {name} --step {step} --quota ..."),
             err=True,
         )
@@ -187,4 +188,4 @@ def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, as_json: bool) -> 
     if as_json:
         emit_json({"backlog": name, **ev.to_json(), "digest": ev.digest})
         return
-    click.echo(f"item {item!r} of backlog {name!r} is queued again")
+    echo(f"item {p(repr(item))} of backlog {p(repr(name))} is queued again")

@@ -10,6 +10,7 @@ import click
 from .app import (
     EXIT_OK,
     EXIT_PROBLEMS,
+    echo,
     emit_json,
     handle_errors,
     json_option,
@@ -40,5 +41,5 @@ def demo(directory: Path | None, as_json: bool) -> None:
     if as_json:
         emit_json(result.to_json())
     else:
-        click.echo(render(result))
+        echo(render(result))
     sys.exit(EXIT_OK if result.ok else EXIT_PROBLEMS)

@@ -13,6 +13,7 @@ from .app import (
     EXIT_OK,
     EXIT_PROBLEMS,
     Ctx,
+    echo,
     emit_json,
     handle_errors,
     json_option,
@@ -119,7 +120,7 @@ def gc(
     progress = progress_for("gc: scanned") if not as_json else None
     plan = plan_gc(ledger, max_age=max_age, max_size=max_size, grace=grace, progress=progress)
     if progress is not None:
-        click.echo("", err=True)
+        echo("", err=True)
     _write(plan.iter_json() if as_json else None, plan.iter_render())
     sys.exit(EXIT_PROBLEMS if plan.refused else EXIT_OK)
 
@@ -127,11 +128,11 @@ def gc(
 def _write(json_chunks: Iterator[bytes] | None, lines: Iterator[str]) -> None:
     """Print a plan or result as it is read (a kept task at a time): its JSON, else its lines.
 
-    The bytes are those of ``emit_json(x.to_json())`` / ``click.echo(x.render())``.
+    The bytes are those of ``emit_json(x.to_json())`` / ``echo(x.render())``.
     """
     if json_chunks is None:
         for line in lines:
-            click.echo(line)
+            echo(line)
         return
     out: BinaryIO | None = getattr(sys.stdout, "buffer", None)
     if out is None:  # a text-only stdout (an embedding harness)
@@ -175,7 +176,7 @@ def keep(c: Ctx, task: str | None, note: str | None, remove: bool, as_json: bool
         if as_json:
             emit_json([m.to_json() for m in marks.values()])
         elif not marks:
-            click.echo("no kept tasks")
+            echo("no kept tasks")
         else:
             print_table(["task", "since", "note"], [[m.task, m.since, m.note or ""] for m in marks.values()])
         return
@@ -186,11 +187,11 @@ def keep(c: Ctx, task: str | None, note: str | None, remove: bool, as_json: bool
         if as_json:
             emit_json({"task": task, "kept": False, "changed": removed})
         else:
-            click.echo(f"released {task}: gc may collect it again" if removed else f"{task} was not kept")
+            echo(f"released {task}: gc may collect it again" if removed else f"{task} was not kept")
         return
     require_task(c, ledger, task)
     mark = keep_task(ledger, task, note=note)
     if as_json:
         emit_json(mark.to_json() | {"kept": True})
     else:
-        click.echo(f"kept {task}: gc will never delete it (keep.json); 'intentlog keep {task} --remove' releases it")
+        echo(f"kept {task}: gc will never delete it (keep.json); 'intentlog keep {task} --remove' releases it")

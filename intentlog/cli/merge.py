@@ -8,7 +8,7 @@ import click
 
 from .._internal.commands import command, hint_root
 from ..errors import NotALedger
-from .app import EXIT_OK, EXIT_PROBLEMS, Ctx, NotFound, emit_json, handle_errors, json_option, main, pass_ctx
+from .app import EXIT_OK, EXIT_PROBLEMS, Ctx, NotFound, echo, emit_json, handle_errors, json_option, main, pass_ctx
 
 
 def _url(text: str) -> str:
@@ -52,18 +52,18 @@ def merge(src: str, dst: str, as_json: bool) -> None:
         emit_json(result.to_json())
     else:
         p = result.plan
-        click.echo(
+        echo(
             f"merged {src} into {dst}: {len(p.create)} task(s) copied, {len(p.extend)} extended, "
             f"{len(p.same)} already the same, {len(p.dst_ahead)} ahead in {dst}; "
             f"{p.events} event(s) and {len(p.objects)} object(s) copied"
         )
         for name in p.torn:
             repair = command(hint_root(_url(src)), "repair", name)
-            click.echo(f"  {name}: its torn last line in {src} was not copied (repair it there: {repair})")
+            echo(f"  {name}: its torn last line in {src} was not copied (repair it there: {repair})")
         for name in p.retired:
-            click.echo(f"  {name}: gc retired it in {dst} (an id a store never uses again): not copied")
+            echo(f"  {name}: gc retired it in {dst} (what gc keeps of a stream it deleted): not copied")
         if result.verify is not None:
-            click.echo(result.verify.summary())
+            echo(result.verify.summary())
     sys.exit(EXIT_OK if ok else EXIT_PROBLEMS)
 
 
@@ -90,7 +90,7 @@ def doctor(c: Ctx, url: str | None, racers: int, as_json: bool) -> None:
         if as_json:
             emit_json({"root": root, "ok": True, "checks": [], "note": "a folder: the writer lock is flock"})
         else:
-            click.echo(f"{root}: a folder ledger; its writer lock is the file system's (flock): nothing to probe")
+            echo(f"{root}: a folder ledger; its writer lock is the file system's (flock): nothing to probe")
         sys.exit(EXIT_OK)
     from ..s3 import S3Client, parse_s3_url, probe_store
 
@@ -99,7 +99,7 @@ def doctor(c: Ctx, url: str | None, racers: int, as_json: bool) -> None:
         emit_json(report.to_json())
     else:
         for check in report.checks:
-            click.echo(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+            echo(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
         verdict = "can fence writers: safe to write" if report.ok else "cannot fence writers: refused for writing"
-        click.echo(f"{report.root}: {verdict}")
+        echo(f"{report.root}: {verdict}")
     sys.exit(EXIT_OK if report.ok else EXIT_PROBLEMS)

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from .._internal.text import printable as p
 from ..errors import UnknownCall
 from ..eventlog.format import Event
 from .app import (
     EXIT_OK,
     EXIT_PROBLEMS,
     Ctx,
+    echo,
     emit_json,
     handle_errors,
     json_option,
@@ -50,7 +52,7 @@ def init(c: Ctx, as_json: bool) -> None:
     if as_json:
         emit_json({"root": ledger.location, "created": True})
         return
-    click.echo(f"ledger ready at {ledger.location}")
+    echo(f"ledger ready at {p(str(ledger.location))}")
 
 
 @main.command()
@@ -78,7 +80,7 @@ def tasks(c: Ctx, as_json: bool) -> None:
     finally:
         rows.close()
     for task, problem in damaged:
-        click.echo(f"  {task}: {problem}", err=True)
+        echo(f"  {p(task)}: {p(problem)}", err=True)
 
 
 #: ``tasks`` sizes its columns from this many first rows (the task column from every id); a
@@ -108,11 +110,11 @@ def _echo_task_table(
     """The ``tasks`` table, written as rows are read; returns ``(task, problem)`` of each damaged stream."""
     head = list(itertools.islice(rows, TABLE_HEAD))
     if not head:
-        click.echo("no tasks")
+        echo("no tasks")
         return []
     header = ["task", "events", "last activity", "state", "stream", "phase", "next operation"]
     widths = [len(h) for h in header]
-    widths[0] = max(widths[0], *map(len, names))
+    widths[0] = max(widths[0], *(len(p(n)) for n in names))
     for r in head:
         for i, cell in enumerate(_cells(r)):
             widths[i] = max(widths[i], len(cell))
@@ -126,15 +128,23 @@ def _echo_task_table(
         if r.problem is not None:
             damaged.append((r.task, r.problem))
         if len(out) >= _CHUNK:
-            click.echo("\n".join(out))
+            echo("\n".join(out))
             out = []
     if out:
-        click.echo("\n".join(out))
+        echo("\n".join(out))
     return damaged
 
 
 def _cells(r: TaskRow) -> list[str]:
-    return [r.task, str(r.events), r.last_activity or "-", r.state, r.stream, r.phase or "-", r.next_operation]
+    return [
+        p(r.task),
+        str(r.events),
+        p(r.last_activity or "-"),
+        p(r.state),
+        p(r.stream),
+        p(r.phase or "-"),
+        p(r.next_operation),
+    ]
 
 
 def _table_line(r: TaskRow, widths: Sequence[int]) -> str:
@@ -143,7 +153,7 @@ def _table_line(r: TaskRow, widths: Sequence[int]) -> str:
     colour = _STATE_COLOUR.get(r.state)
     parts = [v.ljust(w) for v, w in zip(cells, widths, strict=True)]
     if colour is not None:
-        parts[3] = click.style(r.state, fg=colour) + parts[3][len(r.state) :]
+        parts[3] = click.style(cells[3], fg=colour) + parts[3][len(cells[3]) :]
     return "  ".join(parts).rstrip()
 
 
@@ -184,45 +194,54 @@ def status(c: Ctx, task: str, as_json: bool) -> None:
         emit_json(out | {"stream": row.stream, "problem": row.problem})
         sys.exit(EXIT_OK if st is not None else EXIT_PROBLEMS)
     if st is None:
-        click.echo(f"task            {task}")
-        click.echo(f"state           {click.style(row.state, fg='red')}")
-        click.echo(f"stream          {row.stream}: {row.problem}")
-        click.echo(f"next step       {click.style(c.hint(row.next_step), bold=True)}")
+        echo(f"task            {p(task)}")
+        echo(f"state           {click.style(p(row.state), fg='red')}")
+        echo(f"stream          {p(row.stream)}: {p(str(row.problem))}")
+        echo(f"next step       {click.style(p(c.hint(row.next_step)), bold=True)}")
         sys.exit(EXIT_PROBLEMS)
-    why = f" ({st.reason})" if st.reason else ""
-    click.echo(f"task            {task}")
-    click.echo(f"state           {click.style(st.state, fg=_STATE_COLOUR.get(st.state))}{why}")
+    why = f" ({p(st.reason)})" if st.reason else ""
+    echo(f"task            {p(task)}")
+    echo(f"state           {click.style(p(st.state), fg=_STATE_COLOUR.get(st.state))}{why}")
     if row.problem is not None:
-        click.echo(f"stream          {row.stream}: {row.problem}")
-    click.echo(f"phase           {st.phase or '-'}")
+        echo(f"stream          {p(row.stream)}: {p(row.problem)}")
+    echo(f"phase           {p(st.phase or '-')}")
     cp = st.checkpoint
-    click.echo(f"checkpoint      {f'{cp.phase} ({cp.status}) at seq {cp.seq}' if cp is not None else '-'}")
+    echo(f"checkpoint      {p(f'{cp.phase} ({cp.status}) at seq {cp.seq}') if cp is not None else '-'}")
     for a in st.awaiting_approvals:
-        click.echo(f"approval        {a.approval_id} [{a.status}]: {a.question} (binds {a.binding or 'nothing'})")
+        binding = p(a.binding or "nothing")
+        echo(f"approval        {p(a.approval_id)} [{p(a.status)}]: {p(a.question)} (binds {binding})")
     forked = st.operator.forked if st.operator is not None else None
     if forked is not None:
-        click.echo(f"forked from     {forked.get('from_task')} before {forked.get('from_call')}")
-    click.echo(f"last outcome    {st.last_outcome or '-'}")
-    click.echo(f"unresolved      {st.unresolved_action or '-'}")
-    click.echo(f"next operation  {st.next_operation}")
-    click.echo(f"next step       {click.style(c.hint(st.next_step), bold=True)}")
+        echo(f"forked from     {p(str(forked.get('from_task')))} before {p(str(forked.get('from_call')))}")
+    echo(f"last outcome    {p(st.last_outcome or '-')}")
+    echo(f"unresolved      {p(st.unresolved_action or '-')}")
+    echo(f"next operation  {p(st.next_operation)}")
+    echo(f"next step       {click.style(p(c.hint(st.next_step)), bold=True)}")
     ws = st.work
     if ws.calls or ws.compilations:
-        click.echo("")
+        echo("")
         rows = [
             [
-                c_.call_id,
-                c_.key,
-                c_.stage,
-                c_.next_operation,
-                c_.provider_effect,
+                p(c_.call_id),
+                p(c_.key),
+                p(c_.stage),
+                p(c_.next_operation),
+                p(c_.provider_effect),
                 str(c_.attempts),
-                c_.superseded_by or c_.resumes or "",
+                p(c_.superseded_by or c_.resumes or ""),
             ]
             for c_ in ws.calls.values()
         ]
         rows += [
-            [k.compilation_id, "(compilation)", k.stage, k.next_operation, "none", "-", ", ".join(k.missing)]
+            [
+                p(k.compilation_id),
+                "(compilation)",
+                p(k.stage),
+                p(k.next_operation),
+                "none",
+                "-",
+                p(", ".join(k.missing)),
+            ]
             for k in ws.compilations.values()
         ]
         print_table(["id", "key", "stage", "next operation", "provider effect", "attempts", "link/missing"], rows)
@@ -301,7 +320,7 @@ def log(
                 line = orjson.dumps(cut, option=orjson.OPT_SORT_KEYS).decode()
             click.echo(line)
         else:
-            click.echo(f"{ev.seq:>6}  {ev.ts}  {click.style(ev.kind.ljust(26), fg='cyan')}  {_summary(ev)}")
+            echo(f"{ev.seq:>6}  {p(ev.ts)}  {click.style(p(ev.kind).ljust(26), fg='cyan')}  {p(_summary(ev))}")
 
     nxt = since
     for ev in t.events(since=since):

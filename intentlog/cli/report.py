@@ -11,7 +11,7 @@ import click
 from .._internal.fsutil import makedirs_durable, publish_bytes
 from ..errors import IntentlogError, UsageError
 from ..ledger import Ledger
-from .app import Ctx, emit_json, handle_errors, json_option, main, pass_ctx, task_arg
+from .app import Ctx, echo, emit_json, handle_errors, json_option, main, pass_ctx, task_arg
 
 
 def backlog_view(ledger: Ledger, name: str) -> dict[str, Any]:
@@ -43,8 +43,12 @@ def _refuse_inside(out: Path, ledger: Ledger) -> None:
 @task_arg("tasks", nargs=-1)
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="The HTML file to write.")
 @click.option("--backlog", "backlog", default=None, help="Also show this backlog's counts and blocked items.")
-@click.option("--detail", type=click.IntRange(min=0), default=None,
-              help="Draw at most this many tasks in detail (default 100; the unsettled first).")
+@click.option(
+    "--detail",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Draw at most this many tasks in detail (default 100; the unsettled first).",
+)
 @click.option("--all", "all_tasks", is_flag=True, help="Draw every task in detail, however many.")
 @json_option
 @pass_ctx
@@ -84,5 +88,7 @@ def report(
         return
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items()) or "no tasks"
     verdict = "verify ok" if result.verify_ok else "verify found problems"
-    click.echo(f"wrote {out} ({len(result.html)} bytes): {len(result.tasks)} task(s) ({counts}); "
-               f"{len(result.detailed)} in detail; {verdict}")
+    echo(
+        f"wrote {out} ({len(result.html)} bytes): {len(result.tasks)} task(s) ({counts}); "
+        f"{len(result.detailed)} in detail; {verdict}"
+    )

@@ -15,6 +15,7 @@ from ..eventlog.format import check_task_id
 from .app import (
     Ctx,
     NotFound,
+    echo,
     emit_json,
     handle_errors,
     json_option,
@@ -75,11 +76,11 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
     except (UsageError, InvalidTaskId) as exc:
         raise click.UsageError(str(exc)) from exc
     if progress is not None:
-        click.echo("", err=True)
+        echo("", err=True)
     if as_json:
         emit_json(report.to_json())
     else:
-        click.echo(report.render())
+        echo(report.render())
     sys.exit(report.exit_code)
 
 
@@ -146,11 +147,11 @@ def export(
         raise click.UsageError(str(exc)) from exc
     finally:
         if progress is not None:
-            click.echo("", err=True)  # end the progress line
+            echo("", err=True)  # end the progress line
     if as_json:
         emit_json(result.to_json())
     else:
-        click.echo(_export_summary(c, result), nl=False)
+        echo(_export_summary(c, result), nl=False)
     sys.exit(result.exit_code)
 
 
@@ -201,7 +202,7 @@ def seal(c: Ctx, as_json: bool) -> None:
         from .storeroot import seal_store
 
         where, data = seal_store(c.url)  # a new numbered seal object on the store, never a replacement
-        emit_json({"sealed": where, "heads": orjson.loads(data)}) if as_json else click.echo(f"sealed {where}")
+        emit_json({"sealed": where, "heads": orjson.loads(data)}) if as_json else echo(f"sealed {where}")
         return
     from ..heads import seal as seal_heads
 
@@ -209,7 +210,7 @@ def seal(c: Ctx, as_json: bool) -> None:
     if as_json:
         emit_json({"sealed": str(path), "heads": orjson.loads(Path(path).read_bytes())})
         return
-    click.echo(f"sealed {path}")
+    echo(f"sealed {path}")
 
 
 @main.command()
@@ -254,11 +255,11 @@ def repair(c: Ctx, task: str, accept_damage: bool, accept_resend: bool, dry_run:
     if as_json:
         emit_json({**report.to_json(), "dry_run": dry_run})
     elif report.action == "none":
-        click.echo(f"task {task!r}: nothing to repair")
+        echo(f"task {task!r}: nothing to repair")
     else:
         verb = "would move" if dry_run else "moved"
         what = "a torn tail" if report.action == "torn_tail" else "accepted damage"
-        click.echo(
+        echo(
             f"task {task!r}: {verb} {what} from line {report.line} ({report.size} bytes, {report.digest}) "
             f"to {report.quarantined}: {report.reason}"
         )

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import orjson
 
+from .._internal.text import printable as p
 from ..errors import IntentlogError, UnknownCall, UsageError
 from ..eventlog.format import Event
 from ..eventlog.storage import DEFAULT_TAKE_OVER_AFTER
@@ -23,6 +24,7 @@ from .app import (
     F,
     NotFound,
     dry_run_option,
+    echo,
     emit_json,
     handle_errors,
     json_option,
@@ -98,9 +100,9 @@ def _report(c: Ctx, task: str, ev: Event, text: str, *, as_json: bool, dry_run: 
         return
     if dry_run:
         body = orjson.dumps(ev.data, option=orjson.OPT_SORT_KEYS).decode()
-        click.echo(f"dry run: would append {ev.kind} to {task} at seq {ev.seq}: {body}; nothing was written")
+        echo(f"dry run: would append {p(ev.kind)} to {p(task)} at seq {ev.seq}: {p(body)}; nothing was written")
         return
-    click.echo(c.hint(text))
+    echo(p(c.hint(text)))
 
 
 def _take_over_after(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

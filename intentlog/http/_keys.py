@@ -15,6 +15,17 @@ call again. So an SDK's retry, a script's own retry loop, or a later identical r
 continue the unfinished call (its next attempt, or the same ``EffectUnknown``); none of
 them can open a second call and send a duplicate past an unresolved one.
 
+The key travels to the provider (in a :class:`~intentlog.ProviderDedup` ``header``) as
+it is for a named scope: the caller chose it. A hashed key names only the request, so two
+tasks — or two ledgers — making the same request would send one key, and a provider that
+deduplicates would answer the second with the first's result. A hashed key therefore
+travels as :func:`sent_key`: a digest of the task stream's identity (its first event's
+digest, unique to the ledger, task and stream, and the same on every run) and the call's
+key — the same on every resend of the call, different for every other call anywhere. The
+value sent is part of the recorded request; a call recorded with another value (an older
+intentlog sent the key itself; a fork copied the call from another stream) keeps the
+value it recorded, so its resend or replay is the same request.
+
 The counts live with the task handle, which is shared process-wide, so every client made
 for one task agrees on them. :func:`restart` forgets them, as a new process would.
 """
@@ -24,12 +35,20 @@ from __future__ import annotations
 import heapq
 import threading
 import weakref
-from typing import TYPE_CHECKING, final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final, final
+
+from .._internal.digest import digest_bytes
+from ..errors import IntentlogError
 
 if TYPE_CHECKING:
+    from ..eventlog.format import Event
     from ..stream import TaskStream
 
-__all__ = ["Occurrences", "hash_key", "named_key", "occurrences"]
+__all__ = ["Occurrences", "hash_key", "named_key", "occurrences", "sent_key", "sent_values", "stream_identity"]
+
+#: What a hashed key's header value starts with.
+SENT_PREFIX: Final = "intentlog-"
 
 
 def named_key(scope: str, n: int) -> str:
@@ -40,6 +59,28 @@ def hash_key(request_hash: str, n: int) -> str:
     return f"http:{request_hash}#{n}"
 
 
+def sent_key(identity: str, key: str) -> str:
+    """The header value of hashed key ``key`` in the stream whose identity is ``identity``.
+
+    ``intentlog-`` and 64 hex digits: the BLAKE3 digest of both, so it is printable ASCII
+    and short enough for any provider, the same for every resend of the call, and unique
+    to the stream (so to the ledger and the task) and the call.
+    """
+    return SENT_PREFIX + digest_bytes(f"{identity}\n{key}".encode()).partition(":")[2]
+
+
+def sent_values(identity: str, key: str) -> tuple[str, ...]:
+    """The header values a recorded call of hashed ``key`` may carry: this version's first, then the older one."""
+    return (sent_key(identity, key), key)
+
+
+def stream_identity(events: Iterable[Event], task_id: str) -> str:
+    """The identity of a task stream: the digest of its first event (its ``task.created``)."""
+    for ev in events:
+        return ev.digest
+    raise IntentlogError(f"task {task_id!r}: the stream has no first event to key its requests by")
+
+
 @final
 class Occurrences:
     """Per-scope occurrence counters with a pool of released (unfinished) occurrences."""
@@ -48,6 +89,7 @@ class Occurrences:
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}
         self._open: dict[tuple[str, str], list[int]] = {}
+        self.identity: str | None = None  # the stream's identity, once read (see stream_identity)
 
     def take(self, scope: str, request_hash: str) -> int:
         """The occurrence a new request of ``scope`` gets: an unfinished one with its hash, else the next."""
@@ -68,6 +110,7 @@ class Occurrences:
         with self._lock:
             self._next.clear()
             self._open.clear()
+            self.identity = None
 
 
 _LOCK = threading.Lock()

@@ -25,8 +25,8 @@ from ..artifacts.inline import ref_bytes
 from ..effects.intent import current_key
 from ..errors import IntentlogError
 from ._flavor import Flavor
-from ._keys import Occurrences, hash_key, named_key
-from ._transport import Options, check_task, keyed_plan, unkeyed_plan
+from ._keys import Occurrences, hash_key, named_key, stream_identity
+from ._transport import Options, check_task, hashed_keyed_plan, keyed_plan, unkeyed_plan
 from ._wire import RequestPlan, decode_response
 
 if TYPE_CHECKING:
@@ -161,6 +161,13 @@ class Replay:
             if self._index is None:
                 self._index = index_record(self.stream.events())
             return self._index
+
+    def identity(self) -> str:
+        """The recorded stream's identity (its first event's digest): what its hashed keys travel with."""
+        with self._lock:
+            if self.occurrences.identity is None:
+                self.occurrences.identity = stream_identity(self.stream.events(), self.stream.id)
+            return self.occurrences.identity
 
     def restart(self) -> None:
         """Replay from the start of the record again."""
@@ -308,7 +315,20 @@ class _ReplayCore:
         done = False
         try:
             key = make(n)
-            plan = keyed_plan(request, self.replay.options, plan, key)
+            if named is not None:
+                plan = keyed_plan(request, self.replay.options, plan, key)
+            else:
+                rec = index.get(key)
+                recorded = None if rec is None else rec.request_hash
+                plan = hashed_keyed_plan(
+                    request,
+                    self.replay.options,
+                    plan,
+                    key,
+                    self.replay.identity,
+                    recorded,
+                    lambda: None if rec is None else self.replay._recorded_request(rec),
+                )
             response, done = self.replay.answer(request, plan, self.flavor, scope, key)
         finally:
             if not done:

@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypedDict, final
 
+import orjson
+
 from ..artifacts.inline import ref_bytes
 from ..dedup import ProviderDedup
 from ..dedup import check as check_dedup
@@ -55,6 +57,7 @@ from ..errors import IntentlogError, KeyReused, NotSent, ProviderFailure, RetryH
 from ..eventlog.canonical import CANON_V1, CANON_VERSION
 from ..eventlog.redaction import scrub_text
 from ..stream import StreamSource, TaskStream
+from . import _keys
 from ._flavor import Flavor
 from ._keys import hash_key, named_key, occurrences
 from ._wire import (
@@ -217,20 +220,60 @@ def unkeyed_plan(request: Any, o: Options) -> RequestPlan:
     return plan_for(request, o)
 
 
-def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str) -> RequestPlan:
-    """With a dedup ``header``, put the call's key in it and plan again: the header is in the recorded request.
+def keyed_plan(request: Any, o: Options, plan: RequestPlan, key: str, value: str | None = None) -> RequestPlan:
+    """With a dedup ``header``, put the call's key (as ``value``) in it and plan again: the header is recorded.
 
     The key was chosen from the request without that header (any value the caller or SDK
     put there is replaced), so a re-run maps to the same key and the same hash.
     """
     if o.dedup is None or o.dedup.header is None:
         return plan
-    if not key.isascii() or not key.isprintable():
+    sent = key if value is None else value
+    if not sent.isascii() or not sent.isprintable():
         raise UsageError(
             f"key {key!r} cannot travel in the {o.dedup.header} header (printable ASCII only): choose another key"
         )
-    request.headers[o.dedup.header] = key
+    request.headers[o.dedup.header] = sent
     return plan_for(request, o)
+
+
+def hashed_keyed_plan(
+    request: Any,
+    o: Options,
+    plan: RequestPlan,
+    key: str,
+    identity: Callable[[], str],
+    recorded: str | None,
+    recorded_request: Callable[[], Any],
+) -> RequestPlan:
+    """:func:`keyed_plan` for a hashed key: it travels as :func:`~._keys.sent_key`, unique to the stream and call.
+
+    ``recorded``: the request hash the record holds for ``key`` (None: no call yet). A call
+    already recorded keeps the value it was sent with — an older intentlog's (the key
+    itself), or one made in the task a fork copied it from — read from the recorded
+    request (``recorded_request()``, its parsed JSON, or None) when it is neither of
+    :func:`~._keys.sent_values`: its resend or replay is the same request under the same key.
+    """
+    if o.dedup is None or o.dedup.header is None:
+        return plan
+    values = _keys.sent_values(identity(), key)
+    if recorded is None:
+        return keyed_plan(request, o, plan, key, values[0])
+    candidates = [*values, _header_of(recorded_request(), o.dedup.header)]
+    for value in candidates:
+        if value is None:
+            continue
+        keyed = keyed_plan(request, o, plan, key, value)
+        if keyed.as_recorded(recorded).canonical.digest == recorded:
+            return keyed
+    return keyed_plan(request, o, plan, key, values[0])
+
+
+def _header_of(recorded_request: Any, header: str) -> str | None:
+    """The value of ``header`` in a recorded request (parsed JSON), or None."""
+    headers = recorded_request.get("headers") if isinstance(recorded_request, Mapping) else None
+    value = headers.get(header.lower()) if isinstance(headers, Mapping) else None
+    return value if isinstance(value, str) else None
 
 
 # Every attempt's failure that allows another try is recorded with a retry decision
@@ -312,8 +355,37 @@ class _Core:
             return named, functools.partial(named_key, named)
         return plan.canonical.digest, functools.partial(hash_key, plan.canonical.digest)
 
-    def _keyed(self, request: Any, plan: RequestPlan, key: str) -> RequestPlan:
-        return keyed_plan(request, self.options, plan, key)
+    def _keyed(self, request: Any, plan: RequestPlan, key: str, named: bool) -> RequestPlan:
+        """The plan with the key in the dedup header; reads the record (run it off an event loop)."""
+        if named:  # a named key travels as the caller named it
+            return keyed_plan(request, self.options, plan, key)
+        if self.options.dedup is None or self.options.dedup.header is None:
+            return plan
+        recorded = self._recorded_hash(key)  # opens the writer: the stream (its first event) exists
+        return hashed_keyed_plan(
+            request, self.options, plan, key, self._identity, recorded, functools.partial(self._recorded_request, key)
+        )
+
+    def _recorded_request(self, key: str) -> Any:
+        """The request recorded for ``key``'s latest call, parsed (None: none, or not JSON)."""
+        stream = self.stream
+        with stream.mutex:
+            fold = stream.live()
+            call = fold.latest_call(key)
+            ref = None if call is None else fold.call_state(call).request
+        if ref is None:
+            return None
+        try:
+            return orjson.loads(ref_bytes(ref, stream.store))
+        except (IntentlogError, orjson.JSONDecodeError):
+            return None
+
+    def _identity(self) -> str:
+        """The stream's identity (its first event's digest), read once per process."""
+        occ = self._occurrences
+        if occ.identity is None:
+            occ.identity = _keys.stream_identity(self.stream.events(), self.stream.id)
+        return occ.identity
 
     def _key_reused(self, raw: _Raw, key: str) -> bool:
         """A 400/422 naming the idempotency key: the provider holds other parameters under it."""
@@ -401,13 +473,14 @@ class SyncTransportCore(_Core):
         request.read()
         plan = self._plan(request)
         scope, make_key = self._scope(plan)
+        named = current_key(self.stream) is not None
         digest = plan.canonical.digest
         n = self._occurrences.take(scope, digest)
         key = make_key(n)
         trace = _Trace()
         done = False
         try:
-            plan = self._keyed(request, plan, key)
+            plan = self._keyed(request, plan, key, named)
             data = self._protocol(plan, key, trace, functools.partial(self._exchange, request, plan, trace))
             done = not trace.handed_back
         finally:
@@ -447,13 +520,14 @@ class AsyncTransportCore(_Core):
         await request.aread()
         plan = self._plan(request)
         scope, make_key = self._scope(plan)  # the key block is a contextvar: read it on the loop
+        named = current_key(self.stream) is not None
         digest = plan.canonical.digest
         n = self._occurrences.take(scope, digest)
         key = make_key(n)
         trace = _Trace()
         done = False
         try:
-            plan = self._keyed(request, plan, key)
+            plan = await anyio.to_thread.run_sync(self._keyed, request, plan, key, named)
             data = await anyio.to_thread.run_sync(
                 functools.partial(
                     self._protocol, plan, key, trace, functools.partial(self._exchange, request, plan, trace)

@@ -55,7 +55,7 @@ from ..effects.policy import DRIFT
 from ..effects.prepare import arun_effect, run_effect
 from ..effects.records import bare_ref, store_bytes
 from ..errors import IntentlogError, ResumeRefused, UsageError
-from ..eventlog.canonical import canonicalize, resolve_rules
+from ..eventlog.canonical import Canonical, canonicalize, resolve_rules
 from ..projections.workstate import CallState, WorkStateFold, work_state
 from .turns import TURN_PREFIX, Asked, Turn
 
@@ -129,6 +129,27 @@ class Session:
             self._known, self._accepted = known, accepted
         return self._known, self._accepted
 
+    def _messages(self, value: Any, secrets: frozenset[str]) -> list[Canonical] | None:
+        """Each message of the request canonicalised on its own (None: the request holds no message list)."""
+        field = self.messages_field
+        if not isinstance(value, Mapping) or not isinstance(value.get(field), list):
+            return None
+        out: list[Canonical] = []
+        for i, message in enumerate(value[field]):
+            try:
+                out.append(canonicalize(message, drop=self._drop, redact=self._redact, known=secrets))
+            except IntentlogError as exc:
+                raise UsageError(f"message {i} of the request cannot be recorded: {exc}") from exc
+        return out
+
+    def _envelope(self, value: Any, messages: list[Canonical] | None) -> Any:
+        """The request as the call records it: its message list replaced by the messages' digests."""
+        if messages is None:
+            return value
+        envelope = {k: v for k, v in value.items() if k != self.messages_field}
+        envelope[self.messages_field] = [c.digest for c in messages]
+        return envelope
+
     def _split(
         self, value: Any, secrets: frozenset[str] = frozenset()
     ) -> tuple[Any, list[dict[str, Any]] | None, dict[str, bytes]]:
@@ -136,27 +157,36 @@ class Session:
 
         ``secrets`` (the credentials found anywhere in the request) are scrubbed from every message.
         """
-        field = self.messages_field
-        if not isinstance(value, Mapping) or not isinstance(value.get(field), list):
+        messages = self._messages(value, secrets)
+        if messages is None:
             return value, None, {}
         known, _ = self._scan()
         refs: list[dict[str, Any]] = []
-        digests: list[str] = []
         payloads: dict[str, bytes] = {}
-        for i, message in enumerate(value[field]):
-            try:
-                c = canonicalize(message, drop=self._drop, redact=self._redact, known=secrets)
-            except IntentlogError as exc:
-                raise UsageError(f"message {i} of the request cannot be recorded: {exc}") from exc
-            digests.append(c.digest)
+        for c in messages:
             if c.digest in known or c.digest in payloads:  # recorded before (or twice in one request): by digest
                 refs.append({"digest": c.digest, "size": len(c.data), "media_type": _JSON})
             else:
                 refs.append(store_bytes(self.stream, c.data, _JSON))  # inline when small, else a durable blob
             payloads[c.digest] = c.data
-        envelope = {k: v for k, v in value.items() if k != field}
-        envelope[field] = digests
-        return envelope, refs, payloads
+        return self._envelope(value, messages), refs, payloads
+
+    def request_hash(self, request: Any) -> str:
+        """The request hash a turn asked with ``request`` records (``"blake3:…"``), computed before it is sent.
+
+        ``request`` is what :meth:`turn` takes (a value, or a callable building it; a
+        callable is called, and what it raises is raised). The hash is that of the
+        recorded request — its messages hashed one by one, under this session's ``drop``
+        and ``redact`` rules — so it differs from :func:`intentlog.request_hash` of a
+        request with messages. It does not depend on the turn's number. Binding an
+        approval to it (``task.request_approval(id, question, binds=session.request_hash(request))``)
+        gates the turn before it exists: pending, rejected or decided for another hash,
+        the turn starts no attempt. Nothing is stored or appended.
+        """
+        value = request() if callable(request) else request
+        secrets = secrets_of(value, drop=self._drop, redact=self._redact)
+        envelope = self._envelope(value, self._messages(value, secrets))
+        return canonicalize(envelope, drop=self._drop, redact=self._redact).digest
 
     @spelled(TurnKwargs)
     def turn(
