@@ -334,7 +334,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     ),
     "attempt.interpreted": (
         {"call": is_str, "attempt": pos, "interpreter": obj},
-        {"result": anything, "result_ref": is_ref, "error": is_str, "reinterpretation": pos},
+        {"result": anything, "result_ref": is_ref, "error": is_str, "reinterpretation": pos, "response": is_ref},
     ),
     "attempt.not_sent": (
         {"call": is_str, "attempt": pos},
@@ -514,6 +514,12 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
         "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's call.completed "
         "or call.failed",
     ),
+    (
+        "interpreted_its_response",
+        "attempt.interpreted",
+        "an interpretation that names the response it read (response: {digest, size}) names exactly the ref its "
+        "attempt's attempt.observed stored",
+    ),
 )
 MAX_DEDUP_WINDOW_S = 2592000.0
 # </generated graph_rules>
@@ -685,6 +691,18 @@ class Graph:
         if c.completed or c.failed:
             ended = "completed" if c.completed else "failed"
             return [f"a reconciliation of attempt {d['attempt']} of {d['call']} after the call {ended}"]
+        return []
+
+    def rule_interpreted_its_response(self, c: GraphCall, d: dict[str, Any]) -> list[str]:
+        ref = d.get("response")
+        if ref is None:
+            return []  # an interpretation written before they named their response
+        seen = c.responses.get(d["attempt"])
+        if type(ref) is not dict or seen is None or (ref.get("digest"), ref.get("size")) != seen:
+            return [
+                f"attempt {d['attempt']} of {d['call']} is interpreted from a response its attempt.observed did not "
+                f"store ({str(ref)[:80]})"
+            ]
         return []
 
     def on_task_created(self, seq: int, kind: str, d: dict[str, Any]) -> None:

@@ -113,6 +113,33 @@ def deduped(root: Path) -> None:
     reseal(root)
 
 
+def named_responses(events: Events) -> Events:
+    """Each attempt.interpreted names {digest, size} of the response its attempt's attempt.observed stored."""
+    stored: dict[tuple[str, int], dict[str, Any]] = {}
+    for e in events:
+        d = e["data"]
+        if e["kind"] == "attempt.observed":
+            stored[(d["call"], d["attempt"])] = {"digest": d["response"]["digest"], "size": d["response"]["size"]}
+        elif e["kind"] == "attempt.interpreted":
+            d["response"] = stored[(d["call"], d["attempt"])]
+    return events
+
+
+def two_interpreted(root: Path) -> None:
+    """Two calls whose responses are the same size, each interpreted (the second one reinterpreted too), each
+    interpretation naming the response it read."""
+
+    def amount(raw: bytes) -> Any:
+        return orjson.loads(raw)["paid"]
+
+    with intentlog.open(root) as led:
+        t = led.task("t")
+        t.effect("pay-a", {"to": "a"}, lambda r: b'{"paid": 1}', interpret=amount)
+        t.effect("pay-b", {"to": "b"}, lambda r: b'{"paid": 2}', interpret=amount)
+        t.reinterpret("pay-b", amount)
+    tamper(root, "t", named_responses)
+
+
 # -- the forgeries ------------------------------------------------------------------------------------
 
 
@@ -275,6 +302,21 @@ def completion_repeated_at_the_end(events: Events) -> Events:
     return [*events, _copy(events[at(events, "call.completed")])]
 
 
+def responses_swapped(events: Events) -> Events:
+    """The two calls' attempt.observed trade their (same-size) responses; the interpretations stay as they were."""
+    first, second = at(events, "attempt.observed"), at(events, "attempt.observed", 1)
+    a, b = events[first]["data"], events[second]["data"]
+    a["response"], b["response"] = b["response"], a["response"]
+    return events
+
+
+def response_named_unobserved(events: Events) -> Events:
+    """The reinterpretation names the response of the other call (its own call's observation is untouched)."""
+    i = at(events, "attempt.interpreted", 2)
+    events[i]["data"]["response"] = _copy(events[at(events, "attempt.observed")])["data"]["response"]
+    return events
+
+
 Forgery = tuple[Callable[[Path], None], Callable[[Events], Events]]
 #: rule name -> forgeries of that rule (each starts from a legal record)
 FORGERIES: dict[str, dict[str, Forgery]] = {
@@ -309,6 +351,10 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "a reconciliation appended after the call completed": (approved, reconciled_after_completion),
         "a reconciliation appended after the call failed": (approved, reconciled_after_failure),
     },
+    "interpreted_its_response": {
+        "two same-size responses swapped between calls": (two_interpreted, responses_swapped),
+        "a reinterpretation naming another call's response": (two_interpreted, response_named_unobserved),
+    },
 }
 CASES = [(rule, name) for rule in sorted(FORGERIES) for name in sorted(FORGERIES[rule])]
 
@@ -331,7 +377,9 @@ def test_every_rule_of_the_table_has_a_forgery_here() -> None:
     assert sorted(FORGERIES) == sorted(r.name for r in GRAPH_RULES)
 
 
-@pytest.mark.parametrize("base", [approved, approved_by_digest, rejected, deduped], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "base", [approved, approved_by_digest, rejected, deduped, two_interpreted], ids=lambda f: f.__name__
+)
 def test_the_legal_records_pass_all_three(base: Callable[[Path], None], tmp_path: Path) -> None:
     """The records the forgeries start from (re-chained and re-sealed unchanged) pass every checker."""
     root = tmp_path / "ev"
@@ -387,3 +435,23 @@ def test_the_standalone_verifier_fails_closed_on_a_rule_it_cannot_check(tmp_path
     v.run()
     failed = [d for c in v.claims if c.status == "FAIL" for d in c.details]
     assert any("[no_such_rule]" in d and "no check" in d for d in failed), failed
+
+
+def test_interpretations_that_name_no_response_stay_valid(tmp_path: Path) -> None:
+    """Records written before interpretations named their response lack the field: they pass all three, and the
+    rule has nothing to compare (so a swap there is not seen: only an anchored copy shows it)."""
+
+    def unnamed(events: Events) -> Events:
+        for e in events:
+            if e["kind"] == "attempt.interpreted":
+                e["data"].pop("response", None)
+        return events
+
+    root = tmp_path / "ev"
+    two_interpreted(root)
+    tamper(root, "t", unnamed)
+    events = read_events(root / "tasks" / "t.jsonl")
+    assert [e for e in events if e["kind"] == "attempt.interpreted" and "response" in e["data"]] == []
+    assert three_verdicts(root, tmp_path / "unnamed") == ([], [], [])
+    tamper(root, "t", responses_swapped)
+    assert three_verdicts(root, tmp_path / "swapped") == ([], [], [])

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ..dedup import MAX_WINDOW_S, parse_ts, within
-from .fields import Finding
+from .fields import Finding, show
 from .graph import CallNode, TaskGraph
 
 __all__ = ["CHECKS", "GRAPH_RULES", "MAX_DEDUP_WINDOW_S", "TableRule", "approvals_of", "table_findings"]
@@ -75,6 +75,12 @@ GRAPH_RULES: Final = (
         "effect.reconciled",
         "an attempt is reconciled only while its call is open: no effect.reconciled follows the call's "
         "call.completed or call.failed",
+    ),
+    TableRule(
+        "interpreted_its_response",
+        "attempt.interpreted",
+        "an interpretation that names the response it read (response: {digest, size}) names exactly the ref its "
+        "attempt's attempt.observed stored",
     ),
 )
 
@@ -179,6 +185,20 @@ def _reconciled_while_open(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -
         )
 
 
+def _interpreted_its_response(g: TaskGraph, node: CallNode, d: Mapping[str, Any]) -> Iterator[str]:
+    ref = d.get("response")
+    if ref is None:
+        return  # written before interpretations named their response: nothing to compare
+    seen = node.responses.get(d["attempt"])
+    if seen is None:
+        yield f"attempt {d['attempt']} of {node.call} names the response {show(ref)}, but no observation stored one"
+    elif type(ref) is not dict or (ref.get("digest"), ref.get("size")) != seen:
+        yield (
+            f"attempt {d['attempt']} of {node.call} is interpreted from the response {show(ref)}, not the one its "
+            f"attempt.observed stored ({seen[0]}, {seen[1]} bytes): the responses were moved between calls"
+        )
+
+
 _Check = Callable[[TaskGraph, CallNode, Mapping[str, Any]], Iterator[str]]
 #: rule name -> the library's check of it (each yields what it found, as text).
 CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
@@ -189,6 +209,7 @@ CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
         "completed_once": _completed_once,
         "started_while_open": _started_while_open,
         "reconciled_while_open": _reconciled_while_open,
+        "interpreted_its_response": _interpreted_its_response,
     }
 )
 _BY_KIND: Final = {r.kind: tuple(x for x in GRAPH_RULES if x.kind == r.kind) for r in GRAPH_RULES}

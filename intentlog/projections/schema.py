@@ -250,7 +250,9 @@ for _rule in (
     KindRule(
         "attempt.interpreted",
         {**_ATTEMPT, "interpreter": DICT},
-        {"result": ANY, "result_ref": REF, "error": STR, "reinterpretation": POS},
+        # response: the {digest, size} of the bytes interpreted, the ref its attempt.observed stored; records
+        # written before interpretations named their response lack it
+        {"result": ANY, "result_ref": REF, "error": STR, "reinterpretation": POS, "response": REF},
         refs=("result_ref",),
         scan=("result",),
         graph=on_interpreted,
