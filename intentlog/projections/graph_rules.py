@@ -195,7 +195,8 @@ def _interpreted_its_response(g: TaskGraph, node: CallNode, d: Mapping[str, Any]
     elif type(ref) is not dict or (ref.get("digest"), ref.get("size")) != seen:
         yield (
             f"attempt {d['attempt']} of {node.call} is interpreted from the response {show(ref)}, not the one its "
-            f"attempt.observed stored ({seen[0]}, {seen[1]} bytes): the responses were moved between calls"
+            f"attempt.observed stored ({seen[0]}, {seen[1]} bytes): the observation or the interpretation was edited "
+            "(a response moved between calls, say)"
         )
 
 
