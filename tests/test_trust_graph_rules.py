@@ -125,18 +125,22 @@ def named_responses(events: Events) -> Events:
     return events
 
 
-def two_interpreted(root: Path) -> None:
-    """Two calls whose responses are the same size, each interpreted (the second one reinterpreted too), each
-    interpretation naming the response it read."""
+def amount(raw: bytes) -> Any:
+    return orjson.loads(raw)["paid"]
 
-    def amount(raw: bytes) -> Any:
-        return orjson.loads(raw)["paid"]
 
+def two_interpreted_as_written(root: Path) -> None:
+    """Two calls whose responses are the same size, each interpreted (the second one reinterpreted too)."""
     with intentlog.open(root) as led:
         t = led.task("t")
         t.effect("pay-a", {"to": "a"}, lambda r: b'{"paid": 1}', interpret=amount)
         t.effect("pay-b", {"to": "b"}, lambda r: b'{"paid": 2}', interpret=amount)
         t.reinterpret("pay-b", amount)
+
+
+def two_interpreted(root: Path) -> None:
+    """:func:`two_interpreted_as_written`, each interpretation naming the response it read."""
+    two_interpreted_as_written(root)
     tamper(root, "t", named_responses)
 
 
@@ -455,3 +459,18 @@ def test_interpretations_that_name_no_response_stay_valid(tmp_path: Path) -> Non
     assert three_verdicts(root, tmp_path / "unnamed") == ([], [], [])
     tamper(root, "t", responses_swapped)
     assert three_verdicts(root, tmp_path / "swapped") == ([], [], [])
+
+
+def test_an_interpretation_names_the_response_it_read(tmp_path: Path) -> None:
+    """Every attempt.interpreted, the reinterpretation too, records {digest, size} of its attempt's observed bytes."""
+    root = tmp_path / "ev"
+    two_interpreted_as_written(root)
+    events = read_events(root / "tasks" / "t.jsonl")
+    stored = {
+        e["data"]["call"]: {k: e["data"]["response"][k] for k in ("digest", "size")}
+        for e in events
+        if e["kind"] == "attempt.observed"
+    }
+    named = [(e["data"]["call"], e["data"]["response"]) for e in events if e["kind"] == "attempt.interpreted"]
+    assert named == [("call-1", stored["call-1"]), ("call-2", stored["call-2"]), ("call-2", stored["call-2"])]
+    assert stored["call-1"] != stored["call-2"] and stored["call-1"]["size"] == stored["call-2"]["size"]

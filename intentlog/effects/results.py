@@ -42,11 +42,15 @@ def record_interpretation(
     (or nests too deep to walk) is a recorded interpretation error; a large value goes to
     objects/ as canonical JSON and both events carry its ref (``result_ref`` /
     ``{"value_ref": ref}``), so no line grows past the inline threshold.
-    ``reinterpretation`` (1, 2, ...) marks both events of a later interpretation of the
+    The interpretation names the response it read (``response: {digest, size}``, the ref
+    this attempt's ``attempt.observed`` stored), so a checker can tell it was not moved to
+    another call's bytes. ``reinterpretation`` (1, 2, ...) marks both events of a later interpretation of the
     same stored bytes. ``outcome``: what ``interpret`` already did over ``raw`` (a driver ran
     it, awaiting an async interpreter); None runs it here.
     """
     head: dict[str, Any] = {"call": st.call_id, "attempt": st.attempts, "interpreter": interpreter_id(interpret)}
+    if isinstance(st.response, Mapping):  # the bytes read: the ref this attempt's observation stored
+        head["response"] = {"digest": st.response["digest"], "size": st.response["size"]}
     tail: dict[str, Any] = {} if reinterpretation is None else {"reinterpretation": reinterpretation}
     error: str | None = None
     if outcome is None:
