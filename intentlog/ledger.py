@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import orjson
 
 from ._internal.args import check_bool, check_seconds
+from ._internal.commands import DEFAULT_ROOT as COMMAND_DEFAULT_ROOT
 from ._internal.fsutil import makedirs_durable, open_nofollow, publish_bytes
 from .artifacts import inline_bytes
 from .errors import ArtifactError, IntentlogError, NotALedger, UsageError, WrongType
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_ROOT", "Ledger", "RepairReport", "open_ledger"]
 
-DEFAULT_ROOT: Final = ".intentlog"
+DEFAULT_ROOT: Final = COMMAND_DEFAULT_ROOT  # one spelling, shared with the hints that name it
 _SUBDIRS: Final = ("tasks", "objects", "tmp", "quarantine")
 GITIGNORE: Final = (
     b"# intentlog: lock files, staging and the view cache (derived, deletable) are not evidence\n*.lock\ntmp/\ncache/\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from typing import Final
 
 __all__ = [
     "COMMANDS",
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 #: The ledger the command line opens when neither ``--root`` nor ``$INTENTLOG_ROOT`` names one.
-DEFAULT_ROOT = ".intentlog"
+DEFAULT_ROOT: Final = ".intentlog"  # intentlog.ledger.DEFAULT_ROOT is this
 
 #: Commands whose names, after "intentlog ", start a hint that is completed with ``--root``.
 COMMANDS = (
