@@ -1,25 +1,44 @@
 """One demo process: produce (and die at a chosen boundary), resume, restart naively, inspect.
 
-Run as ``python -m intentlog.demo.producer MODE LEDGER RECEIPTS [options]``. Every mode
-is its own OS process; kills are real ``SIGKILL``s that run no cleanup.
+Run as ``python -m intentlog.demo.producer MODE CASE_DIR [options]``. Every mode is its
+own OS process and refuses outbound network first (:mod:`intentlog.demo.netguard`):
+only the provider on 127.0.0.1 is reachable. Kills are real ``SIGKILL``s that run no
+cleanup. The ledger is ``CASE_DIR/ledger``; the provider is reached over HTTP at
+``--url``; each inspection is written to ``CASE_DIR/inspections/``.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
-import sys
-from typing import Any
+from intentlog.demo.netguard import install
 
-import orjson
+install()  # before anything else can open a socket
 
-import intentlog
-from intentlog.artifacts.inline import ref_bytes
-from intentlog.demo.provider import SyntheticProvider
+import argparse  # noqa: E402
+import http.client  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+from urllib.parse import urlsplit  # noqa: E402
+
+import orjson  # noqa: E402
+
+import intentlog  # noqa: E402
+from intentlog.demo.records import stream_digest, write_json  # noqa: E402
 
 TASK = "chapter-16"
 KEY = "review-p7"
+COMPILATION = "context-16"
+PATIENT = intentlog.RetryPolicy(max_attempts=3, backoff=600.0, max_backoff=600.0)  # killed during its backoff
+
+#: The inventory the compilation is offered: A (required, size estimated from its payload), B (required), D.
+OFFERED = [
+    {"id": "A", "content": {"text": "chapter 15 summary"}, "required": True, "lineage": "ch15"},
+    {"id": "B", "content": {"text": ""}, "required": True, "size": 0, "lineage": "ch16"},
+    {"id": "D", "content": {"text": ""}, "size": 0, "lineage": "notes"},
+]
 
 
 def build_request(model: str) -> dict[str, Any]:
@@ -42,13 +61,63 @@ def parse_review(raw: bytes) -> dict[str, Any]:
 parse_review.version = "1"  # type: ignore[attr-defined]
 
 
-#: The inventory the compilation is offered: A (required, size estimated from its payload), B (required), D.
-OFFERED = [
-    {"id": "A", "content": {"text": "chapter 15 summary"}, "required": True, "lineage": "ch15"},
-    {"id": "B", "content": {"text": ""}, "required": True, "size": 0, "lineage": "ch16"},
-    {"id": "D", "content": {"text": ""}, "size": 0, "lineage": "notes"},
-]
-COMPILATION = "context-16"
+def http_sender(url: str, mode: str) -> Any:
+    """``send(request) -> bytes`` over HTTP to the provider: the canonical request bytes, its key as a header.
+
+    An error status is the provider's refusal (nothing served): ``ProviderFailure.from_status``.
+    """
+    parts = urlsplit(url)
+
+    def send(request: dict[str, Any]) -> bytes:
+        body = intentlog.canonicalize(request).data
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=300)
+        try:
+            conn.request(
+                "POST",
+                parts.path,
+                body,
+                headers={
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": str(request["idempotency_key"]),
+                    "User-Agent": f"intentlog-demo {mode} pid={os.getpid()}",
+                },
+            )
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            raise intentlog.ProviderFailure.from_status(resp.status, resp.reason, body=data, headers=resp.getheaders())
+        return data
+
+    return send
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _print(obj: dict[str, Any]) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _stream(case: Path) -> Path:
+    return case / "ledger" / "tasks" / f"{TASK}.jsonl"
+
+
+def inspect(case: Path, label: str) -> dict[str, Any]:
+    """Project the work state (reads only) and record what was projected, with the stream as seen before and after."""
+    before = stream_digest(_stream(case))
+    ledger = intentlog.open(case / "ledger", create=False)
+    state = ledger.task(TASK).work_state().to_json()
+    ledger.close()
+    after = stream_digest(_stream(case))
+    folder = case / "inspections"
+    n = len(list(folder.glob("*.json"))) + 1 if folder.exists() else 1
+    record = {"label": label, "n": n, "pid": os.getpid(), "before": before, "after": after, "state": state}
+    write_json(folder / f"{n:02d}-{label}.json", record)
+    return record
 
 
 def compile_step(task: Any, *, kill: bool, missing: bool) -> dict[str, Any]:
@@ -68,80 +137,90 @@ def compile_step(task: Any, *, kill: bool, missing: bool) -> dict[str, Any]:
     return {"outcome": "compiled", "package": getattr(package, "digest", None)}
 
 
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+def refused(exc: intentlog.ResumeRefused) -> dict[str, Any]:
+    return {
+        "outcome": "refused",
+        "error": type(exc).__name__,
+        "reason": exc.reason,
+        "call": exc.call_id,
+        "next_operation": exc.next_operation,
+    }
 
 
-def _print(obj: dict[str, Any]) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode() + "\n")
-    sys.stdout.flush()
+def reproject(root: Path, cases: list[str]) -> dict[str, Any]:
+    """A fresh process reopens each case's ledger and projects it again, appending nothing."""
+    out: dict[str, Any] = {"pid": os.getpid(), "ledgers": {}}
+    for name in cases:
+        case = root / name
+        before = stream_digest(_stream(case))
+        ledger = intentlog.open(case / "ledger", create=False)
+        state = ledger.task(TASK).work_state().to_json()
+        ledger.close()
+        out["ledgers"][name] = {"before": before, "after": stream_digest(_stream(case)), "state": state}
+    write_json(root / "reprojection.json", out)
+    return {"outcome": "reprojected", "ledgers": len(cases)}
 
 
-def run(mode: str, ledger_path: str, receipts: str, *, kill: str, model: str, hold: float) -> int:
-    ledger = intentlog.open(ledger_path)
+def netcheck() -> dict[str, Any]:
+    """Try what the guard must refuse: a connect to a non-loopback address and a name lookup."""
+    results: dict[str, str] = {}
+    for what, attempt in (
+        ("connect 192.0.2.1:9", lambda: socket.create_connection(("192.0.2.1", 9), timeout=2).close()),
+        ("lookup example.com", lambda: socket.getaddrinfo("example.com", 443)),
+    ):
+        try:
+            attempt()
+            results[what] = "allowed"
+        except PermissionError as exc:
+            results[what] = f"refused: {exc}"
+        except OSError as exc:
+            results[what] = f"failed outside the guard: {exc}"
+    return {"outcome": "netcheck", "results": results}
+
+
+def run(a: argparse.Namespace) -> int:
+    case = Path(a.case)
+    if a.mode == "netcheck":
+        _print(netcheck())
+        return 0
+    if a.mode == "inspect":
+        rec = inspect(case, a.label)
+        _print({"outcome": "inspected", "n": rec["n"], "events": rec["after"]["events"]})
+        return 0
+    if a.mode == "reproject":
+        _print(reproject(case, a.cases))
+        return 0
+    ledger = intentlog.open(case / "ledger")
     task = ledger.task(TASK)
-    provider = SyntheticProvider(receipts, hold=hold, label=mode)
-    request = build_request(model)
-    if mode == "inspect":
-        ws = task.work_state()
-        c = ws.call_for_key(KEY)
-        comp = ws.compilations.get(COMPILATION)
-        _print(
-            {
-                "events": ws.events,
-                "stage": c.stage if c else None,
-                "next_operation": c.next_operation if c else ws.next_operation,
-                "provider_effect": c.provider_effect if c else None,
-                "superseded_by": c.superseded_by if c else None,
-                "calls": {cid: x.stage for cid, x in ws.calls.items()},
-                "task_next_operation": ws.next_operation,
-                "compilation": None
-                if comp is None
-                else {
-                    "stage": comp.stage,
-                    "next_operation": comp.next_operation,
-                    "offered": [
-                        {k: o.get(k) for k in ("id", "required", "size", "estimated", "lineage")} for o in comp.offered
-                    ],
-                    "missing": list(comp.missing),
-                    "error": comp.error,
-                },
-            }
-        )
+    if a.mode == "compile":
+        _print(compile_step(task, kill=a.kill == "mid-compilation", missing=a.kill == "missing-input"))
         return 0
-    if mode == "compile":
-        _print(compile_step(task, kill=kill == "mid-compilation", missing=kill == "missing-input"))
-        return 0
-    if mode == "naive":
-        # what restart loops do: take the recorded request and send it again, never asking the work state
-        for ev in task.events():
-            if ev.kind == "call.manifest":
-                recorded = ref_bytes(ev.data["request"], ledger.artifacts)
-                provider.send(orjson.loads(recorded))
-                _print({"outcome": "resent"})
-                return 0
-        return 1
-    if kill == "after-manifest":
+    request = build_request(a.model)
+    send = http_sender(a.url, a.mode)
+    if a.kill == "after-manifest":
         task.prepare(KEY, request)
         _die()
 
     def interpret(raw: bytes) -> dict[str, Any]:
-        if kill == "after-observation":
+        if a.kill == "after-observation":
             _die()
         return parse_review(raw)
 
     interpret.version = "1"  # type: ignore[attr-defined]
+    retry = PATIENT if a.kill == "in-backoff" else None
     try:
-        result = task.effect(KEY, request, send=provider.send, interpret=interpret)
+        result = task.effect(KEY, request, send=send, interpret=interpret, retry=retry)
+    except intentlog.EffectUnknown as exc:
+        if a.mode != "naive":
+            _print(refused(exc))
+            return 3
+        # what restart loops do with every error: run the step that did not finish again
+        task.reconcile(exc.call_id, "resend", note="restart loop: re-run the step that did not finish", by="restart")
+        result = task.effect(KEY, request, send=send, interpret=interpret)
+        _print({"outcome": "resent", "refused_first": refused(exc), "result": result})
+        return 0
     except intentlog.ResumeRefused as exc:
-        _print(
-            {
-                "outcome": "refused",
-                "error": type(exc).__name__,
-                "reason": exc.reason,
-                "next_operation": exc.next_operation,
-            }
-        )
+        _print(refused(exc))
         return 3
     _print({"outcome": "completed", "result": result})
     return 0
@@ -149,18 +228,18 @@ def run(mode: str, ledger_path: str, receipts: str, *, kill: str, model: str, ho
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m intentlog.demo.producer")
-    p.add_argument("mode", choices=["produce", "resume", "naive", "inspect", "compile"])
-    p.add_argument("ledger")
-    p.add_argument("receipts")
+    p.add_argument("mode", choices=["produce", "resume", "naive", "inspect", "compile", "reproject", "netcheck"])
+    p.add_argument("case", help="the case folder (for reproject: the experiment folder)")
+    p.add_argument("--url", default="", help="the provider's review URL for this case")
     p.add_argument(
         "--kill",
         default="none",
-        choices=["none", "after-manifest", "provider-holds", "after-observation", "mid-compilation", "missing-input"],
+        choices=["none", "after-manifest", "after-observation", "in-backoff", "mid-compilation", "missing-input"],
     )
     p.add_argument("--model", default="reviewer-1")
-    p.add_argument("--hold", type=float, default=0.0)
-    a = p.parse_args(argv)
-    return run(a.mode, a.ledger, a.receipts, kill=a.kill, model=a.model, hold=a.hold)
+    p.add_argument("--label", default="inspection")
+    p.add_argument("--cases", nargs="*", default=[])
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":
