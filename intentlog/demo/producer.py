@@ -1,7 +1,7 @@
 """One demo process: produce (and die at a chosen boundary), resume, restart naively, inspect.
 
 Run as ``python -m intentlog.demo.producer MODE CASE_DIR [options]``. Every mode is its
-own OS process and refuses outbound network first (:mod:`intentlog.demo.netguard`):
+own OS process and refuses outbound network first thing in ``main`` (:mod:`intentlog.demo.netguard`):
 only the provider on 127.0.0.1 is reachable. Kills are real ``SIGKILL``s that run no
 cleanup. The ledger is ``CASE_DIR/ledger``; the provider is reached over HTTP at
 ``--url``; each inspection is written to ``CASE_DIR/inspections/``.
@@ -9,24 +9,18 @@ cleanup. The ledger is ``CASE_DIR/ledger``; the provider is reached over HTTP at
 
 from __future__ import annotations
 
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import intentlog
 from intentlog.demo.netguard import install
-
-install()  # before anything else can open a socket
-
-import argparse  # noqa: E402
-import http.client  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-from urllib.parse import urlsplit  # noqa: E402
-
-import orjson  # noqa: E402
-
-import intentlog  # noqa: E402
-from intentlog.demo.records import stream_digest, write_json  # noqa: E402
+from intentlog.demo.records import stream_digest, write_json
 
 TASK = "chapter-16"
 KEY = "review-p7"
@@ -66,6 +60,9 @@ def http_sender(url: str, mode: str) -> Any:
 
     An error status is the provider's refusal (nothing served): ``ProviderFailure.from_status``.
     """
+    import http.client  # only the sending modes pay for it
+    from urllib.parse import urlsplit
+
     parts = urlsplit(url)
 
     def send(request: dict[str, Any]) -> bytes:
@@ -163,6 +160,8 @@ def reproject(root: Path, cases: list[str]) -> dict[str, Any]:
 
 def netcheck() -> dict[str, Any]:
     """Try what the guard must refuse: a connect to a non-loopback address and a name lookup."""
+    import socket
+
     results: dict[str, str] = {}
     for what, attempt in (
         ("connect 192.0.2.1:9", lambda: socket.create_connection(("192.0.2.1", 9), timeout=2).close()),
@@ -227,6 +226,7 @@ def run(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    install()  # first: nothing in this process has opened a socket yet (importing intentlog opens none)
     p = argparse.ArgumentParser(prog="python -m intentlog.demo.producer")
     p.add_argument("mode", choices=["produce", "resume", "naive", "inspect", "compile", "reproject", "netcheck"])
     p.add_argument("case", help="the case folder (for reproject: the experiment folder)")

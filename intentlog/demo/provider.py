@@ -27,13 +27,14 @@ import os
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import blake3
 
-__all__ = ["HOLD_LIMIT", "RECEIPTS", "read_receipts", "serve"]
+__all__ = ["HOLD_LIMIT", "RECEIPTS", "SyntheticProvider", "read_receipts", "serve"]
 
 RECEIPTS = Path("provider") / "receipts.jsonl"
 BEHAVIOUR = Path("provider") / "behaviour.json"
@@ -47,6 +48,39 @@ def read_receipts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_bytes().splitlines() if line.strip()]
+
+
+class SyntheticProvider:
+    """The same provider in-process, for tests and examples: ``send(request) -> bytes``.
+
+    Each call appends (and fsyncs) ``{"body_hash", "key", "pid", "label"}`` to ``receipts``
+    before answering (``body_hash``: the canonical request hash); ``hold`` seconds pass
+    between the receipt and the answer.
+    """
+
+    def __init__(self, receipts: str | os.PathLike[str], *, hold: float = 0.0, label: str = "") -> None:
+        self.receipts = Path(receipts)
+        self.hold = hold
+        self.label = label
+
+    def send(self, request: Any) -> bytes:
+        from intentlog.eventlog.canonical import canonicalize  # only in-process: the server imports no intentlog
+
+        body = canonicalize(request).data
+        _append(
+            self.receipts,
+            {
+                "body_hash": "blake3:" + blake3.blake3(body).hexdigest(),
+                "key": request.get("idempotency_key") if isinstance(request, dict) else None,
+                "pid": os.getpid(),
+                "label": self.label,
+            },
+        )
+        if self.hold:
+            time.sleep(self.hold)
+        model = request.get("model") if isinstance(request, dict) else None
+        doc = {"model": model, "review": f"reviewed {len(body)} request bytes", "verdict": "accept"}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class _Provider(ThreadingHTTPServer):
@@ -130,7 +164,7 @@ def _append(path: Path, receipt: dict[str, Any]) -> None:
     new = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        data = json.dumps(receipt, sort_keys=True).encode() + b"\n"
+        data = json.dumps(receipt, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
         while data:
             data = data[os.write(fd, data) :]
         os.fsync(fd)

@@ -61,6 +61,10 @@ class Claim:
         return "FAIL" if self.details else "PASS"
 
 
+def as_dict(v: Any) -> dict[str, Any]:
+    return v if type(v) is dict else {}
+
+
 def b3(data: bytes) -> str:
     return "blake3:" + blake3.blake3(data).hexdigest()
 
@@ -241,8 +245,8 @@ class Experiment:
 
     def check_inspection(self, name: str, rec: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> None:
         label = f"{name}: inspection {rec.get('n')} '{rec.get('label')}' (pid {rec.get('pid')})"
-        before, after = rec.get("before") or {}, rec.get("after") or {}
-        n = before.get("events") if type(before.get("events")) is int else -1
+        before, after = as_dict(rec.get("before")), as_dict(rec.get("after"))
+        n: int = before["events"] if type(before.get("events")) is int else -1
         c = self.claim(
             f"{label} appended nothing (the stream's bytes identical before and after it projected) and saw the "
             f"first {n} events of the exported record",
@@ -253,7 +257,7 @@ class Experiment:
         c.check(
             0 < n <= len(events) and events[n - 1][0] == before.get("head"), "its head is not in the exported stream"
         )
-        state = rec.get("state") if type(rec.get("state")) is dict else {}
+        state = as_dict(rec.get("state"))
         mine = self.derive(events, n) if n > 0 else None
         calls = ", ".join(f"{k} {v.get('stage')}" for k, v in sorted((mine or {}).get("calls", {}).items()))
         comps = ", ".join(f"{k} {v.get('stage')}" for k, v in sorted((mine or {}).get("compilations", {}).items()))
@@ -273,11 +277,11 @@ class Experiment:
             if theirs.get(field) != mine.get(field):
                 c.fail(f"recorded {field} {theirs.get(field)!r}; the events say {mine.get(field)!r}")
         for group, fields in (("calls", CALL_FIELDS), ("compilations", COMP_FIELDS)):
-            got = theirs.get(group) if type(theirs.get(group)) is dict else {}
+            got = as_dict(theirs.get(group))
             if sorted(got) != sorted(mine[group]):
                 c.fail(f"recorded {group} {sorted(got)}; the events hold {sorted(mine[group])}")
             for cid, st in mine[group].items():
-                rec = got.get(cid) if type(got.get(cid)) is dict else {}
+                rec = as_dict(got.get(cid))
                 for field in fields:
                     if rec.get(field) != st.get(field):
                         c.fail(f"{cid}: recorded {field} {rec.get(field)!r}; the events say {st.get(field)!r}")
@@ -291,7 +295,7 @@ class Experiment:
             ("last", inspections[-1] if inspections else {}),
         ):
             want = plan[which]
-            state = rec.get("state") if type(rec.get("state")) is dict else {}
+            state = as_dict(rec.get("state"))
             c = self.claim(
                 f"{name}: the {which} inspection shows what was preregistered: {describe(want)}", "predictions", name
             )
@@ -306,9 +310,10 @@ class Experiment:
                 if "missing" in want:
                     c.check(got.get("missing") == want["missing"], f"{cid} misses {got.get('missing')}")
         receipts = self.receipts(name)
-        served = sum(r.get("status") == 200 for r in receipts)
+        served = sum(r.get("status") == 200 for r in receipts)  # answered: the generation was delivered
         c = self.claim(
-            f"{name}: the provider's log holds {plan['receipts']} receipt(s), {plan['served']} served, as preregistered",
+            f"{name}: the provider's log holds {plan['receipts']} receipt(s), {plan['served']} answered 200, "
+            "as preregistered",
             "predictions",
             name,
         )
@@ -317,7 +322,8 @@ class Experiment:
         )
         if plan.get("identical_receipts"):
             c = self.claim(
-                f"{name}: its receipts are one byte-identical request under one idempotency key, from different processes",
+                f"{name}: its receipts are one byte-identical request under one idempotency key, "
+                "from different processes",
                 "predictions",
                 name,
             )
@@ -337,19 +343,22 @@ class Experiment:
         keys: dict[Any, Any] = {}
         hashes: dict[Any, Any] = {}
         for _, ev in events:
-            d = ev.get("data") if type(ev.get("data")) is dict else {}
+            d = as_dict(ev.get("data"))
             if ev.get("kind") == "call.manifest":
                 keys[d.get("call")], hashes[d.get("call")] = d.get("key"), d.get("request_hash")
             elif ev.get("kind") == "attempt.started":
                 k = (keys.get(d.get("call")), hashes.get(d.get("call")))
                 started[k] = started.get(k, 0) + 1
-        seen: dict[tuple[Any, Any], int] = {}
+        counted: dict[tuple[Any, Any], int] = {}
         for r in receipts:
             k = (r.get("idempotency_key"), r.get("body_hash"))
-            seen[k] = seen.get(k, 0) + 1
-            c.check(seen[k] <= started.get(k, 0), f"receipt {r.get('n')} ({k[0]}) has no recorded attempt to cover it")
+            counted[k] = counted.get(k, 0) + 1
+            c.check(
+                counted[k] <= started.get(k, 0), f"receipt {r.get('n')} ({k[0]}) has no recorded attempt to cover it"
+            )
         if plan.get("action_appends") is not None and len(inspections) >= 2:
-            grew = inspections[-1].get("before", {}).get("events", 0) > inspections[0].get("after", {}).get("events", 0)
+            first, last = as_dict(inspections[0].get("after")), as_dict(inspections[-1].get("before"))
+            grew = last.get("events", 0) > first.get("events", 0)
             what = "appended to the record" if plan["action_appends"] else "appended nothing (refused)"
             c = self.claim(f"{name}: the action between the inspections {what}, as preregistered", "predictions", name)
             c.check(grew == plan["action_appends"], f"grew: {grew}")
@@ -388,7 +397,7 @@ class Experiment:
         doc = read_json(self.path("reprojection.json"))
         ledgers = doc.get("ledgers", {}) if type(doc) is dict else {}
         for name in plan.get("reprojected", []):
-            got = ledgers.get(name) if type(ledgers.get(name)) is dict else {}
+            got = as_dict(ledgers.get(name))
             last = (self.inspections(name) or [{}])[-1]
             c = self.claim(
                 f"{name}: a fresh process (pid {doc.get('pid') if type(doc) is dict else None}) reopened the ledger, "
@@ -414,7 +423,8 @@ class Experiment:
     def check_corruptions(self, plan: dict[str, Any]) -> None:
         for i, what in enumerate(plan.get("corruptions", []), start=1):
             c = self.claim(
-                f"corruption c{i} ({what}, in a copy of case 1's bundle) is rejected by meaning alone (no byte inventory)",
+                f"corruption c{i} ({what}, in a copy of case 1's bundle) is rejected by meaning alone "
+                "(no byte inventory)",
                 "corruptions",
             )
             folder = self.path("corruptions", f"c{i}")
