@@ -7,7 +7,9 @@ the same folder again, independently (:mod:`intentlog.demo.verify_experiment`).
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -284,10 +286,28 @@ def case_backoff(x: Experiment, root: Path) -> Case:
     return c
 
 
-def run_cases(x: Experiment, root: Path) -> list[Case]:
-    """Every case in its folder under ``root``, in the preregistered order."""
-    cases = [case_resumed(x, root), case_drift(x, root)]
-    cases.extend(case_unknown(x, root))
-    cases.extend([case_observed(x, root), case_compile_killed(x, root), case_compile_missing(x, root)])
-    cases.append(case_backoff(x, root))
-    return cases
+def run_cases(x: Experiment, root: Path, *, workers: int = 0) -> list[Case]:
+    """Every case in its folder under ``root``; listed in the preregistered order.
+
+    The cases share nothing but the provider (which numbers each case's receipts under a
+    lock), so their chains of processes run side by side, ``workers`` at a time (default:
+    the number of cores, at least 2); within a case every step waits for the one before.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    runners: list[Callable[[Experiment, Path], Case | tuple[Case, Case]]] = [
+        case_resumed,
+        case_drift,
+        case_unknown,
+        case_observed,
+        case_compile_killed,
+        case_compile_missing,
+        case_backoff,
+    ]
+    with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:
+        done = [pool.submit(run, x, root) for run in runners]
+        out: list[Case] = []
+        for f in done:
+            got = f.result()
+            out.extend(got if isinstance(got, tuple) else (got,))
+    return out
