@@ -26,7 +26,7 @@ __all__ = ["run_cases"]
 def _new(root: Path, name: str) -> Case:
     plan = case_plan(name)
     c = Case(name, root / name, plan["story"])
-    (c.folder / "provider").mkdir(parents=True)
+    (c.folder / "provider").mkdir(parents=True, exist_ok=True)
     write_json(c.folder / BEHAVIOUR, plan["behaviour"])
     return c
 
@@ -128,7 +128,8 @@ def case_unknown(x: Experiment, root: Path) -> tuple[Case, Case]:
     c.expected = "killed while the provider held the request: effect unknown, resume refused, receipts stay 1"
     x.kill_when(c, lambda: bool(c.receipts()), "the provider")
     n = Case("3b-naive-restart-copy", root / "3b-naive-restart-copy", case_plan("3b-naive-restart-copy")["story"])
-    shutil.copytree(c.folder, n.folder)  # the dead process's files, and the provider's log of them
+    for part in ("ledger", "provider"):  # the dead process's files, and the provider's log of them
+        shutil.copytree(c.folder / part, n.folder / part)
     write_json(n.folder / BEHAVIOUR, case_plan(n.name)["behaviour"])
     c.events_before, c.receipts_before = c.events(), len(c.receipts())
     seen = _inspect(x, c, "before")

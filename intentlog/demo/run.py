@@ -142,6 +142,9 @@ def _pin_code(directory: Path) -> dict[str, str]:
 
 
 def _preregister(directory: Path, pinned: dict[str, str]) -> None:
+    """The plan, before anything runs: the whole of it at the top, each case's own part in its folder."""
+    for case in plan.CASES:
+        write_json(directory / case["case"] / "preregistration.json", {"format": plan.PLAN_FORMAT, **case})
     write_json(
         directory / "preregistration.json",
         {

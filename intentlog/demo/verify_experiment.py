@@ -190,6 +190,9 @@ class Experiment:
     def check_case(self, plan: dict[str, Any], term: dict[str, Any]) -> None:
         name = plan["case"]
         vb = self.vb
+        c = self.claim(f"{name}: its own preregistration.json is the case's part of the experiment's", "records", name)
+        own = read_json(self.path(name, "preregistration.json"))
+        c.check(own == {"format": PLAN_FORMAT, **plan}, "it differs, or is missing")
         bundle = self.path(name, "bundle")
         if vb is not None:
             v = vb.Verifier(bundle)
