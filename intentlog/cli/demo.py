@@ -1,4 +1,4 @@
-"""``intentlog demo``: the crash experiment, run for real."""
+"""``intentlog demo``: the crash experiment, run for real (see docs/demo.md)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,19 @@ from .app import (
 @json_option
 @handle_errors
 def demo(directory: Path | None, as_json: bool) -> None:
-    """Reproduce the crash experiment: real processes, real kills, a provider with its own receipts.
+    """Run the whole crash experiment: real processes, real kills, a provider with its own receipts.
 
-    Leaves one folder per case under DIRECTORY (default ./intentlog-demo) to inspect
-    with 'status', 'log' and 'verify'. Exit 1 if any claim fails its check.
+    Preregisters the plan, runs seven cases and a naive restart (each step its own
+    process, outbound network refused, the provider on 127.0.0.1), writes a termination
+    record and a BLAKE3 inventory of every file, then checks the folder with its
+    standalone verifier. Leaves everything under DIRECTORY (default ./intentlog-demo);
+    docs/demo.md says how to read it. Exit 1 if any claim fails.
 
     \b
     Example:
       intentlog demo /tmp/intentlog-demo
-      intentlog --root /tmp/intentlog-demo/1-killed-after-manifest/ledger status chapter-16
+      python /tmp/intentlog-demo/code/verify_experiment.py /tmp/intentlog-demo
+      intentlog --root /tmp/intentlog-demo/3-effect-unknown/ledger status chapter-16
     """
     from ..demo.run import render, run_demo
 
