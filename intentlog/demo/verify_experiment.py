@@ -18,18 +18,15 @@ holds; it writes nothing.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import json
+import os
 import sys
+from types import ModuleType
+from typing import Any
 
-sys.dont_write_bytecode = True  # checking must not add files to the folder it checks
-
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import Any  # noqa: E402
-
-import blake3  # noqa: E402
+import blake3
 
 VERIFIER = "intentlog-demo-verify/1"
 PLAN_FORMAT = "intentlog-demo-preregistration/1"
@@ -487,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder", help="the experiment folder intentlog demo wrote")
     p.add_argument("--json", action="store_true", help="print the claims as JSON")
     a = p.parse_args(argv)
+    sys.dont_write_bytecode = True  # loading the bundles' verify_bundle.py must not add files to the folder
     if not os.path.isdir(a.folder):
         sys.stderr.write(f"verify_experiment.py: {a.folder} is not a folder\n")
         return 2
