@@ -96,6 +96,7 @@ CASES: Final[list[dict[str, Any]]] = [
         "served": 1,
         "action_appends": True,
         "identical_receipts": True,
+        "copy_of": "3-effect-unknown",
     },
     {
         "case": "4-killed-after-observation",

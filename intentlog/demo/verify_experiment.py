@@ -356,6 +356,21 @@ class Experiment:
             c.check(
                 counted[k] <= started.get(k, 0), f"receipt {r.get('n')} ({k[0]}) has no recorded attempt to cover it"
             )
+        if plan.get("copy_of"):
+            src = str(plan["copy_of"])
+            c = self.claim(
+                f"{name}: it started as a byte-identical copy of {src} right after the kill: the same stream at "
+                "their first inspections, and the same first receipt",
+                "predictions",
+                name,
+            )
+            theirs = self.inspections(src)
+            c.check(
+                bool(inspections) and bool(theirs) and inspections[0].get("before") == theirs[0].get("before"),
+                "the streams differ",
+            )
+            firsts = [self.receipts(x)[:1] for x in (name, src)]
+            c.check(bool(firsts[0]) and firsts[0] == firsts[1], "the first receipts differ")
         if plan.get("action_appends") is not None and len(inspections) >= 2:
             first, last = as_dict(inspections[0].get("after")), as_dict(inspections[-1].get("before"))
             grew = last.get("events", 0) > first.get("events", 0)
