@@ -15,30 +15,36 @@ the hash of its arguments. So when a graph is resumed after a crash:
   again on a guess.
 
 The same tool with the same arguments in the same node run is one effect (a second call
-returns the first one's result). The result is recorded as JSON when it is JSON (a
-string, numbers, lists, dicts), else with the saver's serde; it is what a resumed run
-gets back. An exception from the function leaves the effect unknown (it may have acted
-before raising); raise :class:`intentlog.NotSent` from it to say that nothing left.
+returns the first one's result). The result is recorded as the response's bytes: JSON
+when it is JSON (a string, numbers, lists, dicts), else a JSON envelope of the saver's
+serde bytes; it is what a resumed run gets back, and JSON is what an operator gives as
+evidence to ``intentlog reconcile ... --served --evidence FILE``.
+
+An exception from the function leaves the effect unknown (it may have acted before
+raising); raise :class:`intentlog.NotSent` from it to say that nothing left.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+import orjson
 from langgraph.config import get_config
 
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps, request_hash
 from .saver import IntentlogSaver
 
-__all__ = ["intentlog_tool", "tool_key"]
+__all__ = ["SERDE_KEY", "decode_result", "encode_result", "intentlog_tool", "tool_key"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_JSON = b"json\n"
+#: A result the serde had to encode is recorded as this JSON envelope (its type and base64 bytes).
+SERDE_KEY = "$langgraph_serde"
 
 
 def tool_key(checkpoint_ns: str, name: str, request: Any) -> str:
@@ -48,21 +54,31 @@ def tool_key(checkpoint_ns: str, name: str, request: Any) -> str:
     return f"tool:{where}:{name}:{digest}"
 
 
-def _encode(saver: IntentlogSaver, value: Any) -> bytes:
+def encode_result(saver: IntentlogSaver, value: Any) -> bytes:
+    """The bytes recorded as the tool's response: its result as JSON, else a JSON envelope of the serde's bytes.
+
+    So the evidence an operator gives ``intentlog reconcile ... --served --evidence FILE``
+    for a tool that returns JSON is simply that JSON (``"m-1"``, ``{"id": 7}``).
+    """
     try:
-        return _JSON + dumps(value)
+        return dumps(value)
     except (NotSerializable, RecursionError):
         kind, data = saver.serde.dumps_typed(value)
-        return kind.encode("utf-8") + b"\n" + data
+        return dumps({SERDE_KEY: kind, "b64": base64.b64encode(data).decode("ascii")})
 
 
-def _decode(saver: IntentlogSaver, raw: bytes) -> Any:
-    head, _, data = bytes(raw).partition(b"\n")
-    if head + b"\n" == _JSON:
-        import orjson
-
-        return orjson.loads(data)
-    return saver.serde.loads_typed((head.decode("utf-8"), data))
+def decode_result(saver: IntentlogSaver, raw: bytes) -> Any:
+    """The tool's result from its recorded response (what :func:`encode_result` wrote, or an operator's evidence)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(
+            f"a tool's recorded response is not JSON ({exc}); the evidence given to 'intentlog reconcile --served' "
+            "must be the tool's result as JSON"
+        ) from exc
+    if isinstance(value, dict) and set(value) == {SERDE_KEY, "b64"}:
+        return saver.serde.loads_typed((value[SERDE_KEY], base64.b64decode(value["b64"])))
+    return value
 
 
 def _where(name: str) -> tuple[str, str]:
@@ -107,11 +123,11 @@ def intentlog_tool(fn: F, saver: IntentlogSaver, *, name: str | None = None) -> 
             request = request_of(args, kwargs)
 
             async def send(_recorded: Any) -> bytes:
-                return _encode(saver, await fn(*args, **kwargs))
+                return encode_result(saver, await fn(*args, **kwargs))
 
             task = saver.task(thread_id)
             raw = await task.aeffect(tool_key(ns, tool_name, request), request, cast(Any, send), name=tool_name)
-            return _decode(saver, raw)
+            return decode_result(saver, raw)
 
         return cast(F, arun)
 
@@ -121,9 +137,9 @@ def intentlog_tool(fn: F, saver: IntentlogSaver, *, name: str | None = None) -> 
         request = request_of(args, kwargs)
 
         def send(_recorded: Any) -> bytes:
-            return _encode(saver, fn(*args, **kwargs))
+            return encode_result(saver, fn(*args, **kwargs))
 
         raw = saver.task(thread_id).effect(tool_key(ns, tool_name, request), request, send, name=tool_name)
-        return _decode(saver, raw)
+        return decode_result(saver, raw)
 
     return cast(F, run)
