@@ -194,3 +194,27 @@ def test_an_async_graph_with_an_async_tool_runs_the_tool_once(tmp_path: Path) ->
     out = asyncio.run(main())
     assert out == {"n": 20, "out": [{"id": "m-1"}, {"id": "m-1"}]} and calls == ["ana"]
     assert _cli(root, "verify").returncode == 0
+
+
+def test_gc_expires_an_idle_thread_and_keeps_one_whose_tool_effect_is_unknown(tmp_path: Path) -> None:
+    """Retention bounds the record: a thread idle past max_age expires; a thread with an unknown send never does."""
+    from intentlog.retention import apply_gc, plan_gc
+
+    root = tmp_path / "ledger"
+
+    def send(to: str) -> str:
+        raise ConnectionError("reset")
+
+    with IntentlogSaver(root) as saver:
+        _two_steps(saver).invoke({"n": 1}, {"configurable": {"thread_id": "idle"}})
+        tool = intentlog_tool(send, saver)
+        with pytest.raises(intentlog.EffectUnknown):
+            graph = _two_steps(saver, lambda s: {"n": len(tool("ana"))})
+            graph.invoke({"n": 1}, {"configurable": {"thread_id": "sent"}})
+    ledger = intentlog.open(root)
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=60)
+    plan = plan_gc(ledger, now=later)
+    result = apply_gc(ledger, plan)
+    assert result.deleted == ("lg-idle",)
+    assert ledger.task_ids() == ["lg-sent"]
+    assert _cli(root, "verify").returncode == 0
