@@ -2,13 +2,15 @@
 
 Run as a script (``python tests/test_langgraph_child.py LEDGER MAIL_URL THREAD [--stop-at B MARKER]``)
 it compiles a three-node graph on an :class:`~intentlog.langgraph.IntentlogSaver` --
-``draft`` (a plain node), ``send`` (calls the ``send_email`` tool, wrapped by
+``draft`` (a plain node; with ``--model URL`` a model call through LangChain's
+``ChatOpenAI`` and ``intentlog.http``), ``send`` (calls the ``send_email`` tool, wrapped by
 ``intentlog_tool``) and ``log`` (a plain node) -- and runs the thread: from its input
 when the thread has no checkpoint, else resumed from where it stopped. It prints one
 JSON line: ``{"ok": true, "state": ...}`` or ``{"error": type, "message", "commands"}``.
 
 ``--stop-at B`` makes the child write ``MARKER`` at boundary ``B`` and then wait, for the
-parent to ``SIGKILL`` it: ``in-draft``, ``before-tool`` (in ``send``, before the tool is
+parent to ``SIGKILL`` it: ``in-draft``, ``after-model`` (with ``--model``: the model
+answered, ``draft`` did not return), ``before-tool`` (in ``send``, before the tool is
 called), ``after-tool`` (the tool returned, ``send`` did not) and ``in-log``. The
 boundaries inside the tool call are the mail service's (:class:`MailService`
 ``hold``): ``before-receipt`` (the request arrived, nothing recorded) and
@@ -135,7 +137,8 @@ class Mail(TypedDict, total=False):
     logged: int
 
 
-def build(root: str, mail_url: str) -> Any:
+def build(root: str, mail_url: str, model_url: str | None = None) -> Any:
+    from langgraph.config import get_config
     from langgraph.graph import END, START, StateGraph
 
     from intentlog.langgraph import IntentlogSaver, intentlog_tool
@@ -155,6 +158,26 @@ def build(root: str, mail_url: str) -> Any:
         boundary("in-draft")
         return {"body": f"Hello {state['to']}, your order has shipped."}
 
+    def agent(state: Mail) -> Mail:
+        """The body written by a model: LangChain's ChatOpenAI through intentlog.http, keyed by the node's task."""
+        from langchain_openai import ChatOpenAI
+
+        import intentlog.http
+
+        conf = get_config()["configurable"]
+        task = saver.task(conf["thread_id"])
+        llm = ChatOpenAI(
+            model="gpt-fake",
+            base_url=f"{model_url}/v1",
+            api_key="sk-test-langgraph",
+            http_client=intentlog.http.client(task),
+            max_retries=0,
+        )
+        with task.key(f"model:{conf['checkpoint_ns']}"):
+            reply = llm.invoke([("user", f"Write a one-line shipping note for {state['to']}")])
+        boundary("after-model")
+        return {"body": str(reply.content)}
+
     def send(state: Mail) -> Mail:
         boundary("before-tool")
         message_id = tool(to=state["to"], subject="Shipped", body=state["body"])
@@ -166,7 +189,7 @@ def build(root: str, mail_url: str) -> Any:
         return {"logged": 1}
 
     graph = StateGraph(Mail)
-    graph.add_node("draft", draft)
+    graph.add_node("draft", agent if model_url else draft)
     graph.add_node("send", send)
     graph.add_node("log", log)
     graph.add_edge(START, "draft")
@@ -182,10 +205,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("mail_url")
     parser.add_argument("thread")
     parser.add_argument("--stop-at", nargs=2, metavar=("BOUNDARY", "MARKER"))
+    parser.add_argument("--model", help="the base URL of an OpenAI-compatible server: the draft is a model's")
     args = parser.parse_args(argv)
     if args.stop_at:
         _STOP["at"], _STOP["marker"] = args.stop_at
-    graph, saver = build(args.root, args.mail_url)
+    graph, saver = build(args.root, args.mail_url, args.model)
     config = {"configurable": {"thread_id": args.thread}}
     try:
         started = saver.get_tuple(config) is not None
