@@ -15,8 +15,9 @@ Guarantees, and what they rest on:
 * **One writer per thread.** The first write to a thread takes its task's writer lock
   (a lease on a store) and holds it until :meth:`IntentlogSaver.close`: a second process
   writing the same thread gets :class:`~intentlog.errors.TaskBusy`, never an interleaved
-  history. While this process holds a thread, reads come from an in-memory fold of its own
-  appends; otherwise each read folds what the stream gained since (no lock taken).
+  history. While this process holds a thread and has folded every event (the writer's next
+  seq says so), reads come from memory; otherwise a read folds what the stream gained since
+  (a tool's effect, another writer before this one), taking no lock.
 * **Deletion is recorded, never silent.** ``delete_thread``, ``prune`` and
   ``delete_for_runs`` append an event after which readers no longer see what it names;
   the bytes stay, hash-chained, until retention expires the task (``intentlog gc``;
@@ -122,10 +123,11 @@ class IntentlogSaver(BaseCheckpointSaver[str]):
         idx = self._indexes.get(task_id)
         if idx is None:
             idx = self._indexes[task_id] = ThreadIndex()
-        if task_id not in self._held:
-            task = self.ledger.task(task_id)
-            if task.exists():
-                idx.apply_all(task.events(since=idx.last_seq + 1))
+        task = self.ledger.task(task_id)
+        if task_id in self._held and task.next_seq == idx.last_seq + 1:
+            return idx  # this process holds the writer and folded every event: nothing new on disk
+        if task.exists():
+            idx.apply_all(task.events(since=idx.last_seq + 1))
         return idx
 
     def _append(self, thread_id: str, kind: str, data: dict[str, Any]) -> None:
