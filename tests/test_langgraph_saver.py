@@ -14,6 +14,7 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -218,3 +219,46 @@ def test_gc_expires_an_idle_thread_and_keeps_one_whose_tool_effect_is_unknown(tm
     assert result.deleted == ("lg-idle",)
     assert ledger.task_ids() == ["lg-sent"]
     assert _cli(root, "verify").returncode == 0
+
+
+def test_a_second_process_writing_a_held_thread_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """One writer per thread: while a process holds thread t, another process's put raises TaskBusy."""
+    root = tmp_path / "ledger"
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, threading\n"
+            "from pathlib import Path\n"
+            "from langgraph.graph import END, START, StateGraph\n"
+            "from intentlog.langgraph import IntentlogSaver\n"
+            "saver = IntentlogSaver(sys.argv[1])\n"
+            "g = StateGraph(dict)\n"
+            "g.add_node('one', lambda s: {'n': 1})\n"
+            "g.add_edge(START, 'one'); g.add_edge('one', END)\n"
+            "g.compile(checkpointer=saver).invoke({'n': 0}, {'configurable': {'thread_id': 't'}})\n"
+            "Path(sys.argv[2]).write_text('held')\n"
+            "sys.stdin.read()\n",  # holds the thread until the parent closes stdin
+            str(root),
+            str(ready),
+        ],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not ready.exists():  # an event: the holder says it wrote
+            assert holder.poll() is None, "the holder ended early"
+            time.sleep(0.02)
+        before = _snapshot(root)
+        with IntentlogSaver(root) as saver:
+            assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None  # reading takes no lock
+            with pytest.raises(intentlog.TaskBusy):
+                _two_steps(saver).invoke({"n": 1}, {"configurable": {"thread_id": "t"}})
+        assert {k: v for k, v in _snapshot(root).items() if not k.endswith(".lock")} == {
+            k: v for k, v in before.items() if not k.endswith(".lock")
+        }
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
