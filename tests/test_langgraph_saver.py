@@ -262,3 +262,17 @@ def test_a_second_process_writing_a_held_thread_is_refused_and_writes_nothing(tm
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+def test_a_credential_in_the_run_config_never_reaches_the_record(tmp_path: Path) -> None:
+    """LangGraph copies config values into checkpoint metadata; an api_key there is stored as [REDACTED]."""
+    root = tmp_path / "ledger"
+    secret = "sk-config-secret-0123456789"
+    with IntentlogSaver(root) as saver:
+        config = {"configurable": {"thread_id": "t", "api_key": secret, "user": "ana"}}
+        _two_steps(saver).invoke({"n": 1}, config)
+        metadata = saver.get_tuple({"configurable": {"thread_id": "t"}}).metadata  # type: ignore[union-attr]
+    assert metadata["api_key"] == "[REDACTED]" and metadata["user"] == "ana"
+    for f in root.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f

@@ -18,6 +18,10 @@ Guarantees, and what they rest on:
   history. While this process holds a thread and has folded every event (the writer's next
   seq says so), reads come from memory; otherwise a read folds what the stream gained since
   (a tool's effect, another writer before this one), taking no lock.
+* **Credentials stay out.** LangGraph copies the scalar values of a run's config into each
+  checkpoint's metadata; those named like credentials (``api_key``, ``authorization``, ...
+  the ledger's redaction rule) are recorded as ``[REDACTED]``. Channel values and writes
+  are the graph's state and are kept as given.
 * **Deletion is recorded, never silent.** ``delete_thread``, ``prune`` and
   ``delete_for_runs`` append an event after which readers no longer see what it names;
   the bytes stay, hash-chained, until retention expires the task (``intentlog gc``;
@@ -55,6 +59,7 @@ from ..artifacts import INLINE_MAX, inline_ref
 from ..artifacts.inline import ref_bytes
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
+from ..eventlog.redaction import REDACTED, is_credential_name
 from ..ledger import Ledger, open_ledger
 from ..task import Task
 from .threads import (
@@ -264,7 +269,8 @@ class IntentlogSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "") or ""
         rest: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = rest.pop("channel_values", {})
-        md = get_checkpoint_metadata(config, metadata)
+        # LangGraph copies the config's scalar values into the metadata: a credential among them is redacted
+        md = {k: REDACTED if is_credential_name(k) else v for k, v in get_checkpoint_metadata(config, metadata).items()}
         data: dict[str, Any] = {
             "thread": thread_id,
             "ns": ns,
