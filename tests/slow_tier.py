@@ -21,6 +21,8 @@ SLOW: dict[str, list[str]] = {
     "test_backlog_dask_matrix.py": ["*"],
     "test_crash.py": ["test_sigkill_loses_no_acknowledged_event_and_leaves_at_most_a_torn_tail"],
     "test_storage_crash_states.py": ["*"],
+    "test_langgraph_kill.py": ["*"],  # a LangGraph child killed at each boundary of a tool call, folder and s3
+    "test_langgraph_model.py": ["*"],  # a LangGraph child killed around a ChatOpenAI call, folder and s3
     "test_bundle_leftovers.py": ["test_repeated_kills_never_accumulate_staging"],
     "test_http_sdks.py": ["test_killed_at_random_moments_never_pays_twice", "test_docs_examples_run_and_resume"],
     "test_s3_gc_hazards.py": [

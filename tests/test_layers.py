@@ -263,6 +263,9 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog": (6, "public"),
     "intentlog.views": (6, "public"),
     "intentlog.pytest_plugin": (6, "public"),
+    # the LangGraph integration (the langgraph extra): a checkpointer and at-most-once tools over the public API
+    "intentlog.langgraph": (6, "public"),
+    "intentlog.langgraph.*": (6, "public"),
     # 7-9 applications: the demo, the command line's shared core, its commands, its entry points
     "intentlog.demo.*": (7, "applications"),
     "intentlog.cli.app": (7, "applications"),
