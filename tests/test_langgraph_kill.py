@@ -1,6 +1,6 @@
 """A LangGraph graph SIGKILLed at every boundary of a tool call sends its email at most once.
 
-A real child process runs the graph of ``test_langgraph_child.py`` (draft → send → log,
+A real child process runs the graph of ``langgraph_child.py`` (draft → send → log,
 ``send`` calling an ``intentlog_tool`` that posts to a loopback mail service keeping its
 own fsync'd receipt log). It is SIGKILLed at one boundary -- signalled by a marker file,
 never by a timer -- and the thread is resumed by a fresh process, as a user would:
@@ -43,12 +43,12 @@ else:
         "langgraph", reason="SKIPPED LOUDLY: the LangGraph tests need: pip install 'intentlog[langgraph]'"
     )
 
-from test_langgraph_child import MailService, read_receipts
+from langgraph_child import MailService, read_receipts
 
 import intentlog
 from intentlog.artifacts.inline import ref_bytes
 
-CHILD = Path(__file__).with_name("test_langgraph_child.py")
+CHILD = Path(__file__).with_name("langgraph_child.py")
 THREAD = "order-7"
 
 # boundary -> how the first resume ends: completes, or refuses and the operator says served / not served

@@ -33,10 +33,10 @@ else:
     )
 
 from fake_llm_server import FakeLLMServer
-from test_langgraph_child import MailService, read_receipts
+from langgraph_child import MailService, read_receipts
 from test_langgraph_kill import _cli
 
-CHILD = Path(__file__).with_name("test_langgraph_child.py")
+CHILD = Path(__file__).with_name("langgraph_child.py")
 THREAD = "order-9"
 
 

@@ -1,6 +1,6 @@
 """The graph a killed child runs, and the fake mail service it sends through (not a test module).
 
-Run as a script (``python tests/test_langgraph_child.py LEDGER MAIL_URL THREAD [--stop-at B MARKER]``)
+Run as a script (``python tests/langgraph_child.py LEDGER MAIL_URL THREAD [--stop-at B MARKER]``)
 it compiles a three-node graph on an :class:`~intentlog.langgraph.IntentlogSaver` --
 ``draft`` (a plain node; with ``--model URL`` a model call through LangChain's
 ``ChatOpenAI`` and ``intentlog.http``), ``send`` (calls the ``send_email`` tool, wrapped by
