@@ -404,6 +404,34 @@ class Task:
 
         return wait_for_approval(self.stream, approval_id, timeout=timeout, poll=poll)
 
+    # -- the idioms of durable execution (intentlog.idioms) --------------------------
+
+    def value(self, name: str, fn: Callable[[], Any]) -> Any:
+        """The value recorded under ``name``; runs ``fn()`` once and records its JSON result first if none is.
+
+        Durable (synced) before it returns; a re-run returns the recorded value without
+        calling ``fn``. See :mod:`intentlog.idioms.values`.
+        """
+        from .idioms.values import recorded_value
+
+        return recorded_value(self.stream, name, fn)
+
+    async def avalue(self, name: str, fn: Callable[[], Any]) -> Any:
+        """:meth:`value` with an async ``fn`` (awaited once); the record is read and written off the event loop."""
+        from .idioms.values import arecorded_value
+
+        return await arecorded_value(self.stream, name, fn)
+
+    def step(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+        """Decorator: record each call's result under the function's name and its arguments' hash.
+
+        ``@task.step`` or ``@task.step(name="fetch")``; sync or async functions; arguments
+        must be JSON. See :mod:`intentlog.idioms.values`.
+        """
+        from .idioms.values import step
+
+        return step(self.stream, fn, name=name)
+
     # -- fork and status -------------------------------------------------------------
 
     def fork(
