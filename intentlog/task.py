@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, final
@@ -431,6 +432,22 @@ class Task:
         from .idioms.values import step
 
         return step(self.stream, fn, name=name)
+
+    def sleep_for(self, duration: float | timedelta, *, name: str | None = None, block: bool = True) -> str:
+        """Sleep ``duration`` durably: the wake time is recorded once; a re-run sleeps only what is left.
+
+        Returns the recorded wake time (UTC ``ts`` text). ``block=False`` raises
+        :class:`~intentlog.Suspended` instead of waiting. See :mod:`intentlog.idioms.sleep`.
+        """
+        from .idioms.sleep import sleep_for
+
+        return sleep_for(self.stream, duration, name=name, block=block)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None, block: bool = True) -> str:
+        """Sleep until ``when`` (a timezone-aware datetime), recorded once; see :meth:`sleep_for`."""
+        from .idioms.sleep import sleep_until
+
+        return sleep_until(self.stream, when, name=name, block=block)
 
     # -- fork and status -------------------------------------------------------------
 
