@@ -49,9 +49,8 @@ def test_a_re_run_sleeps_only_what_is_left_of_the_recorded_sleep(
 ) -> None:
     """Suspended 30 s into a 100 s sleep, the re-run (asking for an hour) pauses 70 s and wakes once."""
     clock = FakeClock(monkeypatch)
-    with intentlog.open(ledger_root) as ledger:
-        with pytest.raises(Suspended) as got:
-            ledger.task("t").sleep_for(100, name="nap", block=False)
+    with intentlog.open(ledger_root) as ledger, pytest.raises(Suspended) as got:
+        ledger.task("t").sleep_for(100, name="nap", block=False)
     until = got.value.until
     assert until is not None and clock.pauses == []
     clock.now += 30
@@ -69,9 +68,8 @@ def test_after_the_wake_time_a_re_run_continues_at_once(ledger_root: Path, monke
     """A sleep whose recorded wake time has passed (the process was down) pauses nothing and records waking."""
     clock = FakeClock(monkeypatch)
     when = dt.datetime.fromtimestamp(clock.now + 50, dt.timezone.utc)
-    with intentlog.open(ledger_root) as ledger:
-        with pytest.raises(Suspended):
-            ledger.task("t").sleep_until(when, name="until", block=False)
+    with intentlog.open(ledger_root) as ledger, pytest.raises(Suspended):
+        ledger.task("t").sleep_until(when, name="until", block=False)
     clock.now += 500
     with intentlog.open(ledger_root) as ledger:
         task = ledger.task("t")
@@ -82,9 +80,8 @@ def test_after_the_wake_time_a_re_run_continues_at_once(ledger_root: Path, monke
 def test_status_names_the_recorded_wake_time_not_the_clock(ledger_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sleeping task not running is interrupted, 'sleeping until' the recorded time, next: re-run the script."""
     FakeClock(monkeypatch)
-    with intentlog.open(ledger_root) as ledger:
-        with pytest.raises(Suspended) as got:
-            ledger.task("t").sleep_for(10, name="nap", block=False)
+    with intentlog.open(ledger_root) as ledger, pytest.raises(Suspended) as got:
+        ledger.task("t").sleep_for(10, name="nap", block=False)
     with intentlog.open(ledger_root) as ledger:
         st = ledger.task("t").status()
     assert st.state == "interrupted" and st.waiting == f"sleeping until {got.value.until}"
@@ -163,9 +160,8 @@ def test_a_sleep_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """On an s3:// ledger (a real SeaweedFS): suspended, status names the wake time, the re-run pauses the rest."""
     clock = FakeClock(monkeypatch)
     url = s3_server.ledger_url(monkeypatch)
-    with intentlog.open(url) as ledger:
-        with pytest.raises(Suspended) as got:
-            ledger.task("t").sleep_for(40, name="nap", block=False)
+    with intentlog.open(url) as ledger, pytest.raises(Suspended) as got:
+        ledger.task("t").sleep_for(40, name="nap", block=False)
     with intentlog.open(url, create=False) as ledger:
         st = ledger.task("t").status()
         assert st.waiting == f"sleeping until {got.value.until}"

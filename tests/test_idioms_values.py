@@ -29,7 +29,8 @@ def _kinds(task: intentlog.Task) -> list[str]:
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "lock" not in p.name}
+    files = (p for p in sorted(root.rglob("*")) if p.is_file() and "lock" not in p.name)
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
 def test_a_value_runs_once_and_every_later_ask_returns_the_record(ledger_root: Path) -> None:
@@ -67,7 +68,7 @@ def test_a_result_that_is_not_json_is_refused_and_nothing_is_recorded(ledger_roo
     with intentlog.open(ledger_root) as ledger:
         task = ledger.task("t")
         for bad in ({1, 2}, float("nan"), b"bytes", {"x": object()}):
-            with pytest.raises(NotSerializable, match="value 'bad'.*nothing was recorded"):
+            with pytest.raises(NotSerializable, match=r"value 'bad'.*nothing was recorded"):
                 task.value("bad", lambda bad=bad: bad)  # type: ignore[misc]
         with pytest.raises(UsageError, match="invalid value name"):
             task.value("../x", lambda: 1)
@@ -115,7 +116,7 @@ def test_a_step_is_recorded_under_its_name_and_its_arguments(ledger_root: Path) 
         task, summarise = make(ledger)
         a, b, c = summarise(1), summarise(1), summarise(1, how="long")
         assert a == b != c
-        with pytest.raises(NotSerializable, match="arguments are not exact JSON.*nothing was run"):
+        with pytest.raises(NotSerializable, match=r"arguments are not exact JSON.*nothing was run"):
             summarise({1})
     with intentlog.open(ledger_root) as ledger:
         task, summarise = make(ledger)
@@ -215,13 +216,10 @@ def test_a_kill_between_the_function_and_its_record_runs_it_again_and_records_on
     assert marker.read_text() == "ran\n"
     with intentlog.open(ledger_root) as ledger:
         assert VALUE_RECORDED not in _kinds(ledger.task("t"))
-    again = subprocess.run(
-        [sys.executable, "-c", KILLED, ledger_root, marker, "go"], capture_output=True, text=True, timeout=60, check=True
-    )
+    go = [sys.executable, "-c", KILLED, ledger_root, marker, "go"]
+    again = subprocess.run(go, capture_output=True, text=True, timeout=60, check=True)
     assert "'mode': 'go'" in again.stdout
-    third = subprocess.run(
-        [sys.executable, "-c", KILLED, ledger_root, marker, "go"], capture_output=True, text=True, timeout=60, check=True
-    )
+    third = subprocess.run(go, capture_output=True, text=True, timeout=60, check=True)
     assert third.stdout == again.stdout
     assert marker.read_text() == "ran\nran\n"
     with intentlog.open(ledger_root) as ledger:

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import orjson
 
-from ..errors import NotSerializable, UsageError
 from .._internal.digest import digest_bytes
+from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..projections.idioms import VALUE_RECORDED
 from . import state
