@@ -449,6 +449,20 @@ class Task:
 
         return sleep_until(self.stream, when, name=name, block=block)
 
+    def wait_for_event(
+        self, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+    ) -> Any:
+        """The payload of event ``name`` once signalled (``ledger.signal``, ``intentlog signal``); recorded first.
+
+        ``timeout`` (seconds, from the first run's recorded deadline): the timeout is
+        recorded, then :class:`~intentlog.EventTimedOut` raised (again by every re-run).
+        ``block=False`` raises :class:`~intentlog.Suspended` instead of waiting. See
+        :mod:`intentlog.idioms.events`.
+        """
+        from .idioms.events import wait_for_event
+
+        return wait_for_event(self.stream, name, timeout=timeout, poll=poll, block=block)
+
     # -- fork and status -------------------------------------------------------------
 
     def fork(
