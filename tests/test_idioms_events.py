@@ -142,9 +142,8 @@ def test_a_timeout_is_recorded_then_raised_and_every_re_run_raises_it_from_the_r
     now = [2_000_000_000.0]
     monkeypatch.setattr(events_mod, "_now", lambda: now[0])
     monkeypatch.setattr(events_mod, "_pause", lambda s: now.__setitem__(0, now[0] + s))
-    with intentlog.open(ledger_root) as ledger:
-        with pytest.raises(Suspended):
-            ledger.task("t").wait_for_event("review", timeout=60, block=False)
+    with intentlog.open(ledger_root) as ledger, pytest.raises(Suspended):
+        ledger.task("t").wait_for_event("review", timeout=60, block=False)
     now[0] += 30
     with intentlog.open(ledger_root) as ledger:
         task = ledger.task("t")

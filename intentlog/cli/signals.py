@@ -33,8 +33,10 @@ def _payload(data: Path | None, text: str | None) -> object:
 @main.command()
 @task_arg()
 @click.argument("name")
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A file holding the JSON payload.")
-@click.option("--payload", "payload_json", metavar="TEXT", help="The JSON payload itself (--json is the output switch).")
+@click.option(
+    "--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A file holding the JSON payload."
+)
+@click.option("--payload", "payload_json", metavar="TEXT", help="The JSON payload itself (--json: the output switch).")
 @click.option("--id", "event_id", help="The event's id (idempotency key); default: the payload's digest.")
 @click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to wait for another sender holding the task's inbox.")  # fmt: skip

@@ -152,7 +152,9 @@ def _check_seconds(label: str, value: object) -> None:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf")
     ):
-        raise UsageError(f"{label} must be a finite, non-negative number of seconds, not {value!r}; nothing was written")
+        raise UsageError(
+            f"{label} must be a finite, non-negative number of seconds, not {value!r}; nothing was written"
+        )
 
 
 def _awaited(task: TaskStream, name: str, timeout: float | None) -> EventWait:
