@@ -222,7 +222,7 @@ class Ledger:
         """
         from .idioms.events import signal
 
-        return signal(self.task(task_id), name, payload, event_id=event_id, wait=wait)[0]
+        return signal(self, task_id, name, payload, event_id=event_id, wait=wait)[0]
 
     def fork(
         self,

@@ -226,6 +226,9 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog.effects.*": (3.1, "effects"),
     "intentlog.approvals": (3.1, "effects"),
     "intentlog.fork": (3.1, "effects"),
+    # the idioms of durable execution (values, sleep, events, children), written on the stream core
+    "intentlog.idioms": (3.1, "effects"),
+    "intentlog.idioms.*": (3.1, "effects"),
     # the view cache: derived, deletable projections per task (read through, checked against the stream)
     "intentlog.viewcache": (3.1, "view cache"),
     "intentlog.viewcache.store": (3.1, "view cache"),

@@ -63,7 +63,7 @@ def signal(
     payload = _payload(data, payload_json)
     with c.ledger(write=True) as ledger:
         require_task(c, ledger, task)
-        sig, wrote = record_signal(ledger.task(task), name, payload, event_id=event_id, wait=wait)
+        sig, wrote = record_signal(ledger, task, name, payload, event_id=event_id, wait=wait)
     if as_json:
         emit_json(
             {"task": task, "event": sig.name, "id": sig.event_id, "payload_hash": sig.payload_hash,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -53,10 +53,9 @@ from .errors import EventConflict, EventTimedOut, Suspended
 from .names import check_name
 
 if TYPE_CHECKING:
-    from ..stream import TaskStream
-    from ..task import Task
+    from ..stream import StreamSource, TaskStream
 
-__all__ = ["inbox_id", "signal", "wait_for_event"]
+__all__ = ["TaskHandles", "inbox_id", "signal", "wait_for_event"]
 
 #: the clock (epoch seconds) and the pause between reads of the inbox; a test may replace them
 _now = time.time
@@ -107,10 +106,16 @@ def _same(task_id: str, name: str, got: Signal, event_id: str, payload_hash: str
     return got
 
 
+class TaskHandles(Protocol):
+    """Where a sender finds a task's stream and its inbox's (a :class:`~intentlog.Ledger` is one)."""
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> StreamSource: ...
+
+
 def signal(
-    task: Task, name: str, payload: Any, *, event_id: str | None = None, wait: float = 30.0
+    ledger: TaskHandles, task_id: str, name: str, payload: Any, *, event_id: str | None = None, wait: float = 30.0
 ) -> tuple[Signal, bool]:
-    """Record event ``name`` with ``payload`` in ``task``'s inbox; (the recorded signal, whether this call wrote it).
+    """Record event ``name`` with ``payload`` in the task's inbox; (the recorded signal, whether this call wrote it).
 
     Checked before anything is written: the name, the id, the payload (exact JSON), and
     the record (a contradicting earlier signal, a wait that already timed out). The
@@ -120,7 +125,8 @@ def signal(
     check_name(name, "event")
     if event_id is not None:
         check_name(event_id, "event id")
-    box_id = inbox_id(task.id)
+    box_id = inbox_id(task_id)
+    task = ledger.task(task_id).stream
     value, payload_hash = _payload(task.id, name, payload)
     eid = event_id if event_id is not None else "payload-" + payload_hash.removeprefix("blake3:")[:32]
     waited = idiom_state(task.events()).waits.get(name)  # the task's own record, read without its lock
@@ -128,17 +134,17 @@ def signal(
         raise EventConflict(
             task.id, name, f"the task stopped waiting for it at its deadline {waited.deadline} (recorded timed out)"
         )
-    box = task.ledger.task(box_id, wait=wait)
+    box = ledger.task(box_id, wait=wait).stream
     got = inbox_signals(box.events()).get(name)
     if got is not None:
         return _same(task.id, name, got, eid, payload_hash), False
     try:
-        with box.stream.mutex:
-            box.stream.open_writer()  # the inbox's lock (or lease): no other sender appends from here on
+        with box.mutex:
+            box.open_writer()  # the inbox's lock (or lease): no other sender appends from here on
             got = inbox_signals(box.events()).get(name)
             if got is not None:  # another sender recorded it while this one waited for the writer
                 return _same(task.id, name, got, eid, payload_hash), False
-            ev = box.stream.append(
+            ev = box.append(
                 SIGNALLED,
                 {"event": name, "id": eid, "payload": value, "payload_hash": payload_hash, "task": task.id},
                 sync=True,
