@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from .checkpoints import Checkpoint
     from .compile import Package
     from .dedup import ProviderDedup
-    from .idioms.errors import ChildrenPending, EventConflict, EventTimedOut, Suspended
     from .effects import NO_RETRY, Call, RetryPolicy, Served, heartbeat
+    from .idioms.errors import ChildrenPending, EventConflict, EventTimedOut, Suspended
     from .projections.operator import ApprovalState
     from .sessions import Session, Turn
 
