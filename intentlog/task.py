@@ -463,6 +463,43 @@ class Task:
 
         return wait_for_event(self.stream, name, timeout=timeout, poll=poll, block=block)
 
+    def spawn(self, child_id: str, payload: Any = None, *, run: Callable[[Task], Any] | None = None) -> Task:
+        """Spawn the child task ``child_id``: the link is recorded here before the child exists.
+
+        The child id is the idempotency key (a re-run spawns nothing twice and loses no
+        child). ``run``: called with the child's handle when the child has not returned a
+        result yet; what it returns is recorded as the child's result (:meth:`finish`).
+        See :mod:`intentlog.idioms.children`.
+        """
+        from .idioms.children import spawn
+
+        spawn(self.ledger, self.stream, child_id, payload)
+        child = self.ledger.task(child_id)
+        if run is not None:
+            from .projections.idioms import idiom_state
+
+            if not idiom_state(child.events()).returned:
+                child.finish(run(child))
+        return child
+
+    def finish(self, result: Any) -> Any:
+        """Record this task's result (``task.returned``, JSON) once, for a parent's :meth:`join`; returns the first."""
+        from .idioms.children import finish
+
+        return finish(self.stream, result)
+
+    def join(self, children: Iterable[str | Task] | None = None, *, wait: float = 0.0, poll: float = 1.0) -> Any:
+        """The children's results by id, once every one returned (``task.joined`` recorded).
+
+        Otherwise :class:`~intentlog.ChildrenPending` names each blocked child with its
+        state and next step (after polling up to ``wait`` seconds). ``children``: ids or
+        handles; None: every child this task spawned.
+        """
+        from .idioms.children import join
+
+        ids = None if children is None else [c if isinstance(c, str) else c.id for c in children]
+        return join(self.ledger, self.stream, ids, wait=wait, poll=poll)
+
     # -- fork and status -------------------------------------------------------------
 
     def fork(

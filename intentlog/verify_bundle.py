@@ -491,7 +491,7 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     ),
     "task.returned": (
         {"result": anything},
-        {"parent": is_str},
+        {},
     ),
     "task.signalled": (
         {"event": is_str, "id": is_str, "payload": anything, "payload_hash": is_digest, "task": is_str},
@@ -499,6 +499,10 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     ),
     "task.sleep_started": (
         {"sleep": is_str, "until": is_str, "seconds": maybe(number)},
+        {},
+    ),
+    "task.spawned": (
+        {"parent": is_str, "payload": anything},
         {},
     ),
     "task.value_recorded": (
@@ -672,6 +676,7 @@ class Graph:
         self.outcomes: set[str] = set()
         self.signalled: set[str] = set()
         self.children: set[str] = set()
+        self.parent: Any = None
         self.returned = False
 
     def bad(self, seq: int, kind: str, text: str) -> None:
@@ -854,6 +859,11 @@ class Graph:
         if d["child"] in self.children:
             self.bad(seq, kind, f"child {d['child']!r} is spawned twice")
         self.children.add(d["child"])
+
+    def on_task_spawned(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if self.parent is not None:
+            self.bad(seq, kind, f"names a parent a second time ({d['parent']!r})")
+        self.parent = d["parent"]
 
     def on_task_returned(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         if self.returned:

@@ -24,6 +24,7 @@ __all__ = [
     "on_returned",
     "on_signalled",
     "on_sleep_started",
+    "on_spawned",
     "on_value_recorded",
     "on_woke",
 ]
@@ -40,6 +41,7 @@ class IdiomGraph:
     outcomes: set[str] = field(default_factory=set)
     signalled: set[str] = field(default_factory=set)
     children: set[str] = field(default_factory=set)
+    parent: str | None = None
     returned: bool = False
 
 
@@ -91,6 +93,14 @@ def on_child_spawned(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[F
     if d["child"] in s.children:
         yield Finding("graph", f"child {d['child']!r} is spawned a second time: its id is its idempotency key")
     s.children.add(d["child"])
+
+
+def on_spawned(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:
+    s = idioms_of(g)
+    if s.parent is not None:
+        yield Finding("graph", f"the task names a parent a second time ({d['parent']!r}; first {s.parent!r})")
+    else:
+        s.parent = d["parent"]
 
 
 def on_returned(g: TaskGraph, seq: int, d: Mapping[str, Any]) -> Iterator[Finding]:

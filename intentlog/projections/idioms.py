@@ -11,8 +11,8 @@ The kinds (all in intentlog's own ``task.`` namespace, so ``task.append`` refuse
 - ``task.event_awaited {event, deadline}``, ``task.event_received {event, id, payload,
   payload_hash, inbox_seq}``, ``task.event_timed_out {event, deadline}``: a wait for an
   external event, delivered through the task's inbox stream (``task.signalled`` there);
-- ``task.child_spawned {child, payload}``, ``task.returned {result}`` (in the child) and
-  ``task.joined {children}``: child tasks.
+- ``task.child_spawned {child, payload}`` and ``task.joined {children}`` in the parent,
+  ``task.spawned {parent, payload}`` and ``task.returned {result}`` in the child: child tasks.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ __all__ = [
     "RETURNED",
     "SIGNALLED",
     "SLEEP_STARTED",
+    "SPAWNED",
     "VALUE_RECORDED",
     "WOKE",
     "EventWait",
@@ -54,11 +55,12 @@ EVENT_RECEIVED: Final = "task.event_received"
 EVENT_TIMED_OUT: Final = "task.event_timed_out"
 SIGNALLED: Final = "task.signalled"
 CHILD_SPAWNED: Final = "task.child_spawned"
+SPAWNED: Final = "task.spawned"
 RETURNED: Final = "task.returned"
 JOINED: Final = "task.joined"
 IDIOM_KINDS: Final = (
     VALUE_RECORDED, SLEEP_STARTED, WOKE, EVENT_AWAITED, EVENT_RECEIVED, EVENT_TIMED_OUT, SIGNALLED,
-    CHILD_SPAWNED, RETURNED, JOINED,
+    CHILD_SPAWNED, SPAWNED, RETURNED, JOINED,
 )  # fmt: skip
 #: a task's inbox is the stream of the task ``<task id>.inbox``: senders append there, never to the task
 INBOX_SUFFIX: Final = ".inbox"
@@ -113,6 +115,8 @@ class IdiomState:
     children: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # child id -> payload
     returned: bool = False
     result: Any = None
+    parent: str | None = None  # the task that spawned this one
+    joined: frozenset[tuple[str, ...]] = frozenset()  # the children lists joined (each recorded once)
     anomalies: tuple[str, ...] = ()
 
     @property
@@ -138,6 +142,8 @@ class IdiomFold:
         self.children: dict[str, Any] = {}
         self.returned = False
         self.result_value: Any = None
+        self.parent: str | None = None
+        self.joined: set[tuple[str, ...]] = set()
         self.anomalies: list[str] = []
         self.last_seq = -1
 
@@ -208,6 +214,18 @@ class IdiomFold:
         elif child not in self.children:
             self.children[child] = d.get("payload")
 
+    def _spawned_by(self, ev: Event, d: dict[str, Any]) -> None:
+        parent = d.get("parent")
+        if type(parent) is not str:
+            self._anomaly(ev, "a link to a parent without its id")
+        elif self.parent is None:
+            self.parent = parent
+
+    def _joined(self, ev: Event, d: dict[str, Any]) -> None:
+        children = d.get("children")
+        if isinstance(children, list) and all(type(c) is str for c in children):
+            self.joined.add(tuple(children))
+
     def _returned(self, ev: Event, d: dict[str, Any]) -> None:
         if not self.returned:
             self.returned, self.result_value = True, d.get("result")
@@ -220,6 +238,8 @@ class IdiomFold:
             children=MappingProxyType(dict(self.children)),
             returned=self.returned,
             result=self.result_value,
+            parent=self.parent,
+            joined=frozenset(self.joined),
             anomalies=tuple(self.anomalies),
         )
 
@@ -232,7 +252,9 @@ _HANDLERS: Final[dict[str, Callable[[IdiomFold, Event, dict[str, Any]], None]]] 
     EVENT_RECEIVED: lambda f, ev, d: f._outcome(ev, d, received=True),
     EVENT_TIMED_OUT: lambda f, ev, d: f._outcome(ev, d, received=False),
     CHILD_SPAWNED: IdiomFold._spawned,
+    SPAWNED: IdiomFold._spawned_by,
     RETURNED: IdiomFold._returned,
+    JOINED: IdiomFold._joined,
 }
 
 

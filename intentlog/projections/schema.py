@@ -76,6 +76,7 @@ from .graph_idioms import (
     on_returned,
     on_signalled,
     on_sleep_started,
+    on_spawned,
     on_value_recorded,
     on_woke,
 )
@@ -362,7 +363,8 @@ for _rule in (
         graph=on_signalled,
     ),
     KindRule("task.child_spawned", {"child": STR, "payload": ANY}, scan=("payload",), graph=on_child_spawned),
-    KindRule("task.returned", {"result": ANY}, {"parent": STR}, scan=("result",), graph=on_returned),
+    KindRule("task.spawned", {"parent": STR, "payload": ANY}, scan=("payload",), graph=on_spawned),
+    KindRule("task.returned", {"result": ANY}, scan=("result",), graph=on_returned),
     KindRule("task.joined", {"children": list_of(STR)}, graph=on_joined),
 ):
     register(_rule)
