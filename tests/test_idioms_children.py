@@ -75,7 +75,7 @@ def test_a_re_run_never_spawns_twice_and_refusals_write_nothing(ledger: intentlo
 
 
 def test_join_names_the_blocked_children_then_returns_every_result(ledger: intentlog.Ledger) -> None:
-    """Pending: ChildrenPending naming each blocked child, its state and next step. All returned: results, joined once."""
+    """Pending: ChildrenPending names each blocked child, state and next step. All returned: results, joined once."""
     parent = ledger.task("p")
     parent.spawn("c1", run=lambda child: {"summary": "one"})
     parent.spawn("c2", {"doc": 2})

@@ -22,7 +22,7 @@ def _example() -> str:
 
 
 def test_the_idioms_example_waits_is_signalled_and_replays(tmp_path: Path) -> None:
-    """First run: blocks on the review until `intentlog signal`, then prints. Second run: the same line, from the record."""
+    """First run: blocks on the review until `intentlog signal`, then prints. A re-run: the same line, from the record."""
     script = tmp_path / "example.py"
     script.write_text(_example())
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
@@ -42,7 +42,8 @@ def test_the_idioms_example_waits_is_signalled_and_replays(tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
-    assert re.fullmatch(r"\d{4} True \['summary of alpha for batch \d{4}', 'summary of beta for batch \d{4}'\]\n", first)
+    line = r"\d{4} True \['summary of alpha for batch \d{4}', 'summary of beta for batch \d{4}'\]\n"
+    assert re.fullmatch(line, first)
     again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stdout == first
     with intentlog.open(tmp_path / "evidence") as ledger:
