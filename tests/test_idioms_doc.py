@@ -22,7 +22,7 @@ def _example() -> str:
 
 
 def test_the_idioms_example_waits_is_signalled_and_replays(tmp_path: Path) -> None:
-    """First run: blocks on the review until `intentlog signal`, then prints. A re-run: the same line, from the record."""
+    """First run: waits for the review until `intentlog signal`, then prints. A re-run prints it from the record."""
     script = tmp_path / "example.py"
     script.write_text(_example())
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
