@@ -55,5 +55,13 @@ class Suspended(IntentlogError):
         if (until is None) == (event is None):
             raise UsageError("a suspension waits for a time or for an event")
         self.task_id, self.until, self.event = task_id, until, event
-        what = f"sleeping until {until}" if until is not None else f"waiting for event {event!r}"
-        super().__init__(f"task {task_id!r} is {what}; run it again then (the record holds what it waits for)")
+        self.what = f"sleeping until {until}" if until is not None else f"waiting for event {event!r}"
+        super().__init__(f"task {task_id!r} is {self.what}; run it again then (the record holds what it waits for)")
+
+    def due(self, now: float, *, event_poll: float) -> float:
+        """When to run the task again (epoch seconds): the recorded wake time, or ``now + event_poll`` for an event."""
+        if self.until is None:
+            return now + event_poll
+        from ..eventlog.format import parse_utc
+
+        return parse_utc(self.until).timestamp()

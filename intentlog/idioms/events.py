@@ -51,6 +51,7 @@ from ..projections.idioms import (
 from . import state
 from .errors import EventConflict, EventTimedOut, Suspended
 from .names import check_name
+from .suspend import blocks
 
 if TYPE_CHECKING:
     from ..stream import StreamSource, TaskStream
@@ -185,6 +186,7 @@ def wait_for_event(
     _check_seconds("timeout", timeout)
     _check_seconds("poll", poll)
     box_id = inbox_id(task.id)
+    block = blocks(block)
     w = _awaited(task, name, timeout)
     while True:
         if w.received:

@@ -13,7 +13,8 @@ varying number of times, or reopens a task in one process, names its sleeps.
 
 ``block=False`` records the sleep and, when it is not yet due, raises
 :class:`~intentlog.idioms.errors.Suspended` instead of waiting: a backlog worker releases
-the item and it is taken again when due.
+the item and it is taken again when due (a backlog worker runs its step inside
+:func:`~intentlog.idioms.suspend.suspending`, so every sleep there suspends).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..projections.idioms import SLEEP_STARTED, WOKE, Sleep
 from . import state
 from .errors import Suspended
 from .names import check_name
+from .suspend import blocks
 
 if TYPE_CHECKING:
     from ..stream import TaskStream
@@ -92,6 +94,7 @@ def _start(task: TaskStream, name: str, until: float, seconds: float | None) -> 
 def _wait(task: TaskStream, s: Sleep, block: bool) -> None:
     if s.woke:
         return
+    block = blocks(block)
     due = parse_utc(s.until).timestamp()
     while (left := due - _now()) > 0:
         if not block:
