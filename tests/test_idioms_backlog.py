@@ -79,6 +79,8 @@ def test_a_waiting_item_is_taken_again_and_receives_its_event(
             assert run.is_alive()
             time.sleep(0.02)  # waiting for the record to appear
         assert ledger.task(task_id).status().waiting == "waiting for event 'go'"
+        row = b.view().items[0]
+        assert row.state in ("scheduled", "running") and (row.state == "running" or "waits for an event" in row.reason)
         ledger.signal(task_id, "go", {"n": 1})
     finally:
         run.join(timeout=120)

@@ -45,6 +45,7 @@ __all__ = [
     "Sleep",
     "idiom_state",
     "inbox_signals",
+    "open_waits",
 ]
 
 VALUE_RECORDED: Final = "task.value_recorded"
@@ -256,6 +257,18 @@ _HANDLERS: Final[dict[str, Callable[[IdiomFold, Event, dict[str, Any]], None]]] 
     RETURNED: IdiomFold._returned,
     JOINED: IdiomFold._joined,
 }
+
+
+def open_waits(other_kinds: Mapping[str, int]) -> int:
+    """How many sleeps and waits are open, from the kind counts a work state keeps (``WorkState.other_kinds``).
+
+    Exact for a stream that keeps the graph rules (a sleep wakes once, a wait has one
+    outcome): the sleeps started less those woken, plus the waits less their outcomes.
+    Lets a view that does not fold the idiom records (a listing, gc) see that a task waits.
+    """
+    sleeps = other_kinds.get(SLEEP_STARTED, 0) - other_kinds.get(WOKE, 0)
+    waits = other_kinds.get(EVENT_AWAITED, 0) - other_kinds.get(EVENT_RECEIVED, 0) - other_kinds.get(EVENT_TIMED_OUT, 0)
+    return max(0, sleeps) + max(0, waits)
 
 
 def idiom_state(events: Iterable[Event]) -> IdiomState:

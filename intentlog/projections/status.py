@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from .._internal.commands import approval_commands, command, reconcile_step
 from ..eventlog.format import Event
-from .idioms import IdiomFold, IdiomState
+from .idioms import IdiomFold, IdiomState, open_waits
 from .operator import ApprovalState, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
@@ -193,10 +193,18 @@ def _rejected(ws: WorkState, ops: OperatorView | None) -> tuple[ApprovalState, s
     return None
 
 
-def waiting_for(idioms: IdiomState | None) -> str | None:
-    """What the record says the task waits for: the recorded wake time or event (never the clock), else None."""
+#: what a view that did not fold the idiom records says of a task with an open sleep or wait
+WAITING_UNFOLDED: Final = "sleeping or waiting for an event"
+
+
+def waiting_for(idioms: IdiomState | None, ws: WorkState | None = None) -> str | None:
+    """What the record says the task waits for: the recorded wake time or event (never the clock), else None.
+
+    Without ``idioms`` (a listing, gc), the work state's kind counts still tell that the
+    task waits (:func:`.idioms.open_waits`), not for what.
+    """
     if idioms is None:
-        return None
+        return WAITING_UNFOLDED if ws is not None and open_waits(ws.other_kinds) else None
     s, w = idioms.sleeping, idioms.waiting
     if w is not None and (s is None or w.seq > s.seq):
         return f"waiting for event {w.name!r}" + (f" until {w.deadline}" if w.deadline is not None else "")
@@ -205,11 +213,13 @@ def waiting_for(idioms: IdiomState | None) -> str | None:
     return None
 
 
-def _waiting_step(task_id: str, idioms: IdiomState | None) -> str | None:
+def _waiting_step(task_id: str, idioms: IdiomState | None, ws: WorkState) -> str | None:
     """The safe next step of a task that waits (not running): re-run the script, signalling first if it awaits one."""
-    what = waiting_for(idioms)
-    if what is None or idioms is None:
+    what = waiting_for(idioms, ws)
+    if what is None:
         return None
+    if idioms is None:
+        return f"see what it waits for: {command(None, 'status', task_id)}; then re-run the script (or signal it)"
     w = idioms.waiting
     if w is not None and what.startswith("waiting"):
         signal = command(None, "signal", task_id, w.name) + " --payload JSON"
@@ -223,7 +233,7 @@ def _waiting_step(task_id: str, idioms: IdiomState | None) -> str | None:
 def _why(
     ws: WorkState, ops: OperatorView | None, running: bool, idioms: IdiomState | None = None
 ) -> tuple[str, str | None]:
-    waiting = waiting_for(idioms)
+    waiting = waiting_for(idioms, ws)
     if running:
         return RUNNING, "a live process holds the task's writer lock" + (f" ({waiting})" if waiting else "")
     if ops is not None and ops.failed is not None:
@@ -336,7 +346,7 @@ def next_step(
     if running:
         return "wait: a process is writing this task (or stop it, then look again)"
     if operator_state(ws, ops, idioms=idioms) == INTERRUPTED:
-        step = _waiting_step(task_id, idioms)
+        step = _waiting_step(task_id, idioms, ws)
         if step is not None:
             return step
     if ops is not None and ops.failed is not None:
@@ -490,5 +500,5 @@ def status_of(
         running=running,
         reason=reason,
         next_operation=task_next_operation(ws, ops, running=running, idioms=idioms),
-        waiting=waiting_for(idioms),
+        waiting=waiting_for(idioms, ws),
     )
