@@ -479,7 +479,12 @@ class Task:
             from .projections.idioms import idiom_state
 
             if not idiom_state(child.events()).returned:
-                child.finish(run(child))
+                held = child.stream.writing
+                try:
+                    child.finish(run(child))
+                finally:
+                    if not held:
+                        child.close()  # the child's writer, taken for its run, is not kept: it may be run elsewhere
         return child
 
     def finish(self, result: Any) -> Any:
