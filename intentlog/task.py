@@ -505,6 +505,26 @@ class Task:
         ids = None if children is None else [c if isinstance(c, str) else c.id for c in children]
         return join(self.ledger, self.stream, ids, wait=wait, poll=poll)
 
+    async def asleep_for(self, duration: float | timedelta, *, name: str | None = None, block: bool = True) -> str:
+        """:meth:`sleep_for`, awaited: the pause is an ``asyncio.sleep``, the record read and written off the loop."""
+        from .idioms.sleep import asleep_for
+
+        return await asleep_for(self.stream, duration, name=name, block=block)
+
+    async def asleep_until(self, when: datetime, *, name: str | None = None, block: bool = True) -> str:
+        """:meth:`sleep_until`, awaited (see :meth:`asleep_for`)."""
+        from .idioms.sleep import asleep_until
+
+        return await asleep_until(self.stream, when, name=name, block=block)
+
+    async def await_event(
+        self, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+    ) -> Any:
+        """:meth:`wait_for_event`, awaited: each look at the inbox off the loop, each pause an ``asyncio.sleep``."""
+        from .idioms.events import await_event
+
+        return await await_event(self.stream, name, timeout=timeout, poll=poll, block=block)
+
     # -- fork and status -------------------------------------------------------------
 
     def fork(

@@ -27,6 +27,7 @@ a kind names them: ``review-1``, ``review-2``).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -56,11 +57,12 @@ from .suspend import blocks
 if TYPE_CHECKING:
     from ..stream import StreamSource, TaskStream
 
-__all__ = ["TaskHandles", "inbox_id", "signal", "wait_for_event"]
+__all__ = ["TaskHandles", "await_event", "inbox_id", "signal", "wait_for_event"]
 
 #: the clock (epoch seconds) and the pause between reads of the inbox; a test may replace them
 _now = time.time
 _pause = time.sleep
+_apause = asyncio.sleep
 
 
 def inbox_id(task_id: str) -> str:
@@ -174,6 +176,41 @@ def _awaited(task: TaskStream, name: str, timeout: float | None) -> EventWait:
         return got
 
 
+def _look(task: TaskStream, name: str, box_id: str, w: EventWait) -> EventWait:
+    """One look at the inbox: the event received or the timeout recorded when either is due; the wait as recorded."""
+    got = inbox_signals(task.storage.task_events(box_id, 0)).get(name)
+    with task.mutex:
+        if got is not None:
+            state.record(
+                task,
+                EVENT_RECEIVED,
+                {"event": name, "id": got.event_id, "payload": got.payload, "payload_hash": got.payload_hash,
+                 "inbox_seq": got.seq},
+            )  # fmt: skip
+        elif w.deadline is not None and _now() >= parse_utc(w.deadline).timestamp():
+            state.record(task, EVENT_TIMED_OUT, {"event": name, "deadline": w.deadline})
+        return state.current(task).waits[name]
+
+
+def _settled(task: TaskStream, w: EventWait, block: bool, poll: float) -> tuple[bool, Any]:
+    """(True, payload) once received; EventTimedOut once timed out; else (False, the pause before the next look)."""
+    if w.received:
+        return True, w.payload
+    if w.timed_out:
+        raise EventTimedOut(task.id, w.name, w.deadline or "?")
+    if not block:
+        raise Suspended(task.id, event=w.name)
+    left = poll if w.deadline is None else min(poll, parse_utc(w.deadline).timestamp() - _now())
+    return False, max(left, 0.01)
+
+
+def _checked(task: TaskStream, name: str, timeout: float | None, poll: float) -> str:
+    check_name(name, "event")
+    _check_seconds("timeout", timeout)
+    _check_seconds("poll", poll)
+    return inbox_id(task.id)
+
+
 def wait_for_event(
     task: TaskStream, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
 ) -> Any:
@@ -182,31 +219,29 @@ def wait_for_event(
     ``timeout``: seconds from the first run's wait (recorded as a deadline), None: none.
     ``block=False``: raise :class:`~intentlog.idioms.errors.Suspended` instead of waiting.
     """
-    check_name(name, "event")
-    _check_seconds("timeout", timeout)
-    _check_seconds("poll", poll)
-    box_id = inbox_id(task.id)
+    box_id = _checked(task, name, timeout, poll)
     block = blocks(block)
     w = _awaited(task, name, timeout)
     while True:
-        if w.received:
-            return w.payload
-        if w.timed_out:
-            raise EventTimedOut(task.id, name, w.deadline or "?")
-        got = inbox_signals(task.storage.task_events(box_id, 0)).get(name)
-        with task.mutex:
-            if got is not None:
-                state.record(
-                    task,
-                    EVENT_RECEIVED,
-                    {"event": name, "id": got.event_id, "payload": got.payload, "payload_hash": got.payload_hash,
-                     "inbox_seq": got.seq},
-                )  # fmt: skip
-            elif w.deadline is not None and _now() >= parse_utc(w.deadline).timestamp():
-                state.record(task, EVENT_TIMED_OUT, {"event": name, "deadline": w.deadline})
-            w = state.current(task).waits[name]
         if w.open:
-            if not block:
-                raise Suspended(task.id, event=name)
-            left = poll if w.deadline is None else min(poll, parse_utc(w.deadline).timestamp() - _now())
-            _pause(max(left, 0.01))
+            w = _look(task, name, box_id, w)
+        done, value = _settled(task, w, block, poll)
+        if done:
+            return value
+        _pause(value)
+
+
+async def await_event(
+    task: TaskStream, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+) -> Any:
+    """:func:`wait_for_event`, awaited: each look runs off the event loop, each pause is an ``asyncio.sleep``."""
+    box_id = _checked(task, name, timeout, poll)
+    block = blocks(block)
+    w = await asyncio.to_thread(_awaited, task, name, timeout)
+    while True:
+        if w.open:
+            w = await asyncio.to_thread(_look, task, name, box_id, w)
+        done, value = _settled(task, w, block, poll)
+        if done:
+            return value
+        await _apause(value)

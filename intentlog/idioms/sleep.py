@@ -19,6 +19,7 @@ the item and it is taken again when due (a backlog worker runs its step inside
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import threading
 import time
@@ -36,11 +37,12 @@ from .suspend import blocks
 if TYPE_CHECKING:
     from ..stream import TaskStream
 
-__all__ = ["sleep_for", "sleep_until"]
+__all__ = ["asleep_for", "asleep_until", "sleep_for", "sleep_until"]
 
-#: the clock (epoch seconds) and the pause; a test may replace them
+#: the clock (epoch seconds) and the pauses (blocking, awaited); a test may replace them
 _now = time.time
 _pause = time.sleep
+_apause = asyncio.sleep
 #: the longest single pause: the wall clock is read again after it (a clock step is noticed)
 _STEP = 60.0
 
@@ -91,18 +93,34 @@ def _start(task: TaskStream, name: str, until: float, seconds: float | None) -> 
         return got
 
 
-def _wait(task: TaskStream, s: Sleep, block: bool) -> None:
-    if s.woke:
-        return
-    block = blocks(block)
-    due = parse_utc(s.until).timestamp()
-    while (left := due - _now()) > 0:
-        if not block:
-            raise Suspended(task.id, until=s.until)
-        _pause(min(left, _STEP))
+def _left(task: TaskStream, s: Sleep, block: bool) -> float:
+    """Seconds left of the sleep (0: due); ``Suspended`` when it may not block and is not due."""
+    left = max(0.0, parse_utc(s.until).timestamp() - _now())
+    if left > 0 and not blocks(block):
+        raise Suspended(task.id, until=s.until)
+    return left
+
+
+def _woke(task: TaskStream, s: Sleep) -> None:
     with task.mutex:
         if not state.current(task).sleeps[s.name].woke:
             state.record(task, WOKE, {"sleep": s.name})
+
+
+def _wait(task: TaskStream, s: Sleep, block: bool) -> None:
+    if s.woke:
+        return
+    while (left := _left(task, s, block)) > 0:
+        _pause(min(left, _STEP))
+    _woke(task, s)
+
+
+async def _await(task: TaskStream, s: Sleep, block: bool) -> None:
+    if s.woke:
+        return
+    while (left := _left(task, s, block)) > 0:
+        await _apause(min(left, _STEP))
+    await asyncio.to_thread(_woke, task, s)
 
 
 def sleep_for(task: TaskStream, duration: float | _dt.timedelta, *, name: str | None = None, block: bool = True) -> str:
@@ -120,4 +138,24 @@ def sleep_until(task: TaskStream, when: _dt.datetime, *, name: str | None = None
     sleep_name = _name(task, name)
     s = _start(task, sleep_name, until, None)
     _wait(task, s, block)
+    return s.until
+
+
+async def asleep_for(
+    task: TaskStream, duration: float | _dt.timedelta, *, name: str | None = None, block: bool = True
+) -> str:
+    """:func:`sleep_for`, awaited: the record read and written off the event loop, the pause an ``asyncio.sleep``."""
+    seconds = _seconds(duration)
+    sleep_name = _name(task, name)
+    s = await asyncio.to_thread(_start, task, sleep_name, _now() + seconds, seconds)
+    await _await(task, s, block)
+    return s.until
+
+
+async def asleep_until(task: TaskStream, when: _dt.datetime, *, name: str | None = None, block: bool = True) -> str:
+    """:func:`sleep_until`, awaited (see :func:`asleep_for`)."""
+    until = _when(when)
+    sleep_name = _name(task, name)
+    s = await asyncio.to_thread(_start, task, sleep_name, until, None)
+    await _await(task, s, block)
     return s.until
