@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .compile import Package
     from .dedup import ProviderDedup
     from .effects import NO_RETRY, Call, RetryPolicy, Served, heartbeat
+    from .idioms.errors import ChildrenPending, EventConflict, EventTimedOut, Suspended
     from .projections.operator import ApprovalState
     from .sessions import Session, Turn
 
@@ -83,6 +84,10 @@ _LAZY = {
     "Backlog": "backlog",
     "PayloadChanged": "backlog",
     "StillBlocked": "backlog",
+    "ChildrenPending": "idioms.errors",
+    "EventConflict": "idioms.errors",
+    "EventTimedOut": "idioms.errors",
+    "Suspended": "idioms.errors",
 }
 
 
@@ -115,12 +120,15 @@ __all__ = [
     "CallFailed",
     "CallState",
     "Checkpoint",
+    "ChildrenPending",
     "CompilationState",
     "Conflict",
     "CorruptStream",
     "DigestMismatch",
     "EffectUnknown",
     "Event",
+    "EventConflict",
+    "EventTimedOut",
     "IntentlogError",
     "InvalidDigest",
     "InvalidTaskId",
@@ -150,6 +158,7 @@ __all__ = [
     "Session",
     "StillBlocked",
     "StreamPoisoned",
+    "Suspended",
     "Task",
     "TaskBusy",
     "Turn",

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .checker.seams import LedgerReads
     from .eventlog.storage import StreamStorage
     from .heads.codec import StreamHead
+    from .projections.idioms import Signal
     from .retention.storage import GcStorage
     from .s3 import ObjectStorage
     from .sessions import Session
@@ -205,6 +206,23 @@ class Ledger:
         from .backlog import Backlog
 
         return Backlog(self, name)
+
+    def signal(
+        self, task_id: str, name: str, payload: Any = None, *, event_id: str | None = None, wait: float = 30.0
+    ) -> Signal:
+        """Record event ``name`` (with a JSON ``payload``) for the task ``task_id`` to receive; durable on return.
+
+        Written to the task's inbox stream (``<task id>.inbox``), never to the task's own, so it
+        is recorded while another process holds the task's writer (waiting for it, or not).
+        Idempotent by ``event_id`` (default: the payload's digest): the same delivery again
+        writes nothing and returns the recorded signal; another payload under that id, or
+        another id for a name already signalled, raises :class:`~intentlog.EventConflict`
+        and writes nothing. ``wait``: seconds to wait for another sender holding the inbox.
+        See :mod:`intentlog.idioms.events`.
+        """
+        from .idioms.events import signal
+
+        return signal(self, task_id, name, payload, event_id=event_id, wait=wait)[0]
 
     def fork(
         self,

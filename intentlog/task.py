@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, final
@@ -403,6 +404,126 @@ class Task:
         from .approvals import wait_for_approval
 
         return wait_for_approval(self.stream, approval_id, timeout=timeout, poll=poll)
+
+    # -- the idioms of durable execution (intentlog.idioms) --------------------------
+
+    def value(self, name: str, fn: Callable[[], Any]) -> Any:
+        """The value recorded under ``name``; runs ``fn()`` once and records its JSON result first if none is.
+
+        Durable (synced) before it returns; a re-run returns the recorded value without
+        calling ``fn``. See :mod:`intentlog.idioms.values`.
+        """
+        from .idioms.values import recorded_value
+
+        return recorded_value(self.stream, name, fn)
+
+    async def avalue(self, name: str, fn: Callable[[], Any]) -> Any:
+        """:meth:`value` with an async ``fn`` (awaited once); the record is read and written off the event loop."""
+        from .idioms.values import arecorded_value
+
+        return await arecorded_value(self.stream, name, fn)
+
+    def step(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+        """Decorator: record each call's result under the function's name and its arguments' hash.
+
+        ``@task.step`` or ``@task.step(name="fetch")``; sync or async functions; arguments
+        must be JSON. See :mod:`intentlog.idioms.values`.
+        """
+        from .idioms.values import step
+
+        return step(self.stream, fn, name=name)
+
+    def sleep_for(self, duration: float | timedelta, *, name: str | None = None, block: bool = True) -> str:
+        """Sleep ``duration`` durably: the wake time is recorded once; a re-run sleeps only what is left.
+
+        Returns the recorded wake time (UTC ``ts`` text). ``block=False`` raises
+        :class:`~intentlog.Suspended` instead of waiting. See :mod:`intentlog.idioms.sleep`.
+        """
+        from .idioms.sleep import sleep_for
+
+        return sleep_for(self.stream, duration, name=name, block=block)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None, block: bool = True) -> str:
+        """Sleep until ``when`` (a timezone-aware datetime), recorded once; see :meth:`sleep_for`."""
+        from .idioms.sleep import sleep_until
+
+        return sleep_until(self.stream, when, name=name, block=block)
+
+    def wait_for_event(
+        self, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+    ) -> Any:
+        """The payload of event ``name`` once signalled (``ledger.signal``, ``intentlog signal``); recorded first.
+
+        ``timeout`` (seconds, from the first run's recorded deadline): the timeout is
+        recorded, then :class:`~intentlog.EventTimedOut` raised (again by every re-run).
+        ``block=False`` raises :class:`~intentlog.Suspended` instead of waiting. See
+        :mod:`intentlog.idioms.events`.
+        """
+        from .idioms.events import wait_for_event
+
+        return wait_for_event(self.stream, name, timeout=timeout, poll=poll, block=block)
+
+    def spawn(self, child_id: str, payload: Any = None, *, run: Callable[[Task], Any] | None = None) -> Task:
+        """Spawn the child task ``child_id``: the link is recorded here before the child exists.
+
+        The child id is the idempotency key (a re-run spawns nothing twice and loses no
+        child). ``run``: called with the child's handle when the child has not returned a
+        result yet; what it returns is recorded as the child's result (:meth:`finish`).
+        See :mod:`intentlog.idioms.children`.
+        """
+        from .idioms.children import spawn
+
+        spawn(self.ledger, self.stream, child_id, payload)
+        child = self.ledger.task(child_id)
+        if run is not None:
+            from .projections.idioms import idiom_state
+
+            if not idiom_state(child.events()).returned:
+                held = child.stream.writing
+                try:
+                    child.finish(run(child))
+                finally:
+                    if not held:
+                        child.close()  # the child's writer, taken for its run, is not kept: it may be run elsewhere
+        return child
+
+    def finish(self, result: Any) -> Any:
+        """Record this task's result (``task.returned``, JSON) once, for a parent's :meth:`join`; returns the first."""
+        from .idioms.children import finish
+
+        return finish(self.stream, result)
+
+    def join(self, children: Iterable[str | Task] | None = None, *, wait: float = 0.0, poll: float = 1.0) -> Any:
+        """The children's results by id, once every one returned (``task.joined`` recorded).
+
+        Otherwise :class:`~intentlog.ChildrenPending` names each blocked child with its
+        state and next step (after polling up to ``wait`` seconds). ``children``: ids or
+        handles; None: every child this task spawned.
+        """
+        from .idioms.children import join
+
+        ids = None if children is None else [c if isinstance(c, str) else c.id for c in children]
+        return join(self.ledger, self.stream, ids, wait=wait, poll=poll)
+
+    async def asleep_for(self, duration: float | timedelta, *, name: str | None = None, block: bool = True) -> str:
+        """:meth:`sleep_for`, awaited: the pause is an ``asyncio.sleep``, the record read and written off the loop."""
+        from .idioms.sleep import asleep_for
+
+        return await asleep_for(self.stream, duration, name=name, block=block)
+
+    async def asleep_until(self, when: datetime, *, name: str | None = None, block: bool = True) -> str:
+        """:meth:`sleep_until`, awaited (see :meth:`asleep_for`)."""
+        from .idioms.sleep import asleep_until
+
+        return await asleep_until(self.stream, when, name=name, block=block)
+
+    async def await_event(
+        self, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+    ) -> Any:
+        """:meth:`wait_for_event`, awaited: each look at the inbox off the loop, each pause an ``asyncio.sleep``."""
+        from .idioms.events import await_event
+
+        return await await_event(self.stream, name, timeout=timeout, poll=poll, block=block)
 
     # -- fork and status -------------------------------------------------------------
 

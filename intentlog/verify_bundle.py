@@ -451,8 +451,24 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
             "call": is_str,
         },
     ),
+    "task.child_spawned": (
+        {"child": is_str, "payload": anything},
+        {},
+    ),
     "task.created": (
         {"format": is_str, "stream": is_str, "task": is_str},
+        {},
+    ),
+    "task.event_awaited": (
+        {"event": is_str, "deadline": maybe(is_str)},
+        {},
+    ),
+    "task.event_received": (
+        {"event": is_str, "id": is_str, "payload": anything, "payload_hash": is_digest},
+        {"inbox_seq": nat},
+    ),
+    "task.event_timed_out": (
+        {"event": is_str, "deadline": is_str},
         {},
     ),
     "task.failed": (
@@ -468,6 +484,34 @@ KINDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
             "from_stream": is_str,
         },
         {"key": maybe(is_str), "note": maybe(is_str), "accept_risk": is_bool, "unknown": list_of(is_str)},
+    ),
+    "task.joined": (
+        {"children": list_of(is_str)},
+        {},
+    ),
+    "task.returned": (
+        {"result": anything},
+        {},
+    ),
+    "task.signalled": (
+        {"event": is_str, "id": is_str, "payload": anything, "payload_hash": is_digest, "task": is_str},
+        {},
+    ),
+    "task.sleep_started": (
+        {"sleep": is_str, "until": is_str, "seconds": maybe(number)},
+        {},
+    ),
+    "task.spawned": (
+        {"parent": is_str, "payload": anything},
+        {},
+    ),
+    "task.value_recorded": (
+        {"name": is_str, "value": anything},
+        {"step": is_str, "args": is_digest},
+    ),
+    "task.woke": (
+        {"sleep": is_str},
+        {},
     ),
 }
 # kind -> fields naming a file inside the ledger {file, digest, size} (not an artifact ref)
@@ -519,6 +563,30 @@ GRAPH_RULES: tuple[tuple[str, str, str], ...] = (
         "attempt.interpreted",
         "an interpretation that names the response it read (response: {digest, size}) names exactly the ref its "
         "attempt's attempt.observed stored",
+    ),
+    (
+        "value_recorded_once",
+        "task.value_recorded",
+        "a value is recorded once: no second task.value_recorded of a name follows the first (a re-run returns the "
+        "first)",
+    ),
+    (
+        "woke_after_wake_time",
+        "task.woke",
+        "a sleep wakes once, only after its task.sleep_started, and, by the events' ts, not before the wake time that "
+        "record holds",
+    ),
+    (
+        "event_outcome_once",
+        "task.event_received",
+        "an event is received only after the task recorded waiting for it (task.event_awaited), and a wait has one "
+        "outcome",
+    ),
+    (
+        "timed_out_after_deadline",
+        "task.event_timed_out",
+        "a wait times out once, only after its task.event_awaited with no outcome before it, and, by the events' ts, "
+        "not before the deadline that record holds, which the timeout names",
     ),
 )
 MAX_DEDUP_WINDOW_S = 2592000.0
@@ -600,6 +668,16 @@ class Graph:
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.ts = ""  # the ts of the event being followed (a provider dedup window is judged with it)
+        # the idioms: recorded values, sleeps (name -> wake time), waits (name -> deadline), children
+        self.values: set[str] = set()
+        self.sleeps: dict[str, Any] = {}
+        self.woke: set[str] = set()
+        self.waits: dict[str, Any] = {}
+        self.outcomes: set[str] = set()
+        self.signalled: set[str] = set()
+        self.children: set[str] = set()
+        self.parent: Any = None
+        self.returned = False
 
     def bad(self, seq: int, kind: str, text: str) -> None:
         self.problems.append(f"seq {seq} {kind}: {text}")
@@ -625,8 +703,11 @@ class Graph:
 
     def event(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         for name, rule_kind, statement in GRAPH_RULES:  # the table's rules judge the event before it is followed
-            c = self.calls.get(d["call"]) if rule_kind == kind and type(d.get("call")) is str else None
-            if c is not None:
+            if rule_kind != kind:
+                continue
+            own = kind.startswith("task.")  # a rule about the task's own records (the idioms) names no call
+            c = self.calls.get(d["call"]) if not own and type(d.get("call")) is str else None
+            if c is not None or own:
                 check = getattr(self, "rule_" + name, None)
                 found = [f"this verifier has no check for the rule: {statement}"] if check is None else check(c, d)
                 for text in found:
@@ -704,6 +785,95 @@ class Graph:
                 f"store ({str(ref)[:80]})"
             ]
         return []
+
+    # the idioms: rules about the task's own records (values, sleeps, events), judged with no call
+
+    def rule_value_recorded_once(self, c: GraphCall | None, d: dict[str, Any]) -> list[str]:
+        if d["name"] in self.values:
+            return [f"value {d['name']!r} is recorded twice; a re-run returns the first"]
+        return []
+
+    def not_before(self, recorded: Any, what: str) -> list[str]:
+        due, now = epoch_seconds(recorded if type(recorded) is str else ""), epoch_seconds(self.ts)
+        if due is None or now is None or now < due:
+            return [f"{what} at {self.ts}, before the recorded time {recorded}"]
+        return []
+
+    def rule_woke_after_wake_time(self, c: GraphCall | None, d: dict[str, Any]) -> list[str]:
+        name = d["sleep"]
+        if name not in self.sleeps:
+            return [f"sleep {name!r} wakes, never started"]
+        if name in self.woke:
+            return [f"sleep {name!r} wakes twice"]
+        return self.not_before(self.sleeps[name], f"sleep {name!r} wakes")
+
+    def wait_open(self, d: dict[str, Any], what: str) -> list[str]:
+        name = d["event"]
+        if name not in self.waits:
+            return [f"event {name!r} is {what}, never awaited"]
+        if name in self.outcomes:
+            return [f"event {name!r} is {what} after its wait had an outcome"]
+        return []
+
+    def rule_event_outcome_once(self, c: GraphCall | None, d: dict[str, Any]) -> list[str]:
+        return self.wait_open(d, "received")
+
+    def rule_timed_out_after_deadline(self, c: GraphCall | None, d: dict[str, Any]) -> list[str]:
+        found = self.wait_open(d, "timed out")
+        if found:
+            return found
+        deadline = self.waits[d["event"]]
+        if deadline != d["deadline"]:
+            return [f"event {d['event']!r} times out at {d['deadline']!r}, but its wait recorded {deadline!r}"]
+        return self.not_before(deadline, f"event {d['event']!r} times out")
+
+    def on_task_value_recorded(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        self.values.add(d["name"])
+
+    def on_task_sleep_started(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if d["sleep"] in self.sleeps:
+            self.bad(seq, kind, f"sleep {d['sleep']!r} starts twice")
+        else:
+            self.sleeps[d["sleep"]] = d["until"]
+
+    def on_task_woke(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        self.woke.add(d["sleep"])
+
+    def on_task_event_awaited(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if d["event"] in self.waits:
+            self.bad(seq, kind, f"event {d['event']!r} is awaited twice")
+        else:
+            self.waits[d["event"]] = d["deadline"]
+
+    def on_task_event_received(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        self.outcomes.add(d["event"])
+
+    on_task_event_timed_out = on_task_event_received
+
+    def on_task_signalled(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if d["event"] in self.signalled:
+            self.bad(seq, kind, f"event {d['event']!r} is signalled twice in this inbox")
+        self.signalled.add(d["event"])
+
+    def on_task_child_spawned(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if d["child"] in self.children:
+            self.bad(seq, kind, f"child {d['child']!r} is spawned twice")
+        self.children.add(d["child"])
+
+    def on_task_spawned(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if self.parent is not None:
+            self.bad(seq, kind, f"names a parent a second time ({d['parent']!r})")
+        self.parent = d["parent"]
+
+    def on_task_returned(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        if self.returned:
+            self.bad(seq, kind, "the task returns twice")
+        self.returned = True
+
+    def on_task_joined(self, seq: int, kind: str, d: dict[str, Any]) -> None:
+        stray = [x for x in d["children"] if x not in self.children]
+        if stray:
+            self.bad(seq, kind, f"joins {stray}, never spawned")
 
     def on_task_created(self, seq: int, kind: str, d: dict[str, Any]) -> None:
         if seq != 0:

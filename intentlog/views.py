@@ -189,7 +189,29 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
         row = _row_read_whole(task_id, task.events, running=owner is not None and owner.alive is True)
     else:
         row = _project(ledger, task_id, None)[0]
-    return _holder_said(row, owner)
+    return _holder_said(_with_idioms(row, task.events), owner)
+
+
+def _with_idioms(row: TaskRow, events: Callable[[], Iterator[Event]]) -> TaskRow:
+    """The row naming what the task's record says it waits for (a recorded wake time, an event), if anything."""
+    from .projections.idioms import idiom_state
+    from .projections.status import waiting_for
+
+    st = row.status
+    if st is None or st.operator is None:
+        return row
+    if not any(k in st.work.other_kinds for k in ("task.sleep_started", "task.event_awaited")):
+        return row  # the work state counts the kinds it does not fold: nothing waits, no second read
+    try:
+        idioms = idiom_state(events())
+    except (OSError, IntentlogError):
+        return row
+    if waiting_for(idioms) is None:
+        return row
+    st = status_of(row.task, st.work, st.operator, running=st.running, idioms=idioms)
+    return replace(
+        row, state=st.state, status=st, reason=st.reason, next_operation=st.next_operation, next_step=st.next_step
+    )
 
 
 def _holder_said(row: TaskRow, owner: LeaseOwner | None, *, now: float | None = None) -> TaskRow:

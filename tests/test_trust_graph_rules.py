@@ -321,6 +321,63 @@ def response_named_unobserved(events: Events) -> Events:
     return events
 
 
+def idioms_record(root: Path) -> None:
+    """A recorded value, a sleep that woke, an event received and a wait that timed out, as the runtime writes them."""
+    with intentlog.open(root) as led:
+        t = led.task("t")
+        t.value("seed", lambda: 7)
+        t.sleep_for(0, name="nap")
+        led.signal("t", "review", {"ok": True}, event_id="r-1")
+        t.wait_for_event("review")
+        with pytest.raises(intentlog.EventTimedOut):
+            t.wait_for_event("late", timeout=0)
+
+
+def value_recorded_again(events: Events) -> Events:
+    """A second task.value_recorded of the same name with another value, appended at the end."""
+    extra = _copy(events[at(events, "task.value_recorded")])
+    extra["data"]["value"] = 8
+    return [*events, extra]
+
+
+def woke_before_its_wake_time(events: Events) -> Events:
+    """The sleep's recorded wake time moved an hour later: it woke before it."""
+    d = events[at(events, "task.sleep_started")]["data"]
+    d["until"] = _shift(d["until"], HOUR)
+    return events
+
+
+def woke_twice(events: Events) -> Events:
+    """The task.woke repeated at the end."""
+    return [*events, _copy(events[at(events, "task.woke")])]
+
+
+def received_twice(events: Events) -> Events:
+    """The task.event_received repeated at the end: a wait with two outcomes."""
+    return [*events, _copy(events[at(events, "task.event_received")])]
+
+
+def received_never_awaited(events: Events) -> Events:
+    """The event_awaited of the received event removed."""
+    i = at(events, "task.event_awaited")
+    return [*events[:i], *events[i + 1 :]]
+
+
+def timed_out_before_its_deadline(events: Events) -> Events:
+    """The wait's deadline moved an hour later in both records: the timeout came before it."""
+    for kind in ("task.event_awaited", "task.event_timed_out"):
+        i = at(events, kind, 1) if kind == "task.event_awaited" else at(events, kind)
+        events[i]["data"]["deadline"] = _shift(events[i]["data"]["deadline"], HOUR)
+    return events
+
+
+def timed_out_at_another_deadline(events: Events) -> Events:
+    """The timeout names a deadline its wait never recorded (a minute earlier)."""
+    d = events[at(events, "task.event_timed_out")]["data"]
+    d["deadline"] = _shift(d["deadline"], -60)
+    return events
+
+
 Forgery = tuple[Callable[[Path], None], Callable[[Events], Events]]
 #: rule name -> forgeries of that rule (each starts from a legal record)
 FORGERIES: dict[str, dict[str, Forgery]] = {
@@ -359,6 +416,21 @@ FORGERIES: dict[str, dict[str, Forgery]] = {
         "two same-size responses swapped between calls": (two_interpreted, responses_swapped),
         "a reinterpretation naming another call's response": (two_interpreted, response_named_unobserved),
     },
+    "value_recorded_once": {
+        "a value recorded again with another value": (idioms_record, value_recorded_again),
+    },
+    "woke_after_wake_time": {
+        "a wake time moved after the waking": (idioms_record, woke_before_its_wake_time),
+        "a sleep woken twice": (idioms_record, woke_twice),
+    },
+    "event_outcome_once": {
+        "an event received twice": (idioms_record, received_twice),
+        "an event received but never awaited": (idioms_record, received_never_awaited),
+    },
+    "timed_out_after_deadline": {
+        "a deadline moved after the timeout": (idioms_record, timed_out_before_its_deadline),
+        "a timeout naming another deadline": (idioms_record, timed_out_at_another_deadline),
+    },
 }
 CASES = [(rule, name) for rule in sorted(FORGERIES) for name in sorted(FORGERIES[rule])]
 
@@ -382,7 +454,7 @@ def test_every_rule_of_the_table_has_a_forgery_here() -> None:
 
 
 @pytest.mark.parametrize(
-    "base", [approved, approved_by_digest, rejected, deduped, two_interpreted], ids=lambda f: f.__name__
+    "base", [approved, approved_by_digest, rejected, deduped, two_interpreted, idioms_record], ids=lambda f: f.__name__
 )
 def test_the_legal_records_pass_all_three(base: Callable[[Path], None], tmp_path: Path) -> None:
     """The records the forgeries start from (re-chained and re-sealed unchanged) pass every checker."""

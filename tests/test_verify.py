@@ -229,8 +229,17 @@ def _newer_kinds(ledger: intentlog.Ledger) -> list[str]:
     t.fail_task("given up", by="ops")
     t.close()
     ledger.fork("s", "turn-2", "s2").close()
+    idle = ledger.task("t4")  # the idioms: a value, a sleep, an event received and one timed out, a child joined
+    idle.value("seed", lambda: 7)
+    idle.sleep_for(0, name="nap")
+    ledger.signal("t4", "go", {"ok": True})
+    idle.wait_for_event("go")
+    with pytest.raises(intentlog.EventTimedOut):
+        idle.wait_for_event("late", timeout=0)
+    idle.spawn("t4c", {"doc": 1}, run=lambda child: 1)
+    idle.join()
     ledger.close()
-    return ["s", "t3", "s2"]
+    return ["s", "t3", "s2", "t4", "t4.inbox", "t4c"]
 
 
 def test_clean_ledger_passes_with_zero_errors(built: Built) -> None:

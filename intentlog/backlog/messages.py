@@ -22,7 +22,8 @@ from typing import Any, Final, Literal, NamedTuple
 
 __all__ = [
     "Answer", "Blocked", "Busy", "Died", "Done", "Exhausted", "Failed", "FromSlot", "Grant", "Hello", "Leased",
-    "Quit", "Reply", "Reserve", "Run", "Spent", "Stop", "Stopped", "ToSlot", "TurnedAway", "Welcome", "from_slot",
+    "Quit", "Reply", "Reserve", "Run", "Spent", "Stop", "Stopped", "ToSlot", "TurnedAway", "Waiting", "Welcome",
+    "from_slot",
 ]  # fmt: skip
 
 # -- supervisor to slot ---------------------------------------------------------------------
@@ -118,6 +119,15 @@ class Failed(NamedTuple):
     reason: str
 
 
+class Waiting(NamedTuple):
+    """The item's task sleeps or waits for an event (``reason`` says which): run it again at ``until`` (epoch s)."""
+
+    kind: Literal["waiting"]
+    item: str
+    until: float
+    reason: str
+
+
 class Busy(NamedTuple):
     """Another process holds the item's lease: nothing ran; the item is watched as a foreign holder."""
 
@@ -167,19 +177,19 @@ class TurnedAway(NamedTuple):
 
 ToSlot = Run | Stop | Quit
 Reply = Grant | Stop | Spent
-Answer = Done | Blocked | Failed | Busy | Stopped | Exhausted
+Answer = Done | Blocked | Failed | Busy | Stopped | Exhausted | Waiting
 FromSlot = Reserve | Leased | Died | Answer
 
 #: a slot's messages by kind (a quota's "exhausted" reply goes the other way: :class:`Spent`)
 _FROM_SLOT: Final[dict[str, type[FromSlot]]] = {
     "reserve": Reserve, "leased": Leased, "died": Died, "done": Done, "blocked": Blocked,
-    "error": Failed, "busy": Busy, "stopped": Stopped, "exhausted": Exhausted,
+    "error": Failed, "busy": Busy, "stopped": Stopped, "exhausted": Exhausted, "waiting": Waiting,
 }  # fmt: skip
 
 
 def from_slot(msg: tuple[Any, ...]) -> FromSlot:
     """The typed message a slot sent (a typed one as is; a plain tuple by its kind); ValueError if unknown."""
-    if isinstance(msg, (Reserve, Leased, Died, Done, Blocked, Failed, Busy, Stopped, Exhausted)):
+    if isinstance(msg, (Reserve, Leased, Died, Done, Blocked, Failed, Busy, Stopped, Exhausted, Waiting)):
         return msg
     cls = _FROM_SLOT.get(msg[0]) if msg else None
     if cls is None:

@@ -424,5 +424,7 @@ def item_view(
     due = rec.due()
     if due is not None and due > now:
         why = f"retry {rec.failures + 1} after backoff" if rec.retry_at is not None and rec.retry_at >= due else None
+        if why is not None and rec.failures == 0:  # scheduled with no failure: its task sleeps or waits for an event
+            why = f"its task sleeps or waits for an event (intentlog status {rec.task})"
         return view(SCHEDULED, why or "not before its start time", "wait: it starts when due")
     return view(QUEUED, None, "wait: a worker takes it (intentlog run ...)")

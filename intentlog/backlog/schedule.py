@@ -3,7 +3,8 @@
 Order is the backlog's (priority, then order of addition); an item starts never before its
 ``not_before`` or its retry time; a step that raised is scheduled again after an
 exponential backoff with jitter (``backlog.item_scheduled``), or failed after
-``max_attempts`` (``backlog.item_failed``). Every decision is recorded before it acts.
+``max_attempts`` (``backlog.item_failed``); a step whose task sleeps or waits for an event
+is scheduled again when due (``backlog.item_scheduled``, no failure counted). Every decision is recorded before it acts.
 """
 
 from __future__ import annotations
@@ -84,5 +85,15 @@ class Schedule:
             {
                 "item": rec.item, "task": rec.task, "failures": n, "delay": round(delay, 3),
                 "not_before": time.time() + delay, "reason": why,
+            },
+        )  # fmt: skip
+
+    def suspended(self, rec: ItemRecord, until: float, why: str) -> None:
+        """Record the item scheduled again at ``until`` (its task sleeps or waits), its failures unchanged."""
+        self.journal.record(
+            "backlog.item_scheduled",
+            {
+                "item": rec.item, "task": rec.task, "failures": rec.failures,
+                "delay": round(max(0.0, until - time.time()), 3), "not_before": until, "reason": why,
             },
         )  # fmt: skip

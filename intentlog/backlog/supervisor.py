@@ -58,7 +58,7 @@ from .broker import QuotaBroker
 from .engines import Engine, LocalEngine, Slot
 from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
 from .journal import Journal
-from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, Reserve, Run, Stop, from_slot
+from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, Reserve, Run, Stop, Waiting, from_slot
 from .model import BacklogFold, BacklogLike
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota
@@ -377,6 +377,8 @@ class Supervisor:
             )
         elif isinstance(msg, Failed):
             self.schedule.failed_attempt(rec, str(msg.reason))
+        elif isinstance(msg, Waiting):
+            self.schedule.suspended(rec, msg.until, msg.reason)
         # Busy: another process took the lock first: watched as a foreign holder next time;
         # Stopped, Exhausted: the attempt did not start; the item stays queued
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -22,6 +23,8 @@ from typing import Any, Final
 from .._internal.procs import PROC_LOCKS, flock_writer
 from ..errors import IntentlogError, LeaseLost, TaskBusy
 from ..eventlog.canonical import dumps
+from ..idioms.errors import Suspended
+from ..idioms.suspend import suspending
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
@@ -39,6 +42,7 @@ from .messages import (
     Spent,
     Stop,
     Stopped,
+    Waiting,
 )  # fmt: skip
 from .model import BLOCKED, LedgerLike, blocking_reason, foreign_records, task_extras
 from .procs import boot_id, die_with_parent, host_name, start_time
@@ -49,6 +53,8 @@ Step = Callable[[Task, Any], Any]
 
 _PENDING_UNITS: dict[str, dict[str, float]] = {}
 CALLS: Final = "calls"
+#: seconds between looks at the inbox of an item waiting for an event (it is taken again, and suspends again)
+EVENT_POLL: Final = 10.0
 
 
 class Stopping(IntentlogError):
@@ -211,7 +217,8 @@ def run_item(
                 return Done("done", item, None)
         del evs
         guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
-        result = _json_result(step(task, payload))
+        with suspending():  # a sleep or a wait records what it waits for and releases this worker
+            result = _json_result(step(task, payload))
         with task.batch():  # the result, its acceptance and the release share one sync
             task.append("item.returned", {"result": result, "epoch": epoch})
             if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
@@ -219,6 +226,8 @@ def run_item(
             stream.append("lease.released", {"epoch": epoch})
             released = True
         return Done("done", item, result)
+    except Suspended as exc:  # taken again when due (the lease is released below)
+        return Waiting("waiting", item, exc.due(time.time(), event_poll=EVENT_POLL), exc.what)
     except Stopping as exc:
         return Stopped("stopped", item, str(exc))
     except QuotaExhausted as exc:

@@ -9,7 +9,7 @@ terminal (click strips it elsewhere). The entry point is ``intentlog.cli:main``.
 
 from __future__ import annotations
 
-from . import backlog, demo, gc, merge, reading, report, verify_export, writing  # noqa: F401  (each registers its commands on main)
+from . import backlog, demo, gc, merge, reading, report, signals, verify_export, writing  # noqa: F401  (each registers its commands on main)
 from .app import EXIT_OK, EXIT_PIPE, EXIT_PROBLEMS, EXIT_USAGE, NotFound, main
 
 __all__ = ["EXIT_OK", "EXIT_PIPE", "EXIT_PROBLEMS", "EXIT_USAGE", "NotFound", "main"]

@@ -22,8 +22,11 @@ from typing import Any, Final
 from ..dedup import MAX_WINDOW_S, parse_ts, within
 from .fields import Finding, show
 from .graph import CallNode, TaskGraph
+from .graph_idioms import idioms_of
 
-__all__ = ["CHECKS", "GRAPH_RULES", "MAX_DEDUP_WINDOW_S", "TableRule", "approvals_of", "table_findings"]
+__all__ = [
+    "CHECKS", "GRAPH_RULES", "MAX_DEDUP_WINDOW_S", "TASK_CHECKS", "TableRule", "approvals_of", "table_findings",
+]  # fmt: skip
 
 #: The longest provider dedup window a declaration may rely on (seconds); longer is refused.
 MAX_DEDUP_WINDOW_S: Final = MAX_WINDOW_S
@@ -81,6 +84,30 @@ GRAPH_RULES: Final = (
         "attempt.interpreted",
         "an interpretation that names the response it read (response: {digest, size}) names exactly the ref its "
         "attempt's attempt.observed stored",
+    ),
+    TableRule(
+        "value_recorded_once",
+        "task.value_recorded",
+        "a value is recorded once: no second task.value_recorded of a name follows the first (a re-run returns "
+        "the first)",
+    ),
+    TableRule(
+        "woke_after_wake_time",
+        "task.woke",
+        "a sleep wakes once, only after its task.sleep_started, and, by the events' ts, not before the wake time "
+        "that record holds",
+    ),
+    TableRule(
+        "event_outcome_once",
+        "task.event_received",
+        "an event is received only after the task recorded waiting for it (task.event_awaited), and a wait has "
+        "one outcome",
+    ),
+    TableRule(
+        "timed_out_after_deadline",
+        "task.event_timed_out",
+        "a wait times out once, only after its task.event_awaited with no outcome before it, and, by the events' "
+        "ts, not before the deadline that record holds, which the timeout names",
     ),
 )
 
@@ -200,9 +227,66 @@ def _interpreted_its_response(g: TaskGraph, node: CallNode, d: Mapping[str, Any]
         )
 
 
+def _value_recorded_once(g: TaskGraph, d: Mapping[str, Any]) -> Iterator[str]:
+    if d["name"] in idioms_of(g).values:
+        yield f"value {d['name']!r} is recorded a second time: a re-run returns the first, never this one"
+
+
+def _not_before(g: TaskGraph, recorded: str, what: str) -> Iterator[str]:
+    due, now = parse_ts(recorded), parse_ts(g.extra.get("ts", ""))
+    if due is None or now is None or now < due:
+        yield f"{what} at {g.extra.get('ts', '?')}, before the recorded time {recorded}"
+
+
+def _woke_after_wake_time(g: TaskGraph, d: Mapping[str, Any]) -> Iterator[str]:
+    s = idioms_of(g)
+    until = s.sleeps.get(d["sleep"])
+    if until is None:
+        yield f"sleep {d['sleep']!r} wakes, but it never started (no task.sleep_started before it)"
+    elif d["sleep"] in s.woke:
+        yield f"sleep {d['sleep']!r} wakes a second time"
+    else:
+        yield from _not_before(g, until, f"sleep {d['sleep']!r} wakes")
+
+
+def _outcome(g: TaskGraph, d: Mapping[str, Any], what: str) -> tuple[bool, str | None, Iterator[str]]:
+    s = idioms_of(g)
+    name = d["event"]
+    if name not in s.waits:
+        return False, None, iter((f"event {name!r} is {what}, but the task never recorded waiting for it",))
+    if name in s.outcomes:
+        return False, None, iter((f"event {name!r} is {what} after its wait already had an outcome",))
+    return True, s.waits[name], iter(())
+
+
+def _event_outcome_once(g: TaskGraph, d: Mapping[str, Any]) -> Iterator[str]:
+    yield from _outcome(g, d, "received")[2]
+
+
+def _timed_out_after_deadline(g: TaskGraph, d: Mapping[str, Any]) -> Iterator[str]:
+    ok, deadline, found = _outcome(g, d, "timed out")
+    yield from found
+    if not ok:
+        return
+    if deadline is None or deadline != d["deadline"]:
+        yield f"event {d['event']!r} times out at deadline {d['deadline']!r}, but its wait recorded {deadline!r}"
+    else:
+        yield from _not_before(g, deadline, f"event {d['event']!r} times out")
+
+
+_TaskCheck = Callable[[TaskGraph, Mapping[str, Any]], Iterator[str]]
+#: rule name -> the library's check of a rule about a task's own records (no call), as text.
+TASK_CHECKS: Final[Mapping[str, _TaskCheck]] = MappingProxyType(
+    {
+        "value_recorded_once": _value_recorded_once,
+        "woke_after_wake_time": _woke_after_wake_time,
+        "event_outcome_once": _event_outcome_once,
+        "timed_out_after_deadline": _timed_out_after_deadline,
+    }
+)
+
 _Check = Callable[[TaskGraph, CallNode, Mapping[str, Any]], Iterator[str]]
-#: rule name -> the library's check of it (each yields what it found, as text).
-CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
+_CALL_CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
     {
         "approved_before_send": _approved_before_send,
         "reconciled_inside_dedup_window": _reconciled_inside_dedup_window,
@@ -213,6 +297,8 @@ CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
         "interpreted_its_response": _interpreted_its_response,
     }
 )
+#: rule name -> the library's check of it (each yields what it found, as text).
+CHECKS: Final[Mapping[str, _Check | _TaskCheck]] = MappingProxyType({**_CALL_CHECKS, **TASK_CHECKS})
 _BY_KIND: Final = {r.kind: tuple(x for x in GRAPH_RULES if x.kind == r.kind) for r in GRAPH_RULES}
 
 
@@ -221,10 +307,18 @@ def table_findings(g: TaskGraph, kind: str, d: Mapping[str, Any]) -> Iterator[Fi
     rules = _BY_KIND.get(kind)
     if not rules:
         return
+    for rule in rules:
+        task_check = TASK_CHECKS.get(rule.name)
+        if task_check is not None:
+            for found in task_check(g, d):
+                yield Finding("graph", f"[{rule.name}] {found}")
+    rules = tuple(r for r in rules if r.name not in TASK_CHECKS)
+    if not rules:
+        return
     cid = d.get("call")
     node = g.calls.get(cid) if isinstance(cid, str) else None
     if node is None:
         return  # the kind's own rule reports a call that does not exist
     for rule in rules:
-        for found in CHECKS[rule.name](g, node, d):
+        for found in _CALL_CHECKS[rule.name](g, node, d):
             yield Finding("graph", f"[{rule.name}] {found}")

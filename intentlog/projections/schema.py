@@ -68,6 +68,18 @@ from .graph_calls import (
     on_retry_decided,
     on_timed_out,
 )
+from .graph_idioms import (
+    on_child_spawned,
+    on_event_awaited,
+    on_event_outcome,
+    on_joined,
+    on_returned,
+    on_signalled,
+    on_sleep_started,
+    on_spawned,
+    on_value_recorded,
+    on_woke,
+)
 from .graph_tasks import (
     on_approval_decided,
     on_approval_requested,
@@ -330,6 +342,30 @@ for _rule in (
         {"compilation": STR, "error": STR, "missing": list_of(STR)},
         graph=on_comp_failed,
     ),
+    # the idioms of durable execution (intentlog.idioms): values, sleeps, events, children
+    KindRule("task.value_recorded", {"name": STR, "value": ANY}, {"step": STR, "args": DIGEST}, scan=("value",),
+             graph=on_value_recorded),
+    KindRule("task.sleep_started", {"sleep": STR, "until": STR, "seconds": nullable(NUMBER)}, graph=on_sleep_started),
+    KindRule("task.woke", {"sleep": STR}, graph=on_woke),
+    KindRule("task.event_awaited", {"event": STR, "deadline": nullable(STR)}, graph=on_event_awaited),
+    KindRule(
+        "task.event_received",
+        {"event": STR, "id": STR, "payload": ANY, "payload_hash": DIGEST},
+        {"inbox_seq": NAT},
+        scan=("payload",),
+        graph=on_event_outcome,
+    ),
+    KindRule("task.event_timed_out", {"event": STR, "deadline": STR}, graph=on_event_outcome),
+    KindRule(
+        "task.signalled",
+        {"event": STR, "id": STR, "payload": ANY, "payload_hash": DIGEST, "task": STR},
+        scan=("payload",),
+        graph=on_signalled,
+    ),
+    KindRule("task.child_spawned", {"child": STR, "payload": ANY}, scan=("payload",), graph=on_child_spawned),
+    KindRule("task.spawned", {"parent": STR, "payload": ANY}, scan=("payload",), graph=on_spawned),
+    KindRule("task.returned", {"result": ANY}, scan=("result",), graph=on_returned),
+    KindRule("task.joined", {"children": list_of(STR)}, graph=on_joined),
 ):
     register(_rule)
 del _rule

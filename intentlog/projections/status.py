@@ -14,6 +14,9 @@ The operator state, first that applies:
 - ``paused for review`` -- an operator must decide: an unknown effect (including a timed
   out attempt), retries exhausted or a call failed, a call served whose answer is lost,
   or the latest checkpoint failed verification (status ``failed`` / ``rejected``);
+- ``interrupted`` also when the record says the task sleeps (``task.sleep_started``
+  without ``task.woke``) or waits for an event (``task.event_awaited`` without an
+  outcome): the reason names the recorded wake time or event, never the clock's view;
 - ``queued`` -- nothing recorded yet but the task's creation;
 - ``interrupted`` -- unresolved work that is safe to continue by re-running the script;
 - ``awaiting acceptance`` -- every call done; the results were not checked and accepted
@@ -29,8 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .._internal.commands import approval_commands, reconcile_step
+from .._internal.commands import approval_commands, command, reconcile_step
 from ..eventlog.format import Event
+from .idioms import IdiomFold, IdiomState, open_waits
 from .operator import ApprovalState, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
@@ -45,6 +49,7 @@ from .workstate import (
 )
 
 __all__ = [
+    "waiting_for",
     "AWAITING_ACCEPTANCE",
     "acceptance_refusal",
     "DECIDE_APPROVAL",
@@ -128,6 +133,8 @@ class TaskStatus:
     running: bool = False
     reason: str | None = None  # why the state is what it is, when it is not obvious
     next_operation: str = NONE  # one word of TASK_NEXT_OPERATIONS, consistent with ``state``
+    #: what the task's record says it waits for ("sleeping until <recorded time>", "waiting for event 'x'"), or None
+    waiting: str | None = None
 
     @property
     def awaiting_approvals(self) -> tuple[ApprovalState, ...]:
@@ -150,6 +157,7 @@ class TaskStatus:
             "unresolved_action": self.unresolved_action,
             "next_operation": self.next_operation,
             "next_step": self.next_step,
+            "waiting": self.waiting,
             "checkpoint": cp.to_json() if cp is not None else None,
             "approvals": [a.to_json() for a in ops.approvals.values()] if ops is not None else [],
             "forked_from": dict(ops.forked) if ops is not None and ops.forked is not None else None,
@@ -185,9 +193,49 @@ def _rejected(ws: WorkState, ops: OperatorView | None) -> tuple[ApprovalState, s
     return None
 
 
-def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, str | None]:
+#: what a view that did not fold the idiom records says of a task with an open sleep or wait
+WAITING_UNFOLDED: Final = "sleeping or waiting for an event"
+
+
+def waiting_for(idioms: IdiomState | None, ws: WorkState | None = None) -> str | None:
+    """What the record says the task waits for: the recorded wake time or event (never the clock), else None.
+
+    Without ``idioms`` (a listing, gc), the work state's kind counts still tell that the
+    task waits (:func:`.idioms.open_waits`), not for what.
+    """
+    if idioms is None:
+        return WAITING_UNFOLDED if ws is not None and open_waits(ws.other_kinds) else None
+    s, w = idioms.sleeping, idioms.waiting
+    if w is not None and (s is None or w.seq > s.seq):
+        return f"waiting for event {w.name!r}" + (f" until {w.deadline}" if w.deadline is not None else "")
+    if s is not None:
+        return f"sleeping until {s.until}"
+    return None
+
+
+def _waiting_step(task_id: str, idioms: IdiomState | None, ws: WorkState) -> str | None:
+    """The safe next step of a task that waits (not running): re-run the script, signalling first if it awaits one."""
+    what = waiting_for(idioms, ws)
+    if what is None:
+        return None
+    if idioms is None:
+        return f"see what it waits for: {command(None, 'status', task_id)}; then re-run the script (or signal it)"
+    w = idioms.waiting
+    if w is not None and what.startswith("waiting"):
+        signal = command(None, "signal", task_id, w.name) + " --payload JSON"
+        return (
+            f"signal it: {signal}; then re-run the script (it continues from the event"
+            + (f", or records the timeout after {w.deadline})" if w.deadline is not None else ")")
+        )
+    return f"re-run the script: it is {what} (recorded) and continues then, at once if that time has passed"
+
+
+def _why(
+    ws: WorkState, ops: OperatorView | None, running: bool, idioms: IdiomState | None = None
+) -> tuple[str, str | None]:
+    waiting = waiting_for(idioms, ws)
     if running:
-        return RUNNING, "a live process holds the task's writer lock"
+        return RUNNING, "a live process holds the task's writer lock" + (f" ({waiting})" if waiting else "")
     if ops is not None and ops.failed is not None:
         return FAILED, ops.failed
     if ops is not None and ops.awaiting:
@@ -210,6 +258,8 @@ def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, s
         return PAUSED_FOR_REVIEW, f"failed verification: checkpoint {cp.phase!r} is {cp.status}" + (
             f" ({cp.note})" if cp.note else ""
         )
+    if waiting is not None:
+        return INTERRUPTED, waiting
     if not ws.calls and not ws.compilations and (ops is None or (not ops.approvals and not ops.checkpoints)):
         return QUEUED, None
     if ws.unresolved:
@@ -247,19 +297,23 @@ def acceptance_refusal(st: TaskStatus) -> str | None:
     return f"task {st.task_id!r} is {st.state}{why}: nothing to accept yet; next step: {st.next_step}"
 
 
-def operator_state(ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
+def operator_state(
+    ws: WorkState, ops: OperatorView | None = None, *, running: bool = False, idioms: IdiomState | None = None
+) -> str:
     """One word for the task as an operator sees it (see the module docstring for the order)."""
-    return _why(ws, ops, running)[0]
+    return _why(ws, ops, running, idioms)[0]
 
 
-def task_next_operation(ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
+def task_next_operation(
+    ws: WorkState, ops: OperatorView | None = None, *, running: bool = False, idioms: IdiomState | None = None
+) -> str:
     """The task's next operation as one word of :data:`TASK_NEXT_OPERATIONS`, derived from its state.
 
     It always agrees with :func:`operator_state`: ``failed`` and ``complete`` -> ``none``;
     ``awaiting acceptance`` -> ``check and accept``; otherwise the operation of what holds
     the task (the lock, the approval, the paused call or checkpoint, the first unresolved item).
     """
-    state = operator_state(ws, ops, running=running)
+    state = operator_state(ws, ops, running=running, idioms=idioms)
     if state == RUNNING:
         return WAIT
     if state in (FAILED, COMPLETE):
@@ -273,15 +327,28 @@ def task_next_operation(ws: WorkState, ops: OperatorView | None = None, *, runni
     if state == PAUSED_FOR_REVIEW:
         c = _paused_call(ws)
         return c.next_operation if c is not None else REVIEW_CHECKPOINT
+    if not ws.unresolved:  # interrupted while it sleeps or waits for an event: the script continues it
+        return RUN_SCRIPT
     first = ws.unresolved[0]
     c = ws.calls.get(first)
     return c.next_operation if c is not None else ws.compilations[first].next_operation
 
 
-def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, running: bool = False) -> str:
+def next_step(
+    task_id: str,
+    ws: WorkState,
+    ops: OperatorView | None = None,
+    *,
+    running: bool = False,
+    idioms: IdiomState | None = None,
+) -> str:
     """The safe next step, spelled as the command or call that performs it."""
     if running:
         return "wait: a process is writing this task (or stop it, then look again)"
+    if operator_state(ws, ops, idioms=idioms) == INTERRUPTED:
+        step = _waiting_step(task_id, idioms, ws)
+        if step is not None:
+            return step
     if ops is not None and ops.failed is not None:
         return (
             f"nothing: the task was given up ({ops.failed}); to try again from a call: "
@@ -312,6 +379,8 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
             return f"check the results, then: intentlog accept {task_id}"
         recorded = ws.calls or (ops is not None and (ops.checkpoints or ops.approvals))
         return "nothing: the task is complete" if recorded else "run the script: nothing has been recorded yet"
+    if not ws.unresolved:  # interrupted while it sleeps or waits for an event: the script continues it
+        return RUN_SCRIPT
     first = ws.unresolved[0]
     c = ws.calls.get(first)
     if c is None:
@@ -393,15 +462,23 @@ def task_status(
     """
     fold = WorkStateFold(task_id)
     ops_fold = OperatorFold()
+    idioms = IdiomFold()
     for ev in events:
         fold.apply(ev)
         ops_fold.apply(ev)
+        idioms.apply(ev)
     ws = fold.result()
-    return status_of(task_id, ws, ops_fold.result(ws, evidence=evidence), running=running)
+    return status_of(task_id, ws, ops_fold.result(ws, evidence=evidence), running=running, idioms=idioms.result())
 
 
-def status_of(task_id: str, ws: WorkState, ops: OperatorView, *, running: bool = False) -> TaskStatus:
-    """The operator view from an already folded work state and operator view (what gc and the views share)."""
+def status_of(
+    task_id: str, ws: WorkState, ops: OperatorView, *, running: bool = False, idioms: IdiomState | None = None
+) -> TaskStatus:
+    """The operator view from an already folded work state and operator view (what gc and the views share).
+
+    ``idioms``: the task's idiom records (:mod:`.idioms`), when the caller folded them: a
+    sleep or a wait is then named (``waiting``), from the recorded time, never the clock.
+    """
     completed = [c for c in ws.calls.values() if c.stage == "completed"]
     last = max(completed, key=lambda c: c.last_seq) if completed else None
     action: str | None = None
@@ -410,17 +487,18 @@ def status_of(task_id: str, ws: WorkState, ops: OperatorView, *, running: bool =
         if c is not None and (c.stage in _PAUSING or c.provider_effect == "unknown"):
             action = _action(c)
             break
-    state, reason = _why(ws, ops, running)
+    state, reason = _why(ws, ops, running, idioms)
     return TaskStatus(
         task_id=task_id,
         state=state,
         phase=ops.phase,
         last_outcome=_outcome(last) if last else None,
         unresolved_action=action,
-        next_step=next_step(task_id, ws, ops, running=running),
+        next_step=next_step(task_id, ws, ops, running=running, idioms=idioms),
         work=ws,
         operator=ops,
         running=running,
         reason=reason,
-        next_operation=task_next_operation(ws, ops, running=running),
+        next_operation=task_next_operation(ws, ops, running=running, idioms=idioms),
+        waiting=waiting_for(idioms, ws),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, final
 
+from ..projections.idioms import open_waits
 from ..projections.status import AWAITING_APPROVAL, INTERRUPTED, PAUSED_FOR_REVIEW, TaskStatus
 
 __all__ = ["KeepMark", "protected_by"]
@@ -22,6 +23,8 @@ def protected_by(st: TaskStatus) -> str | None:
     * **paused for review** or **awaiting approval**: a person decides, from this record
       (an unknown effect, a failed call, a served call whose response is lost, a failed
       checkpoint, an undecided approval); the detail names the command that decides it;
+    * **interrupted while sleeping or waiting for an event** (an open ``task.sleep_started``
+      or ``task.event_awaited``): its script continues from this record;
     * **interrupted with an external effect at stake**: an unresolved call whose provider
       effect is unknown (a resend accepted but not made) or happened but not yet turned
       into a result (observed, interpreted): without the stream, re-running would pay twice.
@@ -35,6 +38,8 @@ def protected_by(st: TaskStatus) -> str | None:
     if st.state != INTERRUPTED:
         return None
     ws = st.work
+    if open_waits(ws.other_kinds):  # its script continues from this record when due or signalled
+        return f"interrupted while {st.waiting or 'sleeping or waiting for an event'}; next: {st.next_step}"
     for cid in ws.unresolved:
         pending = ws.calls.get(cid)
         if pending is not None and pending.provider_effect in ("unknown", "happened"):

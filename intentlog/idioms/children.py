@@ -1,0 +1,146 @@
+"""Child tasks: a parent spawns children by id, and joins their results once each has returned one.
+
+``task.spawn(child_id, payload)`` appends ``task.child_spawned {child, payload}`` to the
+parent (synced) **before** the child exists, then creates the child's stream with
+``task.spawned {parent, payload}``: a crash in between leaves the link recorded and the
+re-run creates the child; it is never lost. The child id is the idempotency key: a re-run
+spawning the same id records nothing more and reuses the child (the same payload is
+required: another payload under a spawned id is refused -- a changed child needs a new
+id), and a task that exists under that id but was not spawned by this parent is refused.
+
+A child returns its result with ``child.finish(result)`` (``task.returned {result}``,
+JSON, once: a second finish returns the first result). ``task.join(children)`` reads each
+child's stream (no lock): when all returned, it appends ``task.joined {children}`` and
+returns their results by id; otherwise it raises
+:class:`~intentlog.idioms.errors.ChildrenPending` naming each blocked child with its
+state and safe next step (from its own status), and records nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import NotSerializable, UsageError
+from ..eventlog.canonical import dumps
+from ..eventlog.format import check_task_id
+from ..projections.idioms import CHILD_SPAWNED, JOINED, RETURNED, SPAWNED, idiom_state
+from . import state
+from .errors import ChildrenPending
+
+if TYPE_CHECKING:
+    from ..stream import TaskStream
+    from .events import TaskHandles
+
+__all__ = ["finish", "join", "spawn"]
+
+_pause = time.sleep
+
+
+def _json(what: str, value: Any) -> Any:
+    try:
+        return orjson.loads(dumps(value))
+    except NotSerializable as exc:
+        why = str(exc).split(": ", 1)[-1]
+        raise NotSerializable(f"{what} is not exact JSON ({why}); nothing was written", path=exc.path) from exc
+
+
+def spawn(ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any = None) -> TaskStream:
+    """Record the link, then create the child (see the module docstring); the child's stream."""
+    check_task_id(child_id)
+    if child_id == parent.id:
+        raise UsageError(f"task {parent.id!r} cannot spawn itself; nothing was written")
+    value = _json(f"the payload of child {child_id!r} of task {parent.id!r}", payload)
+    child = ledger.task(child_id).stream
+    with parent.mutex:
+        spawned = state.current(parent).children
+        if child_id in spawned:
+            if spawned[child_id] != value:
+                raise UsageError(
+                    f"task {parent.id!r} spawned child {child_id!r} with another payload; a changed child needs a "
+                    "new id; nothing was written"
+                )
+        else:
+            theirs = idiom_state(child.events()).parent if child.exists() else None
+            if child.exists() and theirs != parent.id:
+                raise UsageError(
+                    f"task {child_id!r} already exists and was not spawned by {parent.id!r} (its parent: {theirs!r}); "
+                    "pick another child id; nothing was written"
+                )
+            state.record(parent, CHILD_SPAWNED, {"child": child_id, "payload": value})
+    _create(child, parent.id, value)
+    return child
+
+
+def _create(child: TaskStream, parent_id: str, payload: Any) -> None:
+    """The child's own link to its parent, once (the re-run after a crash here writes it).
+
+    The child's writer is released afterwards unless this process already held it: the
+    child may run in another process.
+    """
+    with child.mutex:
+        held = child.writing
+        try:
+            if state.current(child).parent is None:
+                state.record(child, SPAWNED, {"parent": parent_id, "payload": payload})
+        finally:
+            if not held:
+                child.close()
+
+
+def finish(task: TaskStream, result: Any) -> Any:
+    """Record the task's result (``task.returned``) once; return the recorded result (the first)."""
+    value = _json(f"the result of task {task.id!r}", result)
+    with task.mutex:
+        st = state.current(task)
+        if st.returned:
+            return st.result
+        state.record(task, RETURNED, {"result": value})
+        return value
+
+
+def _blocked(ledger: TaskHandles, child_id: str) -> tuple[str, str]:
+    """A child's state and safe next step, from its own status."""
+    from ..projections.status import task_status
+
+    child = ledger.task(child_id).stream
+    if not child.exists():
+        return "not created", "re-run the parent script: it creates the child"
+    st = task_status(child.events(), task_id=child_id, running=child.writer_pid() is not None)
+    said = st.state + (f" ({st.reason})" if st.reason else "")
+    if st.state in ("running", "failed", "awaiting approval", "paused for review"):
+        return said, st.next_step
+    return said, "run the child's script to its end: it returns its result with task.finish(result)"
+
+
+def join(
+    ledger: TaskHandles, parent: TaskStream, children: Iterable[str] | None = None, *, wait: float = 0.0,
+    poll: float = 1.0,
+) -> dict[str, Any]:  # fmt: skip
+    """The children's results by id once every one returned (see the module docstring); ``wait``: seconds to poll."""
+    spawned = state.current(parent).children
+    ids = list(spawned) if children is None else [c if isinstance(c, str) else getattr(c, "id", c) for c in children]
+    stray = [c for c in ids if c not in spawned]
+    if stray:
+        raise UsageError(f"task {parent.id!r} never spawned {stray}; join only its children; nothing was written")
+    deadline = time.monotonic() + wait
+    while True:
+        results: dict[str, Any] = {}
+        pending: list[str] = []
+        for cid in ids:
+            st = idiom_state(ledger.task(cid).stream.events())
+            if st.returned:
+                results[cid] = st.result
+            else:
+                pending.append(cid)
+        if not pending:
+            with parent.mutex:
+                if tuple(ids) not in state.current(parent).joined:  # a re-run's join records nothing more
+                    state.record(parent, JOINED, {"children": ids})
+            return results
+        if time.monotonic() >= deadline:
+            raise ChildrenPending(parent.id, [(c, *_blocked(ledger, c)) for c in pending])
+        _pause(min(poll, max(0.01, deadline - time.monotonic())))
