@@ -91,6 +91,7 @@ __all__ = [
     "UnitConfig",
     "current_unit_key",
     "idempotency_key_hook",
+    "tool_return_evidence",
 ]
 
 #: The engine's name in pydantic-ai's messages and the ``by`` of what this module records.
@@ -501,3 +502,20 @@ class IntentlogDurability(BaseDurabilityCapability[AgentDepsT]):
                     )
                 config.update(own)
         return config
+
+
+def tool_return_evidence(value: Any) -> bytes:
+    """The bytes a tool unit records for a tool that returned ``value``: reconciliation evidence for an operator.
+
+    After a crash inside a tool that did act (the email went out), the operator who knows
+    what it returned saves these bytes to a file and runs ``intentlog reconcile TASK CALL
+    --served --evidence FILE``; the next run replays that return without calling the tool.
+    ``value`` must be what the tool returns, as JSON; anything else raises ``UsageError``.
+    """
+    from pydantic_ai.durable_exec import CallToolResult
+
+    try:
+        checked = JSON_CODEC.load(CallToolResult, {"kind": "tool_return", "result": value})
+        return _encode(JSON_CODEC.dump(CallToolResult, checked))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"tool_return_evidence: {value!r} is not a JSON tool return: {exc}") from exc
