@@ -384,9 +384,22 @@ def _note(error: BaseException, unknown: EffectUnknown) -> None:
 
 
 def _nothing_served(task: Any, call_id: str) -> bool:
-    """Whether the record proves the failed call had no effect (every attempt refused or never sent)."""
-    state = task.work_state().calls.get(call_id)
-    return state is not None and state.provider_effect == "none"
+    """Whether the record proves the failed call had no effect: every attempt refused by the provider
+    (observed with an error) or never sent, and no reconciliation. An operator's ``fail`` of an unknown
+    effect proves nothing, so such a call stays failed."""
+    started: set[int] = set()
+    settled: set[int] = set()
+    for event in task.events():
+        data = event.data
+        if data.get("call") != call_id:
+            continue
+        if event.kind == "attempt.started":
+            started.add(data["attempt"])
+        elif (event.kind == "attempt.observed" and "error" in data) or event.kind == "attempt.not_sent":
+            settled.add(data["attempt"])
+        elif event.kind == "effect.reconciled":
+            return False
+    return bool(started) and started <= settled
 
 
 _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("intentlog_pydantic_ai_run", default=None)

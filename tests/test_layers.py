@@ -263,6 +263,8 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog": (6, "public"),
     "intentlog.views": (6, "public"),
     "intentlog.pytest_plugin": (6, "public"),
+    # integrations with agent frameworks (optional extras): written on the public face, imported by nothing
+    "intentlog.pydantic_ai": (6, "integrations"),
     # 7-9 applications: the demo, the command line's shared core, its commands, its entry points
     "intentlog.demo.*": (7, "applications"),
     "intentlog.cli.app": (7, "applications"),
