@@ -77,9 +77,7 @@ try:
     from pydantic_ai.toolsets import ToolsetTool
     from pydantic_core import to_jsonable_python
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean interpreter
-    raise ImportError(
-        f"intentlog.pydantic_ai needs pydantic-ai ({exc}): pip install 'intentlog[pydantic-ai]'"
-    ) from exc
+    raise ImportError(f"intentlog.pydantic_ai needs pydantic-ai ({exc}): pip install 'intentlog[pydantic-ai]'") from exc
 
 from .errors import CallFailed, EffectUnknown, UsageError
 from .ledger import Ledger, open_ledger
@@ -380,7 +378,11 @@ class _Backend(CallableOperationBackend[UnitConfig]):
 
 def _note(error: BaseException, unknown: EffectUnknown) -> None:
     commands = "; ".join(unknown.commands) if unknown.commands else "intentlog status"
-    error.add_note(f"intentlog: {unknown.call_id} (key {unknown.key!r}) may have acted; its effect is unknown: {commands}")
+    add_note = getattr(error, "add_note", None)  # Python 3.11+; on 3.10 the record alone says it
+    if add_note is not None:
+        add_note(
+            f"intentlog: {unknown.call_id} (key {unknown.key!r}) may have acted; its effect is unknown: {commands}"
+        )
 
 
 def _nothing_served(task: Any, call_id: str) -> bool:
@@ -445,13 +447,14 @@ class IntentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         models: Mapping[str, Any] | None = None,
         event_stream_handler: Any = None,
     ) -> None:
-        from .eventlog.format import check_task_id
         from .dedup import ProviderDedup
+        from .eventlog.format import check_task_id
 
         check_task_id(task)
         if not isinstance(ledger_or_root, (Ledger, str, os.PathLike)):
             raise UsageError(
-                f"IntentlogDurability needs a Ledger, a folder or an s3:// location, not {type(ledger_or_root).__name__}"
+                "IntentlogDurability needs a Ledger, a folder or an s3:// location, "
+                f"not {type(ledger_or_root).__name__}"
             )
         if dedup is not None and not isinstance(dedup, ProviderDedup):
             raise UsageError(f"IntentlogDurability(dedup=...) must be an intentlog.ProviderDedup, not {dedup!r}")
@@ -496,7 +499,10 @@ class IntentlogDurability(BaseDurabilityCapability[AgentDepsT]):
         agent = self.agent
         default_model = self.default_model_id
         return _Backend(
-            self, JournalOperationNamer(self.name or (agent.name if agent else "") or "agent", default_model_id=default_model or "default")
+            self,
+            JournalOperationNamer(
+                self.name or (agent.name if agent else "") or "agent", default_model_id=default_model or "default"
+            ),
         )
 
     def _resolve_tool_config(

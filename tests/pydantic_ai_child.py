@@ -7,7 +7,8 @@ retries off) is made durable with ``IntentlogDurability(LEDGER, task="mail")``. 
 appends ``{"to", "subject"}`` to ``SIDE_EFFECTS`` (fsynced): the side effect counted from
 outside the ledger.
 
-``STOP_AT`` chooses where the child stops on its own, so the parent can SIGKILL it there;
+``--dedup`` sends each model unit's key as ``Idempotency-Key`` and declares a one-hour
+provider window. ``STOP_AT`` chooses where the child stops on its own, so the parent can SIGKILL it there;
 it first writes ``MARKER`` (the parent waits for that file, never for a time):
 
 - ``model-send-<n>``: the n-th model HTTP request of this process, before it leaves (the
@@ -39,7 +40,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai_provider import append_line
 
 import intentlog
-from intentlog.pydantic_ai import IntentlogDurability
+from intentlog.pydantic_ai import IntentlogDurability, idempotency_key_hook
 
 API_KEY = "sk-test-0123456789abcdef"
 
@@ -49,7 +50,9 @@ async def _stop_here(marker: str) -> None:
     await asyncio.Event().wait()  # until the parent's SIGKILL
 
 
-def build(ledger: str, base_url: str, side_effects: str, marker: str, stop_at: str, idempotent: bool) -> Agent[Any, str]:
+def build(
+    ledger: str, base_url: str, side_effects: str, marker: str, stop_at: str, idempotent: bool, dedup: bool
+) -> Agent[Any, str]:
     sends = 0
 
     async def on_request(request: httpx.Request) -> None:
@@ -58,10 +61,20 @@ def build(ledger: str, base_url: str, side_effects: str, marker: str, stop_at: s
         if stop_at == f"model-send-{sends}":
             await _stop_here(marker)
 
-    http = httpx.AsyncClient(event_hooks={"request": [on_request]})
+    hooks: list[Any] = [on_request]
+    if dedup:
+        hooks.insert(0, idempotency_key_hook("Idempotency-Key"))
+    http = httpx.AsyncClient(event_hooks={"request": hooks})
     client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, http_client=http, max_retries=0)
     model = OpenAIChatModel("gpt-fake", provider=OpenAIProvider(openai_client=client))
-    durability = IntentlogDurability(ledger, task="mail", idempotent_tools=["send_email"] if idempotent else ())
+    # on an object store the killed run's lease is taken over at once (one machine, the holder is dead)
+    root: Any = intentlog.open(ledger, take_over_after=0) if ledger.startswith("s3://") else ledger
+    durability = IntentlogDurability(
+        root,
+        task="mail",
+        idempotent_tools=["send_email"] if idempotent else (),
+        dedup=intentlog.ProviderDedup(window=3600, header="Idempotency-Key") if dedup else None,
+    )
     agent: Agent[Any, str] = Agent(model, name="mailer", capabilities=[durability])
 
     @agent.tool_plain
@@ -79,7 +92,7 @@ def build(ledger: str, base_url: str, side_effects: str, marker: str, stop_at: s
 
 async def main(argv: list[str]) -> None:
     ledger, base_url, side_effects, marker, stop_at = argv[:5]
-    agent = build(ledger, base_url, side_effects, marker, stop_at, "--idempotent" in argv)
+    agent = build(ledger, base_url, side_effects, marker, stop_at, "--idempotent" in argv, "--dedup" in argv)
     try:
         if "--stream" in argv:
             async with agent.run_stream("mail ana the minutes") as result:

@@ -105,9 +105,14 @@ class _Handler(BaseHTTPRequestHandler):
             append_line(srv.receipts, {"replayed": True, "key": key})
             self._send(kept)
             return
-        n = srv.receipt({"path": self.path, "key": key, "stream": payload.get("stream") is True,
-                         "messages": len(payload.get("messages") or [])})
-        srv.maybe_hold()
+        n = srv.receipt(
+            {
+                "path": self.path,
+                "key": key,
+                "stream": payload.get("stream") is True,
+                "messages": len(payload.get("messages") or []),
+            }
+        )
         message = _answer(payload, n)
         out = {
             "id": f"chatcmpl-{n}",
@@ -117,12 +122,10 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
             "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
         }
-        if payload.get("stream") is True:
-            data = self._stream(out)
-        else:
-            data = json.dumps(out).encode()
+        data = self._stream(out) if payload.get("stream") is True else json.dumps(out).encode()
         if srv.dedup and key:
-            srv.kept[key] = data
+            srv.kept[key] = data  # kept before any hold: a repeat after the client died is replayed
+        srv.maybe_hold()
         self._send(data, stream=payload.get("stream") is True)
 
     def _stream(self, out: dict[str, Any]) -> bytes:

@@ -20,7 +20,8 @@ if os.environ.get("CI"):
     import pydantic_ai  # noqa: F401  (under CI a missing extra fails, never skips)
 else:
     pytest.importorskip(
-        "pydantic_ai.durable_exec", reason="SKIPPED LOUDLY: the pydantic-ai tests need pip install 'intentlog[pydantic-ai]'"
+        "pydantic_ai.durable_exec",
+        reason="SKIPPED LOUDLY: the pydantic-ai tests need pip install 'intentlog[pydantic-ai]'",
     )
 
 from pydantic import BaseModel
@@ -130,8 +131,9 @@ def test_streamed_structured_and_capability_unit_names_are_pinned(tmp_path: Path
         yield {0: DeltaToolCall(name=info.output_tools[0].name, json_args='{"answer": "yes"}', tool_call_id="o1")}
 
     durability: IntentlogDurability[None] = IntentlogDurability(tmp_path, task="pins")
-    agent = Agent(FunctionModel(stream_function=stream), name="judge", output_type=Verdict,
-                  capabilities=[Audit(), durability])
+    agent = Agent(
+        FunctionModel(stream_function=stream), name="judge", output_type=Verdict, capabilities=[Audit(), durability]
+    )
 
     async def go() -> Verdict:
         async with agent.run_stream("is it?") as result:
@@ -195,8 +197,7 @@ def test_model_retry_from_a_tool_behaves_as_without_the_capability(tmp_path: Pat
         return ModelResponse(parts=[TextPart("found")])
 
     def build() -> Agent[None, str]:
-        agent = Agent(FunctionModel(model), name="finder",
-                      capabilities=[IntentlogDurability(tmp_path, task="retry")])
+        agent = Agent(FunctionModel(model), name="finder", capabilities=[IntentlogDurability(tmp_path, task="retry")])
 
         @agent.tool_plain
         def lookup(q: str) -> str:
@@ -234,8 +235,9 @@ def test_structured_output_replays_as_the_same_object(tmp_path: Path) -> None:
         currency: str
 
     def build() -> Agent[None, Invoice]:
-        return Agent(TestModel(), name="biller", output_type=Invoice,
-                     capabilities=[IntentlogDurability(tmp_path, task="bill")])
+        return Agent(
+            TestModel(), name="biller", output_type=Invoice, capabilities=[IntentlogDurability(tmp_path, task="bill")]
+        )
 
     first = build().run_sync("bill it").output
     assert isinstance(first, Invoice)
@@ -267,6 +269,7 @@ def test_a_refused_model_request_raises_pydantic_ais_error_and_a_rerun_starts_it
 def test_a_tool_that_raises_keeps_its_exception_and_its_effect_is_unknown(tmp_path: Path) -> None:
     """A tool raising an ordinary exception: the caller gets that exception (with a note naming the reconcile
     command), because the tool may have acted; the next run refuses the unit with EffectUnknown."""
+
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[ToolCallPart("archive", {"box": "inbox"}, tool_call_id="a1")])
 
@@ -299,7 +302,9 @@ def test_deferred_and_approval_outcomes_are_values_of_the_unit(tmp_path: Path) -
     def build() -> tuple[Agent[None, str | DeferredToolRequests], list[str]]:
         called: list[str] = []
         agent: Agent[None, str | DeferredToolRequests] = Agent(
-            FunctionModel(Mailer.default_model), name="mailer", output_type=[str, DeferredToolRequests],
+            FunctionModel(Mailer.default_model),
+            name="mailer",
+            output_type=[str, DeferredToolRequests],
             capabilities=[IntentlogDurability(tmp_path, task="approve")],
         )
 
@@ -315,6 +320,7 @@ def test_deferred_and_approval_outcomes_are_values_of_the_unit(tmp_path: Path) -
     agent, called = build()
     out = agent.run_sync("mail ana").output
     assert isinstance(out, DeferredToolRequests) and [c.tool_name for c in out.approvals] == ["send_email"]
+    assert called == ["ana@example.com"]
     agent, called_again = build()
     again = agent.run_sync("mail ana").output
     assert isinstance(again, DeferredToolRequests) and called_again == []
@@ -332,11 +338,17 @@ def test_credentials_in_settings_headers_and_tool_args_never_reach_the_record(tm
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if not _has_tool_return(messages):
-            return ModelResponse(parts=[ToolCallPart("charge", {"amount": 5, "api_key": secret_arg}, tool_call_id="p1")])
+            return ModelResponse(
+                parts=[ToolCallPart("charge", {"amount": 5, "api_key": secret_arg}, tool_call_id="p1")]
+            )
         return ModelResponse(parts=[TextPart("charged")])
 
-    agent = Agent(FunctionModel(model), name="payer", capabilities=[IntentlogDurability(tmp_path, task="pay")],
-                  model_settings={"extra_headers": {"Authorization": secret_header}})
+    agent = Agent(
+        FunctionModel(model),
+        name="payer",
+        capabilities=[IntentlogDurability(tmp_path, task="pay")],
+        model_settings={"extra_headers": {"Authorization": secret_header}},
+    )
 
     @agent.tool_plain
     def charge(amount: int, api_key: str) -> str:
@@ -378,8 +390,9 @@ def test_unit_key_is_visible_inside_the_unit_only(tmp_path: Path) -> None:
 
 def test_a_tool_marked_out_of_durability_runs_unrecorded(tmp_path: Path) -> None:
     """metadata={"intentlog": False}: the tool runs outside any unit (pydantic-ai's per-tool opt-out)."""
-    agent = Agent(FunctionModel(Mailer.default_model), name="mailer",
-                  capabilities=[IntentlogDurability(tmp_path, task="mail")])
+    agent = Agent(
+        FunctionModel(Mailer.default_model), name="mailer", capabilities=[IntentlogDurability(tmp_path, task="mail")]
+    )
 
     @agent.tool_plain(metadata={"intentlog": False})
     def send_email(to: str, subject: str) -> str:
@@ -402,7 +415,9 @@ def test_bad_configuration_is_refused_before_anything_is_written(tmp_path: Path)
     with pytest.raises(intentlog.UsageError, match="ProviderDedup"):
         IntentlogDurability(root, task="t", dedup=3600)
     assert not root.exists()
-    agent = Agent(FunctionModel(Mailer.default_model), name="mailer", capabilities=[IntentlogDurability(root, task="t")])
+    agent = Agent(
+        FunctionModel(Mailer.default_model), name="mailer", capabilities=[IntentlogDurability(root, task="t")]
+    )
     sent: list[str] = []
 
     @agent.tool_plain(metadata={"intentlog": {"idempotnet": True}})

@@ -29,7 +29,8 @@ if os.environ.get("CI"):
     import pydantic_ai  # noqa: F401  (under CI a missing extra fails, never skips)
 else:
     pytest.importorskip(
-        "pydantic_ai.durable_exec", reason="SKIPPED LOUDLY: the pydantic-ai tests need pip install 'intentlog[pydantic-ai]'"
+        "pydantic_ai.durable_exec",
+        reason="SKIPPED LOUDLY: the pydantic-ai tests need pip install 'intentlog[pydantic-ai]'",
     )
 
 from pydantic_ai_provider import ChatServer, read_lines
@@ -59,8 +60,16 @@ class Run:
         self.flags = flags
 
     def _argv(self, stop_at: str) -> list[str]:
-        return [sys.executable, str(CHILD), self.root, self.server.url, str(self.side_effects), str(self.marker),
-                stop_at, *self.flags]
+        return [
+            sys.executable,
+            str(CHILD),
+            self.root,
+            self.server.url,
+            str(self.side_effects),
+            str(self.marker),
+            stop_at,
+            *self.flags,
+        ]
 
     def to_end(self) -> dict[str, Any]:
         done = subprocess.run(self._argv("none"), capture_output=True, text=True, timeout=120, env=dict(os.environ))
@@ -70,8 +79,9 @@ class Run:
     def killed_at(self, stop_at: str, *, receipts: int | None = None) -> None:
         """Start the child, wait for its marker (or for the server's ``receipts``-th receipt), SIGKILL it."""
         self.marker.unlink(missing_ok=True)
-        child = subprocess.Popen(self._argv(stop_at), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=dict(os.environ))
+        child = subprocess.Popen(
+            self._argv(stop_at), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+        )
         try:
             deadline = time.monotonic() + 120
             while not self._reached(receipts):
@@ -99,8 +109,13 @@ class Run:
     def cli(self, command: str) -> None:
         argv = shlex.split(command)
         assert argv[0] == "intentlog"
-        done = subprocess.run([sys.executable, "-m", "intentlog.cli", *argv[1:]], capture_output=True, text=True,
-                              timeout=120, env=dict(os.environ))
+        done = subprocess.run(
+            [sys.executable, "-m", "intentlog.cli", *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ),
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
     def events(self) -> list[intentlog.Event]:
@@ -155,7 +170,9 @@ def test_killed_while_the_provider_holds_the_request_is_never_sent_again(tmp_pat
         again = run.to_end()
         assert again["outcome"] == "unknown" and MODEL_UNIT in again["key"]
     run.cli(_reconcile(again, "--served").replace(" --evidence RESPONSE_FILE", ""))  # the answer is lost
-    run.cli(f"intentlog --root {shlex.quote(run.root)} fail mail {again['call']} --reason 'answer lost; not paying twice'")
+    run.cli(
+        f"intentlog --root {shlex.quote(run.root)} fail mail {again['call']} --reason 'answer lost; not paying twice'"
+    )
     ended = run.to_end()
     assert ended["outcome"] == "error" and ended["type"] == "CallFailed"
     run.check_ground_truth(receipts=1, emails=0)
@@ -235,4 +252,37 @@ def test_streaming_run_killed_mid_tool_resumes_the_same_way(tmp_path: Path, serv
     assert again["outcome"] == "unknown" and "call_tool:send_email" in again["key"]
     run.cli(_reconcile(again, "--not-served"))
     assert run.to_end() == {"outcome": "done", "output": "done #1: sent to ana@example.com "}
+    run.check_ground_truth(receipts=2, emails=1)
+
+
+def test_a_provider_that_deduplicates_settles_the_unknown_request_without_a_person(tmp_path: Path) -> None:
+    """The model unit's key sent as Idempotency-Key, the provider's window declared: killed while the provider
+    held the request, the re-run records provider_dedup and resends under the same key; the provider replays
+    its first answer, so it worked once and the run completes unattended."""
+    with ChatServer(tmp_path / "receipts.jsonl", dedup=True) as server:
+        run = Run(_root(tmp_path), server, tmp_path, "--dedup")
+        server.hold_next()
+        run.killed_at("none", receipts=1)
+        assert run.to_end() == {"outcome": "done", "output": "done #1: sent to ana@example.com"}
+        replays = [r for r in read_lines(server.receipts_path) if r.get("replayed")]
+        assert len(replays) == 1 and replays[0]["key"] == f"mail.1/{MODEL_UNIT}#0"
+        dedups = [e for e in run.events() if e.kind == "effect.reconciled"]
+        assert [e.data["outcome"] for e in dedups] == ["provider_dedup"]
+        run.check_ground_truth(receipts=2, emails=1)
+
+
+def test_on_an_object_store_a_kill_mid_tool_resumes_the_same_way(
+    tmp_path: Path, server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An s3:// ledger (SeaweedFS): killed inside the tool before it acted, the re-run (taking over the dead
+    writer's lease) replays the model answer and refuses the tool; not-served, the run completes, 1 email."""
+    from s3_server import ledger_url
+
+    run = Run(ledger_url(monkeypatch), server, tmp_path)
+    run.killed_at("tool-entered")
+    again = run.to_end()
+    assert again["outcome"] == "unknown" and TOOL_UNIT in again["key"]
+    assert len(server.receipts()) == 1 and run.emails() == []
+    run.cli(_reconcile(again, "--not-served"))
+    assert run.to_end()["outcome"] == "done"
     run.check_ground_truth(receipts=2, emails=1)
