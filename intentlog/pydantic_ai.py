@@ -212,6 +212,7 @@ class _Shared:
     root: Ledger | str | os.PathLike[str]
     task_id: str
     ledger: Ledger | None = None
+    handle: Any = None  # the task, once opened
     runs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     occurrences: dict[str, _Occurrences] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -220,7 +221,9 @@ class _Shared:
         with self.lock:
             if self.ledger is None:
                 self.ledger = self.root if isinstance(self.root, Ledger) else open_ledger(self.root)
-            return self.ledger.task(self.task_id)
+            if self.handle is None:
+                self.handle = self.ledger.task(self.task_id)
+            return self.handle
 
     def of_run(self, run_id: str) -> _Occurrences:
         with self.lock:
@@ -324,8 +327,10 @@ class _Backend(CallableOperationBackend[UnitConfig]):
     ) -> object:
         from .effects import NO_RETRY
 
-        task = await asyncio.to_thread(self._capability._shared.task)
-        intent = {**intent, "idempotent": idempotent}
+        shared = self._capability._shared
+        task = shared.handle if shared.handle is not None else await asyncio.to_thread(shared.task)
+        # the call's name (not hashed: a changed declaration never blocks the replay of a recorded unit)
+        name = str(intent["unit"]) + (" (idempotent)" if idempotent else "")
         fresh = 0  # a unit the provider refused (nothing served) starts again under key base~<fresh>
         resent = False
         while True:
@@ -346,7 +351,7 @@ class _Backend(CallableOperationBackend[UnitConfig]):
                     _UNIT_KEY.reset(token)
                 return _encode(payload)
 
-            options: dict[str, Any] = {"retry": NO_RETRY}
+            options: dict[str, Any] = {"retry": NO_RETRY, "name": name}
             if model and self._capability._dedup is not None:
                 options["dedup"] = self._capability._dedup
             try:

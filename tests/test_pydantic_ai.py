@@ -469,3 +469,51 @@ def test_no_other_module_imports_pydantic_ai() -> None:
     """Every other module of the package imported: neither pydantic-ai nor the integration is loaded."""
     out = subprocess.run([sys.executable, "-c", _CORE], capture_output=True, text=True, check=True, timeout=300)
     assert json.loads(out.stdout) == []
+
+
+def test_declaring_a_tool_idempotent_later_still_replays_the_recorded_run(tmp_path: Path) -> None:
+    """The declaration is the call's recorded name, not part of its request: a re-run that now declares the tool
+    idempotent replays the completed run (no DRIFT), and the record keeps what was declared when it ran."""
+    Mailer(tmp_path).agent.run_sync("mail ana the minutes")
+    again = Mailer(tmp_path, idempotent_tools=["send_email"])
+    assert again.agent.run_sync("mail ana the minutes").output == "mailed ana"
+    assert (again.model_calls, again.emails) == (0, [])
+    names = [
+        e.data["name"]
+        for e in intentlog.open(tmp_path, create=False).task("mail").events()
+        if e.kind == "call.requested"
+    ]
+    assert names == [
+        "mailer__model.request",
+        "mailer__function_toolset__<agent>.call_tool:send_email",
+        "mailer__model.request",
+    ]
+
+
+def test_an_event_stream_handler_runs_in_units_and_is_not_called_again_on_replay(tmp_path: Path) -> None:
+    """event_stream_handler=: the tool-call events reach it inside recorded units, once; a re-run replays them."""
+    seen: list[str] = []
+
+    async def handler(ctx: RunContext[Any], events: Any) -> None:
+        async for event in events:
+            seen.append(type(event).__name__)
+
+    def build() -> Agent[None, str]:
+        agent = Agent(
+            TestModel(custom_output_text="mailed ana"),  # streams (a handler asks for streamed requests)
+            name="mailer",
+            capabilities=[IntentlogDurability(tmp_path, task="events", event_stream_handler=handler)],
+        )
+
+        @agent.tool_plain
+        def send_email(to: str, subject: str) -> str:
+            return "sent"
+
+        return agent
+
+    assert build().run_sync("mail ana").output == "mailed ana"
+    first = list(seen)
+    assert "FunctionToolCallEvent" in first and "FunctionToolResultEvent" in first
+    assert any("event_stream_handler" in k for k in _keys(tmp_path, "events"))
+    assert build().run_sync("mail ana").output == "mailed ana"
+    assert seen == first

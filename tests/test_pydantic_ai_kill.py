@@ -240,6 +240,8 @@ def test_an_idempotent_tool_killed_mid_call_runs_again_and_says_so(tmp_path: Pat
     assert len(run.emails()) == 2
     resent = [e for e in run.events() if e.kind == "effect.reconciled"]
     assert [(e.data["outcome"], e.data["by"]) for e in resent] == [("resend", "intentlog.pydantic_ai")]
+    names = {e.data["name"] for e in run.events() if e.kind == "call.requested" and TOOL_UNIT in e.data["key"]}
+    assert names == {f"{TOOL_UNIT} (idempotent)"}
     assert len(server.receipts()) == 2
 
 
