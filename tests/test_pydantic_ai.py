@@ -239,8 +239,9 @@ def test_structured_output_replays_as_the_same_object(tmp_path: Path) -> None:
             TestModel(), name="biller", output_type=Invoice, capabilities=[IntentlogDurability(tmp_path, task="bill")]
         )
 
+    plain = Agent(TestModel(), name="biller", output_type=Invoice).run_sync("bill it").output
     first = build().run_sync("bill it").output
-    assert isinstance(first, Invoice)
+    assert isinstance(first, Invoice) and first == plain
     assert build().run_sync("bill it").output == first
 
 
@@ -517,3 +518,24 @@ def test_an_event_stream_handler_runs_in_units_and_is_not_called_again_on_replay
     assert any("event_stream_handler" in k for k in _keys(tmp_path, "events"))
     assert build().run_sync("mail ana").output == "mailed ana"
     assert seen == first
+
+
+def test_a_streamed_run_streams_what_it_would_without_the_capability(tmp_path: Path) -> None:
+    """run_stream with stream_text: the same text deltas as the plain agent, on the first run and on the replay."""
+    import asyncio
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        for word in ["one ", "two ", "three"]:
+            yield word
+
+    async def deltas(agent: Agent[None, str]) -> list[str]:
+        async with agent.run_stream("count") as result:
+            return [chunk async for chunk in result.stream_text(delta=True)]
+
+    def build(*capabilities: Any) -> Agent[None, str]:
+        return Agent(FunctionModel(stream_function=stream), name="counter", capabilities=list(capabilities))
+
+    plain = asyncio.run(deltas(build()))
+    assert asyncio.run(deltas(build(IntentlogDurability(tmp_path, task="count")))) == plain
+    assert asyncio.run(deltas(build(IntentlogDurability(tmp_path, task="count")))) == plain
+    assert _keys(tmp_path, "count") == ["count.1/counter__model.request_stream#0"]
