@@ -225,6 +225,16 @@ class _Shared:
                 self.handle = self.ledger.task(self.task_id)
             return self.handle
 
+    def close(self) -> None:
+        with self.lock:
+            handle, self.handle = self.handle, None
+            ledger = self.ledger
+            if handle is not None:
+                handle.close()
+            if ledger is not None and ledger is not self.root:
+                ledger.close()
+                self.ledger = None
+
     def of_run(self, run_id: str) -> _Occurrences:
         with self.lock:
             occ = self.occurrences.get(run_id)
@@ -485,6 +495,14 @@ class IntentlogDurability(BaseDurabilityCapability[AgentDepsT]):
     def task_id(self) -> str:
         """The intentlog task every unit is recorded in."""
         return self._shared.task_id
+
+    def close(self) -> None:
+        """Close the task (its writer lock or lease is released); a ledger this capability opened is closed too.
+
+        A ledger passed in open stays open (its owner closes it). Every bound copy shares this
+        state; a later unit opens the task again.
+        """
+        self._shared.close()
 
     def get_default_run_id(self) -> str | None:
         """``<task>.<n>`` for the n-th run this capability starts in the process: a re-run maps to its record."""

@@ -539,3 +539,44 @@ def test_a_streamed_run_streams_what_it_would_without_the_capability(tmp_path: P
     assert asyncio.run(deltas(build(IntentlogDurability(tmp_path, task="count")))) == plain
     assert asyncio.run(deltas(build(IntentlogDurability(tmp_path, task="count")))) == plain
     assert _keys(tmp_path, "count") == ["count.1/counter__model.request_stream#0"]
+
+
+def test_status_export_bundle_and_report_show_the_units_by_name(tmp_path: Path) -> None:
+    """A run whose tool unit is left unknown: status names the unit's key and offers the reconcile command; the
+    exported bundle checks out with its own verifier; the report names the tool unit."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("archive", {"box": "inbox"}, tool_call_id="a1")])
+
+    mailer = Mailer(tmp_path / "evidence", model=model)
+
+    @mailer.agent.tool_plain
+    def archive(box: str) -> str:
+        raise OSError("the archive may be half written")
+
+    with pytest.raises(OSError):
+        mailer.agent.run_sync("archive the inbox")
+    mailer.durability.close()  # the writer lock released, as at the end of a process
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "intentlog.cli", "--root", str(tmp_path / "evidence"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        return done.stdout
+
+    status = cli("status", "mail")
+    assert "call_tool:archive/a1#0" in status and "reconcile mail call-2 --not-served" in status
+    cli("export", "mail", "--out", str(tmp_path / "bundle"))
+    checked = subprocess.run(
+        [sys.executable, str(tmp_path / "bundle" / "verify_bundle.py"), str(tmp_path / "bundle")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    cli("report", "mail", "--out", str(tmp_path / "report.html"))
+    assert "call_tool:archive" in (tmp_path / "report.html").read_text()
