@@ -156,7 +156,7 @@ def _jsonable(value: Any) -> Any:
     return to_jsonable_python(value, fallback=_opaque, bytes_mode="base64", serialize_unknown=False)
 
 
-def unit_intent(name: str, params: Any) -> dict[str, Any]:
+def _unit_intent(name: str, params: Any) -> dict[str, Any]:
     """The request an effect records for a unit: its persisted name and every parameter field, as JSON.
 
     A run context becomes its run id, step, tool call id, tool name and retry count (deps and
@@ -319,7 +319,7 @@ class _Backend(CallableOperationBackend[UnitConfig]):
         return await self._run_unit(
             base,
             occurrence,
-            unit_intent(name, params),
+            _unit_intent(name, params),
             body,
             idempotent=bool(config.get("idempotent")) if isinstance(config, dict) else False,
             model=isinstance(operation_id, ModelRequestId),

@@ -515,7 +515,7 @@ def test_an_event_stream_handler_runs_in_units_and_is_not_called_again_on_replay
     assert build().run_sync("mail ana").output == "mailed ana"
     first = list(seen)
     assert "FunctionToolCallEvent" in first and "FunctionToolResultEvent" in first
-    assert any("event_stream_handler" in k for k in _keys(tmp_path, "events"))
+    assert "events.1/mailer__event_stream_handler#0" in _keys(tmp_path, "events")
     assert build().run_sync("mail ana").output == "mailed ana"
     assert seen == first
 
@@ -580,3 +580,55 @@ def test_status_export_bundle_and_report_show_the_units_by_name(tmp_path: Path) 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     cli("report", "mail", "--out", str(tmp_path / "report.html"))
     assert "call_tool:archive" in (tmp_path / "report.html").read_text()
+
+
+def test_every_persisted_unit_name_is_pinned() -> None:
+    """The name of every kind of unit the builder can route, as this engine persists it (pydantic-ai's journal
+    convention): a change here strands every recorded run, so it must be a reviewed migration, never a rename."""
+    from pydantic_ai.durable_exec import (
+        CapabilityOperationId,
+        EventStreamHandlerId,
+        JournalOperationNamer,
+        ModelCancelSuspendedResponseId,
+        ModelCompactMessagesId,
+        ModelRequestId,
+        ToolsetCallToolId,
+        ToolsetGetInstructionsId,
+        ToolsetGetToolsId,
+        ToolsetValidateToolArgumentsId,
+    )
+
+    namer = JournalOperationNamer("mailer", default_model_id="default")
+    ids: dict[str, Any] = {
+        "model": ModelRequestId(None, model_name="m"),
+        "model other": ModelRequestId("gpt-x", model_name="m"),
+        "stream": ModelRequestId(None, streaming=True, model_name="m"),
+        "compact": ModelCompactMessagesId(None, model_name="m"),
+        "cancel": ModelCancelSuspendedResponseId(None, model_name="m"),
+        "events": EventStreamHandlerId(),
+        "capability": CapabilityOperationId("audit", operation="record"),
+        "function": ToolsetCallToolId("function", toolset_id="<agent>"),
+        "validate": ToolsetValidateToolArgumentsId("function", toolset_id="<agent>"),
+        "mcp call": ToolsetCallToolId("mcp", toolset_id="files"),
+        "mcp tools": ToolsetGetToolsId("mcp", toolset_id="files"),
+        "mcp instructions": ToolsetGetInstructionsId("files"),
+        "dynamic tools": ToolsetGetToolsId("dynamic", toolset_id="dyn"),
+        "dynamic call": ToolsetCallToolId("dynamic", toolset_id="dyn"),
+    }
+    names = {k: namer.invocation_name(v, label="send_email").operation_name for k, v in ids.items()}
+    assert names == {
+        "model": "mailer__model.request",
+        "model other": "mailer__model.request.gpt-x",
+        "stream": "mailer__model.request_stream",
+        "compact": "mailer__model.compact_messages",
+        "cancel": "mailer__model.cancel_suspended_response",
+        "events": "mailer__event_stream_handler",
+        "capability": "mailer__capability__audit.record",
+        "function": "mailer__function_toolset__<agent>.call_tool:send_email",
+        "validate": "mailer__function_toolset__<agent>.validate_args",
+        "mcp call": "mailer__mcp_server__files.call_tool",
+        "mcp tools": "mailer__mcp_server__files.get_tools",
+        "mcp instructions": "mailer__mcp_server__files.get_instructions",
+        "dynamic tools": "mailer__dynamic_toolset__dyn.get_tools",
+        "dynamic call": "mailer__dynamic_toolset__dyn.call_tool:send_email",
+    }
