@@ -273,6 +273,7 @@ RANKS: dict[str, tuple[float, str]] = {
     # the LangGraph integration (the langgraph extra): a checkpointer and at-most-once tools over the public API
     "intentlog.langgraph": (6, "public"),
     "intentlog.langgraph.*": (6, "public"),
+    "intentlog.pydantic_ai": (6, "integrations"),
     # 7-9 applications: the demo, the command line's shared core, its commands, its entry points
     "intentlog.demo.*": (7, "applications"),
     "intentlog.cli.app": (7, "applications"),
