@@ -270,9 +270,10 @@ RANKS: dict[str, tuple[float, str]] = {
     "intentlog": (6, "public"),
     "intentlog.views": (6, "public"),
     "intentlog.pytest_plugin": (6, "public"),
-    # the LangGraph integration (the langgraph extra): a checkpointer and at-most-once tools over the public API
-    "intentlog.langgraph": (6, "public"),
-    "intentlog.langgraph.*": (6, "public"),
+    # integrations with agent frameworks (optional extras), written on the public face and imported by nothing:
+    # LangGraph's checkpointer and at-most-once tools, pydantic-ai's durability capability
+    "intentlog.langgraph": (6, "integrations"),
+    "intentlog.langgraph.*": (6, "integrations"),
     "intentlog.pydantic_ai": (6, "integrations"),
     # 7-9 applications: the demo, the command line's shared core, its commands, its entry points
     "intentlog.demo.*": (7, "applications"),
