@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redaction_steps import JWT, PROVIDER_KEY, RESULT_TOKEN, SPACE_TOKEN, TELEGRAM, leaky_failure, leaky_result
+from redaction_steps import DB_PASSWORD, JWT, PROVIDER_KEY, RESULT_TOKEN, SPACE_TOKEN, TELEGRAM, leaky_failure, leaky_result
 
 import intentlog
 from intentlog.bundle import export_bundle
@@ -38,7 +38,7 @@ BEARER = "abc123def456ghi789jkl"
 
 SECRETS = [
     API_KEY, PASSWORD, URL_TOKEN, SLACK_PATH.rsplit("/", 1)[1], CARD, REFRESH, ASSERTION, CREDS, GITHUB,
-    AWS_ID, ANTHROPIC, BEARER, JWT, RESULT_TOKEN, PROVIDER_KEY, SPACE_TOKEN, TELEGRAM.split(":", 1)[1],
+    AWS_ID, ANTHROPIC, BEARER, JWT, RESULT_TOKEN, PROVIDER_KEY, SPACE_TOKEN, TELEGRAM.split(":", 1)[1], DB_PASSWORD,
 ]  # fmt: skip
 #: short values: only searched for where nothing else of the record could hold them by chance
 SHORT = [CVV, OTP]
