@@ -58,17 +58,27 @@ __all__ = [
     "PROC_LOCKS", "AppendGate", "StreamSource", "TaskStorage", "TaskStream", "lock_holder", "read_events",
 ]  # fmt: skip
 
+def _inline_blob(value: dict[Any, Any]) -> bool:
+    """A blob carried inline (:func:`~intentlog.artifacts.inline.inline_ref`): bytes checked against their digest.
+
+    Like a blob in ``objects/`` it is written by the recorder that made it (a canonical
+    request, already redacted; a response, stored as served) and never edited afterwards.
+    """
+    return "digest" in value and ("inline" in value or "inline_b64" in value)
+
+
 def _as_recorded(data: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     """Event data as the stream records it, and its JSON: credential shapes replaced (docs/effects.md, "Redaction").
 
     One search of the encoded bytes decides (:func:`~intentlog.eventlog.redaction.may_hold_shapes`);
-    only data that may hold a shape is walked and encoded again. Refuses what is not JSON
+    only data that may hold a shape is walked and encoded again. Blobs carried inline are
+    left as they are (:func:`_inline_blob`). Refuses what is not JSON
     (:class:`~intentlog.errors.NotSerializable`) before anything else.
     """
     clean = dict(data)
     data_json = encode_data(clean)
     if may_hold_shapes(data_json):
-        scrubbed = redact_shapes(clean)
+        scrubbed = redact_shapes(clean, _inline_blob)
         if scrubbed is not clean:
             clean, data_json = scrubbed, encode_data(scrubbed)
     return clean, data_json

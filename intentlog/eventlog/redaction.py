@@ -690,30 +690,34 @@ class Walk:
         return value
 
 
-def redact_shapes(value: Any) -> Any:
+def redact_shapes(value: Any, opaque: Callable[[dict[Any, Any]], bool] | None = None) -> Any:
     """``value`` with every part of every string (dict keys too) that is a credential by its shape replaced.
 
     Context-free (:data:`SHAPES` only), so it is safe on any record, the library's own
     included: ids, digests (``blake3:<hex>``), numbers and ordinary text are returned as
-    given. Returns ``value`` itself when nothing changed. The caller bounds the depth.
+    given. A dict ``opaque`` says yes to is returned untouched (a content-addressed blob
+    carried inline, whose bytes must match its digest). Returns ``value`` itself when
+    nothing changed. The caller bounds the depth.
     """
     t = type(value)
     if t is str:
         spans = shape_spans(value)
         return apply_spans(value, spans) if spans else value
     if t is dict:
+        if opaque is not None and opaque(value):
+            return value
         out: dict[Any, Any] = {}
         changed = False
         for k, v in value.items():
             k2 = redact_shapes(k) if type(k) is str else k
             while k2 != k and k2 in out:
                 k2 = f"{k2}#"
-            v2 = redact_shapes(v)
+            v2 = redact_shapes(v, opaque)
             changed = changed or k2 is not k or v2 is not v
             out[k2] = v2
         return out if changed else value
     if t in (list, tuple):
-        items = [redact_shapes(v) for v in value]
+        items = [redact_shapes(v, opaque) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return items if t is list else tuple(items)
