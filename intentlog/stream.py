@@ -45,7 +45,7 @@ from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import encode_data
-from .eventlog.redaction import may_hold_shapes, redact_shapes
+from .eventlog.redaction import redact_shapes
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
@@ -70,17 +70,16 @@ def _inline_blob(value: dict[Any, Any]) -> bool:
 def _as_recorded(data: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     """Event data as the stream records it, and its JSON: credential shapes replaced (docs/effects.md, "Redaction").
 
-    One search of the encoded bytes decides (:func:`~intentlog.eventlog.redaction.may_hold_shapes`);
-    only data that may hold a shape is walked and encoded again. Blobs carried inline are
-    left as they are (:func:`_inline_blob`). Refuses what is not JSON
+    Each string is first tested cheaply (:func:`~intentlog.eventlog.redaction.may_hold_shape`);
+    only data that changed is encoded again. Blobs carried inline are left as they are
+    (:func:`_inline_blob`). Refuses what is not JSON
     (:class:`~intentlog.errors.NotSerializable`) before anything else.
     """
     clean = dict(data)
-    data_json = encode_data(clean)
-    if may_hold_shapes(data_json):
-        scrubbed = redact_shapes(clean, _inline_blob)
-        if scrubbed is not clean:
-            clean, data_json = scrubbed, encode_data(scrubbed)
+    data_json = encode_data(clean)  # refuses what is not JSON, a value nested too deep included
+    scrubbed = redact_shapes(clean, _inline_blob)
+    if scrubbed is not clean:
+        clean, data_json = scrubbed, encode_data(scrubbed)
     return clean, data_json
 
 

@@ -17,7 +17,7 @@ import orjson
 
 from .._internal.digest import digest_bytes
 from ..errors import NotSerializable, UsageError
-from .redaction import DEFAULT_NAMES, GENERATION, REDACTED, Walk, is_credential_name
+from .redaction import DEFAULT_NAMES, GENERATION, REDACTED, Walk, is_credential_name, surely_clean
 
 __all__ = [
     "CANON_V1",
@@ -360,14 +360,25 @@ def scrub_value(value: Any, *, secrets: Iterable[str] = (), redact: RedactArg = 
     return redact_value(value, secrets=secrets, redact=redact)[0]
 
 
-def redact_value(value: Any, *, secrets: Iterable[str] = (), redact: RedactArg = None) -> tuple[Any, tuple[str, ...]]:
+def redact_value(
+    value: Any, *, secrets: Iterable[str] = (), redact: RedactArg = None, shapes: bool = True
+) -> tuple[Any, tuple[str, ...]]:
     """``value`` as it may be recorded, and the paths where something was redacted (none: nothing was).
 
     The walk of :func:`canonicalize` (names at any depth, header pairs, credential-looking
     parts of strings and keys, the known ``secrets``) without dropping or serializing;
     a value nested past :data:`MAX_DEPTH` is refused first (:class:`NotSerializable`).
+    ``shapes=False`` may leave a credential that only its shape marks (for data about to be
+    appended: the stream core replaces shapes in every record).
     """
-    _, rule = resolve_rules((), redact)
+    rule = _DEFAULT_RULE if redact is None else resolve_rules((), redact)[1]
+    if rule.is_default and not secrets:
+        try:
+            dumps(value)  # bounds the depth (orjson's own limit) before the recursive test
+            if surely_clean(value, shapes=shapes):
+                return value, ()
+        except NotSerializable:
+            pass  # the walk leaves it for the writer to refuse (or refuses a value nested too deep)
     _depth_guard(value)
     walk = _walk(frozenset(), rule)
     cleaned = walk.run(value, secrets)

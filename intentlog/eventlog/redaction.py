@@ -53,9 +53,10 @@ __all__ = [
     "NAME_PAIRS",
     "SHAPES",
     "Walk",
-    "may_hold_shapes",
+    "may_hold_shape",
     "redact_shapes",
     "shape_spans",
+    "surely_clean",
     "DEFAULT_NAMES",
     "apply_spans",
     "find_spans",
@@ -336,24 +337,58 @@ SHAPES: Final[tuple[Shape, ...]] = (
     ),
 )
 
-# one cheap search says whether any shape can match: what follows runs only when it does
-_SHAPE_HINT = (
-    r"eyJ|sk[-_]|rk[-_]|gh[pousr]_|github_pat_|glpat-|xox|xapp-|AKIA|ASIA|ABIA|ACCA|AIza|whsec_|npm_|pypi-|hf_|SG\."
-    r"|shp|dop_v1_|PRIVATE KEY|hooks\.slack|discord|webhook\.office|[0-9]{6}:"
-    r"|(?i:bearer|basic|token|jwt|api.?key|secret|passw|passphrase|credential|access.key|private.key)"
-)
-_HINT = re.compile(_SHAPE_HINT)
-_HINT_BYTES = re.compile(_SHAPE_HINT.encode())
+# Whether any shape can match is decided by substring tests (C speed; a regex alternation
+# tries each branch at each position, ten times slower): a prefix or marker of each shape,
+# and each word the two word-led shapes need followed by whitespace (or, in JSON bytes, by
+# the backslash of an escaped one). Tested lowercased: a superset of the case-sensitive shapes.
+_HINT_MARKS: Final = (
+    "eyj", "sk-", "sk_", "rk-", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "xapp-",
+    "akia", "asia", "abia", "acca", "aiza", "whsec_", "npm_", "pypi-", "hf_", "sg.", "shp", "dop_v1_", "private key",
+    "hooks.slack", "discord", "webhook.office",
+)  # fmt: skip
+#: the last word of each word-led shape's lead (``bearer``, ``api key``, ``client secret``, ``access token`` …)
+_HINT_WORDS: Final = (
+    "bearer", "basic", "token", "jwt", "apikey", "api-key", "key", "secret", "password", "passwd", "passphrase",
+    "credential", "credentials",
+)  # fmt: skip
+_BOT = re.compile(r"[0-9]{6}:")
+_WORD_ENDS: Final = (" ", "\t", "\n", "\r", "\f", "\v")
 
 
-def may_hold_shapes(data: bytes) -> bool:
-    """Whether ``data`` (an event's JSON, say) may hold a credential by its shape; False means surely not."""
-    return _HINT_BYTES.search(data) is not None
+#: no shape is shorter (``jwt `` and 8 token characters)
+_SHORTEST_SHAPE: Final = 12
+
+
+def _hinted(lowered: str) -> bool:
+    for mark in _HINT_MARKS:
+        if mark in lowered:
+            return True
+    for word in _HINT_WORDS:
+        if word in lowered:
+            for end in _WORD_ENDS:
+                if word + end in lowered:
+                    return True
+    return False
+
+
+_DIGEST = re.compile(r"blake3:[0-9a-f]{64}")
+
+
+def _is_digest(text: str) -> bool:
+    """``blake3:<64 lowercase hex>``, the library's digests: the commonest long string of a record."""
+    return len(text) == 71 and _DIGEST.fullmatch(text) is not None
+
+
+def may_hold_shape(text: str) -> bool:
+    """Whether ``text`` may hold a credential by its shape; False means surely not (a cheap test first)."""
+    if len(text) < _SHORTEST_SHAPE or _is_digest(text):
+        return False  # too short for any shape, or a digest (lowercase hex cannot match one)
+    return _hinted(text.lower()) or _BOT.search(text) is not None
 
 
 def shape_spans(text: str) -> list[tuple[int, int]]:
     """The merged character ranges of ``text`` that are credentials by their shape alone (:data:`SHAPES`)."""
-    if _HINT.search(text) is None:
+    if not may_hold_shape(text):
         return []
     spans = [span for shape in SHAPES for span in shape.spans(text)]
     return _merged(spans) if spans else []
@@ -690,6 +725,43 @@ class Walk:
         return value
 
 
+def _text_clear(text: str, shapes: bool) -> bool:
+    if _is_digest(text):
+        return True  # no name, no shape
+    if "=" in text or ("@" in text and "://" in text) or (shapes and may_hold_shape(text)):
+        return False
+    return ":" not in text or next(_assignments(text), None) is None
+
+
+def _names_clear(value: Any, shapes: bool) -> bool:
+    """False when a key is a credential name, a list is a header pair, or a string may hold a credential
+    (``<credential name>:``, an ``=``, a URL with an ``@``, with ``shapes`` a shape's hint)."""
+    t = type(value)
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or is_credential_name(k) or not _text_clear(k, shapes):
+                return False
+            tv = type(v)
+            if tv is str:
+                if not _text_clear(v, shapes):
+                    return False
+            elif (tv is dict or tv is list or tv is tuple) and not _names_clear(v, shapes):
+                return False
+        return True
+    if t is list or t is tuple:
+        return not _is_pair(value, GENERATION) and all(_names_clear(v, shapes) for v in value)
+    if t is str:
+        return _text_clear(value, shapes)
+    return True
+
+
+def surely_clean(value: Any, *, shapes: bool = True) -> bool:
+    """True when the default rules would change nothing in ``value``, so the walk can be skipped; False
+    means: walk it. Conservative (see :func:`_names_clear`); the caller bounds the depth. With
+    ``shapes=False`` shapes are not looked for (the stream core replaces them in every record)."""
+    return _names_clear(value, shapes)
+
+
 def redact_shapes(value: Any, opaque: Callable[[dict[Any, Any]], bool] | None = None) -> Any:
     """``value`` with every part of every string (dict keys too) that is a credential by its shape replaced.
 
@@ -701,22 +773,26 @@ def redact_shapes(value: Any, opaque: Callable[[dict[Any, Any]], bool] | None = 
     """
     t = type(value)
     if t is str:
+        if not may_hold_shape(value):
+            return value
         spans = shape_spans(value)
         return apply_spans(value, spans) if spans else value
     if t is dict:
         if opaque is not None and opaque(value):
             return value
-        out: dict[Any, Any] = {}
-        changed = False
-        for k, v in value.items():
-            k2 = redact_shapes(k) if type(k) is str else k
-            while k2 != k and k2 in out:
-                k2 = f"{k2}#"
-            v2 = redact_shapes(v, opaque)
-            changed = changed or k2 is not k or v2 is not v
-            out[k2] = v2
-        return out if changed else value
-    if t in (list, tuple):
+        out: dict[Any, Any] | None = None
+        for i, (k, v) in enumerate(value.items()):
+            k2 = redact_shapes(k) if type(k) is str and may_hold_shape(k) else k
+            tv = type(v)
+            v2 = v if tv is not str and tv is not dict and tv is not list and tv is not tuple else redact_shapes(v, opaque)
+            if out is None and (k2 is not k or v2 is not v):
+                out = dict(list(value.items())[:i])
+            if out is not None:
+                while k2 != k and k2 in out:
+                    k2 = f"{k2}#"
+                out[k2] = v2
+        return value if out is None else out
+    if t is list or t is tuple:
         items = [redact_shapes(v, opaque) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
