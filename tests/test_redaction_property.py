@@ -120,8 +120,9 @@ ORDINARY = st.one_of(
     st.uuids().map(str),
     st.integers(-(2**53), 2**53),
     st.from_regex(r"20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9]Z", fullmatch=True),
-    st.lists(st.sampled_from(["hello", "world", "order", "shipped", "max_tokens", "page", "42"]), min_size=1,
-             max_size=5).map(" ".join),  # fmt: skip
+    st.lists(
+        st.sampled_from(["hello", "world", "order", "shipped", "max_tokens", "page", "42"]), min_size=1, max_size=5
+    ).map(" ".join),
     st.from_regex(r"https://api\.example\.com/v1/(orders|items)/[0-9]{1,6}", fullmatch=True),
 )
 ORDINARY_KEYS = st.sampled_from(["order", "model", "max_tokens", "page_token", "digest", "id", "ts_ref", "count"])
@@ -165,7 +166,9 @@ def _ok(_request: Any) -> bytes:
 
 @settings(max_examples=300)
 @given(planted(), st.data())
-def test_the_rule_removes_every_planted_core_and_keeps_ordinary_data(plant: tuple[Any, str], data: st.DataObject) -> None:
+def test_the_rule_removes_every_planted_core_and_keeps_ordinary_data(
+    plant: tuple[Any, str], data: st.DataObject
+) -> None:
     value, core = plant
     ordinary = _ordinary_dict(data.draw)
     structured = {**ordinary, "planted": value}

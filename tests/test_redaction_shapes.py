@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redaction_steps import DB_PASSWORD, JWT, PROVIDER_KEY, RESULT_TOKEN, SPACE_TOKEN, TELEGRAM, leaky_failure, leaky_result
+from redaction_steps import (
+    DB_PASSWORD,
+    JWT,
+    PROVIDER_KEY,
+    RESULT_TOKEN,
+    SPACE_TOKEN,
+    TELEGRAM,
+    leaky_failure,
+    leaky_result,
+)
 
 import intentlog
 from intentlog.bundle import export_bundle

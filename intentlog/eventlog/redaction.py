@@ -298,7 +298,11 @@ class Shape:
 #: Credentials by their look alone, context-free (docs/effects.md, "Redaction", lists them).
 #: Provider prefixes follow the rule sets of gitleaks and detect-secrets.
 SHAPES: Final[tuple[Shape, ...]] = (
-    Shape("private key block", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|[\s\S]*)"),
+    Shape(
+        "private key block",
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----"
+        r"(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|[\s\S]*)",  # unended: to the end
+    ),
     Shape("JWT", r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
     Shape(
         "provider key",
@@ -784,7 +788,8 @@ def redact_shapes(value: Any, opaque: Callable[[dict[Any, Any]], bool] | None = 
         for i, (k, v) in enumerate(value.items()):
             k2 = redact_shapes(k) if type(k) is str and may_hold_shape(k) else k
             tv = type(v)
-            v2 = v if tv is not str and tv is not dict and tv is not list and tv is not tuple else redact_shapes(v, opaque)
+            walked = tv is str or tv is dict or tv is list or tv is tuple
+            v2 = redact_shapes(v, opaque) if walked else v
             if out is None and (k2 is not k or v2 is not v):
                 out = dict(list(value.items())[:i])
             if out is not None:
