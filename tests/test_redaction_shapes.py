@@ -171,3 +171,62 @@ def test_no_credential_reaches_the_ledger_the_report_or_a_bundle(ledger: intentl
     data = b"".join(p.read_bytes() for p in _files(Path(ledger.root)))
     for kept in KEPT:
         assert kept.encode() in data, kept
+
+
+# -- requests recorded before the shapes: still recognised, never sent again -------------------
+
+
+def test_a_call_recorded_under_canon_2_resumes_without_drift(
+    ledger: intentlog.Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request only today's rule redacts (a JWT in a text, a ``cvv``) hashes differently under
+    ``intentlog-canon/3``; the call recorded under ``intentlog-canon/2`` still resumes."""
+    import intentlog.effects.intent as effects
+    from intentlog.eventlog.canonical import CANON_V1, CANON_V2, CANON_VERSION, canonicalize
+
+    # a Bearer token only the second rule redacts, a JWT and a cvv only the third
+    request = {"q": 1, "card": {"cvv": CVV}, "text": f"use {JWT}", "note": "sent with Bearer tk-0987654321abc"}
+    digests = {canonicalize(request, version=v).digest for v in (CANON_V1, CANON_V2, CANON_VERSION)}
+    assert len(digests) == 3
+    t = ledger.task("old")
+    canon = effects.canonicalize
+    with monkeypatch.context() as m:
+        m.setattr(effects, "canonicalize", lambda value, **kw: canon(value, **{**kw, "version": CANON_V2}))
+        t.prepare("k", request)
+    sent: list[Any] = []
+    assert t.effect("k", request, lambda r: sent.append(r) or b'{"ok": 1}') == b'{"ok": 1}'
+    assert len(sent) == 1
+    assert t.effect("k", request, lambda r: sent.append(r) or b'{"ok": 2}') == b'{"ok": 1}'
+    assert len(sent) == 1
+
+
+def test_an_http_call_recorded_under_canon_2_is_not_sent_again(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``intentlog.http`` keys an unnamed request by its hash: the call an older intentlog recorded
+    under its ``intentlog-canon/2`` key is continued (replayed), not opened again and re-sent."""
+    from fake_llm_server import FakeLLMServer, read_receipts
+
+    import intentlog.effects.intent as effects
+    import intentlog.http
+    import intentlog.http._transport as transport
+    from intentlog.eventlog.canonical import CANON_V2
+
+    task = ledger.task("old-http")
+    text = f"my session is {JWT}, sent with Bearer tk-0987654321abc"  # canon/1, /2 and /3 hash it apart
+    chat = {"model": "gpt-fake", "messages": [{"role": "user", "content": text}], "cvv": CVV}
+    with FakeLLMServer(tmp_path / "receipts.jsonl") as server:
+        canon, plan = effects.canonicalize, transport.plan_for
+        with monkeypatch.context() as m:
+            m.setattr(effects, "canonicalize", lambda value, **kw: canon(value, **{**kw, "version": CANON_V2}))
+            m.setattr(transport, "plan_for", lambda request, o, version=CANON_V2: plan(request, o, CANON_V2))
+            with intentlog.http.client(task, base_url=server.url) as c:
+                first = c.post("/v1/chat/completions", json=chat)
+        intentlog.http.restart(task)
+        with intentlog.http.client(task, base_url=server.url) as c:
+            assert c.post("/v1/chat/completions", json=chat).content == first.content
+        assert len(read_receipts(tmp_path / "receipts.jsonl")) == 1
+        rp = intentlog.http.replay(task)
+        with rp.client(base_url=server.url) as c:
+            assert c.post("/v1/chat/completions", json=chat).content == first.content
+        assert rp.misses == []
