@@ -230,3 +230,24 @@ def test_an_http_call_recorded_under_canon_2_is_not_sent_again(
         with rp.client(base_url=server.url) as c:
             assert c.post("/v1/chat/completions", json=chat).content == first.content
         assert rp.misses == []
+
+
+# -- identities are recorded as given: one that looks like a credential is refused ----------------
+
+
+def test_a_key_or_an_item_id_that_looks_like_a_credential_is_refused(ledger: intentlog.Ledger) -> None:
+    """A call key finds its call again and an item id names its task: redacted, they would name
+    nothing (and a re-run would send again), so one holding a credential shape is refused."""
+    t = ledger.task("ids")
+    t.append("note", {"n": 1})
+    ledger.close()
+    before = {str(p): p.read_bytes() for p in _files(Path(ledger.root))}
+    for key in (f"notify-{PROVIDER_KEY}", f"hook https://hooks.slack.com/services/{SLACK_PATH}", f"jwt {JWT}"):
+        with pytest.raises(UsageError, match="credential") as caught:
+            t.effect(key, {"q": 1}, _send)
+        assert PROVIDER_KEY not in str(caught.value) and JWT not in str(caught.value)
+    with pytest.raises(UsageError, match="credential"):
+        ledger.backlog("jobs").add(GITHUB, {"n": 1})
+    ledger.close()
+    assert {str(p): p.read_bytes() for p in _files(Path(ledger.root))} == before
+    assert t.effect("order-1001:charge", {"q": 1}, _send) == b'{"ok": true}'  # ordinary keys are kept

@@ -29,6 +29,7 @@ from .._internal.digest import digest_bytes
 from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps, redact_value
 from ..eventlog.format import TASK_ID_RE, Event
+from ..eventlog.redaction import shape_spans
 from ..ledgerstorage import LeaseOwner
 from ..task import Task
 from . import leases
@@ -450,5 +451,10 @@ def _check_item(item_id: object) -> str:
     if not isinstance(item_id, str) or TASK_ID_RE.match(item_id) is None:
         raise UsageError(
             f"item id {item_id!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    if shape_spans(item_id):  # an id is recorded as given: a credential in it would be stored
+        raise UsageError(
+            "the item id looks like a credential (a token or key by its shape); an id is recorded as given: "
+            "use an id of your own (an order number, a hash); nothing was written"
         )
     return item_id

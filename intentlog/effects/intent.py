@@ -22,7 +22,7 @@ from ..errors import (
     UsageError,
 )
 from ..eventlog.canonical import CANON_V1, CANON_V2, Canonical, canonicalize, resolve_rules, secrets_in
-from ..eventlog.redaction import scrub_text
+from ..eventlog.redaction import scrub_text, shape_spans
 from ..projections.workstate import (
     RECONCILE_EFFECT,
     CallState,
@@ -67,6 +67,11 @@ def check_not_async(send: Any, interpret: Any, here: str, instead: str) -> None:
 def check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise UsageError(f"an idempotency key must be a non-empty string of at most 512 characters, not {key!r}")
+    if shape_spans(key):  # recorded as given (it finds the call again): a credential in it would be stored
+        raise UsageError(
+            "the idempotency key holds what looks like a credential (a token, key or webhook path by its shape); "
+            "a key is recorded as given, so derive it from something else (an order id, a hash); nothing was written"
+        )
     return key
 
 

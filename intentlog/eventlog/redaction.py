@@ -303,10 +303,10 @@ SHAPES: Final[tuple[Shape, ...]] = (
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----"
         r"(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|[\s\S]*)",  # unended: to the end
     ),
-    Shape("JWT", r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
+    Shape("JWT", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
     Shape(
         "provider key",
-        r"(?<![A-Za-z0-9_\-])(?:"
+        r"(?<![A-Za-z0-9])(?:"
         r"(?:sk|rk)[-_](?:live|test)[-_][A-Za-z0-9]{8,}"  # Stripe (and the like)
         r"|sk-(?:ant|proj|svcacct|admin|or)-[A-Za-z0-9_\-]{12,}"  # Anthropic, OpenAI, OpenRouter
         r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"  # GitHub
@@ -322,7 +322,7 @@ SHAPES: Final[tuple[Shape, ...]] = (
         r"|dop_v1_[a-f0-9]{64}"  # DigitalOcean
         r")",
     ),
-    Shape("secret key", r"(?<![A-Za-z0-9_\-])sk[-_][A-Za-z0-9][A-Za-z0-9_\-]{14,}", _has_digit),
+    Shape("secret key", r"(?<![A-Za-z0-9])sk[-_][A-Za-z0-9][A-Za-z0-9_\-]{14,}", _has_digit),
     Shape("bot token", r"(?<![A-Za-z0-9])(?:bot)?(?P<v>[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"),
     Shape("Slack webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9_/\-]+)"),
     Shape("Discord webhook", r"discord(?:app)?\.com/api/webhooks/[0-9]+/(?P<v>[A-Za-z0-9_\-]+)"),
