@@ -11,6 +11,7 @@ not eat what is not a credential.
 
 from __future__ import annotations
 
+import base64
 import string
 import tempfile
 from collections.abc import Iterator
@@ -124,6 +125,9 @@ ORDINARY = st.one_of(
         st.sampled_from(["hello", "world", "order", "shipped", "max_tokens", "page", "42"]), min_size=1, max_size=5
     ).map(" ".join),
     st.from_regex(r"https://api\.example\.com/v1/(orders|items)/[0-9]{1,6}", fullmatch=True),
+    st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True),
+    st.from_regex(r"[0-9]{10}:[a-z\-]{5,40}", fullmatch=True),  # a time and a label, not a bot token
+    st.binary(min_size=3, max_size=24).map(lambda b: base64.b64encode(b).decode().rstrip("=")),
 )
 ORDINARY_KEYS = st.sampled_from(["order", "model", "max_tokens", "page_token", "digest", "id", "ts_ref", "count"])
 

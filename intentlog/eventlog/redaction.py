@@ -323,7 +323,8 @@ SHAPES: Final[tuple[Shape, ...]] = (
         r")",
     ),
     Shape("secret key", r"(?<![A-Za-z0-9])sk[-_][A-Za-z0-9][A-Za-z0-9_\-]{14,}", _has_digit),
-    Shape("bot token", r"(?<![A-Za-z0-9])(?:bot)?(?P<v>[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"),
+    # a Telegram bot token: the bot's id, a colon, "A" and 30 or more more (gitleaks: 34)
+    Shape("bot token", r"(?<![A-Za-z0-9])(?:bot)?(?P<v>[0-9]{5,16}:A[A-Za-z0-9_\-]{30,})"),
     Shape("Slack webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9_/\-]+)"),
     Shape("Discord webhook", r"discord(?:app)?\.com/api/webhooks/[0-9]+/(?P<v>[A-Za-z0-9_\-]+)"),
     Shape("Teams webhook", r"\.webhook\.office\.com/(?P<v>[^\s\"'<>]+)"),
@@ -355,7 +356,7 @@ _HINT_WORDS: Final = (
     "bearer", "basic", "token", "jwt", "apikey", "api-key", "key", "secret", "password", "passwd", "passphrase",
     "credential", "credentials",
 )  # fmt: skip
-_BOT = re.compile(r"[0-9]{6}:")
+_BOT = re.compile(r"[0-9]{5}:A")
 _WORD_ENDS: Final = (" ", "\t", "\n", "\r", "\f", "\v")
 
 
