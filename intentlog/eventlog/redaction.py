@@ -388,6 +388,17 @@ def may_hold_shape(text: str) -> bool:
     """Whether ``text`` may hold a credential by its shape; False means surely not (a cheap test first)."""
     if len(text) < _SHORTEST_SHAPE or _is_digest(text):
         return False  # too short for any shape, or a digest (lowercase hex cannot match one)
+    if len(text) <= _CACHED_TEXT:
+        return _hinted_cached(text)  # records repeat their short strings: answered once
+    return _hinted(text.lower()) or _BOT.search(text) is not None
+
+
+#: strings up to this long have their hint remembered (a bounded cache: no large text is kept)
+_CACHED_TEXT: Final = 256
+
+
+@functools.lru_cache(maxsize=8192)
+def _hinted_cached(text: str) -> bool:
     return _hinted(text.lower()) or _BOT.search(text) is not None
 
 
@@ -731,6 +742,17 @@ class Walk:
 
 
 def _text_clear(text: str, shapes: bool) -> bool:
+    if len(text) <= _CACHED_TEXT:
+        return _text_clear_cached(text, shapes)
+    return _text_clear_now(text, shapes)
+
+
+@functools.lru_cache(maxsize=8192)
+def _text_clear_cached(text: str, shapes: bool) -> bool:
+    return _text_clear_now(text, shapes)
+
+
+def _text_clear_now(text: str, shapes: bool) -> bool:
     if _is_digest(text):
         return True  # no name, no shape
     if "=" in text or ("@" in text and "://" in text) or (shapes and may_hold_shape(text)):
