@@ -50,9 +50,14 @@ from typing import Any, Final
 
 __all__ = [
     "GENERATION",
+    "LAST_PARTS_V3",
+    "NAMES_V3",
     "NAME_PAIRS",
     "SHAPES",
+    "STRONG_PARTS_V3",
+    "Shape",
     "Walk",
+    "leaves",
     "may_hold_shape",
     "redact_shapes",
     "shape_spans",
