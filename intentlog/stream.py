@@ -45,6 +45,7 @@ from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.format import encode_data
+from .eventlog.redaction import redact_shapes
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
@@ -56,6 +57,31 @@ if TYPE_CHECKING:
 __all__ = [
     "PROC_LOCKS", "AppendGate", "StreamSource", "TaskStorage", "TaskStream", "lock_holder", "read_events",
 ]  # fmt: skip
+
+def _inline_blob(value: dict[Any, Any]) -> bool:
+    """A blob carried inline (:func:`~intentlog.artifacts.inline.inline_ref`): bytes checked against their digest.
+
+    Like a blob in ``objects/`` it is written by the recorder that made it (a canonical
+    request, already redacted; a response, stored as served) and never edited afterwards.
+    """
+    return "digest" in value and ("inline" in value or "inline_b64" in value)
+
+
+def _as_recorded(data: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """Event data as the stream records it, and its JSON: credential shapes replaced (docs/effects.md, "Redaction").
+
+    Each string is first tested cheaply (:func:`~intentlog.eventlog.redaction.may_hold_shape`);
+    only data that changed is encoded again. Blobs carried inline are left as they are
+    (:func:`_inline_blob`). Refuses what is not JSON
+    (:class:`~intentlog.errors.NotSerializable`) before anything else.
+    """
+    clean = dict(data)
+    data_json = encode_data(clean)  # refuses what is not JSON, a value nested too deep included
+    scrubbed = redact_shapes(clean, _inline_blob)
+    if scrubbed is not clean:
+        clean, data_json = scrubbed, encode_data(scrubbed)
+    return clean, data_json
+
 
 def lock_holder(lock_path: Path) -> int | None:
     """The pid holding an exclusive ``flock`` on ``lock_path``, or None; never takes or blocks on the lock.
@@ -295,17 +321,21 @@ class TaskStream:
         batch; ``defer=True`` leaves the sync to the writer's next one (see
         :meth:`StreamWriter.append <intentlog.eventlog.writer.StreamWriter.append>`). The
         live fold sees the event before this returns.
+
+        Every record passes :func:`_as_recorded` here, the one place all of them pass: what is
+        a credential by its shape alone (a JWT, ``sk-…``, a webhook path …) never reaches the
+        stream, whoever built the record.
         """
         if sync and defer:
             raise ValueError("an append is synced now (sync=True) or left to the next sync (defer=True), not both")
-        data_json = encode_data(data)
+        clean, data_json = _as_recorded(data)
         gate = self.gate
-        first = () if gate is None else [(k, dict(d), encode_data(d)) for k, d in gate.admit(kind, data)]
+        first = () if gate is None else [(k, *_as_recorded(d)) for k, d in gate.admit(kind, data)]
         with self.mutex:  # a close from another thread waits: it cannot end the writer between opening and append
             w = self.open_writer()
             for k, d, d_json in first:  # what the gate asked for, recorded right before the event
                 w.append(k, d, data_json=d_json)
-            return w.append(kind, dict(data), expected_seq=expected_seq, sync=sync, defer=defer, data_json=data_json)
+            return w.append(kind, clean, expected_seq=expected_seq, sync=sync, defer=defer, data_json=data_json)
 
     @contextmanager
     def batch(self) -> Iterator[TaskStream]:

@@ -24,6 +24,7 @@ from ._internal.args import check_path
 from ._internal.types import EffectKwargs, PrepareKwargs, StreamLayout, spelled
 from .errors import ReservedKind, UsageError, WrongType
 from .eventlog import Event
+from .eventlog.canonical import redact_value
 from .eventlog.format import RESERVED_PREFIXES, check_kind, is_reserved
 from .projections.workstate import WorkState
 from .stream import TaskStream
@@ -93,6 +94,9 @@ class Task:
     def append(self, kind: str, data: Mapping[str, Any] | None = None, *, expected_seq: int | None = None) -> Event:
         """Append one event; it is durable (written and fdatasynced) when this returns.
 
+        Credentials in ``data`` are recorded as ``[REDACTED]`` by the one redaction rule
+        (names at any depth, values by their look; docs/effects.md, "Redaction"); the
+        returned event holds what was recorded.
         Inside :meth:`batch` the sync is shared and happens when the batch ends. Kinds in
         intentlog's own namespaces (``call.``, ``attempt.`` …) are refused with
         :class:`~intentlog.errors.ReservedKind`: those are written by the matching
@@ -114,7 +118,10 @@ class Task:
             from .errors import NotSerializable
 
             raise NotSerializable(f"event data must be a dict (a JSON object), not {type(data).__name__}", path="data")
-        return self.stream.append(kind, dict(data), expected_seq=expected_seq)
+        # the caller's own data: credentials by name at any depth and by look redacted (docs/effects.md,
+        # "Redaction"); shapes alone the stream core replaces, as in every record
+        clean, _ = redact_value(dict(data), shapes=False)
+        return self.stream.append(kind, clean, expected_seq=expected_seq)
 
     def _append(self, kind: str, data: dict[str, Any], *, expected_seq: int | None = None, sync: bool = False) -> Event:
         """The privileged append (:meth:`TaskStream.append`): any kind, no public checks."""

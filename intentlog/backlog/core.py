@@ -27,8 +27,9 @@ from typing import Any
 from .._internal.args import check_seconds
 from .._internal.digest import digest_bytes
 from ..errors import IntentlogError, UsageError
-from ..eventlog.canonical import dumps
+from ..eventlog.canonical import dumps, redact_value
 from ..eventlog.format import TASK_ID_RE, Event
+from ..eventlog.redaction import shape_spans
 from ..ledgerstorage import LeaseOwner
 from ..task import Task
 from . import leases
@@ -228,6 +229,7 @@ class Backlog:
             if v is not None
         }
         h = digest_bytes(dumps(payload))
+        self._refuse_credentials(item_id, payload)
         task_id = item_task_id(self.name, item_id)
         if TASK_ID_RE.match(task_id) is None:
             raise UsageError(f"item id {item_id!r} makes task id {task_id!r}, which is too long (128 at most)")
@@ -235,6 +237,19 @@ class Backlog:
             "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
             "priority": priority, "not_before": nb, "max_attempts": max_attempts, **limits,
         }  # fmt: skip
+
+    def _refuse_credentials(self, item_id: str, payload: Any) -> None:
+        """A payload is the item's input, read back from the record to run it: it cannot be recorded redacted,
+        so one holding a credential (by the one redaction rule, docs/effects.md) is refused."""
+        _, where = redact_value(payload)
+        if where:
+            shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+            raise UsageError(
+                f"backlog {self.name!r} item {item_id!r}: the payload holds a credential at {shown}; a payload "
+                "is recorded as given and read back to run the item, so a credential in it would be stored in "
+                "the ledger: keep it out of the payload (let the step read it from its environment or a secret "
+                "store, by a name the payload may carry); nothing was written"
+            )
 
     def _add_entries(self, entries: list[dict[str, Any]]) -> list[ItemRecord]:
         t = self.task
@@ -436,5 +451,10 @@ def _check_item(item_id: object) -> str:
     if not isinstance(item_id, str) or TASK_ID_RE.match(item_id) is None:
         raise UsageError(
             f"item id {item_id!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    if shape_spans(item_id):  # an id is recorded as given: a credential in it would be stored
+        raise UsageError(
+            "the item id looks like a credential (a token or key by its shape); an id is recorded as given: "
+            "use an id of your own (an order number, a hash); nothing was written"
         )
     return item_id

@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Collection, Iterator
 
+from ..eventlog.redaction import scrub_text
 from .journal import Journal
 from .model import BacklogFold, ItemRecord
 
@@ -69,7 +70,10 @@ class Schedule:
         return all(rec.blocked is not None or self.is_settled(rec) or rec.item in stuck for rec in self.unsettled())
 
     def failed_attempt(self, rec: ItemRecord, why: str) -> None:
-        """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``."""
+        """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``.
+
+        ``why`` (a step's exception text, say) is recorded as texts people give are: credentials scrubbed."""
+        why = scrub_text(why)
         n = rec.failures + 1
         if rec.max_attempts is not None and n >= rec.max_attempts:
             self.journal.record(

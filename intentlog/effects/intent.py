@@ -21,8 +21,8 @@ from ..errors import (
     ResumeRefused,
     UsageError,
 )
-from ..eventlog.canonical import CANON_V1, Canonical, canonicalize, resolve_rules, secrets_in
-from ..eventlog.redaction import scrub_text
+from ..eventlog.canonical import CANON_V1, CANON_V2, Canonical, canonicalize, resolve_rules, secrets_in
+from ..eventlog.redaction import scrub_text, shape_spans
 from ..projections.workstate import (
     RECONCILE_EFFECT,
     CallState,
@@ -67,6 +67,11 @@ def check_not_async(send: Any, interpret: Any, here: str, instead: str) -> None:
 def check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise UsageError(f"an idempotency key must be a non-empty string of at most 512 characters, not {key!r}")
+    if shape_spans(key):  # recorded as given (it finds the call again): a credential in it would be stored
+        raise UsageError(
+            "the idempotency key holds what looks like a credential (a token, key or webhook path by its shape); "
+            "a key is recorded as given, so derive it from something else (an order id, a hash); nothing was written"
+        )
     return key
 
 
@@ -135,15 +140,18 @@ class Intent:
     secrets: frozenset[str]
     # fields the manifest carries besides the protocol's own (a session turn's message refs)
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # the request's hash under the first canonicalisation, computed only to compare with a record made by it
-    legacy_digest: Callable[[], str] | None = None
+    # the request's hash under an earlier canonicalisation, computed only to compare with a record made by it
+    legacy_digest: Callable[[str], str] | None = None
 
     def matches(self, recorded: str) -> bool:
-        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules or
-        :data:`~intentlog.eventlog.canonical.CANON_V1`'s (a record made before the rules grew)."""
+        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules,
+        :data:`~intentlog.eventlog.canonical.CANON_V2`'s or :data:`~intentlog.eventlog.canonical.CANON_V1`'s
+        (a record made before the rules grew)."""
         if recorded == self.canonical.digest:
             return True
-        return self.legacy_digest is not None and recorded == self.legacy_digest()
+        return self.legacy_digest is not None and any(
+            recorded == self.legacy_digest(version) for version in (CANON_V2, CANON_V1)
+        )
 
 
 def build_intent(
@@ -159,8 +167,8 @@ def build_intent(
     return Intent(canonical, _check_inputs(inputs), value, canonical.secrets, legacy_digest=legacy)
 
 
-def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: RedactRule) -> str:
-    return canonicalize(value, drop=drop, redact=redact, version=CANON_V1).digest
+def _legacy_digest(value: Any, drop: Iterable[str] | None, redact: RedactRule, version: str) -> str:
+    return canonicalize(value, drop=drop, redact=redact, version=version).digest
 
 
 def secrets_of(value: Any, *, drop: Iterable[str] | None, redact: RedactRule) -> frozenset[str]:

@@ -17,18 +17,11 @@ import orjson
 
 from .._internal.digest import digest_bytes
 from ..errors import NotSerializable, UsageError
-from .redaction import (
-    DEFAULT_NAMES,
-    REDACTED,
-    apply_spans,
-    find_spans,
-    is_credential_name,
-    scrub_string_value,
-    text_secrets,
-)
+from .redaction import DEFAULT_NAMES, GENERATION, REDACTED, Walk, is_credential_name, surely_clean
 
 __all__ = [
     "CANON_V1",
+    "CANON_V2",
     "CANON_VERSION",
     "DEFAULT_DROP",
     "DEFAULT_REDACT",
@@ -41,13 +34,19 @@ __all__ = [
     "dumps",
     "request_hash",
     "resolve_rules",
+    "redact_value",
     "scrub_value",
     "secrets_in",
 ]
 
-CANON_VERSION = "intentlog-canon/2"
+CANON_VERSION = "intentlog-canon/3"
+#: The second: today's walk with the rules before credential shapes and the names ``otp``, ``cvv``,
+#: ``creds``, ``card number`` … (:data:`~intentlog.eventlog.redaction.GENERATION` 2).
+CANON_V2 = "intentlog-canon/2"
 #: The first canonicalisation: exact default names, replaced (not extended) by a caller's names.
 CANON_V1 = "intentlog-canon/1"
+#: The redaction rules' generation each walked canonicalisation uses.
+_GENERATIONS = {CANON_VERSION: GENERATION, CANON_V2: 2}
 DEFAULT_DROP: frozenset[str] = frozenset({"ts", "timestamp", "created_at", "updated_at"})
 #: The names :data:`CANON_V1` redacted; every one of them is a credential name by today's rule.
 DEFAULT_REDACT: frozenset[str] = DEFAULT_NAMES
@@ -192,9 +191,9 @@ class Redact:
         """True when this rule is exactly the defaults (nothing added, nothing turned off)."""
         return self.defaults and not self.names and self.hook is None
 
-    def key_hit(self, path: str, key: str, value: Any) -> bool:
-        """Whether the value under ``key`` (at ``path``) is redacted."""
-        if self.defaults and is_credential_name(key):
+    def key_hit(self, path: str, key: str, value: Any, generation: int = GENERATION) -> bool:
+        """Whether the value under ``key`` (at ``path``) is redacted (by the rules of ``generation``)."""
+        if self.defaults and is_credential_name(key, generation):
             return True
         if key.lower() in self.names:
             return True
@@ -229,106 +228,14 @@ class Canonical:
     secrets: frozenset[str] = frozenset()
 
 
-def _is_pair(value: Any) -> bool:
-    return (
-        type(value) in (list, tuple)
-        and len(value) == 2
-        and type(value[0]) is str
-        and type(value[1]) is str
-        and is_credential_name(value[0])
+def _walk(drop: frozenset[str], rule: Redact, generation: int = GENERATION) -> Walk:
+    """The one redaction walk (:class:`~intentlog.eventlog.redaction.Walk`) under ``rule``."""
+    return Walk(
+        key_hit=lambda path, key, value: rule.key_hit(path, key, value, generation),
+        values=rule.defaults,
+        drop=drop,
+        generation=generation,
     )
-
-
-class _Walk:
-    """One canonicalisation: collects secrets (pass 1), then builds the cleaned value (pass 2)."""
-
-    def __init__(self, drop: frozenset[str], rule: Redact) -> None:
-        self.drop = drop
-        self.rule = rule
-        self.secrets: set[str] = set()
-        self.dropped: list[str] = []
-        self.redacted: list[str] = []
-        self.looked: dict[str, str] = {}  # strings with credential-looking parts -> those parts replaced
-
-    # pass 1: every value the rule marks, wherever it is (depth already checked by _depth_guard)
-    def collect(self, value: Any, path: str) -> None:
-        t = type(value)
-        if t is str:
-            if self.rule.defaults and value not in self.looked:
-                spans = find_spans(value)
-                if spans:
-                    self.secrets.update(x for a, b in spans if (x := value[a:b]) != REDACTED)
-                    self.looked[value] = apply_spans(value, spans)
-        elif t is dict:
-            for k, v in value.items():
-                if not isinstance(k, str) or k in self.drop:
-                    continue
-                sub = f"{path}.{k}"
-                if self.rule.key_hit(sub, k, v):
-                    _leaves(v, self.secrets)
-                else:
-                    self.collect(v, sub)
-        elif t in (list, tuple):
-            if self.rule.defaults and _is_pair(value):
-                _leaves(value[1], self.secrets)
-                return
-            for i, v in enumerate(value):
-                self.collect(v, f"{path}[{i}]")
-
-    # pass 2: the value as recorded
-    def clean(self, value: Any, path: str) -> Any:
-        t = type(value)
-        if t is str:
-            out = scrub_string_value(value, self.secrets, self.looked.get(value))
-            if out != value:
-                self.redacted.append(path)
-            return out
-        if t is dict:
-            cleaned: dict[Any, Any] = {}
-            for k, v in value.items():
-                sub = f"{path}.{k}"
-                if isinstance(k, str):
-                    if k in self.drop:
-                        self.dropped.append(sub)
-                        continue
-                    if self.rule.key_hit(sub, k, v):
-                        self.redacted.append(sub)
-                        cleaned[k] = REDACTED
-                        continue
-                cleaned[k] = self.clean(v, sub)
-            return cleaned
-        if t in (list, tuple):
-            if self.rule.defaults and _is_pair(value):
-                self.redacted.append(f"{path}[1]")
-                return [value[0], REDACTED]
-            return [self.clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return value
-
-
-def _leaves(value: Any, out: set[str]) -> None:
-    """Every string (and long number) under a redacted key: each is a secret, to scrub wherever it recurs.
-
-    ``Bearer <token>`` also yields the token alone, and any credential-looking part.
-    """
-    if isinstance(value, str):
-        if value and value != REDACTED:
-            out.add(value)
-            scheme, _, rest = value.strip().partition(" ")
-            if rest and scheme.lower() in _AUTH_SCHEMES:
-                out.add(rest.strip())
-            out.update(text_secrets(value))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if len(str(value)) >= 4:
-            out.add(str(value))
-    elif isinstance(value, dict):
-        for v in value.values():
-            _leaves(v, out)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _leaves(v, out)
-
-
-_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "digest", "apikey", "key"})
 
 
 def _transform_v1(value: Any, path: str, drop: frozenset[str], names: frozenset[str], hook: RedactHook | None) -> Any:
@@ -416,16 +323,17 @@ def canonicalize(
         names = DEFAULT_NAMES if rule.is_default else rule.names
         data = dumps(_transform_v1(obj, "$", drop_set, names, rule.hook))
         return Canonical(data, digest_bytes(data), (), (), CANON_V1)
-    if version != CANON_VERSION:
-        raise UsageError(f"unknown canonicalisation {version!r}: expected {CANON_VERSION!r} or {CANON_V1!r}")
-    walk = _Walk(drop_set, rule)
-    walk.collect(obj, "$")
-    walk.secrets.update(known)
-    cleaned = walk.clean(obj, "$")
+    generation = _GENERATIONS.get(version)
+    if generation is None:
+        raise UsageError(
+            f"unknown canonicalisation {version!r}: expected {CANON_VERSION!r}, {CANON_V2!r} or {CANON_V1!r}"
+        )
+    walk = _walk(drop_set, rule, generation)
+    cleaned = walk.run(obj, known)
     data = dumps(cleaned)
     rules = None if rule.is_default else rule.describe()
     secrets = frozenset(walk.secrets)
-    return Canonical(data, digest_bytes(data), tuple(walk.dropped), tuple(walk.redacted), CANON_VERSION, rules, secrets)
+    return Canonical(data, digest_bytes(data), tuple(walk.dropped), tuple(walk.redacted), version, rules, secrets)
 
 
 def secrets_in(
@@ -438,7 +346,7 @@ def secrets_in(
     """
     drop_set, rule = resolve_rules(drop, redact)
     _depth_guard(obj)
-    walk = _Walk(drop_set, rule)
+    walk = _walk(drop_set, rule)
     walk.collect(obj, "$")
     return frozenset(walk.secrets)
 
@@ -449,12 +357,32 @@ def scrub_value(value: Any, *, secrets: Iterable[str] = (), redact: RedactArg = 
     The same walk as :func:`canonicalize` without dropping or serializing: what is not
     JSON is left for the writer to refuse.
     """
-    _, rule = resolve_rules((), redact)
+    return redact_value(value, secrets=secrets, redact=redact)[0]
+
+
+def redact_value(
+    value: Any, *, secrets: Iterable[str] = (), redact: RedactArg = None, shapes: bool = True
+) -> tuple[Any, tuple[str, ...]]:
+    """``value`` as it may be recorded, and the paths where something was redacted (none: nothing was).
+
+    The walk of :func:`canonicalize` (names at any depth, header pairs, credential-looking
+    parts of strings and keys, the known ``secrets``) without dropping or serializing;
+    a value nested past :data:`MAX_DEPTH` is refused first (:class:`NotSerializable`).
+    ``shapes=False`` may leave a credential that only its shape marks (for data about to be
+    appended: the stream core replaces shapes in every record).
+    """
+    rule = _DEFAULT_RULE if redact is None else resolve_rules((), redact)[1]
+    if rule.is_default and not secrets:
+        try:
+            dumps(value)  # bounds the depth (orjson's own limit) before the recursive test
+            if surely_clean(value, shapes=shapes):
+                return value, ()
+        except NotSerializable:
+            pass  # the walk leaves it for the writer to refuse (or refuses a value nested too deep)
     _depth_guard(value)
-    walk = _Walk(frozenset(), rule)
-    walk.collect(value, "$")
-    walk.secrets.update(secrets)
-    return walk.clean(value, "$")
+    walk = _walk(frozenset(), rule)
+    cleaned = walk.run(value, secrets)
+    return cleaned, tuple(walk.redacted)
 
 
 def request_hash(

@@ -303,10 +303,11 @@ class _ReplayCore:
         plan = unkeyed_plan(request, self.replay.options)  # the dedup header (if declared) carries the key
         named = current_key(self.replay.stream)
         index = self.replay.index()
-        if named is None and hash_key(plan.canonical.digest, 0) not in index and plan.legacy is not None:
-            old = plan.legacy()  # the key an older intentlog gave this request, if that is the one recorded
-            if hash_key(old.canonical.digest, 0) in index:
-                plan = plan.as_recorded(index[hash_key(old.canonical.digest, 0)].request_hash)
+        if named is None and hash_key(plan.canonical.digest, 0) not in index:
+            for old in plan.older():  # the key an older intentlog gave this request, if that is the one recorded
+                if hash_key(old.canonical.digest, 0) in index:
+                    plan = plan.as_recorded(index[hash_key(old.canonical.digest, 0)].request_hash)
+                    break
         digest = plan.canonical.digest
         scope = named if named is not None else digest
         make = functools.partial(named_key, named) if named is not None else functools.partial(hash_key, digest)

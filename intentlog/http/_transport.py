@@ -54,7 +54,7 @@ from ..effects.intent import check_rules, current_key
 from ..effects.options import EffectOptions
 from ..effects.prepare import run_effect
 from ..errors import IntentlogError, KeyReused, NotSent, ProviderFailure, RetryHandedBack, UsageError
-from ..eventlog.canonical import CANON_V1, CANON_VERSION
+from ..eventlog.canonical import CANON_V1, CANON_V2, CANON_VERSION
 from ..eventlog.redaction import scrub_text
 from ..stream import StreamSource, TaskStream
 from . import _keys
@@ -210,7 +210,8 @@ def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestP
     )
     if version == CANON_V1:
         return plan
-    return replace(plan, legacy=functools.partial(plan_for, request, o, CANON_V1))
+    before = CANON_V1 if version == CANON_V2 else CANON_V2
+    return replace(plan, legacy=functools.partial(plan_for, request, o, before))
 
 
 def unkeyed_plan(request: Any, o: Options) -> RequestPlan:
@@ -327,7 +328,7 @@ class _Core:
         return f"<intentlog.http transport for task {self.stream.id!r} ({self.flavor.name})>"
 
     def _plan(self, request: Any) -> RequestPlan:
-        """The request's plan; the first canonicalisation's, when the record holds the request under that hash.
+        """The request's plan; an earlier canonicalisation's, when the record holds the request under that hash.
 
         A ledger written before the redaction rules grew keys an unnamed request by its
         old hash (``http:<old hash>#0``): continuing that call (replaying it) instead of
@@ -338,8 +339,11 @@ class _Core:
             return plan
         if not self.stream.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
             return plan
-        old = plan.legacy()
-        return plan.as_recorded(self._recorded_hash(hash_key(old.canonical.digest, 0)))
+        for old in plan.older():
+            recorded = self._recorded_hash(hash_key(old.canonical.digest, 0))
+            if recorded is not None:
+                return plan.as_recorded(recorded)
+        return plan
 
     def _recorded_hash(self, key: str) -> str | None:
         """The request hash the record holds for ``key`` (its latest call's manifest), or None."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
@@ -55,8 +55,17 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 import orjson
 
 from ..errors import IntentlogError, NotSerializable, UsageError
-from ..eventlog.canonical import CANON_V1, CANON_VERSION, DEFAULT_REDACT, REDACTED, Canonical, canonicalize, dumps
-from ..eventlog.redaction import is_credential_name
+from ..eventlog.canonical import (
+    CANON_V1,
+    CANON_V2,
+    CANON_VERSION,
+    DEFAULT_REDACT,
+    REDACTED,
+    Canonical,
+    canonicalize,
+    dumps,
+)
+from ..eventlog.redaction import GENERATION, is_credential_name
 
 __all__ = [
     "HASHED_HEADERS",
@@ -142,19 +151,27 @@ class RequestPlan:
     canonical: Canonical  # its canonical form: ``canonical.digest`` is the request hash
     label: str  # "POST https://host/path" (no query: it may hold credentials)
     secrets: frozenset[str]  # credential values seen in the request, scrubbed from what is stored
-    # the same request planned as the first canonicalisation did (to find a call an older intentlog recorded)
+    # the same request planned as the canonicalisation before did (to find a call an older intentlog
+    # recorded); that plan has its own ``legacy``, down to the first canonicalisation
     legacy: Callable[[], RequestPlan] | None = field(default=None, compare=False)
 
+    def older(self) -> Iterator[RequestPlan]:
+        """The plans of earlier canonicalisations, newest first; none when nothing is redacted (all hash alike)."""
+        plan = self
+        if not (plan.secrets or plan.canonical.redacted):
+            return
+        while plan.legacy is not None:
+            plan = plan.legacy()
+            yield plan
+
     def as_recorded(self, recorded_hash: str | None) -> RequestPlan:
-        """This plan, or its first-canonicalisation form when that is the one ``recorded_hash`` names."""
-        if recorded_hash is None or recorded_hash == self.canonical.digest or self.legacy is None:
+        """This plan, or its form under an earlier canonicalisation when that is the one ``recorded_hash`` names."""
+        if recorded_hash is None or recorded_hash == self.canonical.digest:
             return self
-        if not (self.secrets or self.canonical.redacted):
-            return self  # nothing is redacted: both canonicalisations give the same hash
-        old = self.legacy()
-        if old.canonical.digest != recorded_hash:
-            return self
-        return replace(old, secrets=old.secrets | self.secrets)
+        for old in self.older():
+            if old.canonical.digest == recorded_hash:
+                return replace(old, secrets=old.secrets | self.secrets)
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +233,14 @@ def _scrub_value(value: Any, secrets: frozenset[str]) -> Any:
     return value
 
 
-def _is_secret_field(name: str, names: frozenset[str], by_parts: bool) -> bool:
+def _is_secret_field(name: str, names: frozenset[str], parts: int) -> bool:
     """A query parameter or form field holding a credential: one of ``names``, or (today's rule) a credential name."""
-    return name.lower() in names or (by_parts and is_credential_name(name))
+    return name.lower() in names or (parts > 0 and is_credential_name(name, parts))
 
 
-def _redact_url(url: str, query_names: frozenset[str], secrets: set[str], by_parts: bool = True) -> tuple[str, str]:
+def _redact_url(
+    url: str, query_names: frozenset[str], secrets: set[str], generation: int = GENERATION
+) -> tuple[str, str]:
     """The URL without user-info and with credential query values redacted; and its label form."""
     parts = urlsplit(url)
     netloc = parts.netloc
@@ -236,7 +255,7 @@ def _redact_url(url: str, query_names: frozenset[str], secrets: set[str], by_par
         out = []
         for item in query.split("&"):
             name, eq, value = item.partition("=")
-            if eq and _is_secret_field(unquote(name), query_names, by_parts):
+            if eq and _is_secret_field(unquote(name), query_names, generation):
                 if len(unquote(value)) >= _MIN_SECRET:
                     secrets.add(unquote(value))
                     secrets.add(value)
@@ -261,7 +280,7 @@ def _boundary(content_type: str) -> str | None:
 
 
 def _body_value(
-    body: bytes, content_type: str, field_names: frozenset[str], secrets: set[str], by_parts: bool = True
+    body: bytes, content_type: str, field_names: frozenset[str], secrets: set[str], parts: int = GENERATION
 ) -> Any:
     if not body:
         return None
@@ -282,7 +301,7 @@ def _body_value(
         else:
             form = []
             for name, value in parse_qsl(text, keep_blank_values=True):
-                if _is_secret_field(name, field_names, by_parts):
+                if _is_secret_field(name, field_names, parts):
                     if len(value) >= _MIN_SECRET:
                         secrets.add(value)
                     value = REDACTED
@@ -312,14 +331,16 @@ def plan_request(
     """Build the envelope of one request, its canonical form and hash (see the module docstring).
 
     ``version`` :data:`~intentlog.eventlog.canonical.CANON_V1` builds the envelope and hash
-    as the first canonicalisation did (exact names only), to find a call recorded by it.
+    as the first canonicalisation did (exact names only), :data:`~intentlog.eventlog.canonical.CANON_V2`
+    as the second did (names before ``otp``, ``cvv`` … and no shapes), to find a call recorded by them.
     ``public``: header names whose values are not credentials even though the name looks
     like one (a declared idempotency-key header: its value is the recorded call key).
 
     Raises :class:`~intentlog.errors.NotSerializable` only if the canonicaliser refuses
     the envelope, which the fallbacks above make unreachable for any bytes.
     """
-    by_parts = version != CANON_V1
+    # the name rules' generation the canonicalisation used (0: the first, exact names only)
+    parts = 0 if version == CANON_V1 else 2 if version == CANON_V2 else GENERATION
     secrets: set[str] = set()
     selected: dict[str, str] = {}
     content_type = ""
@@ -327,21 +348,21 @@ def plan_request(
         name = raw_name.decode("latin-1").lower()
         value = raw_value.decode("latin-1")
         if name not in public and (
-            name in redact or _SECRET_NAME.search(name) or (by_parts and is_credential_name(name))
+            name in redact or _SECRET_NAME.search(name) or (parts > 0 and is_credential_name(name, parts))
         ):
             _collect_secret(value, secrets)
         if name == "content-type":
             content_type = value
         if name in hash_headers:
             selected[name] = f"{selected[name]}, {value}" if name in selected else value
-    clean_url, label_url = _redact_url(url, redact_query, secrets, by_parts)
+    clean_url, label_url = _redact_url(url, redact_query, secrets, parts)
     field_names = redact_query | redact
     boundary = _boundary(content_type) if _media_type(content_type).startswith("multipart/") else None
     if boundary:
         body = body.replace(boundary.encode("latin-1"), _BOUNDARY.encode())
         if "content-type" in selected:
             selected["content-type"] = selected["content-type"].replace(boundary, _BOUNDARY)
-    body_value = _body_value(body, content_type, field_names, secrets, by_parts)
+    body_value = _body_value(body, content_type, field_names, secrets, parts)
     frozen = frozenset(secrets)
     if isinstance(body_value, dict) and "base64" in body_value:
         raw = _scrub_bytes(body_value["base64"], frozen)
