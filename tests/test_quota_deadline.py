@@ -177,3 +177,36 @@ def test_a_grant_held_past_its_deadline_is_not_sent_and_no_window_at_the_provide
     not_sent = [e.data for e in events if e.kind == "attempt.not_sent"]
     assert len(not_sent) == 1 and "grant" in not_sent[0]["reason"], not_sent
     assert [e.kind for e in events].count("quota.reserved") == 2  # the late grant stays counted; a new one sent
+
+
+def test_a_grant_is_valid_for_its_wait_at_the_supervisor_plus_the_margin_s_share() -> None:
+    """The worker counts a grant's life from when it asked: the time it waited for the window is added, no more."""
+    from intentlog.backlog.broker import QuotaBroker
+    from intentlog.backlog.messages import Grant
+    from intentlog.backlog.quota import GRANT_VALID, MARGIN, parse_quota
+
+    class Clock:
+        t = 100.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    class Journal:
+        def record(self, kind: str, data: dict[str, Any]) -> None:
+            pass
+
+    mono = Clock()
+    broker = QuotaBroker(Journal(), (parse_quota("calls=1/10s"),), clock=mono, wall=mono)  # type: ignore[arg-type]
+    broker.asked("a")
+    first = broker.answer("a", {"calls": 1.0})
+    assert isinstance(first, Grant) and first.valid == GRANT_VALID < MARGIN
+    broker.asked("b")
+    assert broker.answer("b", {"calls": 1.0}) is None  # the window is full: b waits
+    mono.t += 11.0
+    second = broker.answer("b", {"calls": 1.0})
+    assert isinstance(second, Grant) and second.valid == pytest.approx(11.0 + GRANT_VALID)
+    broker.asked("b")  # a reservation the run never answered is replaced by the next one's arrival
+    mono.t += 20.0
+    broker.asked("b")
+    third = broker.answer("b", {"calls": 1.0})
+    assert isinstance(third, Grant) and third.valid == GRANT_VALID
