@@ -44,7 +44,8 @@ from ._internal.nofollow import check_real_dir
 from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
-from .eventlog.format import encode_data
+from .eventlog.canonical import dumps
+from .eventlog.format import FORMAT, TASK_CREATED, encode_data, encode_line, new_stream_id, utc_now
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
     from .eventlog.storage import StreamStorage
 
 __all__ = [
-    "PROC_LOCKS", "AppendGate", "StreamSource", "TaskStorage", "TaskStream", "lock_holder", "read_events",
+    "PROC_LOCKS", "AppendGate", "SendGate", "StreamSource", "TaskStorage", "TaskStream", "creation_record",
+    "lock_holder", "read_events",
 ]  # fmt: skip
 
 def lock_holder(lock_path: Path) -> int | None:
@@ -92,6 +94,16 @@ def lock_holder(lock_path: Path) -> int | None:
         os.close(fd)
 
 
+def creation_record(task_id: str) -> bytes:
+    """Line 0 of a new stream of ``task_id``, without its newline: what its writer would create it holding.
+
+    For a stream created by someone other than its writer (a fence of a holder whose
+    stream does not exist yet): a fresh stream id, so it is any writer's stream.
+    """
+    body = dumps({"format": FORMAT, "stream": new_stream_id(), "task": task_id})
+    return encode_line(TASK_CREATED, body, None, 0, utc_now())[:-1]
+
+
 def read_events(path: Path, tasks_dir: Path, since: int = 0) -> Iterator[Event]:
     """Every trusted event of the stream at ``path`` from ``since`` on, in constant memory; takes no lock.
 
@@ -124,6 +136,17 @@ class AppendGate(Protocol):
     """
 
     def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]: ...
+
+
+class SendGate(Protocol):
+    """A gate that is also asked at the last moment before a send (:meth:`TaskStream.before_send`).
+
+    ``sending`` raises :class:`~intentlog.errors.NotSent` to keep the request from leaving
+    (a quota grant past its deadline): the protocol records ``attempt.not_sent`` and the
+    call's retry policy decides, as for any request that provably never left.
+    """
+
+    def sending(self, call: str, attempt: int) -> None: ...
 
 
 class _CallGate:
@@ -248,6 +271,16 @@ class TaskStream:
             if gate is not None:
                 self.gate = gate
             return w
+
+    def before_send(self, call: str, attempt: int) -> None:
+        """Asked by the effect protocol right before ``call``'s ``attempt`` is sent, its ``attempt.started`` durable.
+
+        A gate that answers ``sending`` (:class:`SendGate`) may raise
+        :class:`~intentlog.errors.NotSent` there; nothing is sent then. Without one: nothing to ask.
+        """
+        sending = getattr(self.gate, "sending", None)
+        if sending is not None:
+            sending(call, attempt)
 
     @property
     def before_append(self) -> Callable[[str, Mapping[str, Any]], None] | None:
