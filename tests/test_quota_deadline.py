@@ -54,7 +54,7 @@ class _Provider(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(answer)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -162,7 +162,7 @@ def test_a_grant_held_past_its_deadline_is_not_sent_and_no_window_at_the_provide
         # every other item served: the window the held grant was made in has closed and reopened
         _wait_for(lambda: len(_receipts(receipts)) == len(items) - 1, "the other items served")
         (gate / "open").touch()
-        out, err = run.communicate(timeout=GATE_TIMEOUT)
+        _out, err = run.communicate(timeout=GATE_TIMEOUT)
     finally:
         if run.poll() is None:
             run.kill()

@@ -159,7 +159,7 @@ def test_a_store_outage_of_seconds_mid_run_is_retried_and_the_run_ends_with_its_
         outage = time.monotonic() - started
         proxy.up()
         open_gate(str(gate))
-        out, err = run.communicate(timeout=180)
+        _out, err = run.communicate(timeout=180)
     finally:
         if run.poll() is None:
             run.kill()
@@ -167,7 +167,8 @@ def test_a_store_outage_of_seconds_mid_run_is_retried_and_the_run_ends_with_its_
     assert run.returncode == 0, f"after an outage of {outage:.1f} s: {err}"
     assert receipt_counts(tmp_path / "receipts.jsonl") == {"i0:0": 1}
     with intentlog.open(url) as led:
-        assert led.backlog("g").view().counts["done"] == 1
+        v = led.backlog("g").view()
+        assert v.counts["done"] == 1, v.to_json()
 
 
 def test_an_unreachable_store_is_reported_as_unreachable_not_as_one_that_cannot_fence(
