@@ -38,13 +38,14 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from ._internal.nofollow import check_real_dir
 from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.canonical import dumps
+from .eventlog.damage import Checked
 from .eventlog.format import FORMAT, TASK_CREATED, encode_data, encode_line, new_stream_id, utc_now
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
@@ -214,6 +215,8 @@ class TaskStream:
         _HANDLES.add(self)
         self._writer: StreamWriter | None = None
         self._fold: WorkStateFold | None = None
+        #: what the last writer of this process checked, and its live fold then: the next open resumes from it
+        self._checked: tuple[Checked, WorkStateFold] | None = None
         self._running: set[str] = set()
         #: asked before every append of the open writer (see :class:`AppendGate`); given at open
         self.gate: AppendGate | None = None
@@ -250,23 +253,34 @@ class TaskStream:
                 if gate is not None:
                     self.gate = gate
                 return w
-            fold = WorkStateFold(self.id)
+            kept, self._checked = self._checked, None
+            folds = [kept[1] if kept is not None else WorkStateFold(self.id)]  # replayed into folds[0]
+
+            def restart() -> None:  # the whole stream is checked after all: its events into a fresh fold
+                folds[0] = WorkStateFold(self.id)
+
+            def on_event(ev: Event) -> None:
+                folds[0].apply(ev)
+
             w = StreamWriter(
                 path=self.path,
                 task_id=self.id,
                 quarantine_dir=self.layout.quarantine_dir,
                 tmp_dir=self.layout.tmp_dir,
-                on_event=fold.apply,
+                on_event=on_event,
                 seal=self.seal(),
                 storage=self.storage.writer_storage,
             )
             w.open(
                 wait=self.wait,
-                replay=fold.apply,
+                replay=on_event,
                 accept_damage=accept_damage,
                 accept_resend=accept_resend,
                 take_over_after=self.take_over_after,
+                resume=kept[0] if kept is not None and not accept_damage else None,
+                restart=restart,
             )
+            fold = folds[0]
             self._writer, self._fold = w, fold
             if gate is not None:
                 self.gate = gate
@@ -376,14 +390,18 @@ class TaskStream:
         In a forked child it only closes the descriptors inherited from the parent.
         """
         with self.mutex:  # held until the lock is released: a thread waiting to append opens the next writer
-            w, self._writer, self._fold = self._writer, None, None
+            w, fold, self._writer, self._fold = self._writer, self._fold, None, None
             self.gate = None  # given with the writer, gone with it
+            self._checked = None
             if w is not None:
                 try:
                     w.close()
                 except BaseException:
                     self.close_failures += 1  # what that writer wrote since its last sync may not be durable
                     raise
+                ck = w.last_checked
+                if ck is not None and fold is not None and ck.seq >= RESUME_FROM and w.owned:
+                    self._checked = (ck, fold)  # the next open checks only what was added since
 
     # -- reading -------------------------------------------------------------------
 
@@ -405,6 +423,10 @@ class TaskStream:
             return os.getpid()
         return self.storage.lock_pid(self.id)  # a lease on a store names no pid
 
+
+#: events a stream must hold for its checked state (and live fold) to be kept after its writer closes:
+#: a shorter one is checked whole at the next open in a moment, and keeps no memory meanwhile
+RESUME_FROM: Final = 256
 
 #: every live handle, so that a forked child can renew their mutexes (see below)
 _HANDLES: weakref.WeakSet[TaskStream] = weakref.WeakSet()

@@ -61,9 +61,11 @@ from ..errors import (
 )
 from .canonical import dumps
 from .damage import (
+    Checked,
     Damage,
     SealedHead,
-    assess,
+    SealFacts,
+    assess_facts,
     chunks_from,
     holds,
     lost,
@@ -71,6 +73,7 @@ from .damage import (
     refusal,
     repaired_data,
     resend_refusal,
+    resume_assess,
     started_in,
 )
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
@@ -138,6 +141,12 @@ class StreamWriter:
         self._fd: int | None = None  # the lease's descriptor on the stream, while open
         self._seq = 0
         self._head: str | None = None
+        self._last_len = 0  # the length of the last line (the one hashing to the head)
+        self._facts: SealFacts | None = None  # what the open's check saw that the seal check needs
+        #: whether the last open checked only the bytes after what this process had checked before
+        self.resumed = False
+        #: what :meth:`checked` said as the last :meth:`close` let the stream go (None: nothing to resume from)
+        self.last_checked: Checked | None = None
         self._poisoned: str | None = None
         self._batch_depth: dict[int, int] = {}  # per thread: a batch defers only its own thread's syncs
         self._mutex = threading.RLock()
@@ -168,8 +177,18 @@ class StreamWriter:
         accept_damage: bool = False,
         accept_resend: bool = False,
         take_over_after: float | None = None,
+        resume: Checked | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
+
+        ``resume`` (a folder stream; what :meth:`checked` gave when this process last let
+        the stream go): check only the bytes added since, when the stream is provably the
+        one checked (:func:`~intentlog.eventlog.damage.resume_assess`); ``replay`` then sees
+        the added events only, and :attr:`resumed` is True. Otherwise -- or when the added
+        bytes show anything -- ``restart`` is called and the whole stream is checked and
+        replayed as without ``resume``: a stream replaced, truncated or edited since is
+        judged exactly as always.
 
         ``take_over_after`` is given to the storage's lease (:meth:`StreamStorage.lease`):
         on an object store, the seconds a dead holder's stream must stand still before
@@ -198,7 +217,7 @@ class StreamWriter:
             lease = self.storage.lease(self._name, wait=wait, create=self._first_line, repair=True)
             self._lease, self._fd = lease, lease.fd
             try:
-                self._open_locked(lease, replay, accept_damage, accept_resend)
+                self._open_locked(lease, replay, accept_damage, accept_resend, resume, restart)
             except BaseException:
                 self._close_lease()
                 raise
@@ -268,11 +287,26 @@ class StreamWriter:
         replay: Callable[[Event], None] | None,
         accept_damage: bool,
         accept_resend: bool = False,
+        resume: Checked | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> None:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
+        self.resumed = False
         try:
-            s, damage = assess(self.path, self.seal, replay, fd=self._fd)
+            got = None
+            if resume is not None and self._fd is not None:
+                got = resume_assess(self.path, self.seal, replay, fd=self._fd, checked=resume)
+            if got is not None and resume is not None:
+                s, self._facts = got
+                damage = None
+                self.resumed = True
+                self._last_len = s.end - s.last_start if s.last is not None else resume.last_len
+            else:
+                if resume is not None and restart is not None:
+                    restart()
+                s, damage, self._facts = assess_facts(self.path, self.seal, replay, fd=self._fd)
+                self._last_len = s.end - s.last_start if s.last is not None else 0
         except OSError as exc:
             raise ledger_os_error(self.path, "reading the stream", exc) from exc
         if damage is not None and damage.kind == "damage" and not accept_damage:
@@ -430,6 +464,7 @@ class StreamWriter:
                 self._fenced = exc if isinstance(exc, LeaseLost) else None
                 raise
             ev = Event(self._seq, kind, stamp, self._head, data, digest_bytes(line))
+            self._last_len = len(line)
             self._seq += 1
             self._head = ev.digest
             if self._on_event is not None:
@@ -484,6 +519,28 @@ class StreamWriter:
             if last:
                 self.sync()
 
+    def checked(self) -> Checked | None:
+        """What this open writer's stream is known to hold, checked: for the next open in this process to resume from.
+
+        None on an object store, for a poisoned writer, one not open, or an empty stream.
+        Taken under the lock (before :meth:`close`): every line up to the file's size now
+        was checked at the open or appended by this writer.
+        """
+        with self._mutex:
+            fd, facts = self._fd, self._facts
+            if self._store is not None or fd is None or facts is None or self._poisoned is not None:
+                return None
+            if self._head is None or self._seq == 0 or self._last_len <= 0 or (self._lease and self._lease.dirty):
+                return None
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                return None
+            return Checked(
+                st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, self._seq, self._head,
+                self._last_len, self.seal, facts.stream_id, facts.digest_at_seal, facts.accepted,
+            )  # fmt: skip
+
     # -- closing -----------------------------------------------------------------
 
     def abandon(self) -> None:
@@ -498,10 +555,12 @@ class StreamWriter:
             self.abandon()
             return
         with self._mutex:
+            self.last_checked = None
             try:
                 pending = self._lease is not None and self._lease.dirty
                 if self._poisoned is None and pending:
                     self.sync()  # a store's buffered group is put here (no request when none): a failure raises
+                self.last_checked = self.checked()  # still under the lock, everything synced
             finally:
                 self._close_lease()
 
