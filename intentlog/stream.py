@@ -45,7 +45,7 @@ from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.canonical import dumps
-from .eventlog.damage import Checked
+from .eventlog.damage import Checked, CheckedBytes
 from .eventlog.format import FORMAT, TASK_CREATED, encode_data, encode_line, new_stream_id, utc_now
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
@@ -216,7 +216,7 @@ class TaskStream:
         self._writer: StreamWriter | None = None
         self._fold: WorkStateFold | None = None
         #: what the last writer of this process checked, and its live fold then: the next open resumes from it
-        self._checked: tuple[Checked, WorkStateFold] | None = None
+        self._checked: tuple[Checked | CheckedBytes, WorkStateFold] | None = None
         self._running: set[str] = set()
         #: asked before every append of the open writer (see :class:`AppendGate`); given at open
         self.gate: AppendGate | None = None

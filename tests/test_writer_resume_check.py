@@ -191,3 +191,118 @@ def test_what_another_process_appended_meanwhile_is_checked_and_folded(tmp_path:
     fresh = tmp_path / "fresh"
     shutil.copytree(root, fresh)
     assert _outcome(intentlog.open(fresh), fresh)[2] == calls
+
+
+# -- on an object store (SeaweedFS) ------------------------------------------------------------
+
+STORE_OUTCOME = """
+import json, sys, intentlog
+from intentlog.errors import IntentlogError
+url = sys.argv[1]
+led = intentlog.open(url)
+t = led.task("t")
+try:
+    live = t.stream.live()
+except IntentlogError as exc:
+    print(json.dumps(["refused", type(exc).__name__, str(exc).replace(url, "ROOT")]))
+else:
+    calls = {cid: [c.stage, c.key] for cid, c in live.result().calls.items()}
+    t.close()
+    print(json.dumps(["open", [[e.seq, e.kind, e.data] for e in led.task("t").events()], calls]))
+"""
+
+
+def _store_outcome_here(led: intentlog.Ledger, url: str) -> list[Any]:
+    t = led.task("t")
+    try:
+        live = t.stream.live()
+    except IntentlogError as exc:
+        return ["refused", type(exc).__name__, str(exc).replace(url, "ROOT")]
+    calls = {cid: [c.stage, c.key] for cid, c in live.result().calls.items()}
+    t.close()
+    return ["open", [[e.seq, e.kind, e.data] for e in led.task("t").events()], calls]
+
+
+def _store_outcome_fresh(url: str) -> list[Any]:
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(Path(intentlog.__file__).parent.parent)}
+    r = subprocess.run([sys.executable, "-c", STORE_OUTCOME, url], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got: list[Any] = json.loads(r.stdout)
+    return got
+
+
+def _segments(client: Any) -> list[str]:
+    return sorted(k for k, _ in client.scan("tasks/t/s"))
+
+
+def _rewrite_a_middle_segment(client: Any) -> None:
+    key = next(k for k in _segments(client) if b'"pad"' in (client.get(k) or b""))
+    data = client.get(key)
+    i = data.index(b'"i":5,')
+    client.delete(key)
+    assert client.create(key, data[: i + 4] + b"6" + data[i + 5 :])
+
+
+def _remove_the_last_data_segment(client: Any) -> None:
+    for key in reversed(_segments(client)):
+        if b'"kind":"call.completed"' in (client.get(key) or b""):
+            client.delete(key)
+            return
+    raise AssertionError("no segment holds the call's completion")
+
+
+def _replace_the_stream(client: Any) -> None:
+    for key, _ in list(client.scan("tasks/t")):
+        client.delete(key)
+
+
+STORE_MUTATIONS = {
+    "a middle segment rewritten": _rewrite_a_middle_segment,
+    "the last data segment removed": _remove_the_last_data_segment,
+    "the stream deleted and made again": _replace_the_stream,
+}
+
+
+@pytest.mark.parametrize("name", list(STORE_MUTATIONS))
+def test_on_a_store_a_stream_changed_between_two_opens_is_judged_as_a_fresh_process_judges_it(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    import s3_server
+
+    url = s3_server.ledger_url(monkeypatch)
+    led = intentlog.open(url)
+    t = led.task("t")
+    with t.batch():
+        for i in range(N):
+            t.append("note", {"i": i, "pad": "x" * (i % 7)})
+    t.effect("k", {"q": 1}, lambda req: b"served")
+    t.close()
+    assert t.stream._checked is not None
+    STORE_MUTATIONS[name](s3_server.client_of(url))
+    if name == "the stream deleted and made again":  # another writer makes a new stream under the id
+        _store_outcome_fresh(url)
+    here = _store_outcome_here(led, url)
+    there = _store_outcome_fresh(url)
+    assert here == there
+
+
+def test_on_a_store_an_unchanged_stream_is_checked_only_past_what_was_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import s3_server
+
+    url = s3_server.ledger_url(monkeypatch)
+    led = intentlog.open(url)
+    t = led.task("t")
+    with t.batch():
+        for i in range(N):
+            t.append("note", {"i": i})
+    t.effect("k", {"q": 1}, lambda req: b"served")
+    t.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(intentlog.__file__).parent.parent)}
+    subprocess.run([sys.executable, "-c", GROW, url], env=env, check=True, timeout=120)
+    t.append("note", {"after": True})
+    assert t.stream.open_writer().resumed
+    calls = {cid: (c.stage, c.key) for cid, c in t.stream.live().result().calls.items()}
+    assert calls == {"call-1": ("completed", "k"), "call-2": ("completed", "k2")}
+    t.close()

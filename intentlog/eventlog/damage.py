@@ -34,6 +34,7 @@ __all__ = [
     "ACCEPTED",
     "RESTORE_FILE",
     "Checked",
+    "CheckedBytes",
     "Damage",
     "SealFacts",
     "SealedHead",
@@ -215,6 +216,20 @@ class Checked(NamedTuple):
     stream_id: str | None
     digest_at_seal: str | None
     accepted: bool
+
+
+class CheckedBytes(NamedTuple):
+    """What a writer's check of a stream read whole through the seam (an object store) established.
+
+    The stream's first ``size`` bytes hash to ``prefix`` and hold ``seq`` checked events,
+    the last hashing to ``head``: a later open whose read starts with exactly those bytes
+    checks only the rest (an object replaced or removed anywhere in them changes the hash).
+    """
+
+    size: int
+    prefix: str
+    seq: int
+    head: str
 
 
 def resume_assess(

@@ -47,8 +47,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from blake3 import blake3
+
 from .._internal import fsops
-from .._internal.digest import digest_bytes
+from .._internal.digest import DIGEST_PREFIX, digest_bytes
 from .._internal.fsutil import check_real_dir, makedirs_durable, publish_chunks, write_all
 from ..errors import (
     Conflict,
@@ -62,6 +64,7 @@ from ..errors import (
 from .canonical import dumps
 from .damage import (
     Checked,
+    CheckedBytes,
     Damage,
     SealedHead,
     SealFacts,
@@ -142,11 +145,14 @@ class StreamWriter:
         self._seq = 0
         self._head: str | None = None
         self._last_len = 0  # the length of the last line (the one hashing to the head)
+        #: on a store: the hash and size of the stream's bytes so far (read at the open, then appended)
+        self._hasher: Any = None
+        self._size = 0
         self._facts: SealFacts | None = None  # what the open's check saw that the seal check needs
         #: whether the last open checked only the bytes after what this process had checked before
         self.resumed = False
         #: what :meth:`checked` said as the last :meth:`close` let the stream go (None: nothing to resume from)
-        self.last_checked: Checked | None = None
+        self.last_checked: Checked | CheckedBytes | None = None
         self._poisoned: str | None = None
         self._batch_depth: dict[int, int] = {}  # per thread: a batch defers only its own thread's syncs
         self._mutex = threading.RLock()
@@ -177,7 +183,7 @@ class StreamWriter:
         accept_damage: bool = False,
         accept_resend: bool = False,
         take_over_after: float | None = None,
-        resume: Checked | None = None,
+        resume: Checked | CheckedBytes | None = None,
         restart: Callable[[], None] | None = None,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
@@ -206,8 +212,11 @@ class StreamWriter:
                 return
             self._pid = os.getpid()
             if self._store is not None:
-                self._open_remote(self._store, wait, replay, take_over_after)
+                ck = resume if isinstance(resume, CheckedBytes) else None
+                self._open_remote(self._store, wait, replay, take_over_after, ck, restart)
                 return
+            if not isinstance(resume, Checked):
+                resume = None
             try:
                 self._check_folders()
             except OSError as exc:
@@ -228,18 +237,41 @@ class StreamWriter:
         wait: float,
         replay: Callable[[Event], None] | None,
         take_over_after: float | None = None,
+        resume: CheckedBytes | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> None:
         """Lease the stream on a non-folder storage, read it whole and check every line.
 
         A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
         repair or quarantine there). A store's seals are checked by the storage's own lease
-        (``ObjectStreams.lease``), before anything is written.
+        (``ObjectStreams.lease``), before anything is written. With ``resume`` (what this
+        process checked before), when the stream read starts with exactly the bytes checked
+        then (their hash), only the lines after them are checked and replayed.
         """
         lease = store.lease(self._name, wait=wait, create=self._created_record, take_over_after=take_over_after)
         try:
             self._poisoned, self._fenced = None, None
             self.repaired = self.damage = self.quarantined = None
-            tail = tail_of(store.read(self._name), str(self.path), replay)
+            self.resumed = False
+            data = store.read(self._name)
+            hasher = blake3()
+            tail = None
+            if resume is not None and len(data) >= resume.size:
+                hasher.update(memoryview(data)[: resume.size])
+                if DIGEST_PREFIX + hasher.hexdigest() == resume.prefix:
+                    try:
+                        at = (resume.size, resume.seq, resume.head)
+                        tail = tail_of(data, str(self.path), replay, resume=at)
+                        self.resumed = True
+                    except CorruptStream:
+                        tail = None  # judged by the whole read below, as always
+                    hasher.update(memoryview(data)[resume.size :])
+            if tail is None:
+                if resume is not None and restart is not None:
+                    restart()
+                hasher = blake3(data)
+                tail = tail_of(data, str(self.path), replay)
+            self._hasher, self._size = hasher, len(data)
             if tail.count != lease.next_seq:
                 raise CorruptStream(
                     str(self.path), tail.count + 1, f"the stream holds {tail.count} events but its lease counts "
@@ -465,6 +497,9 @@ class StreamWriter:
                 raise
             ev = Event(self._seq, kind, stamp, self._head, data, digest_bytes(line))
             self._last_len = len(line)
+            if self._hasher is not None:
+                self._hasher.update(line)
+                self._size += len(line)
             self._seq += 1
             self._head = ev.digest
             if self._on_event is not None:
@@ -519,7 +554,7 @@ class StreamWriter:
             if last:
                 self.sync()
 
-    def checked(self) -> Checked | None:
+    def checked(self) -> Checked | CheckedBytes | None:
         """What this open writer's stream is known to hold, checked: for the next open in this process to resume from.
 
         None on an object store, for a poisoned writer, one not open, or an empty stream.
@@ -528,7 +563,13 @@ class StreamWriter:
         """
         with self._mutex:
             fd, facts = self._fd, self._facts
-            if self._store is not None or fd is None or facts is None or self._poisoned is not None:
+            if self._store is not None:
+                if self._lease is None or self._poisoned is not None or self._hasher is None or self._head is None:
+                    return None
+                if self._lease.dirty:
+                    return None
+                return CheckedBytes(self._size, DIGEST_PREFIX + self._hasher.hexdigest(), self._seq, self._head)
+            if fd is None or facts is None or self._poisoned is not None:
                 return None
             if self._head is None or self._seq == 0 or self._last_len <= 0 or (self._lease and self._lease.dirty):
                 return None
