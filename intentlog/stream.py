@@ -254,7 +254,9 @@ class TaskStream:
                     self.gate = gate
                 return w
             kept, self._checked = self._checked, None
-            folds = [kept[1] if kept is not None else WorkStateFold(self.id)]  # replayed into folds[0]
+            resume = kept[0] if kept is not None and not accept_damage else None
+            # replayed into folds[0]: the kept fold when resuming, until the writer says to start afresh
+            folds = [kept[1] if kept is not None and resume is not None else WorkStateFold(self.id)]
 
             def restart() -> None:  # the whole stream is checked after all: its events into a fresh fold
                 folds[0] = WorkStateFold(self.id)
@@ -277,7 +279,7 @@ class TaskStream:
                 accept_damage=accept_damage,
                 accept_resend=accept_resend,
                 take_over_after=self.take_over_after,
-                resume=kept[0] if kept is not None and not accept_damage else None,
+                resume=resume,
                 restart=restart,
             )
             fold = folds[0]

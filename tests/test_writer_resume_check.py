@@ -306,3 +306,24 @@ def test_on_a_store_an_unchanged_stream_is_checked_only_past_what_was_checked(mo
     calls = {cid: (c.stage, c.key) for cid, c in t.stream.live().result().calls.items()}
     assert calls == {"call-1": ("completed", "k"), "call-2": ("completed", "k2")}
     t.close()
+
+
+def test_an_open_accepting_damage_checks_and_folds_the_whole_stream_whatever_was_checked_before(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "l"
+    led = _make(root)
+    assert led.task("t").stream._checked is not None
+    _edit_middle_same_size(_stream(root))
+    fresh = tmp_path / "fresh"
+    shutil.copytree(root, fresh)
+
+    def opened(ledger: intentlog.Ledger) -> tuple[Any, ...]:
+        t = ledger.task("t")
+        w = t.stream.open_writer(accept_damage=True, accept_resend=True)
+        assert not w.resumed
+        calls = {cid: (c.stage, c.key, c.attempts) for cid, c in t.stream.live().result().calls.items()}
+        t.close()
+        return calls, [(e.kind, e.seq) for e in ledger.task("t").events()][-3:]
+
+    assert opened(led) == opened(intentlog.open(fresh))

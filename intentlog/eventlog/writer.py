@@ -211,12 +211,16 @@ class StreamWriter:
             if self._lease is not None:
                 return
             self._pid = os.getpid()
+            kind = CheckedBytes if self._store is not None else Checked
+            if resume is not None and not isinstance(resume, kind):  # checked on another storage: not this one
+                resume = None
+                if restart is not None:
+                    restart()
             if self._store is not None:
                 ck = resume if isinstance(resume, CheckedBytes) else None
                 self._open_remote(self._store, wait, replay, take_over_after, ck, restart)
                 return
-            if not isinstance(resume, Checked):
-                resume = None
+            folder_ck = resume if isinstance(resume, Checked) else None
             try:
                 self._check_folders()
             except OSError as exc:
@@ -226,7 +230,7 @@ class StreamWriter:
             lease = self.storage.lease(self._name, wait=wait, create=self._first_line, repair=True)
             self._lease, self._fd = lease, lease.fd
             try:
-                self._open_locked(lease, replay, accept_damage, accept_resend, resume, restart)
+                self._open_locked(lease, replay, accept_damage, accept_resend, folder_ck, restart)
             except BaseException:
                 self._close_lease()
                 raise
