@@ -1,6 +1,7 @@
 """Cost against ledger size: does each command grow linearly from the smaller ledger to the larger?
 
     python bench/scale.py [--quick] [--sizes 10000,100000] [--add-sizes 1000,10000] [--dir /tmp/scale-bench] [--json]
+    python bench/scale.py --only-add --add-sizes 10000,100000     # the add loop alone
 
 For each size N a ledger is generated once into ``--dir`` and reused: a backlog ``b`` of N
 items, each item task leased, one interpreted effect, its result and the release (the
@@ -13,7 +14,9 @@ Then, each in a fresh process (``python -m intentlog.cli``), timed once:
 - ``tasks``, warm (run once untimed first, so its index exists);
 - ``backlog b --json``, cold (the backlog's cache file deleted) and warm;
 - ``add`` one item at a time in a loop of M items into a fresh ledger (``--add-sizes``;
-  default a tenth of each size: every add is a durable append).
+  default a tenth of each size: every add is a durable append), and the cost per add at
+  each M (a writer's open checks only what was added since this process last checked the
+  backlog's stream, so the per-add cost should not grow with M).
 
 ``ratio`` is (time at the larger size / time at the smaller) / (larger / smaller): 1.0 is
 linear, 2.0 twice as costly per task at the larger size. ``--quick`` uses 1,000 and 10,000.
@@ -116,7 +119,18 @@ def _cli(root: Path, *args: str) -> tuple[float, int]:
     return dt, len(r.stdout)
 
 
-def measure(base: Path, n: int, adds: int) -> dict[str, float]:
+def add_loop(base: Path, adds: int) -> float:
+    """Seconds to add ``adds`` items one at a time (each a durable append) to a fresh backlog, in one process."""
+    loop = base / f"adds-{adds}"
+    shutil.rmtree(loop, ignore_errors=True)
+    r = subprocess.run([PY, "-c", ADD_LOOP, str(loop), str(adds)], capture_output=True, check=True, text=True)
+    shutil.rmtree(loop, ignore_errors=True)
+    return float(r.stdout.strip())
+
+
+def measure(base: Path, n: int, adds: int, only_add: bool = False) -> dict[str, float]:
+    if only_add:
+        return {"add_loop_s": add_loop(base, adds)}
     root = build(base, n)
     out: dict[str, float] = {}
     out["verify_s"], out["verify_output_bytes"] = _cli(root, "verify")
@@ -126,11 +140,7 @@ def measure(base: Path, n: int, adds: int) -> dict[str, float]:
     (root / "cache" / "backlog-b.json").unlink(missing_ok=True)
     out["backlog_view_cold_s"], _ = _cli(root, "backlog", "b", "--json")
     out["backlog_view_warm_s"], _ = _cli(root, "backlog", "b", "--json")
-    loop = base / f"adds-{adds}"
-    shutil.rmtree(loop, ignore_errors=True)
-    r = subprocess.run([PY, "-c", ADD_LOOP, str(loop), str(adds)], capture_output=True, check=True, text=True)
-    out["add_loop_s"] = float(r.stdout.strip())
-    shutil.rmtree(loop, ignore_errors=True)
+    out["add_loop_s"] = add_loop(base, adds)
     return out
 
 
@@ -141,6 +151,7 @@ def main() -> None:
     ap.add_argument("--add-sizes", default=None, help="items added one by one (default: a tenth of each size)")
     ap.add_argument("--dir", default="/tmp/scale-bench")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only-add", action="store_true", help="only the add loop (no ledger is generated)")
     a = ap.parse_args()
     sizes = [1000, 10000] if a.quick else [int(s) for s in a.sizes.split(",")]
     adds = [int(s) for s in a.add_sizes.split(",")] if a.add_sizes else [max(1, s // 10) for s in sizes]
@@ -148,7 +159,7 @@ def main() -> None:
         raise SystemExit("two sizes and two add sizes")
     base = Path(a.dir)
     base.mkdir(parents=True, exist_ok=True)
-    got = [measure(base, n, m) for n, m in zip(sizes, adds, strict=True)]
+    got = [measure(base, n, m, a.only_add) for n, m in zip(sizes, adds, strict=True)]
     rows = []
     for key in got[0]:
         scale = (adds[1] / adds[0]) if key.startswith("add") else (sizes[1] / sizes[0])
@@ -162,6 +173,8 @@ def main() -> None:
     for r in rows:
         fmt = "{:>12,.0f}" if r["measure"].endswith("bytes") else "{:>12.2f}"
         print(f"{r['measure']:<24}{fmt.format(r['small'])}{fmt.format(r['large'])}   ratio {r['ratio_to_linear']}")
+    per = [g["add_loop_s"] / m * 1e6 for g, m in zip(got, adds, strict=True)]
+    print(f"{'per add (us)':<24}{per[0]:>12.0f}{per[1]:>12.0f}   ratio {per[1] / per[0]:.2f}")
 
 
 if __name__ == "__main__":

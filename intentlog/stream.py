@@ -38,13 +38,15 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from ._internal.nofollow import check_real_dir
 from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
-from .eventlog.format import encode_data
+from .eventlog.canonical import dumps
+from .eventlog.damage import Checked, CheckedBytes
+from .eventlog.format import FORMAT, TASK_CREATED, encode_data, encode_line, new_stream_id, utc_now
 from .eventlog.redaction import redact_shapes
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
     from .eventlog.storage import StreamStorage
 
 __all__ = [
-    "PROC_LOCKS", "AppendGate", "StreamSource", "TaskStorage", "TaskStream", "lock_holder", "read_events",
+    "PROC_LOCKS", "AppendGate", "SendGate", "StreamSource", "TaskStorage", "TaskStream", "creation_record",
+    "lock_holder", "read_events",
 ]  # fmt: skip
 
 def _inline_blob(value: dict[Any, Any]) -> bool:
@@ -118,6 +121,16 @@ def lock_holder(lock_path: Path) -> int | None:
         os.close(fd)
 
 
+def creation_record(task_id: str) -> bytes:
+    """Line 0 of a new stream of ``task_id``, without its newline: what its writer would create it holding.
+
+    For a stream created by someone other than its writer (a fence of a holder whose
+    stream does not exist yet): a fresh stream id, so it is any writer's stream.
+    """
+    body = dumps({"format": FORMAT, "stream": new_stream_id(), "task": task_id})
+    return encode_line(TASK_CREATED, body, None, 0, utc_now())[:-1]
+
+
 def read_events(path: Path, tasks_dir: Path, since: int = 0) -> Iterator[Event]:
     """Every trusted event of the stream at ``path`` from ``since`` on, in constant memory; takes no lock.
 
@@ -150,6 +163,17 @@ class AppendGate(Protocol):
     """
 
     def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]: ...
+
+
+class SendGate(Protocol):
+    """A gate that is also asked at the last moment before a send (:meth:`TaskStream.before_send`).
+
+    ``sending`` raises :class:`~intentlog.errors.NotSent` to keep the request from leaving
+    (a quota grant past its deadline): the protocol records ``attempt.not_sent`` and the
+    call's retry policy decides, as for any request that provably never left.
+    """
+
+    def sending(self, call: str, attempt: int) -> None: ...
 
 
 class _CallGate:
@@ -217,6 +241,8 @@ class TaskStream:
         _HANDLES.add(self)
         self._writer: StreamWriter | None = None
         self._fold: WorkStateFold | None = None
+        #: what the last writer of this process checked, and its live fold then: the next open resumes from it
+        self._checked: tuple[Checked | CheckedBytes, WorkStateFold] | None = None
         self._running: set[str] = set()
         #: asked before every append of the open writer (see :class:`AppendGate`); given at open
         self.gate: AppendGate | None = None
@@ -253,27 +279,50 @@ class TaskStream:
                 if gate is not None:
                     self.gate = gate
                 return w
-            fold = WorkStateFold(self.id)
+            kept, self._checked = self._checked, None
+            resume = kept[0] if kept is not None and not accept_damage else None
+            # replayed into folds[0]: the kept fold when resuming, until the writer says to start afresh
+            folds = [kept[1] if kept is not None and resume is not None else WorkStateFold(self.id)]
+
+            def restart() -> None:  # the whole stream is checked after all: its events into a fresh fold
+                folds[0] = WorkStateFold(self.id)
+
+            def on_event(ev: Event) -> None:
+                folds[0].apply(ev)
+
             w = StreamWriter(
                 path=self.path,
                 task_id=self.id,
                 quarantine_dir=self.layout.quarantine_dir,
                 tmp_dir=self.layout.tmp_dir,
-                on_event=fold.apply,
+                on_event=on_event,
                 seal=self.seal(),
                 storage=self.storage.writer_storage,
             )
             w.open(
                 wait=self.wait,
-                replay=fold.apply,
+                replay=on_event,
                 accept_damage=accept_damage,
                 accept_resend=accept_resend,
                 take_over_after=self.take_over_after,
+                resume=resume,
+                restart=restart,
             )
+            fold = folds[0]
             self._writer, self._fold = w, fold
             if gate is not None:
                 self.gate = gate
             return w
+
+    def before_send(self, call: str, attempt: int) -> None:
+        """Asked by the effect protocol right before ``call``'s ``attempt`` is sent, its ``attempt.started`` durable.
+
+        A gate that answers ``sending`` (:class:`SendGate`) may raise
+        :class:`~intentlog.errors.NotSent` there; nothing is sent then. Without one: nothing to ask.
+        """
+        sending = getattr(self.gate, "sending", None)
+        if sending is not None:
+            sending(call, attempt)
 
     @property
     def before_append(self) -> Callable[[str, Mapping[str, Any]], None] | None:
@@ -373,14 +422,18 @@ class TaskStream:
         In a forked child it only closes the descriptors inherited from the parent.
         """
         with self.mutex:  # held until the lock is released: a thread waiting to append opens the next writer
-            w, self._writer, self._fold = self._writer, None, None
+            w, fold, self._writer, self._fold = self._writer, self._fold, None, None
             self.gate = None  # given with the writer, gone with it
+            self._checked = None
             if w is not None:
                 try:
                     w.close()
                 except BaseException:
                     self.close_failures += 1  # what that writer wrote since its last sync may not be durable
                     raise
+                ck = w.last_checked
+                if ck is not None and fold is not None and ck.seq >= RESUME_FROM and w.owned:
+                    self._checked = (ck, fold)  # the next open checks only what was added since
 
     # -- reading -------------------------------------------------------------------
 
@@ -402,6 +455,10 @@ class TaskStream:
             return os.getpid()
         return self.storage.lock_pid(self.id)  # a lease on a store names no pid
 
+
+#: events a stream must hold for its checked state (and live fold) to be kept after its writer closes:
+#: a shorter one is checked whole at the next open in a moment, and keeps no memory meanwhile
+RESUME_FROM: Final = 256
 
 #: every live handle, so that a forked child can renew their mutexes (see below)
 _HANDLES: weakref.WeakSet[TaskStream] = weakref.WeakSet()

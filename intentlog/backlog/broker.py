@@ -6,6 +6,8 @@ the wall clock, so no step of it (forward or back) can open or hold a window: th
 grants at the monotonic time they were made; those of earlier runs, whose wall-clock times
 cannot be trusted, as made at this run's start (never counted short; a window they fill
 reopens at most one window, plus its margin, after the start).
+A grant carries its deadline (:data:`~.quota.GRANT_VALID`): a send that cannot start by
+then is not sent, and its units stay counted (the worker asks again).
 A full window makes the asking workers wait (``backlog.quota_waiting``,
 recorded once per quota that fills); a spent budget that cannot reopen stops the run
 (``backlog.quota_exhausted``).
@@ -18,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from .journal import Journal
 from .messages import Grant, Spent
-from .quota import Quota, QuotaBook
+from .quota import GRANT_VALID, Quota, QuotaBook
 
 __all__ = ["QuotaBroker"]
 
@@ -42,6 +44,8 @@ class QuotaBroker:
         #: why the run takes no more attempts (a budget that cannot reopen is spent), once it is so
         self.exhausted: str | None = None
         self.waiting_logged: str | None = None
+        #: when each item's pending reservation reached the supervisor (its clock): a grant's deadline counts from it
+        self.asked_at: dict[str, float] = {}
 
     def load(self, reservations: Iterable[tuple[float, dict[str, float]]]) -> None:
         """Count what the record says earlier runs reserved (``(unix time, {quota: units})``, any order).
@@ -51,17 +55,28 @@ class QuotaBroker:
         now = self.clock()
         self.book.load((now, units) for _, units in reservations)
 
+    def asked(self, item: str) -> None:
+        """A reservation for ``item`` reached the supervisor now (the one its next grant answers)."""
+        self.asked_at[item] = self.clock()
+
     def answer(self, item: str, want: dict[str, float]) -> Grant | Spent | None:
-        """Grant ``want`` now (reserved), refuse it for good, or None: the worker waits for the window."""
+        """Grant ``want`` now (reserved), refuse it for good, or None: the worker waits for the window.
+
+        A grant is valid for the time the reservation waited here plus :data:`~.quota.GRANT_VALID`,
+        which the worker counts from when it asked (before this process saw the request, on
+        its own clock): its deadline is never later than :data:`~.quota.GRANT_VALID` after the grant.
+        """
         now = self.clock()
         blocked = self.book.check(want, now)
         if blocked is None:
             self.book.reserve(want, now)
             self.waiting_logged = None
-            return Grant("grant", self.wall())
+            waited = max(0.0, now - self.asked_at.pop(item, now))
+            return Grant("grant", self.wall(), waited + GRANT_VALID)
         q, until = blocked
         if until is None:
             why = f"quota {q.spec()} is spent and cannot reopen"
+            self.asked_at.pop(item, None)
             self.exhausted = why
             self.journal.record("backlog.quota_exhausted", {"quota": q.spec(), "item": item})
             self.journal.record("backlog.quota_waiting", {"quota": q.spec(), "until": None, "reason": why})

@@ -83,7 +83,9 @@ def fence(task: Task) -> int | None:
     clock. The old holder, alive or not, on whatever host, is fenced: its next put is
     refused (``LeaseLost``), so it can neither append nor start an attempt. An attempt it
     had already started stays unknown in the record and blocks the item: never resent.
-    None on a folder (a lock cannot be taken from its holder) or when the stream is gone.
+    A holder whose stream does not exist yet (stalled before its creation) is fenced by
+    creating the stream first: its own creation then finds it made and leases it like any
+    writer. None on a folder (a lock cannot be taken from its holder).
     """
     return task.ledger.backend.fence(task.stream)
 

@@ -53,10 +53,16 @@ class Stop(NamedTuple):
 
 
 class Grant(NamedTuple):
-    """The reserved units are granted (``at``: the supervisor's wall-clock time; None when not asked)."""
+    """The reserved units are granted (``at``: the supervisor's wall-clock time; None when not asked).
+
+    ``valid``: the seconds the grant is good for, counted by the worker from when it asked
+    (the time the request waited at the supervisor plus :data:`~.quota.GRANT_VALID`); a send
+    that has not started by then is not sent (None: no deadline, nothing was counted).
+    """
 
     kind: Literal["grant"]
     at: float | None = None
+    valid: float | None = None
 
 
 class Spent(NamedTuple):

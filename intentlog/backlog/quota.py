@@ -18,11 +18,19 @@ from typing import Final
 
 from ..errors import UsageError
 
-__all__ = ["MARGIN", "Quota", "QuotaBook", "parse_quota"]
+__all__ = ["GRANT_VALID", "MARGIN", "Quota", "QuotaBook", "parse_quota"]
 
-#: Seconds a window counts a reservation beyond its length: a send follows its reservation
-#: by the time of one fsync, so windows of sends never exceed the limit either.
+#: Seconds a window counts a reservation beyond its length, so that the sends, which follow
+#: their grants, fit the limit too: a send starts within :data:`GRANT_VALID` of its grant
+#: or not at all, and the rest of the margin absorbs how much the requests' transit times
+#: to the provider differ.
 MARGIN: Final = 1.0
+
+#: Seconds a grant stays valid, counted by the worker from the moment it asked (so before
+#: the grant was made, on the worker's own monotonic clock): the effect protocol checks it
+#: at the last moment before the send, after ``attempt.started`` is durable, and a grant
+#: past it is not sent (``attempt.not_sent``, asked again; its units stay counted).
+GRANT_VALID: Final = 0.75
 
 _QUOTA_RE = re.compile(r"([a-z][a-z0-9_]*)=(\d+(?:\.\d+)?)(?:/(\d+(?:\.\d+)?)(ms|s|m|h|d)?)?\Z")
 _UNIT: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}

@@ -338,6 +338,7 @@ class Supervisor:
             )
         elif isinstance(msg, Reserve):
             w.waiting = (msg.item, dict(msg.units))
+            self.broker.asked(msg.item)  # a grant's deadline counts from here
             self.grant(w)
         else:
             self.finished(w, msg)

@@ -8,6 +8,8 @@ before every ``attempt.started`` it checks that this process still holds the loc
 (``/proc/locks``) and asks the supervisor for the quota units; the supervisor's answer
 may be "stop" (shutdown), and then nothing is sent. Only then does the stream append
 ``quota.reserved {epoch, units}`` right before the attempt, synced together with it.
+A grant lapses (:data:`~.quota.GRANT_VALID` after the worker asked): the gate is asked
+again right before the send, and a lapsed grant is not sent (``attempt.not_sent``).
 A worker ignores SIGINT and SIGTERM (its supervisor decides) and dies with its supervisor.
 """
 
@@ -21,7 +23,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from .._internal.procs import PROC_LOCKS, flock_writer
-from ..errors import IntentlogError, LeaseLost, TaskBusy
+from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
 from ..eventlog.canonical import dumps
 from ..idioms.errors import Suspended
 from ..idioms.suspend import suspending
@@ -83,6 +85,7 @@ class _Guard:
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
         self.task, self.conn, self.epoch, self.item, self.asks = task, conn, epoch, item, asks
         self.locked: tuple[int, int] | None = None  # (dev, inode) of the lock file the kernel says we hold
+        self.deadline: float | None = None  # when the last grant lapses, on this process's monotonic clock
 
     def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
         """Nothing to add but before ``attempt.started``: the lease checked, the units granted, then reserved.
@@ -95,9 +98,13 @@ class _Guard:
         self.check_lease()
         want = {CALLS: 1.0, **_PENDING_UNITS.pop(self.task.id, {})}
         answer: Reply
+        self.deadline = None
         if self.asks:
+            asked = time.monotonic()  # before the grant is made: its deadline counted from here is never late
             self.conn.send(Reserve("reserve", self.item, want))
             answer = self.conn.recv()
+            if isinstance(answer, Grant) and answer.valid is not None:
+                self.deadline = asked + answer.valid
         else:  # no quota: the supervisor's only word is "stop", sent unasked once the run stops
             answer = self.conn.recv() if self.conn.poll() else Grant("grant")
         if isinstance(answer, Stop):
@@ -106,6 +113,15 @@ class _Guard:
             raise QuotaExhausted(f"item {self.item!r}: {answer.reason}; the attempt did not start")
         self.check_lease()
         return (("quota.reserved", {"epoch": self.epoch, "units": want, "call": data.get("call")}),)
+
+    def sending(self, call: str, attempt: int) -> None:
+        """Right before the send: a grant past its deadline is not sent (:class:`NotSent`; asked again)."""
+        deadline, self.deadline = self.deadline, None  # one grant, one send
+        if deadline is not None and (late := time.monotonic() - deadline) > 0:
+            raise NotSent(
+                f"the quota grant for item {self.item!r} lapsed {late:.3f} s before the send could start "
+                "(a grant is valid for its window's margin); its units stay counted and the next attempt asks again"
+            )
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` unless this process still holds the item task's lease.

@@ -100,6 +100,10 @@ def doctor(c: Ctx, url: str | None, racers: int, as_json: bool) -> None:
     else:
         for check in report.checks:
             echo(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
-        verdict = "can fence writers: safe to write" if report.ok else "cannot fence writers: refused for writing"
+        verdict = (
+            "can fence writers: safe to write" if report.ok
+            else "cannot reach the store: refused for writing" if report.unreached
+            else "cannot fence writers: refused for writing"
+        )  # fmt: skip
         echo(f"{report.root}: {verdict}")
     sys.exit(EXIT_OK if report.ok else EXIT_PROBLEMS)

@@ -331,6 +331,7 @@ class Call:
         self._release()
         encoding: str | None = None
         try:
+            task.before_send(st.call_id, n)  # the last moment before the request leaves (a grant's deadline)
             raw = yield Deliver(self.key, send, self._intent, st.call_id, n, long)
         except TimedOut as exc:
             raise exc.error from None

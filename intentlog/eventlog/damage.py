@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 from blake3 import blake3
 
+from .._internal.digest import digest_bytes
 from .._internal.fsutil import open_nofollow
 from ..errors import CorruptStream, LinkRefused
 from .format import TASK_CREATED, Event
@@ -32,10 +33,14 @@ from .reader import MAX_LINE, StreamScan, line_batches, line_spans
 __all__ = [
     "ACCEPTED",
     "RESTORE_FILE",
+    "Checked",
+    "CheckedBytes",
     "Damage",
+    "SealFacts",
     "SealedHead",
     "assess",
     "assess_bytes",
+    "assess_facts",
     "chunks_from",
     "holds",
     "lost",
@@ -44,6 +49,7 @@ __all__ = [
     "refusal",
     "repaired_data",
     "resend_refusal",
+    "resume_assess",
     "started_in",
     "started_in_bytes",
 ]
@@ -85,7 +91,7 @@ class Damage:
     seal: SealedHead | None = None
 
 
-class _Facts:
+class SealFacts:
     """What one scan saw that the seal check needs (kept while replaying)."""
 
     def __init__(self, seal: SealedHead | None) -> None:
@@ -111,7 +117,7 @@ class _Facts:
             self.accepted = True
 
 
-def _seal_problem(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
+def _seal_problem(path: Path, s: StreamScan, facts: SealFacts) -> Damage | None:
     seal = facts.seal
     if seal is None or facts.accepted:
         return None
@@ -141,7 +147,7 @@ def _seal_problem(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
     return None
 
 
-def _judge(path: Path, s: StreamScan, facts: _Facts) -> Damage | None:
+def _judge(path: Path, s: StreamScan, facts: SealFacts) -> Damage | None:
     """Classify what a scan found: nothing, a torn tail, or damage (with the seal it contradicts)."""
     p = s.problem
     sealed = _seal_problem(path, s, facts)
@@ -170,16 +176,98 @@ def assess(
 
     With ``fd`` the scan reads that open descriptor (the writer's own), not ``path``.
     """
+    s, damage, _ = assess_facts(path, seal, replay, fd=fd)
+    return s, damage
+
+
+def assess_facts(
+    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None, *, fd: int | None = None
+) -> tuple[StreamScan, Damage | None, SealFacts]:
+    """:func:`assess`, and what the scan saw that the seal check needs (what a :class:`Checked` keeps)."""
     s = StreamScan(path, fd=fd)
-    facts = _Facts(seal)
+    facts = SealFacts(seal)
     for ev in s:
         facts.see(ev)
         if replay:
             replay(ev)
     if s.count == 0 and s.problem is None and seal is not None and not seal.retired:
         why = f"the stream is empty but heads.json seals seq {seal.seq} with head {seal.head}"
-        return s, Damage("damage", 1, 0, why, seal=seal)
-    return s, _judge(path, s, facts)
+        return s, Damage("damage", 1, 0, why, seal=seal), facts
+    return s, _judge(path, s, facts), facts
+
+
+class Checked(NamedTuple):
+    """What a writer's check of a folder stream established, kept by its process to resume the next check from.
+
+    Every line before byte ``size`` was checked (``seq`` events, the last ``last_len`` bytes
+    long hashing to ``head``) against ``seal``, with the seal facts the scan saw; the file
+    was ``(dev, ino)`` with those times when its writer let it go.
+    """
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    seq: int
+    head: str
+    last_len: int
+    seal: SealedHead | None
+    stream_id: str | None
+    digest_at_seal: str | None
+    accepted: bool
+
+
+class CheckedBytes(NamedTuple):
+    """What a writer's check of a stream read whole through the seam (an object store) established.
+
+    The stream's first ``size`` bytes hash to ``prefix`` and hold ``seq`` checked events,
+    the last hashing to ``head``: a later open whose read starts with exactly those bytes
+    checks only the rest (an object replaced or removed anywhere in them changes the hash).
+    """
+
+    size: int
+    prefix: str
+    seq: int
+    head: str
+
+
+def resume_assess(
+    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None, *, fd: int, checked: Checked
+) -> tuple[StreamScan, SealFacts] | None:
+    """:func:`assess` of only the bytes after ``checked`` -- or None: the full check is needed.
+
+    None unless the stream is provably the one checked, grown at most: the same file
+    (device and inode), the same seal, at least as long, the line ending at the checked
+    offset still whole and hashing to the checked head, and -- when no byte was added --
+    neither its modification nor its change time moved (an edit in place changes them).
+    The bytes after the offset are then checked exactly as a full read checks them (the
+    first line must name the checked head as its ``prev``); anything they show, a torn
+    tail included, is None too, so that the caller's full check judges it as always.
+    ``replay`` sees the later events only (on None it may have seen some: start it afresh).
+    """
+    st = os.fstat(fd)
+    c = checked
+    if (st.st_dev, st.st_ino) != (c.dev, c.ino) or seal != c.seal or st.st_size < c.size or c.last_len <= 0:
+        return None
+    if st.st_size == c.size and (st.st_mtime_ns, st.st_ctime_ns) != (c.mtime_ns, c.ctime_ns):
+        return None
+    start = c.size - c.last_len
+    anchor = os.pread(fd, c.last_len + 1, start - 1) if start > 0 else b"\n" + os.pread(fd, c.last_len, 0)
+    if len(anchor) != c.last_len + 1 or anchor[:1] != b"\n" or not anchor.endswith(b"\n"):
+        return None
+    if digest_bytes(anchor[1:]) != c.head:
+        return None
+    s = StreamScan(path, fd=fd, resume=(c.size, c.seq, c.head))
+    facts = SealFacts(seal)
+    facts.stream_id, facts.digest_at_seal, facts.accepted = c.stream_id, c.digest_at_seal, c.accepted
+    for ev in s:
+        facts.see(ev)
+        if replay:
+            replay(ev)
+    if s.problem is not None or _judge(path, s, facts) is not None:
+        return None
+    return s, facts
 
 
 class _BytesScan(StreamScan):
@@ -204,7 +292,7 @@ def assess_bytes(
     of ``data``, and a bad line within ``data`` is then never a torn tail (more follows it).
     """
     s = _BytesScan(where, data)
-    facts = _Facts(seal)
+    facts = SealFacts(seal)
     for ev in s:
         facts.see(ev)
     path = Path(where)

@@ -19,9 +19,16 @@ from .format import Event, LineError, parse_line
 __all__ = ["StreamTail", "events_in", "tail_of"]
 
 
-def events_in(data: bytes, where: str, since: int = 0) -> Iterator[Event]:
-    """Every event of the stream ``data`` (its bytes from offset 0) from seq ``since`` on, each checked."""
-    seq, prev, start, lineno = 0, None, 0, 0
+def events_in(
+    data: bytes, where: str, since: int = 0, *, resume: tuple[int, int, str | None] | None = None
+) -> Iterator[Event]:
+    """Every event of the stream ``data`` (its bytes from offset 0) from seq ``since`` on, each checked.
+
+    ``resume=(offset, seq, prev)``: start at byte ``offset`` as if ``seq`` events ending in
+    ``prev`` had been read and checked there (the caller vouches for that prefix).
+    """
+    start, seq, prev = resume if resume is not None else (0, 0, None)
+    lineno = seq
     size = len(data)
     while start < size:
         end = data.find(b"\n", start)
@@ -46,10 +53,21 @@ class StreamTail:
         self.head: str | None = None
 
 
-def tail_of(data: bytes, where: str, replay: Callable[[Event], None] | None = None) -> StreamTail:
-    """Check every line of ``data``; the count and head (``replay`` sees each event)."""
+def tail_of(
+    data: bytes,
+    where: str,
+    replay: Callable[[Event], None] | None = None,
+    *,
+    resume: tuple[int, int, str | None] | None = None,
+) -> StreamTail:
+    """Check every line of ``data`` (after ``resume``: see :func:`events_in`); the count and head.
+
+    ``replay`` sees each event checked.
+    """
     tail = StreamTail()
-    for ev in events_in(data, where):
+    if resume is not None:
+        tail.count, tail.head = resume[1], resume[2]
+    for ev in events_in(data, where, resume=resume):
         if replay is not None:
             replay(ev)
         tail.count, tail.head = ev.seq + 1, ev.digest

@@ -47,8 +47,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from blake3 import blake3
+
 from .._internal import fsops
-from .._internal.digest import digest_bytes
+from .._internal.digest import DIGEST_PREFIX, digest_bytes
 from .._internal.fsutil import check_real_dir, makedirs_durable, publish_chunks, write_all
 from ..errors import (
     Conflict,
@@ -61,9 +63,12 @@ from ..errors import (
 )
 from .canonical import dumps
 from .damage import (
+    Checked,
+    CheckedBytes,
     Damage,
     SealedHead,
-    assess,
+    SealFacts,
+    assess_facts,
     chunks_from,
     holds,
     lost,
@@ -71,6 +76,7 @@ from .damage import (
     refusal,
     repaired_data,
     resend_refusal,
+    resume_assess,
     started_in,
 )
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
@@ -138,6 +144,15 @@ class StreamWriter:
         self._fd: int | None = None  # the lease's descriptor on the stream, while open
         self._seq = 0
         self._head: str | None = None
+        self._last_len = 0  # the length of the last line (the one hashing to the head)
+        #: on a store: the hash and size of the stream's bytes so far (read at the open, then appended)
+        self._hasher: Any = None
+        self._size = 0
+        self._facts: SealFacts | None = None  # what the open's check saw that the seal check needs
+        #: whether the last open checked only the bytes after what this process had checked before
+        self.resumed = False
+        #: what :meth:`checked` said as the last :meth:`close` let the stream go (None: nothing to resume from)
+        self.last_checked: Checked | CheckedBytes | None = None
         self._poisoned: str | None = None
         self._batch_depth: dict[int, int] = {}  # per thread: a batch defers only its own thread's syncs
         self._mutex = threading.RLock()
@@ -168,8 +183,18 @@ class StreamWriter:
         accept_damage: bool = False,
         accept_resend: bool = False,
         take_over_after: float | None = None,
+        resume: Checked | CheckedBytes | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> None:
         """Lock, re-check the tail, repair a torn one, create the stream if missing.
+
+        ``resume`` (a folder stream; what :meth:`checked` gave when this process last let
+        the stream go): check only the bytes added since, when the stream is provably the
+        one checked (:func:`~intentlog.eventlog.damage.resume_assess`); ``replay`` then sees
+        the added events only, and :attr:`resumed` is True. Otherwise -- or when the added
+        bytes show anything -- ``restart`` is called and the whole stream is checked and
+        replayed as without ``resume``: a stream replaced, truncated or edited since is
+        judged exactly as always.
 
         ``take_over_after`` is given to the storage's lease (:meth:`StreamStorage.lease`):
         on an object store, the seconds a dead holder's stream must stand still before
@@ -186,9 +211,16 @@ class StreamWriter:
             if self._lease is not None:
                 return
             self._pid = os.getpid()
+            kind = CheckedBytes if self._store is not None else Checked
+            if resume is not None and not isinstance(resume, kind):  # checked on another storage: not this one
+                resume = None
+                if restart is not None:
+                    restart()
             if self._store is not None:
-                self._open_remote(self._store, wait, replay, take_over_after)
+                ck = resume if isinstance(resume, CheckedBytes) else None
+                self._open_remote(self._store, wait, replay, take_over_after, ck, restart)
                 return
+            folder_ck = resume if isinstance(resume, Checked) else None
             try:
                 self._check_folders()
             except OSError as exc:
@@ -198,7 +230,7 @@ class StreamWriter:
             lease = self.storage.lease(self._name, wait=wait, create=self._first_line, repair=True)
             self._lease, self._fd = lease, lease.fd
             try:
-                self._open_locked(lease, replay, accept_damage, accept_resend)
+                self._open_locked(lease, replay, accept_damage, accept_resend, folder_ck, restart)
             except BaseException:
                 self._close_lease()
                 raise
@@ -209,18 +241,41 @@ class StreamWriter:
         wait: float,
         replay: Callable[[Event], None] | None,
         take_over_after: float | None = None,
+        resume: CheckedBytes | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> None:
         """Lease the stream on a non-folder storage, read it whole and check every line.
 
         A bad line is :class:`CorruptStream`, the lease given back, nothing written (no
         repair or quarantine there). A store's seals are checked by the storage's own lease
-        (``ObjectStreams.lease``), before anything is written.
+        (``ObjectStreams.lease``), before anything is written. With ``resume`` (what this
+        process checked before), when the stream read starts with exactly the bytes checked
+        then (their hash), only the lines after them are checked and replayed.
         """
         lease = store.lease(self._name, wait=wait, create=self._created_record, take_over_after=take_over_after)
         try:
             self._poisoned, self._fenced = None, None
             self.repaired = self.damage = self.quarantined = None
-            tail = tail_of(store.read(self._name), str(self.path), replay)
+            self.resumed = False
+            data = store.read(self._name)
+            hasher = blake3()
+            tail = None
+            if resume is not None and len(data) >= resume.size:
+                hasher.update(memoryview(data)[: resume.size])
+                if DIGEST_PREFIX + hasher.hexdigest() == resume.prefix:
+                    try:
+                        at = (resume.size, resume.seq, resume.head)
+                        tail = tail_of(data, str(self.path), replay, resume=at)
+                        self.resumed = True
+                    except CorruptStream:
+                        tail = None  # judged by the whole read below, as always
+                    hasher.update(memoryview(data)[resume.size :])
+            if tail is None:
+                if resume is not None and restart is not None:
+                    restart()
+                hasher = blake3(data)
+                tail = tail_of(data, str(self.path), replay)
+            self._hasher, self._size = hasher, len(data)
             if tail.count != lease.next_seq:
                 raise CorruptStream(
                     str(self.path), tail.count + 1, f"the stream holds {tail.count} events but its lease counts "
@@ -268,11 +323,26 @@ class StreamWriter:
         replay: Callable[[Event], None] | None,
         accept_damage: bool,
         accept_resend: bool = False,
+        resume: Checked | None = None,
+        restart: Callable[[], None] | None = None,
     ) -> None:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
+        self.resumed = False
         try:
-            s, damage = assess(self.path, self.seal, replay, fd=self._fd)
+            got = None
+            if resume is not None and self._fd is not None:
+                got = resume_assess(self.path, self.seal, replay, fd=self._fd, checked=resume)
+            if got is not None and resume is not None:
+                s, self._facts = got
+                damage = None
+                self.resumed = True
+                self._last_len = s.end - s.last_start if s.last is not None else resume.last_len
+            else:
+                if resume is not None and restart is not None:
+                    restart()
+                s, damage, self._facts = assess_facts(self.path, self.seal, replay, fd=self._fd)
+                self._last_len = s.end - s.last_start if s.last is not None else 0
         except OSError as exc:
             raise ledger_os_error(self.path, "reading the stream", exc) from exc
         if damage is not None and damage.kind == "damage" and not accept_damage:
@@ -430,6 +500,10 @@ class StreamWriter:
                 self._fenced = exc if isinstance(exc, LeaseLost) else None
                 raise
             ev = Event(self._seq, kind, stamp, self._head, data, digest_bytes(line))
+            self._last_len = len(line)
+            if self._hasher is not None:
+                self._hasher.update(line)
+                self._size += len(line)
             self._seq += 1
             self._head = ev.digest
             if self._on_event is not None:
@@ -484,6 +558,34 @@ class StreamWriter:
             if last:
                 self.sync()
 
+    def checked(self) -> Checked | CheckedBytes | None:
+        """What this open writer's stream is known to hold, checked: for the next open in this process to resume from.
+
+        None on an object store, for a poisoned writer, one not open, or an empty stream.
+        Taken under the lock (before :meth:`close`): every line up to the file's size now
+        was checked at the open or appended by this writer.
+        """
+        with self._mutex:
+            fd, facts = self._fd, self._facts
+            if self._store is not None:
+                if self._lease is None or self._poisoned is not None or self._hasher is None or self._head is None:
+                    return None
+                if self._lease.dirty:
+                    return None
+                return CheckedBytes(self._size, DIGEST_PREFIX + self._hasher.hexdigest(), self._seq, self._head)
+            if fd is None or facts is None or self._poisoned is not None:
+                return None
+            if self._head is None or self._seq == 0 or self._last_len <= 0 or (self._lease and self._lease.dirty):
+                return None
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                return None
+            return Checked(
+                st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, self._seq, self._head,
+                self._last_len, self.seal, facts.stream_id, facts.digest_at_seal, facts.accepted,
+            )  # fmt: skip
+
     # -- closing -----------------------------------------------------------------
 
     def abandon(self) -> None:
@@ -498,10 +600,12 @@ class StreamWriter:
             self.abandon()
             return
         with self._mutex:
+            self.last_checked = None
             try:
                 pending = self._lease is not None and self._lease.dirty
                 if self._poisoned is None and pending:
                     self.sync()  # a store's buffered group is put here (no request when none): a failure raises
+                self.last_checked = self.checked()  # still under the lock, everything synced
             finally:
                 self._close_lease()
 

@@ -23,13 +23,29 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ..errors import LedgerError, UsageError
 
-__all__ = ["ObjectClient", "S3Client", "S3Location", "TaggedClient", "parse_s3_url"]
+__all__ = ["RETRY_FOR", "ObjectClient", "S3Client", "S3Location", "TaggedClient", "parse_s3_url", "unreachable"]
+
+#: Seconds a request that cannot reach the store (refused, reset, timed out) is retried, with
+#: backoff from 50 ms up to :data:`RETRY_BACKOFF_MAX` between tries: an outage that short is
+#: not an error; a longer one is "cannot reach the store".
+RETRY_FOR: Final = 10.0
+RETRY_BACKOFF_MAX: Final = 0.5
+
+#: what the client's errors say when the request never got an answer from the store
+_TRANSPORT = ("error sending request", "connection", "timed out", "timeout", "dns error", "broken pipe")
+
+
+def unreachable(text: str) -> bool:
+    """Whether a client error's text says the store was not reached (no answer), rather than that it answered."""
+    low = text.lower()
+    return any(t in low for t in _TRANSPORT)
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -127,9 +143,13 @@ class S3Client:
             options["allow_http"] = True
         from datetime import timedelta
 
-        # a few quick retries: a put whose answer was lost is recognised by the streams (its bytes are ours)
-        backoff = {"init_backoff": timedelta(milliseconds=50)}
-        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=20), "backoff": backoff}
+        # an outage of seconds (a store restarting, a network blip) is retried with backoff, within a bound;
+        # a put whose answer was lost is recognised by the streams (its bytes are ours)
+        backoff = {
+            "init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=RETRY_BACKOFF_MAX),
+            "base": 2.0,
+        }  # fmt: skip
+        retry = {"max_retries": 64, "retry_timeout": timedelta(seconds=RETRY_FOR), "backoff": backoff}
         kwargs: dict[str, Any] = {"client_options": options, "retry_config": retry}
         if endpoint:
             kwargs["endpoint"] = endpoint
@@ -151,21 +171,39 @@ class S3Client:
 
     def _fail(self, what: str, key: str, exc: Exception) -> LedgerError:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if unreachable(first):
+            return LedgerError(
+                f"{self.describe(key)}: cannot reach the store ({what} got no answer, retried for up to "
+                f"{RETRY_FOR:g} s: {first}); check the AWS_* settings, the network and the server"
+            )
         return LedgerError(f"{self.describe(key)}: {what} failed: {first}; check the AWS_* settings and the server")
 
     def create(self, key: str, data: bytes) -> bool:
         return self.create_tagged(key, data)[0]
 
     def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
-        """:meth:`create`, and the ETag the store gave the object it stored (None if refused or not given)."""
+        """:meth:`create`, and the ETag the store gave the object it stored (None if refused or not given).
+
+        A put that got no answer is put again, with backoff, for up to :data:`RETRY_FOR` s (the
+        S3 client itself retries a conditional put only when its connection could not be made):
+        a retried put that finds the key taken returns False, and the streams tell their own
+        bytes from another writer's by reading them (a lost answer is not a lost lease).
+        """
         errors = self._obstore.exceptions
-        try:
-            put = self._obstore.put(self._store, self.location.key(key), data, mode="create", use_multipart=False)
-        except (errors.AlreadyExistsError, errors.PreconditionError):
-            return False, None
-        except Exception as exc:  # a transport or server error: the outcome is unknown
-            raise self._fail("a conditional put", key, exc) from exc
-        return True, put.get("e_tag")
+        deadline = time.monotonic() + RETRY_FOR
+        pause = 0.05
+        while True:
+            try:
+                put = self._obstore.put(self._store, self.location.key(key), data, mode="create", use_multipart=False)
+            except (errors.AlreadyExistsError, errors.PreconditionError):
+                return False, None
+            except Exception as exc:  # a transport or server error: the outcome is unknown
+                if unreachable(str(exc)) and time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    pause = min(RETRY_BACKOFF_MAX, pause * 2)
+                    continue
+                raise self._fail("a conditional put", key, exc) from exc
+            return True, put.get("e_tag")
 
     def get(self, key: str) -> bytes | None:
         got = self.get_tagged(key)

@@ -34,7 +34,9 @@ from ..errors import Conflict, CorruptStream, LeaseLost, LedgerError, UsageError
 from .client import ObjectClient
 from .segments import WIDTH, Segment, checked_records, segment_key
 
-__all__ = ["HEARTBEAT_EVERY", "LeaseHost", "ObjectLease", "beat_key", "beats_folder", "held_tokens"]
+__all__ = [
+    "HEARTBEAT_EVERY", "LeaseHost", "ObjectLease", "beat_key", "beats_folder", "given_up_tokens", "held_tokens",
+]  # fmt: skip
 
 #: seconds between two heartbeats of a held lease (a taker's default wait is many of them)
 HEARTBEAT_EVERY = 10.0
@@ -98,6 +100,23 @@ def _mine() -> list[ObjectLease]:
     pid = os.getpid()
     with _live_mutex:
         return [lease for lease in _live.values() if lease.pid == pid]
+
+
+#: (pid, token) of the leases this process released whose ``release`` segment could not be put (a store
+#: outage): still recorded as held, but by no writer -- this process takes them back at once
+_given_up: set[tuple[int, str]] = set()
+
+
+def given_up_tokens() -> frozenset[str]:
+    """The holder tokens of leases this process released without storing the release (no writer uses them)."""
+    pid = os.getpid()
+    with _live_mutex:
+        return frozenset(token for p, token in _given_up if p == pid)
+
+
+def _give_up(token: str) -> None:
+    with _live_mutex:
+        _given_up.add((os.getpid(), token))
 
 
 def held_tokens() -> frozenset[str]:
@@ -323,6 +342,7 @@ class ObjectLease:
                 try:
                     last = self._streams.tail(self.name)
                 except (LedgerError, CorruptStream, FileNotFoundError):
+                    _give_up(self._holder)  # perhaps still recorded as ours: taken back at our next lease
                     return
                 if (last.epoch, last.holder) != (self._epoch, self._holder) or not last.held:
                     return
@@ -333,7 +353,9 @@ class ObjectLease:
                     self._streams.remember(self.name, mark, b"", len(mark.encode()), tag)
                     self._streams.checkpoint_after(self.name, mark)
             except LedgerError:
-                pass  # the lease stays recorded as held: the next writer takes it over (take_over_after)
+                # the lease stays recorded as held: another process takes it over (take_over_after), this
+                # one at its next lease of the stream at once -- it knows no writer of its own holds it
+                _give_up(self._holder)
 
     def __enter__(self) -> ObjectLease:
         return self

@@ -229,9 +229,20 @@ class StoreLedgerStorage:
             return False
 
     def fence(self, stream: TaskStream) -> int | None:
+        """Take the stream's lease at once and give it back; the epoch taken.
+
+        A stream that does not exist yet (its holder stalled before its creation put) is
+        created here, holding the creation record its writer would have written, and leased
+        the same way: the holder's own creation then finds segment 0 taken and it leases
+        the stream like any other writer (refused while another holds it).
+        """
+        from ..stream import creation_record
+
         try:
-            lease = self.storage.streams.lease(stream.id, wait=0.0, take_over_after=0.0)
-        except FileNotFoundError:
+            lease = self.storage.streams.lease(
+                stream.id, wait=0.0, take_over_after=0.0, create=lambda: creation_record(stream.id)
+            )
+        except FileNotFoundError:  # pragma: no cover - a lease given ``create`` makes the stream
             return None
         epoch = int(lease.epoch)
         lease.release()

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..errors import LedgerError, StoreRefused
-from .client import ObjectClient
+from .client import ObjectClient, unreachable
 
 __all__ = ["ProbeCheck", "ProbeReport", "probe_store", "require_fencing"]
 
@@ -24,6 +24,9 @@ __all__ = ["ProbeCheck", "ProbeReport", "probe_store", "require_fencing"]
 RACERS = 32
 #: How many race in the probe run before a store's first write (SeaweedFS takes seconds to settle 32).
 OPEN_RACERS = 8
+
+#: the check a probe that could not reach the store fails
+REACHABLE = "store reachable"
 
 _passed: set[str] = set()
 _passed_lock = threading.Lock()
@@ -48,6 +51,12 @@ class ProbeReport:
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
+
+    @property
+    def unreached(self) -> bool:
+        """Whether the probe failed only because the store could not be reached (nothing shows it cannot fence)."""
+        failed = [c for c in self.checks if not c.ok]
+        return bool(failed) and all(c.name == REACHABLE and unreachable(c.detail) for c in failed)
 
     def failures(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
@@ -109,7 +118,7 @@ def probe_store(client: ObjectClient, *, racers: int = RACERS) -> ProbeReport:
         report.checks.append(_second_create(client, base))
         report.checks.append(_race(client, base, racers))
     except LedgerError as exc:
-        report.checks.append(ProbeCheck("store reachable", False, str(exc)))
+        report.checks.append(ProbeCheck(REACHABLE, False, str(exc)))
     finally:
         for key in (f"{base}/once", f"{base}/race"):
             try:
@@ -126,6 +135,11 @@ def require_fencing(client: ObjectClient) -> None:
         if root in _passed:
             return
     report = probe_store(client, racers=OPEN_RACERS)
+    if report.unreached:
+        raise LedgerError(
+            f"{root}: cannot reach the store, so whether it fences writers is unknown "
+            f"({'; '.join(report.failures())}); nothing was written: try again once it answers"
+        )
     if not report.ok:
         raise StoreRefused(root, report.failures())
     with _passed_lock:

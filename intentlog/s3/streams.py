@@ -56,7 +56,7 @@ from ..eventlog.format import TASK_ID_RE, check_task_id
 from .bounds import SealReader, seal_refusal
 from .client import ObjectClient, TaggedClient
 from .holder import Holder, this_process
-from .lease import HEARTBEAT_EVERY, ObjectLease, beats_folder, held_tokens
+from .lease import HEARTBEAT_EVERY, ObjectLease, beats_folder, given_up_tokens, held_tokens
 from .segcache import Part, SegmentCache, continues
 from .segments import (
     DIGITS,
@@ -235,7 +235,8 @@ class ObjectStreams:
                 who = self._holder_of(name, tail)
                 alive = True if tail.holder in held_tokens() else (who.alive() if who is not None else None)
             still = now - seen[1] if seen is not None else 0.0
-            if not tail.held or (take_over_after is not None and still >= take_over_after):
+            ours = tail.held and tail.holder in given_up_tokens()  # this process gave it up; its release was lost
+            if not tail.held or ours or (take_over_after is not None and still >= take_over_after):
                 taken = self._take(name, tail, holder)
                 if taken is not None:
                     return taken
@@ -259,7 +260,7 @@ class ObjectStreams:
         seg = Segment("lease", tail.seg + 1, tail.end_seq, tail.end_off, tail.epoch + 1, token, who=this_process())
         body = seg.encode()
         created, tag = self.put_segment(segment_key(name, seg.seg), body)
-        if not created:
+        if not created and self.client.get(segment_key(name, seg.seg)) != body:  # a retried put of ours is ours
             return None
         self.remember(name, seg, b"", len(body), tag)
         self.checkpoint_after(name, seg)
