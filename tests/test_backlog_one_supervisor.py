@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backlog_steps import read_receipts
+from backlog_steps import open_gate, read_receipts, wait_at_gate
 
 import intentlog
 from intentlog.backlog import messages as m
@@ -67,11 +67,15 @@ def _add(root: Path, n: int) -> None:
 def test_a_second_run_is_refused_naming_the_holder_and_the_first_runs_alone(tmp_path: Path) -> None:
     root = tmp_path / "l"
     _add(root, 4)
-    env = _env(tmp_path, sleep="0.4")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = _env(tmp_path) | {"BACKLOG_GATE": str(gate), "BACKLOG_GATE_KEYS": "i0:0"}
     first = subprocess.Popen(_run(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: len(_started(root)) == 1, "the first run's start")
+        # the first run is held inside its first send while the second starts: never a race with its end
+        wait_at_gate(str(gate), "i0:0")
         second = subprocess.run(_run(root), env=env, capture_output=True, text=True, timeout=120)
+        open_gate(str(gate))
         assert second.returncode == 1
         assert f"process {first.pid} on host {socket.gethostname()!r}" in second.stderr
         assert "one supervisor per backlog" in second.stderr
