@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import sys
@@ -15,6 +16,7 @@ from ..errors import UsageError
 from ..eventlog.format import TASK_ID_RE
 from ..ledger import open_ledger
 from .app import EXIT_PROBLEMS, Ctx, NotFound, echo, emit_json, handle_errors, json_option, main, pass_ctx, print_table
+from .progress import EXIT_NEEDS_PERSON, RunProgress, needing_a_person, summary
 
 
 def _when(t: float | None) -> str:
@@ -114,6 +116,10 @@ def run_cmd(
     An item taken over after a crash or a stall resumes from its task's record; an unknown
     effect, a pending approval or a call paused for review blocks it for a person.
 
+    On a terminal a live line shows the counts, the rate, the quota's state and what is in
+    flight. The summary names each item that needs a person and its command. Exit 0 when
+    no item waits for a person, 3 when some do, 1 for a spent budget with items queued.
+
     \b
     Example:
       intentlog run nightly --step mypkg.jobs:step --workers 2 --quota calls=60/60s --until-idle
@@ -134,14 +140,17 @@ def run_cmd(
         # each Dask task opens the ledger the way the command line does (a path or, later, a URL)
         opener = functools.partial(open_ledger, create=False, write=True)  # a store: the fencing probe first
         chosen = DaskEngine(scheduler=scheduler, workers=workers, open_ledger=opener)
-    view = c.ledger(write=True).backlog(name).run(
-        step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
-        max_duration=max_duration, grace=grace, engine=chosen,
-    )  # fmt: skip
+    backlog = c.ledger(write=True).backlog(name)
+    with _progress(c, name, quotas, as_json):
+        view = backlog.run(
+            step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
+            max_duration=max_duration, grace=grace, engine=chosen,
+        )  # fmt: skip
     if as_json:
         emit_json(_hinted(c, view))
     else:
-        echo(" ".join(f"{p(k)}: {v}" for k, v in view.counts.items() if v) or "no items")
+        for line in summary(view, c.hint):
+            echo(line)
     spent = (view.stopped or {}).get("quota")
     if spent and view.counts["queued"]:
         echo(
@@ -150,6 +159,16 @@ def run_cmd(
             err=True,
         )
         sys.exit(EXIT_PROBLEMS)
+    if needing_a_person(view):
+        sys.exit(EXIT_NEEDS_PERSON)
+
+
+def _progress(c: Ctx, name: str, quotas: tuple[str, ...], as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """The live line while the run goes on: on a terminal (stderr), never in a pipe or with ``--json``."""
+    if as_json or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    reader = c.ledger().backlog(name)  # a handle of its own: the drawing thread reads, the run writes
+    return RunProgress(reader.view, sys.stderr, quotas=quotas)
 
 
 def _hinted(c: Ctx, view: BacklogView) -> dict[str, Any]:
