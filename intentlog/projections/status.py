@@ -31,7 +31,8 @@ from typing import Any, Final
 
 from .._internal.commands import approval_commands, reconcile_step
 from ..eventlog.format import Event
-from .operator import ApprovalState, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
+from .backlogs import BACKLOG_SUFFIX
+from .operator import ApprovalState, BacklogItems, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
     FIX_INPUTS,
@@ -190,6 +191,12 @@ def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, s
         return RUNNING, "a live process holds the task's writer lock"
     if ops is not None and ops.failed is not None:
         return FAILED, ops.failed
+    items = ops.backlog if ops is not None else None
+    if items is not None and items.waiting:
+        item, _, why, _ = items.waiting[0]
+        more = f" and {len(items.waiting) - 1} more" if len(items.waiting) > 1 else ""
+        state = AWAITING_APPROVAL if all(w[1] == AWAITING_APPROVAL for w in items.waiting) else PAUSED_FOR_REVIEW
+        return state, f"backlog item {item!r} waits for a person ({why}){more}"
     if ops is not None and ops.awaiting:
         a = ops.awaiting[0]
         return AWAITING_APPROVAL, f"approval {a.approval_id!r}: {a.question}"
@@ -214,6 +221,8 @@ def _why(ws: WorkState, ops: OperatorView | None, running: bool) -> tuple[str, s
         return QUEUED, None
     if ws.unresolved:
         return INTERRUPTED, None
+    if items is not None and items.open:
+        return INTERRUPTED, f"{items.open} of the backlog's {items.total} item(s) not done yet"
     if ws.next_operation == CHECK_AND_ACCEPT and not _accepted_by_checkpoint(ws, ops):
         return AWAITING_ACCEPTANCE, None
     return COMPLETE, None
@@ -270,9 +279,14 @@ def task_next_operation(ws: WorkState, ops: OperatorView | None = None, *, runni
         return CHECK_AND_ACCEPT
     if state == QUEUED:
         return RUN_SCRIPT
+    items = ops.backlog if ops is not None else None
     if state == PAUSED_FOR_REVIEW:
         c = _paused_call(ws)
+        if c is None and items is not None and items.waiting:
+            return OPERATOR_DECIDES
         return c.next_operation if c is not None else REVIEW_CHECKPOINT
+    if not ws.unresolved:  # a backlog's items still to run
+        return RUN_SCRIPT
     first = ws.unresolved[0]
     c = ws.calls.get(first)
     return c.next_operation if c is not None else ws.compilations[first].next_operation
@@ -287,6 +301,9 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
             f"nothing: the task was given up ({ops.failed}); to try again from a call: "
             f"intentlog fork {task_id} --from CALL"
         )
+    items = ops.backlog if ops is not None else None
+    if items is not None and (items.waiting or (items.open and not ws.unresolved)):
+        return _backlog_step(task_id, items)
     if ops is not None and ops.awaiting:
         a = ops.awaiting[0]
         if a.status == "void":
@@ -320,6 +337,17 @@ def next_step(task_id: str, ws: WorkState, ops: OperatorView | None = None, *, r
             return f"re-run the script: compilation {first} is recompiled (no external effect)"
         return f"offer the missing context {', '.join(comp.missing) or '(see error)'} and re-run the script"
     return _call_step(task_id, c)
+
+
+def _backlog_step(task_id: str, items: BacklogItems) -> str:
+    """A backlog stream's next step: its items that wait for a person, else a run for those still to do."""
+    name = task_id.removesuffix(BACKLOG_SUFFIX)
+    if items.waiting:
+        return (
+            f"settle each item that waits for a person (why, and its command: intentlog backlog {name}), "
+            f"then put it back in the queue: intentlog unblock {name} ITEM"
+        )
+    return f"run its items: intentlog run {name} --step MODULE:FUNCTION"
 
 
 #: the commands that write the task they name, and so meet its writer lease (each takes ``--take-over-after``)
