@@ -102,3 +102,31 @@ def test_an_unknown_state_is_usage_naming_the_states(blocked_backlog: Path) -> N
     assert r.exit_code == 2
     assert all(s in r.output for s in STATES)
     assert '"exit_code": 2' in r.output
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "cache" not in p.parts}
+
+
+def test_unblock_dry_run_says_what_it_would_append_and_writes_nothing(blocked_backlog: Path) -> None:
+    """Refused while the approval is pending; once decided, the event it would append; never a byte written."""
+    before = _snapshot(blocked_backlog)
+    refused = _cli(blocked_backlog, "unblock", "nb", "b", "--dry-run")
+    assert refused.exit_code == 1 and "still awaiting approval" in refused.output
+    assert _snapshot(blocked_backlog) == before
+    with intentlog.open(blocked_backlog) as led:
+        item = led.task("nb.item.b")
+        item.decide("go", "approve", by="ana", request_hash=item.approvals()["go"].binding)
+    before = _snapshot(blocked_backlog)
+    r = _cli(blocked_backlog, "unblock", "nb", "b", "--by", "ana", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("dry run: would append backlog.item_unblocked to nb.backlog at seq ")
+    assert '"by":"ana"' in r.output and "nothing was written" in r.output
+    j = _cli(blocked_backlog, "unblock", "nb", "b", "--dry-run", "--json")
+    got = json.loads(j.output)
+    assert got["dry_run"] is True and got["kind"] == "backlog.item_unblocked" and got["data"]["item"] == "b"
+    assert _snapshot(blocked_backlog) == before
+    done = _cli(blocked_backlog, "unblock", "nb", "b")
+    assert done.exit_code == 0 and "queued again" in done.output
+    missing = _cli(blocked_backlog, "unblock", "nb", "zz", "--dry-run")
+    assert missing.exit_code == 1 and "no item 'zz'" in missing.output
