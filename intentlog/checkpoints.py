@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
 from ._internal.digest import is_digest
+from ._internal.gitrev import git_revision
 from .artifacts import Ref, inline_bytes
 from .artifacts.inline import ref_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
     from .eventlog import Event
     from .stream import TaskStream
 
-__all__ = ["Checkpoint", "Evidence", "checkpoints", "evidence_check", "latest_checkpoint", "record_checkpoint"]
+__all__ = [
+    "Checkpoint", "Evidence", "checkpoints", "evidence_check", "git_revision", "latest_checkpoint", "record_checkpoint",
+]  # fmt: skip
 
 #: What evidence may be given as: bytes (stored now), a :class:`Ref` or ref mapping of
 #: stored bytes, or a digest string of stored bytes.
@@ -158,7 +161,8 @@ def record_checkpoint(
     string naming bytes already stored -- anything not stored raises
     :class:`~intentlog.errors.ArtifactMissing` and writes nothing. ``status`` is free
     text; ``failed`` and ``rejected`` mean a verifier refused the work (the task pauses for
-    review). ``revision`` (a git commit, say) and ``changed_files`` (paths) describe the
+    review). ``revision`` (a git commit, say: :func:`git_revision` reads the one HEAD names
+    from ``.git``, without running git) and ``changed_files`` (paths) describe the
     workspace at the checkpoint; record the files themselves as evidence to keep their
     bytes. ``turn`` and ``call`` name the session turn (or call) this checkpoint accepts.
     """
