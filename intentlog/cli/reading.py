@@ -274,7 +274,12 @@ def _brief(v: Any, depth: int = 0) -> Any:
     if isinstance(v, dict):
         d = v.get("digest")
         if isinstance(d, str) and d.startswith("blake3:") and isinstance(v.get("size"), int):
-            return f"{d[:19]}… ({v['size']} B)"
+            short = f"{d[:19]}… ({v['size']} B)"
+            if depth > 0:
+                return short
+            # an event whose data is itself an artifact's (artifact.recorded): keep its other fields, the path first
+            rest = {str(k): _brief(x, depth + 1) for k, x in v.items() if k not in ("digest", "size") and x is not None}
+            return {**{k: rest.pop(k) for k in ("locator",) if k in rest}, "digest": short, **rest}
         return {str(k): _brief(x, depth + 1) for k, x in v.items()}
     if isinstance(v, list):
         return [_brief(x, depth + 1) for x in v]
@@ -283,7 +288,9 @@ def _brief(v: Any, depth: int = 0) -> Any:
 
 def _summary(ev: Event, width: int = 100) -> str:
     try:
-        text = orjson.dumps(_brief(ev.data), option=orjson.OPT_SORT_KEYS).decode()
+        data = _brief(ev.data)
+        ordered = isinstance(data, dict) and "locator" in data  # the path first, as _brief put it
+        text = orjson.dumps(data, option=0 if ordered else orjson.OPT_SORT_KEYS).decode()
     except (TypeError, ValueError):  # pragma: no cover - _brief bounds the depth; this is the last guard
         text = "(data not printable; see --json)"
     return text if len(text) <= width else text[: width - 1] + "…"
