@@ -93,3 +93,24 @@ def test_in_a_browser_the_text_search_finds_payloads_and_no_word_is_split(
     assert page.eval_on_selector_all("#index-table tbody tr", "rs => rs.filter(r => !r.hidden).length") == 6
     assert dialogs == [] and set(requested) == {triage_page.resolve().as_uri()}
     page.close()
+
+
+def test_a_task_shows_the_token_totals_its_responses_carry(tmp_path: Path) -> None:
+    """The usage of every response read (each attempt served was billed), summed per field; none: no row."""
+    import json
+
+    root = tmp_path / "l"
+    answers = iter([
+        {"usage": {"input_tokens": 100, "output_tokens": 7}, "text": "a"},
+        {"usage": {"input_tokens": 20, "output_tokens": 3, "cost": 0.25}, "text": "b"},
+    ])  # fmt: skip
+    with intentlog.open(root) as led:
+        t = led.task("tok")
+        t.effect("one", {"q": 1}, lambda r: json.dumps(next(answers)).encode())
+        t.effect("two", {"q": 2}, lambda r: json.dumps(next(answers)).encode())
+        led.task("plain").effect("k", {"q": 1}, lambda r: b"not json")
+    html = render(root).decode()
+    tok = html.split('id="task-tok"', 1)[1].split("</table>", 1)[0]
+    assert "<th>usage</th><td>cost 0.25, input_tokens 120, output_tokens 10 (2 responses)</td>" in tok, tok
+    plain = html.split('id="task-plain"', 1)[1].split("</table>", 1)[0]
+    assert "<th>usage</th>" not in plain
