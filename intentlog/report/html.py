@@ -135,7 +135,7 @@ white-space:pre-wrap;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%;margin:6px 0 10px}th,td{border:1px solid var(--line);
 padding:3px 6px;text-align:left;vertical-align:top}
 th{background:var(--soft);font-weight:600}td{overflow-wrap:break-word}
-.scroll{overflow-x:auto}
+.scroll{overflow-x:auto}.long{display:inline-block;max-width:18em;overflow-wrap:break-word}
 .index td:first-child{white-space:nowrap}
 .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;
 white-space:nowrap;border:1px solid transparent}

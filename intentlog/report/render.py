@@ -274,7 +274,7 @@ def _index(rows: Mapping[str, TaskData], shown: set[str], hint: Hint, counts: Ma
         body.append([
             link, state_badge(r.state), esc(r.events), esc(human_duration(r.first_ts, r.last_ts)), esc(calls),
             f'<b class="bad badge">{esc(r.unknown)}</b>' if r.unknown else "0",
-            esc(v), esc(phase or "-"), esc(r.next_operation),
+            esc(v), f'<span class="long">{esc(phase or "-")}</span>', esc(r.next_operation),
             commands(hint(r.next_step)) if r.state not in _SETTLED else esc(r.next_step),
         ])
 
