@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
 from ._internal.digest import is_digest
+from ._internal.gitrev import git_revision
 from .artifacts import Ref, inline_bytes
 from .artifacts.inline import ref_bytes
 from .errors import ArtifactError, ArtifactMissing, IntentlogError, UsageError
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
     from .eventlog import Event
     from .stream import TaskStream
 
-__all__ = ["Checkpoint", "Evidence", "checkpoints", "evidence_check", "latest_checkpoint", "record_checkpoint"]
+__all__ = [
+    "Checkpoint", "CheckpointDiff", "Evidence", "checkpoint_diff", "checkpoints", "evidence_check", "git_revision",
+    "latest_checkpoint", "record_checkpoint",
+]  # fmt: skip
 
 #: What evidence may be given as: bytes (stored now), a :class:`Ref` or ref mapping of
 #: stored bytes, or a digest string of stored bytes.
@@ -158,7 +162,8 @@ def record_checkpoint(
     string naming bytes already stored -- anything not stored raises
     :class:`~intentlog.errors.ArtifactMissing` and writes nothing. ``status`` is free
     text; ``failed`` and ``rejected`` mean a verifier refused the work (the task pauses for
-    review). ``revision`` (a git commit, say) and ``changed_files`` (paths) describe the
+    review). ``revision`` (a git commit, say: :func:`git_revision` reads the one HEAD names
+    from ``.git``, without running git) and ``changed_files`` (paths) describe the
     workspace at the checkpoint; record the files themselves as evidence to keep their
     bytes. ``turn`` and ``call`` name the session turn (or call) this checkpoint accepts.
     """
@@ -271,3 +276,71 @@ def latest_checkpoint(task: TaskStream, *, verified: bool = True, phase: str | N
     if found is None:
         return None
     return Checkpoint(found, checked=verified, skipped=skipped)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CheckpointDiff:
+    """What changed from checkpoint ``a`` to checkpoint ``b`` (:func:`checkpoint_diff`).
+
+    Each pair is ``(a's, b's)``; evidence is compared by digest (bytes with the same
+    digest are the same bytes), changed files by path, each tuple in ``b``'s order then
+    ``a``'s. Read from the records alone: nothing is fetched or checked.
+    """
+
+    seqs: tuple[int, int]
+    phase: tuple[str, str]
+    status: tuple[str, str]
+    revision: tuple[str | None, str | None]
+    evidence_added: tuple[str, ...]
+    evidence_removed: tuple[str, ...]
+    evidence_kept: tuple[str, ...]
+    files_added: tuple[str, ...]
+    files_removed: tuple[str, ...]
+
+    @property
+    def same(self) -> bool:
+        """True when phase, status, revision, evidence and changed files are all the same."""
+        return (
+            self.phase[0] == self.phase[1] and self.status[0] == self.status[1]
+            and self.revision[0] == self.revision[1] and not self.evidence_added and not self.evidence_removed
+            and not self.files_added and not self.files_removed
+        )  # fmt: skip
+
+    def lines(self) -> list[str]:
+        """The diff as text: a heading, the fields that changed, then ``+``/``-`` evidence and files."""
+        out = [f"seq {self.seqs[0]} {self.phase[0]} -> seq {self.seqs[1]} {self.phase[1]}"]
+        for name, (x, y) in (("status", self.status), ("revision", self.revision)):
+            if x != y:
+                out.append(f"{name}: {x or '-'} -> {y or '-'}")
+        out += [f"+ evidence {d}" for d in self.evidence_added] + [f"- evidence {d}" for d in self.evidence_removed]
+        out += [f"+ file {f}" for f in self.files_added] + [f"- file {f}" for f in self.files_removed]
+        return out
+
+
+def _digests(c: Checkpoint) -> list[str]:
+    seen: dict[str, None] = {}
+    for e in c.evidence:
+        d = e.get("digest")
+        if isinstance(d, str):
+            seen.setdefault(d, None)
+    return list(seen)
+
+
+def checkpoint_diff(a: Checkpoint, b: Checkpoint) -> CheckpointDiff:
+    """What changed from checkpoint ``a`` to ``b`` (two of ``task.checkpoints()``, of one task or two)."""
+    if not isinstance(a, Checkpoint) or not isinstance(b, Checkpoint):
+        raise TypeError(f"checkpoint_diff compares two checkpoints, not {type(a).__name__} and {type(b).__name__}")
+    ea, eb = _digests(a), _digests(b)
+    fa, fb = list(dict.fromkeys(a.changed_files)), list(dict.fromkeys(b.changed_files))
+    return CheckpointDiff(
+        seqs=(a.seq, b.seq),
+        phase=(a.phase, b.phase),
+        status=(a.status, b.status),
+        revision=(a.revision, b.revision),
+        evidence_added=tuple(d for d in eb if d not in ea),
+        evidence_removed=tuple(d for d in ea if d not in eb),
+        evidence_kept=tuple(d for d in eb if d in ea),
+        files_added=tuple(f for f in fb if f not in fa),
+        files_removed=tuple(f for f in fa if f not in fb),
+    )

@@ -170,7 +170,7 @@ def test_crash_matrix(tmp_path: Path) -> None:
         totals["settled"] += _settle(root, env, receipts)
     for _ in range(10):  # then runs without chaos until every item is done
         r = subprocess.run(_run_args(root), env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode in (0, 3), r.stderr  # 3: items left for a person, settled next
         if _settle(root, env, receipts) == 0:
             break
     assert totals["worker_kill"] + totals["sup_kill"] + totals["worker_stop"] > 0, totals

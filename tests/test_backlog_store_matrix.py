@@ -125,7 +125,7 @@ def test_crash_matrix_on_the_store_with_dask(tmp_path: Path, monkeypatch: pytest
     env["BACKLOG_SLEEP"] = "0"
     for _ in range(6):  # then runs without chaos until every item is done
         r = subprocess.run(_run_args(url), env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode in (0, 3), r.stderr  # 3: items left for a person, settled next
         if settle(ledger, "crash", set(receipt_counts(receipts))) == 0:
             break
     assert totals["worker_kill"] + totals["sup_kill"] + totals["worker_stop"] > 0, totals

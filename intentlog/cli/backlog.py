@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import sys
 from typing import Any
 
 import click
+import orjson
 
 from .._internal.text import printable as p
 from ..backlog import BacklogView, StillBlocked
+from ..backlog.model import backlog_stream_id
 from ..errors import UsageError
-from ..eventlog.format import TASK_ID_RE
+from ..eventlog.format import TASK_ID_RE, Event
 from ..ledger import open_ledger
-from .app import EXIT_PROBLEMS, Ctx, NotFound, echo, emit_json, handle_errors, json_option, main, pass_ctx, print_table
+from .app import (
+    EXIT_PROBLEMS,
+    Ctx,
+    NotFound,
+    dry_run_option,
+    echo,
+    emit_json,
+    handle_errors,
+    json_option,
+    main,
+    pass_ctx,
+    print_table,
+)
+from .progress import EXIT_NEEDS_PERSON, RunProgress, needing_a_person, summary
+from .writing import writable
 
 
 def _when(t: float | None) -> str:
@@ -114,6 +131,10 @@ def run_cmd(
     An item taken over after a crash or a stall resumes from its task's record; an unknown
     effect, a pending approval or a call paused for review blocks it for a person.
 
+    On a terminal a live line shows the counts, the rate, the quota's state and what is in
+    flight. The summary names each item that needs a person and its command. Exit 0 when
+    no item waits for a person, 3 when some do, 1 for a spent budget with items queued.
+
     \b
     Example:
       intentlog run nightly --step mypkg.jobs:step --workers 2 --quota calls=60/60s --until-idle
@@ -134,14 +155,17 @@ def run_cmd(
         # each Dask task opens the ledger the way the command line does (a path or, later, a URL)
         opener = functools.partial(open_ledger, create=False, write=True)  # a store: the fencing probe first
         chosen = DaskEngine(scheduler=scheduler, workers=workers, open_ledger=opener)
-    view = c.ledger(write=True).backlog(name).run(
-        step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
-        max_duration=max_duration, grace=grace, engine=chosen,
-    )  # fmt: skip
+    backlog = c.ledger(write=True).backlog(name)
+    with _progress(c, name, quotas, as_json):
+        view = backlog.run(
+            step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
+            max_duration=max_duration, grace=grace, engine=chosen,
+        )  # fmt: skip
     if as_json:
         emit_json(_hinted(c, view))
     else:
-        echo(" ".join(f"{p(k)}: {v}" for k, v in view.counts.items() if v) or "no items")
+        for line in summary(view, c.hint):
+            echo(line)
     spent = (view.stopped or {}).get("quota")
     if spent and view.counts["queued"]:
         echo(
@@ -150,6 +174,16 @@ def run_cmd(
             err=True,
         )
         sys.exit(EXIT_PROBLEMS)
+    if needing_a_person(view):
+        sys.exit(EXIT_NEEDS_PERSON)
+
+
+def _progress(c: Ctx, name: str, quotas: tuple[str, ...], as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """The live line while the run goes on: on a terminal (stderr), never in a pipe or with ``--json``."""
+    if as_json or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    reader = c.ledger().backlog(name)  # a handle of its own: the drawing thread reads, the run writes
+    return RunProgress(reader.view, sys.stderr, quotas=quotas)
 
 
 def _hinted(c: Ctx, view: BacklogView) -> dict[str, Any]:
@@ -164,21 +198,25 @@ def _hinted(c: Ctx, view: BacklogView) -> dict[str, Any]:
 @click.argument("name")
 @click.argument("item")
 @click.option("--by", default=None, help="Who unblocks it (recorded).")
+@dry_run_option
 @json_option
 @pass_ctx
 @handle_errors
-def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, as_json: bool) -> None:
+def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, dry_run: bool, as_json: bool) -> None:
     """Put a blocked item back in the queue, once its reconcile or approval is recorded.
 
-    Refused (exit 1) while the reason still holds.
+    Refused (exit 1) while the reason still holds. --dry-run makes the same checks on a
+    private copy of the backlog's and the item's streams and prints the event it would
+    append; nothing is written.
 
     \b
     Example:
+      intentlog unblock nightly item-7 --by ana --dry-run
       intentlog unblock nightly item-7 --by ana
     """
     _exists(c, name)
     try:
-        ev = c.ledger().backlog(name).unblock(item, by=by)
+        ev = _unblock_on_a_copy(c, name, item, by) if dry_run else c.ledger().backlog(name).unblock(item, by=by)
     except StillBlocked as exc:
         raise StillBlocked(c.hint(str(exc))) from None
     except UsageError as exc:  # no such item, or done, or never run: a refusal (exit 1); a malformed id stays 2
@@ -186,6 +224,21 @@ def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, as_json: bool) -> 
             raise
         raise NotFound(c.hint(str(exc))) from None
     if as_json:
-        emit_json({"backlog": name, **ev.to_json(), "digest": ev.digest})
+        emit_json({"backlog": name, **ev.to_json(), "digest": ev.digest, "dry_run": dry_run})
+        return
+    if dry_run:
+        body = orjson.dumps(ev.data, option=orjson.OPT_SORT_KEYS).decode()
+        echo(
+            f"dry run: would append {p(ev.kind)} to {p(backlog_stream_id(name))} at seq {ev.seq}: {p(body)}; "
+            "nothing was written"
+        )
         return
     echo(f"item {p(repr(item))} of backlog {p(repr(name))} is queued again")
+
+
+def _unblock_on_a_copy(c: Ctx, name: str, item: str, by: str | None) -> Event:
+    """The very ``unblock`` on a private copy of the backlog's stream and the item's task (:func:`private_copy`)."""
+    rec = c.ledger().backlog(name).fold().items.get(item)
+    streams = [backlog_stream_id(name), *([rec.task] if rec is not None else [])]
+    with writable(c, streams, dry_run=True) as copy:
+        return copy.backlog(name).unblock(item, by=by)

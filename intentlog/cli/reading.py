@@ -55,28 +55,45 @@ def init(c: Ctx, as_json: bool) -> None:
     echo(f"ledger ready at {p(str(ledger.location))}")
 
 
+def _states() -> list[str]:
+    from ..views import STATES
+
+    return list(STATES)
+
+
 @main.command()
+@click.option(
+    "--state", "states", multiple=True, type=click.Choice(_states()), metavar="STATE",
+    help="Only the tasks in this state (repeat for several): " + ", ".join(_states()) + ".",
+)  # fmt: skip
 @json_option
 @pass_ctx
 @handle_errors
-def tasks(c: Ctx, as_json: bool) -> None:
+def tasks(c: Ctx, states: tuple[str, ...], as_json: bool) -> None:
     """One line per task: id, events, last activity, state, stream, phase, next operation.
 
     The state is the one 'status' and 'gc' name. A torn or unreadable stream is marked in
-    the stream column; its problem is in the JSON 'problem' field.
+    the stream column; its problem is in the JSON 'problem' field. A backlog's own stream
+    (NAME.backlog) is in the state of its items: awaiting approval or paused for review
+    while one waits for a person, interrupted while some are still to run.
 
     \b
     Example:
       intentlog tasks --json
+      intentlog tasks --state "paused for review" --state "awaiting approval"
     """
     from ..views import STATES, STREAM_UNREADABLE, iter_task_rows
 
     rows = iter_task_rows(c.ledger())
     try:
+        chosen: Iterator[TaskRow] = rows
+        if states:
+            chosen = (r for r in rows if r.state in states)
         if as_json:
-            _echo_json_list(r.to_json() for r in rows)
+            _echo_json_list(r.to_json() for r in chosen)
             return
-        damaged = _echo_task_table(rows, rows.names, max(map(len, STATES)), len(STREAM_UNREADABLE))
+        empty = "no tasks in state " + " or ".join(repr(s) for s in states) if states else "no tasks"
+        damaged = _echo_task_table(chosen, rows.names, max(map(len, STATES)), len(STREAM_UNREADABLE), empty=empty)
     finally:
         rows.close()
     for task, problem in damaged:
@@ -105,12 +122,12 @@ def _echo_json_list(items: Iterable[Any]) -> None:
 
 
 def _echo_task_table(
-    rows: Iterator[TaskRow], names: Sequence[str], state_width: int, stream_width: int
+    rows: Iterator[TaskRow], names: Sequence[str], state_width: int, stream_width: int, *, empty: str = "no tasks"
 ) -> list[tuple[str, str]]:
     """The ``tasks`` table, written as rows are read; returns ``(task, problem)`` of each damaged stream."""
     head = list(itertools.islice(rows, TABLE_HEAD))
     if not head:
-        echo("no tasks")
+        echo(empty)
         return []
     header = ["task", "events", "last activity", "state", "stream", "phase", "next operation"]
     widths = [len(h) for h in header]
@@ -257,7 +274,12 @@ def _brief(v: Any, depth: int = 0) -> Any:
     if isinstance(v, dict):
         d = v.get("digest")
         if isinstance(d, str) and d.startswith("blake3:") and isinstance(v.get("size"), int):
-            return f"{d[:19]}… ({v['size']} B)"
+            short = f"{d[:19]}… ({v['size']} B)"
+            if depth > 0:
+                return short
+            # an event whose data is itself an artifact's (artifact.recorded): keep its other fields, the path first
+            rest = {str(k): _brief(x, depth + 1) for k, x in v.items() if k not in ("digest", "size") and x is not None}
+            return {**{k: rest.pop(k) for k in ("locator",) if k in rest}, "digest": short, **rest}
         return {str(k): _brief(x, depth + 1) for k, x in v.items()}
     if isinstance(v, list):
         return [_brief(x, depth + 1) for x in v]
@@ -266,7 +288,9 @@ def _brief(v: Any, depth: int = 0) -> Any:
 
 def _summary(ev: Event, width: int = 100) -> str:
     try:
-        text = orjson.dumps(_brief(ev.data), option=orjson.OPT_SORT_KEYS).decode()
+        data = _brief(ev.data)
+        ordered = isinstance(data, dict) and "locator" in data  # the path first, as _brief put it
+        text = orjson.dumps(data, option=0 if ordered else orjson.OPT_SORT_KEYS).decode()
     except (TypeError, ValueError):  # pragma: no cover - _brief bounds the depth; this is the last guard
         text = "(data not printable; see --json)"
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +12,7 @@ import click
 import orjson
 
 from .._internal.regular import NotRegular
-from ..errors import InvalidTaskId, NotALedger, UsageError
+from ..errors import InvalidTaskId, LedgerError, NotALedger, UsageError
 from ..eventlog.format import check_task_id
 from .app import (
     Ctx,
@@ -28,6 +30,18 @@ from .app import (
 
 if TYPE_CHECKING:
     from ..checker.seams import LedgerReads
+
+#: The errors of a write refused by the file system itself (mounted read-only, no permission).
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _not_writable(exc: OSError, what: str, next_step: str) -> LedgerError | None:
+    """A refused write as one line saying what could not be written, where, and what to do instead."""
+    if exc.errno not in _NOT_WRITABLE:
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    return LedgerError(f"{what} is not writable here: {exc.strerror or exc}{where}; nothing was written; {next_step}")
+
 
 # -- checks ---------------------------------------------------------------------------
 
@@ -134,7 +148,8 @@ def export(
         require_task(c, ledger, t)
     progress = None if as_json else progress_for("exporting")
     try:
-        result = export_bundle(
+        result = _export(
+            export_bundle,
             ledger,  # read through its own storage: a folder's files, or a store's seams
             list(tasks) or None,
             out=out,
@@ -142,6 +157,7 @@ def export(
             receipts=receipts,
             check=not no_check,
             progress=progress,
+            where=" and ".join(str(x) for x in (out, tar_file) if x is not None),
         )
     except (UsageError, InvalidTaskId) as exc:
         raise click.UsageError(str(exc)) from exc
@@ -153,6 +169,20 @@ def export(
     else:
         echo(_export_summary(c, result), nl=False)
     sys.exit(result.exit_code)
+
+
+def _export(export_bundle: Any, *args: Any, where: str, **kwargs: Any) -> Any:
+    """``export_bundle``, a refused write of the bundle said as such (the ledger is only read)."""
+    try:
+        return export_bundle(*args, **kwargs)
+    except OSError as exc:
+        err = _not_writable(
+            exc, f"the bundle's folder (export writes {where})",
+            "the ledger is only read, so it may stay read-only: choose --out (or --tar) on a writable file system",
+        )  # fmt: skip
+        if err is None:
+            raise
+        raise err from exc
 
 
 def _export_summary(c: Ctx, result: Any) -> str:
@@ -206,7 +236,18 @@ def seal(c: Ctx, as_json: bool) -> None:
         return
     from ..heads import seal as seal_heads
 
-    path = seal_heads(c.ledger())
+    ledger = c.ledger()
+    try:
+        path = seal_heads(ledger)
+    except OSError as exc:
+        err = _not_writable(
+            exc, f"the ledger {ledger.root} (seal writes heads.json into it)",
+            f"seal a writable copy: intentlog merge {shlex.quote(str(ledger.root))} COPY, then: intentlog --root "
+            "COPY seal; or make the ledger writable and seal again",
+        )  # fmt: skip
+        if err is None:
+            raise
+        raise err from exc
     if as_json:
         emit_json({"sealed": str(path), "heads": orjson.loads(Path(path).read_bytes())})
         return

@@ -68,7 +68,7 @@ def private_copy(ledger: Ledger, tasks: Sequence[str], into: Path) -> Ledger:
 
 
 @contextmanager
-def _writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool) -> Iterator[Ledger]:
+def writable(c: Ctx, tasks: Sequence[str], *, dry_run: bool) -> Iterator[Ledger]:
     """The ledger to write to: the real one, or for ``--dry-run`` a :func:`private_copy` of ``tasks``.
 
     A dry run performs the very library call on the copy (so every check and refusal is the
@@ -202,7 +202,7 @@ def reconcile(
         data = evidence.read_bytes()
     require_task(c, c.ledger(), task)
     _known_call(c.ledger(), task, call)
-    with _writable(c, [task], dry_run=dry_run) as ledger:
+    with writable(c, [task], dry_run=dry_run) as ledger:
         ev = ledger.task(task, wait=wait).reconcile(call, outcome, evidence=data, note=note, by=by)
     _report(
         c,
@@ -237,7 +237,7 @@ def fail(
     require_task(c, c.ledger(), task)
     if call is not None:
         _known_call(c.ledger(), task, call)
-    with _writable(c, [task], dry_run=dry_run) as ledger:
+    with writable(c, [task], dry_run=dry_run) as ledger:
         t = ledger.task(task, wait=wait)
         ev = t.fail_task(reason, by=by) if call is None else t.fail(call, reason, by=by)
     text = (
@@ -264,7 +264,7 @@ def _decide(
     require_task(c, ledger, task)
     if request_hash is not None:
         request_hash = _resolve_binding(ledger, task, approval, request_hash)
-    with _writable(c, [task], dry_run=dry_run) as w:
+    with writable(c, [task], dry_run=dry_run) as w:
         ev = w.task(task, wait=wait).decide(approval, decision, by=by, note=note, request_hash=request_hash)
     text = (
         f"recorded approval.decided ({decision}) for {approval} at seq {ev.seq}, bound to "
@@ -390,7 +390,7 @@ def fork(
         raise IntentlogError(f"task {new_id!r} already exists in {real.location}; name another with --as")
     # the default id is chosen in the real ledger, so a dry run names the task a real fork creates
     target = new_id if new_id is not None else default_fork_id(real, task)
-    with _writable(c, [task], dry_run=dry_run) as ledger:
+    with writable(c, [task], dry_run=dry_run) as ledger:
         ledger.task(task, wait=wait)
         new = ledger.fork(task, from_call, target, note=note, accept_risk=accept_risk)
         forked = next(ev for ev in new.events() if ev.kind == "task.forked")
@@ -424,7 +424,7 @@ def accept(c: Ctx, task: str, note: str | None, by: str | None, wait: float, dry
     from ..projections.status import acceptance_refusal
 
     require_task(c, c.ledger(), task)
-    with _writable(c, [task], dry_run=dry_run) as ledger:
+    with writable(c, [task], dry_run=dry_run) as ledger:
         t = ledger.task(task, wait=wait)
         refusal = acceptance_refusal(t.status())
         if refusal is not None:

@@ -16,6 +16,11 @@ decided about the task:
 * **verdict** -- ``task.failed {reason, by}`` after the last ``task.accepted``: the task
   was given up.
 * **fork** -- ``task.forked {from_task, from_call, upto_seq, from_head, from_stream}``.
+* **backlog items** -- on a backlog's own stream, ``backlog.item_added``, ``item_blocked``,
+  ``item_unblocked``, ``item_done`` and ``item_failed``: which items are still to do and
+  which the backlog recorded as waiting for a person, so the stream's state never says
+  *complete* while an item is blocked (an item task blocked but not yet recorded so by a
+  run shows in that task's own state).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ __all__ = [
     "REJECTED",
     "VOID",
     "ApprovalState",
+    "BacklogItems",
     "CheckpointRecord",
     "OperatorFold",
     "OperatorView",
@@ -184,6 +190,20 @@ class _Approval:
 
 
 @dataclass(frozen=True, slots=True)
+class BacklogItems:
+    """A backlog stream's items as it recorded them: how many are still to do, which wait for a person.
+
+    ``waiting`` holds ``(item, state, reason, command)`` of each item recorded blocked and
+    not unblocked, done or failed since, in the order the items were added; ``state`` is the
+    item's (``blocked``, ``awaiting approval``, ``paused for review``).
+    """
+
+    total: int
+    open: int
+    waiting: tuple[tuple[str, str, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorView:
     """What the operator's records say about a task (see the module docstring)."""
 
@@ -194,6 +214,7 @@ class OperatorView:
     forked: Mapping[str, Any] | None
     phase: str | None  # the counted checkpoint's phase, else the latest event carrying a 'phase'
     current: CheckpointRecord | None = None  # the checkpoint that counts (:func:`counted_checkpoint`)
+    backlog: BacklogItems | None = None  # a backlog's own stream: its items (None: not a backlog's stream)
 
     @property
     def latest_checkpoint(self) -> CheckpointRecord | None:
@@ -229,9 +250,18 @@ def counted_checkpoint(
     return None, tuple(skipped)
 
 
+#: The records of a backlog's own stream that say where its items stand.
+BACKLOG_ITEM_KINDS: Final = frozenset(
+    {
+        "backlog.item_added", "backlog.item_blocked", "backlog.item_unblocked", "backlog.item_done",
+        "backlog.item_failed",
+    }
+)  # fmt: skip
+
 #: The kinds :class:`OperatorFold` folds; any other event matters to it only when its data has a ``phase``.
 OPERATOR_KINDS: Final = frozenset(
     {"task.checkpoint", "approval.requested", "approval.decided", "task.accepted", "task.failed", "task.forked"}
+    | BACKLOG_ITEM_KINDS
 )
 
 
@@ -245,6 +275,8 @@ class OperatorFold:
     _failed: tuple[int, str, str | None] | None = None
     _forked: dict[str, Any] | None = None
     _phase: str | None = None
+    #: a backlog's items: item -> [open, state, reason, command] (state None: not waiting for a person)
+    _items: dict[str, list[Any]] | None = None
 
     def apply(self, ev: Event) -> None:
         kind, d = ev.kind, ev.data
@@ -266,9 +298,31 @@ class OperatorFold:
             self._failed = (ev.seq, str(d.get("reason")), _opt_str(d.get("by")))
         elif kind == "task.forked":
             self._forked = dict(d)
+        else:
+            self._on_item(kind, d)
         p = d.get("phase")
         if type(p) is str and kind != "task.checkpoint":
             self._phase = p
+
+    def _on_item(self, kind: str, d: dict[str, Any]) -> None:
+        item = d.get("item")
+        if type(item) is not str:
+            return
+        items = self._items if self._items is not None else {}
+        self._items = items
+        if kind == "backlog.item_added":
+            items.setdefault(item, [True, None, None, None])
+            return
+        rec = items.get(item)
+        if rec is None:
+            return
+        if kind == "backlog.item_blocked":
+            state = d.get("state")
+            rec[1:] = [state if type(state) is str else "blocked", str(d.get("reason")), str(d.get("command"))]
+        elif kind == "backlog.item_unblocked":
+            rec[1:] = [None, None, None]
+        else:  # done or failed: settled
+            rec[:] = [False, None, None, None]
 
     def _on_requested(self, ev: Event, d: dict[str, Any]) -> None:
         aid = d.get("approval")
@@ -304,6 +358,7 @@ class OperatorFold:
             "failed": None if self._failed is None else list(self._failed),
             "forked": self._forked,
             "phase": self._phase,
+            "items": None if self._items is None else [[k, *v] for k, v in self._items.items()],
         }
 
     @classmethod
@@ -311,6 +366,7 @@ class OperatorFold:
         """The fold :meth:`snapshot` described; ``ValueError`` (or ``KeyError``/``TypeError``) for anything else."""
         approvals = [_Approval(*v) for v in snap["approvals"]]
         failed = snap["failed"]
+        items = snap["items"]
         return cls(
             _approvals={a.aid: a for a in approvals},
             _checkpoints=[_checkpoint_from(v) for v in snap["checkpoints"]],
@@ -318,6 +374,7 @@ class OperatorFold:
             _failed=None if failed is None else (int(failed[0]), str(failed[1]), failed[2]),
             _forked=snap["forked"],
             _phase=snap["phase"],
+            _items=None if items is None else {str(v[0]): list(v[1:5]) for v in items},
         )
 
     def result(self, ws: WorkState | None = None, *, evidence: EvidenceCheck | None = None) -> OperatorView:
@@ -339,13 +396,29 @@ class OperatorFold:
             forked=MappingProxyType(self._forked) if self._forked is not None else None,
             phase=phase,
             current=current,
+            backlog=self._backlog_items(),
         )
+
+    def _backlog_items(self) -> BacklogItems | None:
+        if self._items is None:
+            return None
+        waiting = tuple((k, v[1], v[2], v[3]) for k, v in self._items.items() if v[0] and v[1] is not None)
+        return BacklogItems(len(self._items), sum(1 for v in self._items.values() if v[0]), waiting)
 
 
 def _checkpoint_json(c: CheckpointRecord) -> list[Any]:
     return [
-        c.seq, c.ts, c.phase, c.status, [dict(e) for e in c.evidence], c.revision,
-        list(c.changed_files), c.note, c.by, c.turn, c.call,
+        c.seq,
+        c.ts,
+        c.phase,
+        c.status,
+        [dict(e) for e in c.evidence],
+        c.revision,
+        list(c.changed_files),
+        c.note,
+        c.by,
+        c.turn,
+        c.call,
     ]
 
 
@@ -354,8 +427,17 @@ def _checkpoint_from(v: list[Any]) -> CheckpointRecord:
         raise ValueError("a checkpoint of the wrong shape")
     seq, ts, phase, status, evidence, revision, changed, note, by, turn, call = v
     return CheckpointRecord(
-        int(seq), ts, phase, status, tuple(MappingProxyType(e) for e in evidence), revision,
-        tuple(changed), note, by, turn, call,
+        int(seq),
+        ts,
+        phase,
+        status,
+        tuple(MappingProxyType(e) for e in evidence),
+        revision,
+        tuple(changed),
+        note,
+        by,
+        turn,
+        call,
     )
 
 

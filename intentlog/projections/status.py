@@ -34,8 +34,9 @@ from typing import Any, Final
 
 from .._internal.commands import approval_commands, command, reconcile_step
 from ..eventlog.format import Event
+from .backlogs import BACKLOG_SUFFIX
 from .idioms import IdiomFold, IdiomState, open_waits
-from .operator import ApprovalState, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
+from .operator import ApprovalState, BacklogItems, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
     FIX_INPUTS,
@@ -238,6 +239,12 @@ def _why(
         return RUNNING, "a live process holds the task's writer lock" + (f" ({waiting})" if waiting else "")
     if ops is not None and ops.failed is not None:
         return FAILED, ops.failed
+    items = ops.backlog if ops is not None else None
+    if items is not None and items.waiting:
+        item, _, why, _ = items.waiting[0]
+        more = f" and {len(items.waiting) - 1} more" if len(items.waiting) > 1 else ""
+        state = AWAITING_APPROVAL if all(w[1] == AWAITING_APPROVAL for w in items.waiting) else PAUSED_FOR_REVIEW
+        return state, f"backlog item {item!r} waits for a person ({why}){more}"
     if ops is not None and ops.awaiting:
         a = ops.awaiting[0]
         return AWAITING_APPROVAL, f"approval {a.approval_id!r}: {a.question}"
@@ -264,6 +271,8 @@ def _why(
         return QUEUED, None
     if ws.unresolved:
         return INTERRUPTED, None
+    if items is not None and items.open:
+        return INTERRUPTED, f"{items.open} of the backlog's {items.total} item(s) not done yet"
     if ws.next_operation == CHECK_AND_ACCEPT and not _accepted_by_checkpoint(ws, ops):
         return AWAITING_ACCEPTANCE, None
     return COMPLETE, None
@@ -324,10 +333,13 @@ def task_next_operation(
         return CHECK_AND_ACCEPT
     if state == QUEUED:
         return RUN_SCRIPT
+    items = ops.backlog if ops is not None else None
     if state == PAUSED_FOR_REVIEW:
         c = _paused_call(ws)
+        if c is None and items is not None and items.waiting:
+            return OPERATOR_DECIDES
         return c.next_operation if c is not None else REVIEW_CHECKPOINT
-    if not ws.unresolved:  # interrupted while it sleeps or waits for an event: the script continues it
+    if not ws.unresolved:  # sleeping or waiting for an event, or a backlog's items still to run: a run continues it
         return RUN_SCRIPT
     first = ws.unresolved[0]
     c = ws.calls.get(first)
@@ -354,6 +366,9 @@ def next_step(
             f"nothing: the task was given up ({ops.failed}); to try again from a call: "
             f"intentlog fork {task_id} --from CALL"
         )
+    items = ops.backlog if ops is not None else None
+    if items is not None and (items.waiting or (items.open and not ws.unresolved)):
+        return _backlog_step(task_id, items)
     if ops is not None and ops.awaiting:
         a = ops.awaiting[0]
         if a.status == "void":
@@ -389,6 +404,17 @@ def next_step(
             return f"re-run the script: compilation {first} is recompiled (no external effect)"
         return f"offer the missing context {', '.join(comp.missing) or '(see error)'} and re-run the script"
     return _call_step(task_id, c)
+
+
+def _backlog_step(task_id: str, items: BacklogItems) -> str:
+    """A backlog stream's next step: its items that wait for a person, else a run for those still to do."""
+    name = task_id.removesuffix(BACKLOG_SUFFIX)
+    if items.waiting:
+        return (
+            f"settle each item that waits for a person (why, and its command: intentlog backlog {name}), "
+            f"then put it back in the queue: intentlog unblock {name} ITEM"
+        )
+    return f"run its items: intentlog run {name} --step MODULE:FUNCTION"
 
 
 #: the commands that write the task they name, and so meet its writer lease (each takes ``--take-over-after``)

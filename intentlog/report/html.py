@@ -11,6 +11,7 @@ slipped through could neither run nor load anything.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import hashlib
 import html
 import re
@@ -36,6 +37,25 @@ def human_size(n: int | None) -> str:
         if v < 1024 or unit == "GiB":
             break
     return f"{v:.1f} {unit}"
+
+
+def human_duration(first: str | None, last: str | None) -> str:
+    """The time between two of the record's timestamps (ISO 8601, UTC), as a person reads it; ``-`` without both."""
+    if first is None or last is None:
+        return "-"
+    try:
+        a = _dt.datetime.fromisoformat(first.replace("Z", "+00:00"))
+        b = _dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
+    except ValueError:
+        return "-"
+    secs = max(0.0, (b - a).total_seconds())
+    if secs < 1:
+        return f"{secs * 1000:.0f} ms"
+    if secs < 60:
+        return f"{secs:.1f} s"
+    if secs < 3600:
+        return f"{secs / 60:.1f} min"
+    return f"{secs / 3600:.1f} h"
 
 
 #: The stage each protocol event puts its call or attempt in, as the timeline names it.
@@ -111,10 +131,11 @@ h3{font-size:15px;margin:18px 0 6px}h4{font-size:14px;margin:12px 0 4px}
 .mut{color:var(--mut)}code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
 font-size:12.5px}
 pre{background:var(--soft);border:1px solid var(--line);padding:8px;overflow:auto;max-height:320px;
-white-space:pre-wrap;word-break:break-all}
+white-space:pre-wrap;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%;margin:6px 0 10px}th,td{border:1px solid var(--line);
 padding:3px 6px;text-align:left;vertical-align:top}
-th{background:var(--soft);font-weight:600}td{word-break:break-word}
+th{background:var(--soft);font-weight:600}td{overflow-wrap:break-word}
+.scroll{overflow-x:auto}.long{display:inline-block;max-width:18em;overflow-wrap:break-word}
 .index td:first-child{white-space:nowrap}
 .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;
 white-space:nowrap;border:1px solid transparent}
@@ -129,7 +150,7 @@ user-select:all}
 .tl{list-style:none;margin:4px 0;padding:0}.tl li{display:flex;gap:8px;align-items:baseline;padding:2px 0;
 border-bottom:1px dotted var(--line)}
 .tl .seq{min-width:52px;color:var(--mut)}.tl .ts{min-width:210px;color:var(--mut)}
-.tl li>.mono:last-child{min-width:0;word-break:break-all;flex:1}
+.tl li>.mono:last-child{min-width:0;overflow-wrap:anywhere;flex:1}
 .group{margin:4px 0 4px 8px;padding-left:8px;border-left:3px solid var(--line)}
 .st-requested,.st-manifest,.st-manifest-recorded{color:var(--grey);background:var(--greybg)}
 .st-started,.st-progress{color:var(--blue);background:var(--bluebg)}
@@ -149,19 +170,25 @@ background:var(--amberbg)}
 .msg .role{font-weight:600;margin-right:6px}
 .counts{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}.counts a{text-decoration:none}
 .task{border-top:3px solid var(--line);margin-top:26px}
-#filters{margin:8px 0;display:flex;gap:8px;align-items:center}#filters[hidden]{display:none}
+#filters{margin:8px 0;display:flex;flex-wrap:wrap;gap:8px;align-items:center}#filters[hidden]{display:none}
 details>summary{cursor:pointer}
 @media print{#filters{display:none}}
 """
 
+#: The index's filters: by id, by state, and by any text of the row, its keys and its detail section
+#: (payloads shown in place included). Reads the page only; no record data is in the script.
 SCRIPT: Final = (
     "(function(){var q=document.getElementById('q'),s=document.getElementById('state'),"
-    "f=document.getElementById('filters'),n=document.getElementById('shown');if(!q||!s||!f)return;f.hidden=false;"
-    "function run(){var t=q.value.toLowerCase(),v=s.value,"
+    "x=document.getElementById('text'),"
+    "f=document.getElementById('filters'),n=document.getElementById('shown');if(!q||!s||!f||!x)return;"
+    "f.hidden=false;function hay(r){var d=document.getElementById('task-'+r.getAttribute('data-task'));"
+    "return (r.textContent+' '+(r.getAttribute('data-keys')||'')+' '+(d?d.textContent:'')).toLowerCase();}"
+    "function run(){var t=q.value.toLowerCase(),v=s.value,w=x.value.toLowerCase(),"
     "rows=document.querySelectorAll('#index-table tbody tr'),k=0;for(var i=0;i<rows.length;i++){var r=rows[i],"
-    "ok=(!v||r.getAttribute('data-state')===v)&&(!t||r.getAttribute('data-task').toLowerCase().indexOf(t)>=0);"
+    "ok=(!v||r.getAttribute('data-state')===v)&&(!t||r.getAttribute('data-task').toLowerCase().indexOf(t)>=0)"
+    "&&(!w||hay(r).indexOf(w)>=0);"
     "r.hidden=!ok;if(ok)k++;}n.textContent=k+' shown';}"
-    "q.addEventListener('input',run);s.addEventListener('change',run);run();})();"
+    "q.addEventListener('input',run);s.addEventListener('change',run);x.addEventListener('input',run);run();})();"
 )
 
 _SCRIPT_HASH: Final = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()

@@ -69,6 +69,9 @@ class TaskData:
     detail: list[Event] | None = None  # the first MAX_EVENTS events, for a task shown in detail
     artifacts: list[Artifact] = field(default_factory=list)
     verify: list[Problem] = field(default_factory=list)
+    #: the timestamps of its first and last event (the record's own; None when it has none)
+    first_ts: str | None = None
+    last_ts: str | None = None
 
     @property
     def next_step(self) -> str:
@@ -98,9 +101,14 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
     ops = OperatorFold()
     kept: list[Event] | None = [] if keep_events else None
     read = source.stream(task)
+    first: str | None = None
+    last: str | None = None
     for ev in read.events:
         work.apply(ev)
         ops.apply(ev)
+        if first is None:
+            first = ev.ts
+        last = ev.ts
         if kept is not None and len(kept) < MAX_EVENTS:
             kept.append(ev)
     if read.failure is not None:
@@ -113,8 +121,8 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
     st = status_of(task, ws, ops.result(ws), running=False)
     if p is not None:
         problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
-        return TaskData(task, st.state, "torn tail", problem, read.count, st, kept)
-    return TaskData(task, st.state, "ok", None, read.count, st, kept)
+        return TaskData(task, st.state, "torn tail", problem, read.count, st, kept, first_ts=first, last_ts=last)
+    return TaskData(task, st.state, "ok", None, read.count, st, kept, first_ts=first, last_ts=last)
 
 
 def collect_artifacts(source: ReportSource, events: Iterable[Event]) -> list[Artifact]:

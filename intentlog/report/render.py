@@ -42,7 +42,7 @@ from ..errors import NotALedger, UsageError
 from ..eventlog.format import check_task_id
 from ..ledgerreads import open_reads
 from .backlog import backlog_section, check_backlog
-from .html import CSP, SCRIPT, STYLE, commands, esc, table
+from .html import CSP, SCRIPT, STYLE, commands, esc, human_duration, table
 from .model import TaskData, attach_verify, collect_artifacts, read_task
 from .sections import state_badge, task_detail, verify_block
 from .source import ReportSource
@@ -53,6 +53,23 @@ REPORT_FORMAT: Final = "intentlog-report/1"
 #: How many tasks get a detail section by default (the rest are rows of the index).
 DEFAULT_DETAIL: Final = 100
 _SETTLED: Final = frozenset({"complete", "awaiting acceptance"})
+#: Where a task comes in the index: what needs a person first, then work that goes on, then what is settled.
+_RANK: Final = {
+    "paused for review": 0, "awaiting approval": 0, "unreadable": 0,
+    "running": 1, "interrupted": 1, "queued": 1,
+    "awaiting acceptance": 2, "failed": 3, "complete": 3,
+}  # fmt: skip
+
+
+def _triage(rows: Mapping[str, TaskData]) -> dict[str, TaskData]:
+    """The rows in triage order: a person needed (or a verify error, or an unknown effect) first, then by id."""
+
+    def rank(item: tuple[str, TaskData]) -> tuple[int, str]:
+        t, r = item
+        urgent = r.verify_errors or r.unknown
+        return (0 if urgent else _RANK.get(r.state, 1), t)
+
+    return dict(sorted(rows.items(), key=rank))
 
 
 class _HasReads(Protocol):
@@ -161,6 +178,7 @@ def render_report(
     report = verify if verify is not None else src.verify(selected if names else None)
     rows = {t: read_task(src, t, keep_events=False) for t in selected}
     folder = attach_verify(rows, report)
+    rows = _triage(rows)
     detailed = _pick(rows, detail, named=bool(names))
     for t in detailed:
         full = read_task(src, t, keep_events=True)
@@ -241,6 +259,7 @@ def _index(rows: Mapping[str, TaskData], shown: set[str], hint: Hint, counts: Ma
     options = "".join(f'<option value="{esc(s)}">{esc(s)} ({esc(n)})</option>' for s, n in counts.items())
     filters = (
         '<div id="filters" hidden><label>task <input id="q" type="search" placeholder="filter by id"></label>'
+        '<label>text <input id="text" type="search" placeholder="ids, keys, payloads"></label>'
         f'<label>state <select id="state"><option value="">every state</option>{options}</select></label>'
         '<span id="shown" class="mut"></span></div>'
     )
@@ -253,14 +272,28 @@ def _index(rows: Mapping[str, TaskData], shown: set[str], hint: Hint, counts: Ma
         calls = len(r.status.work.calls) if r.status is not None else 0
         phase = r.status.phase if r.status is not None else None
         body.append([
-            link, state_badge(r.state), esc(r.events), esc(calls),
+            link, state_badge(r.state), esc(r.events), esc(human_duration(r.first_ts, r.last_ts)), esc(calls),
             f'<b class="bad badge">{esc(r.unknown)}</b>' if r.unknown else "0",
-            esc(v), esc(phase or "-"), esc(r.next_operation),
+            esc(v), f'<span class="long">{esc(phase or "-")}</span>', esc(r.next_operation),
             commands(hint(r.next_step)) if r.state not in _SETTLED else esc(r.next_step),
         ])
 
     def attrs(i: int) -> str:
-        return f' data-task="{esc(keys[i])}" data-state="{esc(rows[keys[i]].state)}"'
+        r = rows[keys[i]]
+        found = " ".join(_keys(r))
+        extra = f' data-keys="{esc(found)}"' if found else ""
+        return f' data-task="{esc(keys[i])}" data-state="{esc(r.state)}"{extra}'
 
-    header = ["task", "state", "events", "calls", "unknown", "verify", "phase", "next operation", "next step"]
-    return f'<h2 id="index">Tasks</h2>{filters}' + table(header, body, cls="index", attrs=attrs, ident="index-table")
+    header = [
+        "task", "state", "events", "active", "calls", "unknown", "verify", "phase", "next operation", "next step",
+    ]  # fmt: skip
+    index = table(header, body, cls="index", attrs=attrs, ident="index-table")
+    return f'<h2 id="index">Tasks</h2>{filters}<div class="scroll">{index}</div>'
+
+
+def _keys(r: TaskData) -> list[str]:
+    """What the text search finds a task by beyond its row: its call keys and approval ids."""
+    if r.status is None:
+        return []
+    ops = r.status.operator
+    return [c.key for c in r.status.work.calls.values()] + (list(ops.approvals) if ops is not None else [])

@@ -108,6 +108,9 @@ def _overview(t: TaskData, hint: Hint) -> str:
         forked = st.operator.forked if st.operator is not None else None
         if forked is not None:
             rows.append(["forked from", esc(f"{forked.get('from_task')} before {forked.get('from_call')}")])
+    usage = usage_totals(t)
+    if usage is not None:
+        rows.append(["usage", esc(usage)])
     rows.append(["next step", commands(hint(t.next_step))])
     body = "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
     out = f'<table class="overview">{body}</table>'
@@ -115,6 +118,44 @@ def _overview(t: TaskData, hint: Hint) -> str:
         cls = "resolve" if t.state in ("paused for review", "unreadable", "failed") else "resolve pending"
         out += f'<div class="{cls}"><strong>Next step</strong>: {commands(hint(t.next_step))}</div>'
     return out
+
+
+def usage_totals(t: TaskData) -> str | None:
+    """The ``usage`` numbers of every response this task observed, summed per field (tokens, cost).
+
+    Each observed response counts (every attempt the provider served was billed); only the
+    responses whose bytes the report read are counted (a larger one is named as not read).
+    None when no response carries a ``usage`` object of numbers.
+    """
+    payloads = _payloads(t.artifacts)
+    sums: dict[str, float] = {}
+    counted = unread = 0
+    for ev in t.detail or ():
+        ref = ev.data.get("response") if ev.kind == "attempt.observed" else None
+        digest = ref.get("digest") if isinstance(ref, dict) else None
+        if not isinstance(digest, str):
+            continue
+        data = payloads.get(digest)
+        if data is None:
+            unread += 1
+            continue
+        try:
+            usage = orjson.loads(data).get("usage")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(usage, dict):
+            continue
+        numbers = {k: v for k, v in usage.items() if type(v) in (int, float)}
+        if not numbers:
+            continue
+        counted += 1
+        for k, v in numbers.items():
+            sums[k] = sums.get(k, 0) + v
+    if not counted:
+        return None
+    fields = ", ".join(f"{k} {v:g}" for k, v in sorted(sums.items()))
+    more = f"; {unread} response(s) too large to read here" if unread else ""
+    return f"{fields} ({counted} response{'s' if counted != 1 else ''}{more})"
 
 
 def _events_by_call(events: Sequence[Event]) -> dict[str, list[Event]]:

@@ -39,7 +39,7 @@ from .store import cache_dir, drop_temp, new_temp, open_file
 
 __all__ = ["BLOCK_BYTES", "INDEX_FORMAT", "PARTS", "Facts", "IndexJoin", "facts_of", "iter_index", "write_index"]
 
-INDEX_FORMAT: Final = b"intentlog-viewindex/4"
+INDEX_FORMAT: Final = b"intentlog-viewindex/5"  # /5: a backlog stream's row is in its items' state
 #: The index files, by part.
 PARTS: Final = ("rows", "gc", "backlogs")
 #: A writer closes a block past this many bytes of entries (a reader holds one block at a time).
