@@ -103,3 +103,32 @@ def test_an_edited_rendering_inside_a_tar_fails(bundle: Path, tmp_path: Path) ->
     report = check_bundle(tar)
     assert [p.locator for p in report.by_code("rendering")] == [REPORT_FILE], report.render()
     assert CliRunner().invoke(main, ["verify", "--bundle", str(tar)]).exit_code == 1
+
+
+def _as_format(fmt: str) -> Callable[[str], str]:
+    """A page as another release would have drawn it: its generator tag names ``fmt``, its markup differs."""
+    from intentlog.report import REPORT_FORMAT
+
+    return lambda s: s.replace(f'content="{REPORT_FORMAT}"', f'content="{fmt}"').replace("</body>", "<p>x</p></body>")
+
+
+def test_a_page_an_earlier_release_rendered_is_named_not_compared(bundle: Path) -> None:
+    """A bundle exported before the report's markup changed: said plainly (info), never an edit, never silent."""
+    _edit(REPORT_FILE, _as_format("intentlog-report/1"))(bundle)
+    reseal_hashes(bundle)
+    report = check_bundle(bundle)
+    found = report.by_code("rendering")
+    assert [(p.locator, p.severity) for p in found] == [(REPORT_FILE, "info")], report.render()
+    assert "intentlog-report/1" in found[0].message and "not compared" in found[0].message
+    assert report.ok
+
+
+@pytest.mark.parametrize("fmt", ["intentlog-report/9", "anything"])
+def test_a_page_naming_a_format_no_release_rendered_is_an_edit(fmt: str, bundle: Path) -> None:
+    """Only formats this library rendered before are excused: a forger cannot name one of their own."""
+    _edit(REPORT_FILE, _as_format(fmt))(bundle)
+    reseal_hashes(bundle)
+    report = check_bundle(bundle)
+    found = report.by_code("rendering")
+    assert [(p.locator, p.severity) for p in found] == [(REPORT_FILE, "error")], report.render()
+    assert not report.ok

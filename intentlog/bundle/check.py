@@ -23,7 +23,7 @@ from ..eventlog.listing import task_ids
 from ..eventlog.reader import StreamScan
 from ..heads.codec import HEADS_FILE, StreamHead, decode_heads
 from ..projections.workstate import WorkState, work_state
-from ..report import REPORT_FILE
+from ..report import EARLIER_REPORT_FORMATS, REPORT_FILE
 from .files import (
     CHECKED_CALL_FIELDS,
     CHECKED_COMPILATION_FIELDS,
@@ -205,6 +205,19 @@ class _BundleCheck:
             got = f.read(len(expected) + 1)
         if got == expected:
             return
+        earlier = _earlier_report_format(got) if rel == REPORT_FILE else None
+        if earlier is not None:  # an older release's markup: not comparable, and said so (never silently passed)
+            found.append(
+                Problem(
+                    INFO,
+                    "rendering",
+                    f"was rendered as {earlier} and intentlog {__version__} renders another format, so it was not "
+                    "compared: do not act on what it says; read the verifiers' claims, or run 'intentlog report' "
+                    "on the record again",
+                    locator=rel,
+                )
+            )
+            return
         mine, theirs = expected.splitlines(), got.splitlines()
         pairs = enumerate(zip(mine, theirs, strict=False), start=1)
         line = next((i for i, (a, b) in pairs if a != b), min(len(mine), len(theirs)) + 1)
@@ -352,3 +365,17 @@ class _BundleCheck:
                 self.add(
                     "inventory", f"hashes to {got[0]} ({got[1]} bytes), but hashes.json lists {want!r}", locator=rel
                 )
+
+
+_GENERATOR = b'<meta name="generator" content="'
+
+
+def _earlier_report_format(page: bytes) -> str | None:
+    """The report format a page names in its generator tag, when it is one this library rendered before."""
+    at = page.find(_GENERATOR, 0, 4096)
+    if at < 0:
+        return None
+    start = at + len(_GENERATOR)
+    end = page.find(b'"', start, start + 64)
+    name = page[start:end].decode("ascii", "replace") if end > 0 else ""
+    return name if name in EARLIER_REPORT_FORMATS else None

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from .backlog import ITEM_FIELDS, check_backlog
 from .model import MAX_EVENTS, PAYLOAD_MAX
-from .render import DEFAULT_DETAIL, REPORT_FORMAT, ReportResult, render, render_report
+from .render import DEFAULT_DETAIL, EARLIER_REPORT_FORMATS, REPORT_FORMAT, ReportResult, render, render_report
 
 __all__ = [
     "DEFAULT_DETAIL",
     "ITEM_FIELDS",
     "MAX_EVENTS",
     "PAYLOAD_MAX",
+    "EARLIER_REPORT_FORMATS",
     "REPORT_FORMAT",
     "REPORT_FILE",
     "ReportResult",

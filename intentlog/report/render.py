@@ -47,9 +47,11 @@ from .model import TaskData, attach_verify, collect_artifacts, read_task
 from .sections import state_badge, task_detail, verify_block
 from .source import ReportSource
 
-__all__ = ["DEFAULT_DETAIL", "REPORT_FORMAT", "ReportResult", "render", "render_report"]
+__all__ = ["DEFAULT_DETAIL", "EARLIER_REPORT_FORMATS", "REPORT_FORMAT", "ReportResult", "render", "render_report"]
 
-REPORT_FORMAT: Final = "intentlog-report/1"
+REPORT_FORMAT: Final = "intentlog-report/2"
+#: formats this library rendered before: a bundle's page in one of them is not compared (its markup differs)
+EARLIER_REPORT_FORMATS: Final = frozenset({"intentlog-report/1"})
 #: How many tasks get a detail section by default (the rest are rows of the index).
 DEFAULT_DETAIL: Final = 100
 _SETTLED: Final = frozenset({"complete", "awaiting acceptance"})
