@@ -50,6 +50,7 @@ from .model import (
 )
 from .procs import flock_holders, host_name, lock_key
 from .quota import Quota, parse_quota
+from .inflight import check_in_flight
 from .supervisor import Supervisor
 
 #: add's options, in its order (add_many's mappings take the same names)
@@ -356,6 +357,7 @@ class Backlog:
         max_backoff: float = 300.0,
         poll: float = 0.05,
         engine: Any = "local",
+        in_flight: int = 1,
     ) -> BacklogView:
         """Run the items with ``workers`` slots of ``engine``; see :mod:`intentlog.backlog.supervisor`.
 
@@ -363,9 +365,13 @@ class Backlog:
         cluster of ``workers`` processes; the ``intentlog[dask]`` extra) or an engine object
         such as ``DaskEngine(scheduler="tcp://host:8786")``
         (:mod:`intentlog.backlog.engines`). The scheduling is the same whatever the engine.
+        ``in_flight``: items one worker process holds at once, for an ``async def`` step
+        (:mod:`intentlog.backlog.inflight`); a quota ``in_flight=N`` caps the items running
+        at once across all workers.
         """
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise UsageError(f"workers must be a positive int, not {workers!r}")
+        in_flight, max_in_flight, quota = check_in_flight(step, in_flight, quota, engine)
         self._refuse_foreign(self.fold())
         quotas: tuple[Quota, ...]
         if quota is None:
@@ -377,7 +383,7 @@ class Backlog:
         sup = Supervisor(
             self, step, workers=workers, quotas=quotas, until_idle=until_idle, inactivity=inactivity,
             max_duration=max_duration, grace=grace, backoff=backoff, max_backoff=max_backoff, poll=poll,
-            engine=engine_for(engine, workers),
+            engine=engine_for(engine, workers), in_flight=in_flight, max_in_flight=max_in_flight,
         )  # fmt: skip
         sup.run()
         return self.view()

@@ -7,7 +7,9 @@ so every scheduling decision -- priority, ``not_before``, backoff, ``max_attempt
 quotas, blocking -- stays the supervisor's and is recorded in the backlog stream whichever
 engine runs the items. Two engines:
 
-- ``"local"`` (the default): forked worker processes on this host;
+- ``"local"`` (the default): forked worker processes on this host; for an async step,
+  each process holds up to ``in_flight`` items at once, one slot (a *lane*) per item
+  (:meth:`LocalEngine.spawn_lanes`, :mod:`intentlog.backlog.inflight`);
 - ``"dask"``: each item is one task on a Dask distributed cluster
   (:class:`intentlog.backlog.dask_engine.DaskEngine`, the ``intentlog[dask]`` extra).
 
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import leases
 from .model import LedgerLike
 from .procs import start_time
+from .inflight import lanes_main
 from .worker import worker_main
 
 if TYPE_CHECKING:
@@ -103,6 +106,22 @@ class LocalEngine:
         p.start()
         child.close()
         return _ProcSlot(p), parent
+
+    def spawn_lanes(self, ledger: LedgerLike, step: StepArg, lanes: int) -> list[tuple[Slot, Connection]]:
+        """One worker process running an async step with ``lanes`` items in flight: one pipe per lane.
+
+        Every lane's slot is the same process: ending it ends all its lanes' items.
+        """
+        forks = ledger.backend.forks
+        ctx = mp.get_context("fork") if forks else mp.get_context("spawn")
+        pairs = [ctx.Pipe() for _ in range(lanes)]
+        where = ledger if forks else leases.Reopened(ledger)
+        p = ctx.Process(target=lanes_main, args=(where, [c for _, c in pairs], step), daemon=True)
+        p.start()
+        for _, child in pairs:
+            child.close()
+        slot = _ProcSlot(p)
+        return [(slot, parent) for parent, _ in pairs]
 
     def close(self) -> None:
         pass
