@@ -87,7 +87,7 @@ class BacklogTakenOver(IntentlogError):
     """The run stopped: another run took the backlog over while this one stood still."""
 
 
-@dataclass
+@dataclass(eq=False)  # a slot is itself: compared (in, remove) by identity
 class _Worker:
     proc: Slot
     conn: Connection
