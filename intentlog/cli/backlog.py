@@ -83,11 +83,15 @@ def _holder_detail(h: Any, last: str | None) -> str:
 @click.option("--step", "step", required=True, help="The step function, as package.module:function.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Items run at once.")
 @click.option(
+    "--in-flight", "in_flight", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Items each worker process holds at once (an async def step).",
+)  # fmt: skip
+@click.option(
     "--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
     help="local: forked processes; dask: one Dask task per item (the intentlog[dask] extra).",
 )  # fmt: skip
 @click.option("--scheduler", default=None, help="With --engine dask: a running scheduler (tcp://HOST:8786).")
-@click.option("--quota", "quotas", multiple=True, help="NAME=LIMIT/WINDOW (calls=60/60s) or a budget NAME=LIMIT.")
+@click.option("--quota", "quotas", multiple=True, help="NAME=LIMIT/WINDOW (calls=60/60s), a budget NAME=LIMIT, or in_flight=N.")
 @click.option("--until-idle", is_flag=True, help="Return once no item can progress without a person.")
 @click.option("--inactivity", type=float, default=300.0, show_default=True, help="Seconds without progress: stalled.")
 @click.option("--max-duration", type=float, default=None, help="Seconds an item may run before it is timed out.")
@@ -100,6 +104,7 @@ def run_cmd(
     name: str,
     step: str,
     workers: int,
+    in_flight: int,
     engine: str,
     scheduler: str | None,
     quotas: tuple[str, ...],
@@ -118,6 +123,7 @@ def run_cmd(
     Example:
       intentlog run nightly --step mypkg.jobs:step --workers 2 --quota calls=60/60s --until-idle
       intentlog run nightly --step mypkg.jobs:step --engine dask --workers 4 --until-idle
+      intentlog run nightly --step mypkg.jobs:astep --workers 2 --in-flight 100 --quota in_flight=200
     """
     from ..backlog.worker import resolve_step
 
@@ -136,7 +142,7 @@ def run_cmd(
         chosen = DaskEngine(scheduler=scheduler, workers=workers, open_ledger=opener)
     view = c.ledger(write=True).backlog(name).run(
         step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
-        max_duration=max_duration, grace=grace, engine=chosen,
+        max_duration=max_duration, grace=grace, engine=chosen, in_flight=in_flight,
     )  # fmt: skip
     if as_json:
         emit_json(_hinted(c, view))
