@@ -58,11 +58,15 @@ def _lease_pids(root: Path, name: str, items: list[str]) -> dict[str, list[int]]
 
 
 def _started_keys(root: Path, name: str, items: list[str]) -> collections.Counter[str]:
-    """Each provider key with an ``attempt.started`` in the record (the intent names the key)."""
+    """Each provider key with an ``attempt.started`` in the record (the call's manifest names the key)."""
     out: collections.Counter[str] = collections.Counter()
     for i in items:
         evs = _events(root, f"{name}.item.{i}")
-        keys = {ev["data"]["call"]: ev["data"]["request"]["key"] for ev in evs if ev["kind"] == "call.intent"}
+        keys = {
+            ev["data"]["call"]: json.loads(ev["data"]["request"]["inline"])["key"]
+            for ev in evs
+            if ev["kind"] == "call.manifest"
+        }
         for ev in evs:
             if ev["kind"] == "attempt.started":
                 out[keys[ev["data"]["call"]]] += 1
