@@ -19,7 +19,9 @@ that runs an item again (Dask re-runs a task whose worker died) only resumes it.
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing as mp
+import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,7 +30,8 @@ from . import leases
 from .model import LedgerLike
 from .procs import start_time
 from .inflight import lanes_main
-from .worker import worker_main
+from .procs import die_with_parent
+from .worker import resolve_step, worker_main
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -92,6 +95,18 @@ class _ProcSlot:
         self.proc.join(timeout)
 
 
+def slot_main(ledger: LedgerLike, conn: Connection, step: StepArg) -> None:
+    """A local slot's process: a plain step's worker loop, or an async step's event loop with one lane."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    fn = resolve_step(step) if isinstance(step, str) else step
+    if inspect.iscoroutinefunction(fn):
+        lanes_main(ledger, [conn], fn)
+    else:
+        worker_main(ledger, conn, fn)
+
+
 class LocalEngine:
     """Forked worker processes on this host, each dying with the supervisor."""
 
@@ -102,7 +117,7 @@ class LocalEngine:
         ctx = mp.get_context("fork") if forks else mp.get_context("spawn")
         parent, child = ctx.Pipe()
         where = ledger if forks else leases.Reopened(ledger)
-        p = ctx.Process(target=worker_main, args=(where, child, step), daemon=True)
+        p = ctx.Process(target=slot_main, args=(where, child, step), daemon=True)
         p.start()
         child.close()
         return _ProcSlot(p), parent

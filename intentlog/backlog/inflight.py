@@ -201,15 +201,12 @@ class _Process:
                 return Stopped("stopped", run.item, CANCELLED)
             except Exception as exc:
                 return await self.in_pool(failure_answer, task, run.item, exc, whole=True)
-            try:
-                answer: Answer = await self.in_pool(record_result, task, run.item, run.backlog, epoch, value, whole=True)
-            except Exception as exc:  # a result that is not JSON, or its write failed: a failed run
-                return await self.in_pool(failure_answer, task, run.item, exc, whole=True)
-            released = True
+            released = True  # from here the pool thread records the result and releases, or answers the failure
+            answer: Answer = await self.in_pool(_finish, task, run.item, run.backlog, epoch, value, whole=True)
             return answer
         finally:
-            # even when cancelled: the lease is released and the writer closed before the lane answers
-            await self.in_pool(release_item, task, epoch or guard.epoch, released, whole=True)
+            if not released:  # even when cancelled: the lease released and the writer closed before the lane answers
+                await self.in_pool(release_item, task, epoch or guard.epoch, False, whole=True)
 
     async def in_pool(self, fn: Callable[..., Any], *args: Any, whole: bool = False) -> Any:
         """``fn(*args)`` in a pool thread. Cancelled meanwhile: the work is waited for, then the cancel is raised
@@ -226,6 +223,19 @@ class _Process:
             if whole:
                 return work.result()
             raise
+
+
+def _finish(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Answer:
+    """In one pool thread: the result recorded, the lease released and the writer closed (or the failure answered)."""
+    released = False
+    try:
+        answer: Answer = record_result(task, item, backlog, epoch, value)
+        released = True
+        return answer
+    except Exception as exc:  # a result that is not JSON, or its write failed: a failed run
+        return failure_answer(task, item, exc)
+    finally:
+        release_item(task, epoch, released)
 
 
 def lanes_main(ledger: LedgerLike, conns: Sequence[Connection], step: AsyncStep | str) -> None:

@@ -13,7 +13,6 @@ A worker ignores SIGINT and SIGTERM (its supervisor decides) and dies with its s
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 from collections.abc import Callable, Iterable, Mapping
@@ -284,11 +283,6 @@ def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fn = resolve_step(step) if isinstance(step, str) else step
-    if inspect.iscoroutinefunction(fn):  # an async step: its items run on an event loop (one lane here)
-        from .inflight import lanes_main
-
-        lanes_main(ledger, [conn], fn)
-        return
     while True:
         try:
             msg = conn.recv()
