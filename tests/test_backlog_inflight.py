@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,16 @@ def test_items_in_flight_share_one_worker_process(tmp_path: Path, provider: tupl
         pids = _lease_pids(root, "fly", items)
         assert len({p for ps in pids.values() for p in ps}) == 1, pids
         assert all(len(ps) == 1 for ps in pids.values())
+        # the operator sees them: eight in flight in one process, the oldest, the run's limits
+        (pid,) = {p for ps in pids.values() for p in ps}
+        shown = _cli(root, env, "backlog", "fly")
+        assert shown.returncode == 0, shown.stderr
+        assert f"in flight: 8 (pid {pid} on " in shown.stdout, shown.stdout
+        assert "oldest running: i" in shown.stdout
+        assert "run open: 1 worker(s) x 8 in flight; quotas: none" in shown.stdout
+        pace = json.loads(_cli(root, env, "backlog", "fly", "--json").stdout)["pace"]
+        assert pace["in_flight"] == 8 and list(pace["by_process"].values()) == [8]
+        assert pace["run"]["in_flight"] == 8 and pace["rate"] is None
         (gate / "open").write_text("")
         out, err = run.communicate(timeout=120)
     finally:
@@ -151,6 +162,14 @@ def test_items_in_flight_share_one_worker_process(tmp_path: Path, provider: tupl
             run.kill()
     assert run.returncode == 0, err
     assert "done: 8" in out
+    last = max(
+        datetime.fromisoformat(ev["ts"]).timestamp()
+        for ev in _events(root, "fly.backlog")
+        if ev["kind"] == "backlog.item_done"
+    )
+    with intentlog.open(root) as ledger:
+        after = ledger.backlog("fly").view(now=last).pace
+    assert after is not None and after.in_flight == 0 and after.run is None and after.settled_in_window == 8
     assert collections.Counter(receipts(tmp_path)) == {f"{i}:{e}": 1 for i in items for e in range(2)}
     _assert_ground_truth(root, tmp_path, "fly", items)
     # each item's task: its own lease, released, the result recorded under it

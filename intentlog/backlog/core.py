@@ -30,10 +30,12 @@ from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import TASK_ID_RE, Event
 from ..ledgerstorage import LeaseOwner
+from ..projections.backlogs import BacklogPace, PaceFold, Running
 from ..task import Task
 from . import leases
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
+from .inflight import check_in_flight
 from .itemcache import read_item_task, read_items
 from .model import (
     BACKLOG_NAME_RE,
@@ -50,7 +52,6 @@ from .model import (
 )
 from .procs import flock_holders, host_name, lock_key
 from .quota import Quota, parse_quota
-from .inflight import check_in_flight
 from .supervisor import Supervisor
 
 #: add's options, in its order (add_many's mappings take the same names)
@@ -84,6 +85,8 @@ class BacklogView:
     items: list[ItemView]
     quota_waiting: dict[str, Any] | None
     stopped: dict[str, Any] | None
+    #: in flight (per process), the rate, the oldest running item, the open run's limits
+    pace: BacklogPace | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class BacklogView:
             "items": [i.to_json() for i in self.items],
             "quota_waiting": self.quota_waiting,
             "stopped": self.stopped,
+            "pace": None if self.pace is None else self.pace.to_json(),
         }
 
 
@@ -123,10 +127,12 @@ class Backlog:
 
     # -- reading -------------------------------------------------------------------
 
-    def fold(self) -> BacklogFold:
+    def fold(self, pace: PaceFold | None = None) -> BacklogFold:
         f = BacklogFold()
         for ev in self.task.events():
             f.apply(ev)
+            if pace is not None:
+                pace.apply(ev)
         return f
 
     def view(self, *, now: float | None = None) -> BacklogView:
@@ -136,7 +142,8 @@ class Backlog:
         (:mod:`intentlog.backlog.itemcache`); who holds each task's lock is read live.
         """
         now = time.time() if now is None else now
-        f = self.fold()
+        pace = PaceFold()
+        f = self.fold(pace)
         self._refuse_foreign(f)
         ordered = f.ordered()
         got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
@@ -153,7 +160,12 @@ class Backlog:
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:
             counts[r.state] += 1
-        return BacklogView(self.name, counts, rows, f.quota_waiting, f.stopped)
+        running = [
+            Running(r.item, (r.holder or {}).get("pid"), (r.holder or {}).get("host"), (r.holder or {}).get("since"))
+            for r in rows
+            if r.state == "running"
+        ]
+        return BacklogView(self.name, counts, rows, f.quota_waiting, f.stopped, pace.pace(running, now))
 
     def item(self, item_id: str) -> ItemView:
         for row in self.view().items:

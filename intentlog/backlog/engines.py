@@ -27,10 +27,9 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import leases
-from .model import LedgerLike
-from .procs import start_time
 from .inflight import lanes_main
-from .procs import die_with_parent
+from .model import LedgerLike
+from .procs import die_with_parent, start_time
 from .worker import resolve_step, worker_main
 
 if TYPE_CHECKING:

@@ -166,6 +166,8 @@ class Supervisor:
                 {
                     "pid": me, "host": host_name(), "start_time": start_time(me), "boot_id": boot_id(),
                     "workers": self.workers, "quota": [q.spec() for q in self.broker.quotas],
+                    **({"in_flight": self.in_flight} if self.in_flight > 1 else {}),
+                    **({"max_in_flight": self.max_in_flight} if self.max_in_flight is not None else {}),
                 }
             )  # fmt: skip
         except BaseException:

@@ -50,6 +50,8 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
         emit_json(_hinted(c, view))
         return
     echo(" ".join(f"{p(k)}: {v}" for k, v in view.counts.items() if v) or "no items")
+    for line in view.pace.lines() if view.pace is not None else ():
+        echo(p(line))
     if view.quota_waiting is not None:
         q = view.quota_waiting
         echo(f"quota {p(str(q.get('quota')))}: {p(str(q.get('reason')))}; reopens {_when(q.get('until'))}")
