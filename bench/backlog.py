@@ -327,8 +327,8 @@ INTENTLOG_FLY = textwrap.dedent(
     """
     import asyncio, json, sys, time
     import intentlog
-    root, items, workers, in_flight, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    cap = int(sys.argv[6])
+    root = sys.argv[1]
+    items, workers, in_flight, port, cap = (int(a) for a in sys.argv[2:7])
 
     async def call(request):
         if not port:  # zero latency: no provider at all, as the no-op step
@@ -388,7 +388,8 @@ DBOS_FLY = textwrap.dedent(
     import json, socket, sys, time
     from dbos import DBOS, DBOSConfig
     path, items, workers, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    config: DBOSConfig = {"name": "bench", "system_database_url": "sqlite:///" + path, "max_executor_threads": max(64, workers + 16)}
+    config: DBOSConfig = {"name": "bench", "system_database_url": "sqlite:///" + path}
+    config["max_executor_threads"] = max(64, workers + 16)
     DBOS(config=config)
 
     @DBOS.step()
@@ -454,7 +455,7 @@ def run_measured(args: list[str], cwd: Path) -> tuple[dict[str, Any] | None, flo
         done.set()
         t.join()
     if proc.returncode != 0:
-        print(f"  {Path(args[1]).name if args[1] != '-c' else 'script'} failed: {err.strip().splitlines()[-3:]}", file=sys.stderr)
+        print(f"  a bench script failed: {err.strip().splitlines()[-3:]}", file=sys.stderr)
         return None, peak[0] / 1024
     return json.loads(out.strip().splitlines()[-1]), peak[0] / 1024
 
@@ -493,7 +494,8 @@ def bench_in_flight(base: Path, args: argparse.Namespace) -> dict[str, Any]:
         n, cap = args.fly_items, args.fly_cap
         for _ in range(args.repeats):  # interleaved: each repeat runs every runner once
             d = Path(tempfile.mkdtemp(dir=base))
-            got, rss = run_measured([py, "-c", INTENTLOG_FLY, str(d / "l"), str(n), "2", str(cap // 2), str(port), str(cap)], d)
+            fly = [py, "-c", INTENTLOG_FLY, str(d / "l"), str(n), "2", str(cap // 2), str(port), str(cap)]
+            got, rss = run_measured(fly, d)
             keep("latency_intentlog_wall_s", got and got["wall"])
             keep("latency_intentlog_peak_rss_mib", rss if got else None)
             if peers["huey"]:
@@ -508,14 +510,15 @@ def bench_in_flight(base: Path, args: argparse.Namespace) -> dict[str, Any]:
                 keep("latency_dbos_peak_rss_mib", rss if got else None)
             for w in (1, 2):
                 d = Path(tempfile.mkdtemp(dir=base))
-                got, _ = run_measured(
-                    [py, "-c", INTENTLOG_FLY, str(d / "l"), str(args.items), str(w), str(args.fly_lanes), "0", str(w * args.fly_lanes)], d
-                )
+                lanes = args.fly_lanes
+                zero = [py, "-c", INTENTLOG_FLY, str(d / "l"), str(args.items), str(w), str(lanes), "0", str(w * lanes)]
+                got, _ = run_measured(zero, d)
                 keep(f"zero_intentlog_w{w}_items_per_s", got and got["rate"])
                 for name, script in (("huey", HUEY_FLY), ("dbos", DBOS_FLY)):
                     if peers[name]:
                         d = Path(tempfile.mkdtemp(dir=base))
-                        got, _ = run_measured([args.peers, "-c", script, str(d / "q.db"), str(args.items), str(w), "0"], d)
+                        peer = [args.peers, "-c", script, str(d / "q.db"), str(args.items), str(w), "0"]
+                        got, _ = run_measured(peer, d)
                         keep(f"zero_{name}_w{w}_items_per_s", got and got["rate"])
     finally:
         prov.kill()

@@ -55,7 +55,9 @@ def test_items_in_flight_on_the_store(tmp_path: Path, store: str) -> None:
     assert collections.Counter(receipts(tmp_path)) == {f"{i}:{e}": 1 for i in items for e in range(2)}
     assert _started(ledger, tasks) == 24
     ledger.close()
-    v = subprocess.run([sys.executable, "-m", "intentlog.cli", "--root", store, "verify"], capture_output=True, text=True)
+    v = subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--root", store, "verify"], capture_output=True, text=True
+    )
     assert v.returncode == 0, v.stdout + v.stderr
 
 

@@ -192,7 +192,7 @@ class _Process:
         epoch, released = 0, False
         try:
             try:
-                leased = await self.in_pool(lease_item, task, guard, run.item, run.backlog)
+                leased: Answer | int = await self.in_pool(lease_item, task, guard, run.item, run.backlog)
                 if not isinstance(leased, int):
                     return leased
                 epoch = leased
@@ -200,7 +200,8 @@ class _Process:
             except asyncio.CancelledError:
                 return Stopped("stopped", run.item, CANCELLED)
             except Exception as exc:
-                return await self.in_pool(failure_answer, task, run.item, exc, whole=True)
+                failed: Answer = await self.in_pool(failure_answer, task, run.item, exc, whole=True)
+                return failed
             released = True  # from here the pool thread records the result and releases, or answers the failure
             answer: Answer = await self.in_pool(_finish, task, run.item, run.backlog, epoch, value, whole=True)
             return answer
@@ -258,9 +259,7 @@ def lanes_main(ledger: LedgerLike, conns: Sequence[Connection], step: AsyncStep 
 _IN_FLIGHT_QUOTA: Final = re.compile(r"in_flight=(\d+)\Z")
 
 
-def check_in_flight(
-    step: object, in_flight: object, quota: Any, engine: object
-) -> tuple[int, int | None, Any]:
+def check_in_flight(step: object, in_flight: object, quota: Any, engine: object) -> tuple[int, int | None, Any]:
     """Check a run's ``in_flight`` and take its ``in_flight=N`` quota out of ``quota``.
 
     Returns ``(in_flight, max_in_flight, the other quotas)``. ``in_flight`` > 1 needs an
@@ -280,7 +279,10 @@ def check_in_flight(
                 "items in flight share one process only on an event loop (use in_flight=1, or make the step async)"
             )
         if not (engine is None or engine == "local" or callable(getattr(engine, "spawn_lanes", None))):
-            raise UsageError(f"in_flight={in_flight}: engine {getattr(engine, 'name', engine)!r} runs one item per slot; use engine 'local'")
+            raise UsageError(
+                f"in_flight={in_flight}: engine {getattr(engine, 'name', engine)!r} runs one item per slot; "
+                "use engine 'local'"
+            )
     specs = [quota] if isinstance(quota, str) else quota
     if not isinstance(specs, (list, tuple)):
         return in_flight, None, quota

@@ -56,9 +56,9 @@ from ..errors import IntentlogError
 from . import leases
 from .broker import QuotaBroker
 from .engines import Engine, LocalEngine, Slot
+from .inflight import Cancel
 from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
 from .journal import Journal
-from .inflight import Cancel
 from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, Reserve, Run, Stop, Stopped, from_slot
 from .model import BacklogFold, BacklogLike, ItemRecord
 from .procs import boot_id, end_holder, host_name, start_time
@@ -558,7 +558,7 @@ class Supervisor:
                     self.receive(w)
             self.grant_waiting()
             self.journal.release()  # as on every turn: a grace longer than a store's stale limit keeps the lease
-        ended = []
+        ended: list[dict[str, Any]] = []
         for w in self.pool:
             if w.item is None:
                 try:

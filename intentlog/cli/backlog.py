@@ -93,7 +93,10 @@ def _holder_detail(h: Any, last: str | None) -> str:
     help="local: forked processes; dask: one Dask task per item (the intentlog[dask] extra).",
 )  # fmt: skip
 @click.option("--scheduler", default=None, help="With --engine dask: a running scheduler (tcp://HOST:8786).")
-@click.option("--quota", "quotas", multiple=True, help="NAME=LIMIT/WINDOW (calls=60/60s), a budget NAME=LIMIT, or in_flight=N.")
+@click.option(
+    "--quota", "quotas", multiple=True,
+    help="NAME=LIMIT/WINDOW (calls=60/60s), a budget NAME=LIMIT, or in_flight=N (items running at once).",
+)  # fmt: skip
 @click.option("--until-idle", is_flag=True, help="Return once no item can progress without a person.")
 @click.option("--inactivity", type=float, default=300.0, show_default=True, help="Seconds without progress: stalled.")
 @click.option("--max-duration", type=float, default=None, help="Seconds an item may run before it is timed out.")

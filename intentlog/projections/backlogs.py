@@ -101,7 +101,9 @@ class BacklogPace:
             where = ", ".join(f"{who}: {n}" for who, n in sorted(self.by_process.items()))
             out.append(f"in flight: {self.in_flight} ({where})")
         if self.rate is not None:
-            out.append(f"rate: {self.rate:.2f} items/s ({self.settled_in_window} settled in the last {self.window:g} s)")
+            out.append(
+                f"rate: {self.rate:.2f} items/s ({self.settled_in_window} settled in the last {self.window:g} s)"
+            )
         if self.oldest is not None:
             o = self.oldest
             who = f"pid {o.pid} on {o.host}" if o.pid is not None else "a holder recording no process"
@@ -148,5 +150,7 @@ class PaceFold:
         recent = [t for t in self.settled if now - window <= t <= now]
         rate = len(recent) / window if recent else None
         dated = [r for r in rows if r.since is not None]
-        oldest = min(dated, key=lambda r: (_when(r.since or "") or now, r.item)) if dated else (rows[0] if rows else None)
+        oldest = (
+            min(dated, key=lambda r: (_when(r.since or "") or now, r.item)) if dated else (rows[0] if rows else None)
+        )
         return BacklogPace(len(rows), by, rate, window, len(recent), oldest, self.run)
