@@ -151,6 +151,7 @@ def run_remote(
         conn.send(Hello("hello", token, me, host_name(), start_time(me)))
         if not isinstance(conn.recv(), Welcome):
             return "turned away"
+        _secede()
         fn = resolve_step(step) if isinstance(step, str) else step
         while True:
             try:
@@ -173,6 +174,15 @@ def run_remote(
         close = getattr(ledger, "close", None)
         if callable(close):
             close()
+
+
+def _secede() -> None:
+    """Leave the Dask worker's thread pool: a slot's task waits between items, and must never keep another
+    slot's task from starting (the supervisor's slots, not Dask's threads, bound the items run at once)."""
+    try:
+        _distributed().secede()
+    except ValueError:  # not on a Dask worker (called directly): nothing to leave
+        pass
 
 
 class _DaskSlot:
