@@ -309,3 +309,22 @@ def test_a_worker_holding_many_items_killed_or_stopped(
     assert collections.Counter(receipts(tmp_path)) == {f"{i}:{e}": 1 for i in items for e in range(2)}
     _assert_ground_truth(root, tmp_path, "k", items)
     assert _cli(root, env, "verify").returncode == 0
+
+
+def test_the_docs_async_example_runs_and_a_second_run_sends_nothing(tmp_path: Path) -> None:
+    import re
+
+    text = (Path(__file__).parent.parent / "docs" / "backlog.md").read_text()
+    code = next(c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "async def step" in c)
+    (tmp_path / "jobs.py").write_text(code)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "jobs.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == "200 done", r.stderr
+    with intentlog.open(tmp_path / ".intentlog") as led:
+        pids = set()
+        for n in range(200):
+            evs = list(led.task(f"nightly.item.m{n}").events())
+            kinds = [e.kind for e in evs]
+            assert kinds.count("attempt.started") == 1 and kinds.count("lease.acquired") == 1
+            pids.update(e.data["pid"] for e in evs if e.kind == "lease.acquired")
+        assert len(pids) <= 2  # two worker processes held all 200 items
