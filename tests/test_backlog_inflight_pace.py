@@ -28,7 +28,8 @@ def test_the_rate_counts_the_items_settled_in_the_window_before_now(ages: list[f
     assert pace.settled_in_window == inside
     assert pace.rate == (inside / PACE_WINDOW if inside else None)
     assert pace.in_flight == 0 and pace.oldest is None
-    assert pace.lines() == ([f"rate: {inside / PACE_WINDOW:.2f} items/s ({inside} settled in the last 60 s)"] if inside else [])
+    rate_line = f"rate: {inside / PACE_WINDOW:.2f} items/s ({inside} settled in the last 60 s)"
+    assert pace.lines() == ([rate_line] if inside else [])
 
 
 def test_in_flight_per_process_the_oldest_and_the_open_run() -> None:
