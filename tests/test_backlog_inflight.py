@@ -328,3 +328,23 @@ def test_the_docs_async_example_runs_and_a_second_run_sends_nothing(tmp_path: Pa
             assert kinds.count("attempt.started") == 1 and kinds.count("lease.acquired") == 1
             pids.update(e.data["pid"] for e in evs if e.kind == "lease.acquired")
         assert len(pids) <= 2  # two worker processes held all 200 items
+
+
+def test_an_overrun_item_is_cancelled_and_counted_a_failed_attempt(tmp_path: Path, provider: tuple[Env, Path]) -> None:
+    """``max_duration``: the item held at the provider is cancelled alone (``backlog.item_timed_out``), its
+    neighbours finish in the same process, and with ``max_attempts=1`` it is failed."""
+    _env, gate = provider
+    (gate / "keys").write_text("slow:0")
+    root = tmp_path / "led"
+    ledger = intentlog.open(root)
+    b = ledger.backlog("od")
+    b.add("slow", {"item": "slow"}, priority=1, max_attempts=1, max_duration=1.0)  # its own limit alone
+    b.add_many([{"item": f"n{k}", "payload": {"item": f"n{k}"}} for k in range(3)])
+    view = b.run(step, workers=1, in_flight=4, until_idle=True)
+    ledger.close()
+    assert view.counts["failed"] == 1 and view.counts["done"] == 3, view.to_json()
+    timed = _backlog_records(root, "od", "backlog.item_timed_out")
+    assert [(t["item"], t.get("cancelled")) for t in timed] == [("slow", True)]
+    pids = _lease_pids(root, "od", ["slow", "n0", "n1", "n2"])
+    assert len({p for ps in pids.values() for p in ps}) == 1, pids
+    _assert_ground_truth(root, tmp_path, "od", ["slow", "n0", "n1", "n2"])
