@@ -237,9 +237,11 @@ def test_a_stalled_item_is_cancelled_alone(tmp_path: Path, provider: tuple[Env, 
     root = tmp_path / "led"
     ledger = intentlog.open(root)
     items = [f"i{n}" for n in range(4)]
-    ledger.backlog("st").add_many([{"item": i, "payload": {"item": i}} for i in items])
+    b = ledger.backlog("st")
+    b.add("i0", {"item": "i0"}, inactivity=1.0)  # its own limit: the neighbours are never judged stalled
+    b.add_many([{"item": i, "payload": {"item": i}} for i in items[1:]])
     ledger.close()
-    run = _cli_run(root, env, "st", "--workers", "1", "--in-flight", "4", "--inactivity", "1")
+    run = _cli_run(root, env, "st", "--workers", "1", "--in-flight", "4")
     try:
         out, err = run.communicate(timeout=120)
     finally:
@@ -275,7 +277,10 @@ def test_a_worker_holding_many_items_killed_or_stopped(
     items = [f"i{n}" for n in range(6)]
     ledger.backlog("k").add_many([{"item": i, "payload": {"item": i}} for i in items])
     ledger.close()
-    run = _cli_run(root, env, "k", "--workers", "1", "--in-flight", "6", "--inactivity", "1")
+    # SIGKILL: no stall limit is ever reached (the kill is what settles them). SIGSTOP: the items stall once
+    # stopped; the limit is long enough that a live loop is never asked to cancel them before the stop lands
+    limits = ["--grace", "1"] + (["--inactivity", "6"] if sig == signal.SIGSTOP else [])
+    run = _cli_run(root, env, "k", "--workers", "1", "--in-flight", "6", *limits)
     worker = 0
     try:
         for i in items:

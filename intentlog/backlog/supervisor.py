@@ -445,7 +445,7 @@ class Supervisor:
 
         An item on a lane of many (an async step) is cancelled alone: its lane answers once
         the item let its lease go, and the verdict is recorded then. A process that leaves
-        a cancel unanswered for ``inactivity`` has an event loop that stopped responding:
+        a cancel unanswered for ``grace`` seconds has an event loop that stopped responding:
         it is ended, and every item it held is settled as a stalled holder's.
         """
         now = time.monotonic()
@@ -459,7 +459,7 @@ class Supervisor:
                 continue
             rec = self.fold.items[w.item]
             if w.cancelled is not None:
-                if now - w.cancelled > self.watchdog.inactivity:
+                if now - w.cancelled > self.grace:
                     self.end_process(w)
                 continue
             size = leases.progress(w.task) if w.task is not None else -1
@@ -507,7 +507,7 @@ class Supervisor:
             self.pool.remove(x)
         w.proc.join(timeout=1.0)
         self.died(w)
-        why = f"its worker's event loop did not answer a cancel within {self.watchdog.inactivity:g} s"
+        why = f"its worker's event loop did not answer a cancel within {self.grace:g} s"
         for x in busy:
             assert x.item is not None
             rec = self.fold.items[x.item]
