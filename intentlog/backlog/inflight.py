@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 from .messages import Answer, Grant, Reply, Reserve, Run, Spent, Stop, Stopped
 from .model import LedgerLike
 from .procs import die_with_parent
-from .worker import _Guard, failure_answer, lease_item, record_result, release_item, resolve_step
+from .worker import ItemGate, failure_answer, lease_item, record_result, release_item, resolve_step
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -93,7 +93,7 @@ class _Lane:
             self.stop = True
 
 
-class _LaneGuard(_Guard):
+class _LaneGate(ItemGate):
     """The item stream's gate on a lane: asks from the task's disk thread, the loop routes the reply back."""
 
     def __init__(self, task: Task, lane: _Lane, item: str, asks: bool) -> None:
@@ -188,7 +188,7 @@ class _Process:
         (a lease taken is released; a result being recorded is recorded and answered).
         """
         task = self.ledger.task(run.task)
-        guard = _LaneGuard(task, lane, run.item, run.asks)
+        guard = _LaneGate(task, lane, run.item, run.asks)
         epoch, released = 0, False
         try:
             try:

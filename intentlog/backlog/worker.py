@@ -43,7 +43,10 @@ from .messages import (
 from .model import BLOCKED, LedgerLike, blocking_reason, foreign_records, task_extras
 from .procs import boot_id, die_with_parent, host_name, start_time
 
-__all__ = ["LeaseLost", "QuotaExhausted", "Stopping", "units", "worker_main"]
+__all__ = [
+    "ItemGate", "LeaseLost", "QuotaExhausted", "Stopping", "failure_answer", "lease_item", "record_result",
+    "release_item", "run_item", "units", "worker_main",
+]  # fmt: skip
 
 Step = Callable[[Task, Any], Any]
 
@@ -71,7 +74,7 @@ def units(task: Task, **amounts: float) -> None:
     _PENDING_UNITS[task.id] = {k: float(v) for k, v in amounts.items()}
 
 
-class _Guard:
+class ItemGate:
     """The item stream's gate for one lease: fences the lease and reserves quota before each attempt."""
 
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
@@ -146,6 +149,9 @@ class _Guard:
             self.locked = (st.st_dev, st.st_ino)
 
 
+_Guard = ItemGate  # its earlier name
+
+
 def _json_result(value: Any) -> Any:
     dumps(value)  # NotSerializable names the bad path
     return value
@@ -168,7 +174,7 @@ def _blocked(task: Task, item: str) -> Blocked | None:
     return None if held is None else Blocked("blocked", item, *held)
 
 
-def lease_item(task: Task, guard: _Guard, item: str, backlog: str) -> Answer | int:
+def lease_item(task: Task, guard: ItemGate, item: str, backlog: str) -> Answer | int:
     """Take the item's lease (its task's writer lock) and say whether its step may run: the epoch, or the answer.
 
     The task's stream is read once (the lease's epoch, whether it needs a person, whether
@@ -257,7 +263,7 @@ def run_item(
     With ``asks`` every attempt waits for the supervisor's grant; without, it only looks
     for a "stop" the supervisor sent unasked (a run with no quota).
     """
-    guard = _Guard(task, conn, 0, item, asks)  # its epoch is read once the lock is held
+    guard = ItemGate(task, conn, 0, item, asks)  # its epoch is read once the lock is held
     epoch, released = 0, False
     try:
         leased = lease_item(task, guard, item, backlog)
