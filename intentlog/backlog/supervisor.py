@@ -42,6 +42,7 @@ decisions (:class:`~intentlog.backlog.journal.Journal`), which item next and ret
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import threading
 import time
@@ -77,6 +78,10 @@ OUTAGE = 60.0
 
 #: workers in a row that exit before answering anything: the run stops (a step that cannot load, a crash at start)
 START_DEATHS = 5
+
+#: seconds between two looks at every running item's stream (stalls are judged in seconds; hundreds of items
+#: in flight answer many times a second, and each look costs a stat per item)
+WATCH_EVERY = 0.05
 
 
 class WorkersDie(IntentlogError):
@@ -143,6 +148,10 @@ class Supervisor:
         self.start_deaths, self.last_death = 0, ""
         #: what ends the run with an error once it is shut down (workers dying at start, the lease lost)
         self.failure: IntentlogError | None = None
+        #: the slots' connections, watched by one selector kept across turns (hundreds of lanes)
+        self.selector = selectors.DefaultSelector()
+        self.registered: set[Connection] = set()
+        self.watched = -WATCH_EVERY  # monotonic: the last look at the running items
 
     @property
     def fold(self) -> BacklogFold:
@@ -231,7 +240,7 @@ class Supervisor:
             self.spawn()
             if self.stopping is not None:
                 return
-            ready = wait([w.conn for w in self.pool], timeout=self.poll)
+            ready = self.ready(self.poll)
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
@@ -240,7 +249,10 @@ class Supervisor:
                 if w.conn in ready:
                     self.receive(w)
             self.grant_waiting()
-            self.watch()
+            now = time.monotonic()
+            if now - self.watched >= WATCH_EVERY:
+                self.watched = now
+                self.watch()
             self.dispatch()
             self.journal.release()
             if self.broker.exhausted is not None and not any(w.item for w in self.pool):
@@ -249,6 +261,22 @@ class Supervisor:
                 self.journal.refresh()  # an item added meanwhile (by another process) is run before it is idle
                 if self.idle():
                     return
+
+    def ready(self, timeout: float) -> set[Connection]:
+        """The slots' connections with something to read (a message, or EOF) within ``timeout`` seconds."""
+        conns = {w.conn for w in self.pool}
+        for c in self.registered - conns:  # first: a closed connection's descriptor may be reused by a new one
+            try:
+                self.selector.unregister(c)
+            except (KeyError, ValueError, OSError):
+                pass
+        for c in conns - self.registered:
+            try:
+                self.selector.register(c, selectors.EVENT_READ)
+            except (KeyError, ValueError, OSError):  # closed already: its worker's end is found by the watch
+                conns.discard(c)
+        self.registered = conns
+        return {key.fileobj for key, _ in self.selector.select(timeout)}  # type: ignore[misc]
 
     def heartbeat(self) -> None:
         """Show the run still holds its backlog; a lease taken over (fenced) stops the run, granting nothing more."""
@@ -545,12 +573,13 @@ class Supervisor:
         self.journal.end()
         self.journal.batching = False
         why = self.stopping or ("quota" if self.broker.exhausted else "idle")
-        if self.stopping is not None and self.owner.lost is None:
-            self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
-        deadline = time.monotonic() + (self.grace if self.stopping is not None else 5.0)
+        signalled = self.stopping is not None
+        deadline = time.monotonic() + (self.grace if signalled else 5.0)
         if self.stopping is None:
             self.stopping = why  # a worker asking for a grant from here on is told to stop
-        self.tell_stop()
+        self.tell_stop()  # before the record says so: whoever reads "stopping" finds every worker told
+        if signalled and self.owner.lost is None:
+            self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
         while any(w.item for w in self.pool) and time.monotonic() < deadline:
             ready = wait([w.conn for w in self.pool if w.item], timeout=self.poll)
             for w in list(self.pool):
@@ -576,6 +605,7 @@ class Supervisor:
                 end_holder(proc.pid, proc.started)
                 ended.extend({"item": w.item, "pid": proc.pid} for w in lanes if w.item is not None)
         self.pool.clear()
+        self.selector.close()
         self.engine.close()
         self.journal.end()
         if self.owner.mine():  # under the lease: a run taken over never records the end of the next one's
