@@ -436,8 +436,11 @@ def _tree_rss_kb(pid: int) -> int:
 
 
 def run_measured(args: list[str], cwd: Path) -> tuple[dict[str, Any] | None, float]:
-    """Run a bench script; its JSON answer and the peak resident memory of its whole process tree (MiB)."""
+    """Run a bench script; its JSON answer (with ``cpu_s``: the CPU time of its whole process tree, every
+    process of it reaped by its parent) and the peak resident memory of that tree (MiB)."""
     import threading
+
+    cpu0 = _children_cpu()
 
     proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -457,7 +460,16 @@ def run_measured(args: list[str], cwd: Path) -> tuple[dict[str, Any] | None, flo
     if proc.returncode != 0:
         print(f"  a bench script failed: {err.strip().splitlines()[-3:]}", file=sys.stderr)
         return None, peak[0] / 1024
-    return json.loads(out.strip().splitlines()[-1]), peak[0] / 1024
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    got["cpu_s"] = _children_cpu() - cpu0
+    return got, peak[0] / 1024
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def start_provider(latency: float) -> tuple[subprocess.Popen[str], int]:
@@ -498,28 +510,28 @@ def bench_in_flight(base: Path, args: argparse.Namespace) -> dict[str, Any]:
             got, rss = run_measured(fly, d)
             keep("latency_intentlog_wall_s", got and got["wall"])
             keep("latency_intentlog_peak_rss_mib", rss if got else None)
-            if peers["huey"]:
-                d = Path(tempfile.mkdtemp(dir=base))
-                got, rss = run_measured([args.peers, "-c", HUEY_FLY, str(d / "q.db"), str(n), str(cap), str(port)], d)
-                keep("latency_huey_wall_s", got and got["wall"])
-                keep("latency_huey_peak_rss_mib", rss if got else None)
-            if peers["dbos"]:
-                d = Path(tempfile.mkdtemp(dir=base))
-                got, rss = run_measured([args.peers, "-c", DBOS_FLY, str(d / "q.db"), str(n), str(cap), str(port)], d)
-                keep("latency_dbos_wall_s", got and got["wall"])
-                keep("latency_dbos_peak_rss_mib", rss if got else None)
+            keep("latency_intentlog_cpu_ms_per_item", got and 1000 * got["cpu_s"] / n)
+            for name, script in (("huey", HUEY_FLY), ("dbos", DBOS_FLY)):
+                if peers[name]:
+                    d = Path(tempfile.mkdtemp(dir=base))
+                    got, rss = run_measured([args.peers, "-c", script, str(d / "q.db"), str(n), str(cap), str(port)], d)
+                    keep(f"latency_{name}_wall_s", got and got["wall"])
+                    keep(f"latency_{name}_peak_rss_mib", rss if got else None)
+                    keep(f"latency_{name}_cpu_ms_per_item", got and 1000 * got["cpu_s"] / n)
             for w in (1, 2):
                 d = Path(tempfile.mkdtemp(dir=base))
                 lanes = args.fly_lanes
                 zero = [py, "-c", INTENTLOG_FLY, str(d / "l"), str(args.items), str(w), str(lanes), "0", str(w * lanes)]
                 got, _ = run_measured(zero, d)
                 keep(f"zero_intentlog_w{w}_items_per_s", got and got["rate"])
+                keep(f"zero_intentlog_w{w}_cpu_ms_per_item", got and 1000 * got["cpu_s"] / args.items)
                 for name, script in (("huey", HUEY_FLY), ("dbos", DBOS_FLY)):
                     if peers[name]:
                         d = Path(tempfile.mkdtemp(dir=base))
                         peer = [args.peers, "-c", script, str(d / "q.db"), str(args.items), str(w), "0"]
                         got, _ = run_measured(peer, d)
                         keep(f"zero_{name}_w{w}_items_per_s", got and got["rate"])
+                        keep(f"zero_{name}_w{w}_cpu_ms_per_item", got and 1000 * got["cpu_s"] / args.items)
     finally:
         prov.kill()
         prov.wait()
