@@ -2,6 +2,7 @@
 
     python bench/backlog.py [--items 200] [--repeats 3] [--peers /tmp/bench-peers/bin/python] [--dir PATH] [--json]
                             [--dask] [--view [--view-items 10000]]
+    python bench/backlog.py --in-flight [--quick] [--fly-items 2000] [--fly-cap 200] [--latency 0.1] [--json]
 
 1. intentlog: ``backlog.run(step, workers=W, until_idle=True)`` over ``--items`` fresh items
    whose step makes one ``task.effect`` with a no-op provider, W = 1 and 2 (worker
@@ -40,6 +41,10 @@
    ``run(until_idle=True)`` with nothing left to do (start, a worker forked, the closing
    view), ``start_only`` the supervisor's start alone (the backlog's fold,
    ``backlog.run_started``, the scan of the item tasks, ``backlog.run_stopped``).
+
+6. ``--in-flight``: an ``async def`` step, many items in flight per worker process, beside
+   Huey and DBOS in the same run, interleaved (see :func:`bench_in_flight`); ``--quick``:
+   one repeat, 500 latency-bound items at 50 in flight, 200 zero-latency items.
 
 Medians over the repeats: the machine is shared and noisy.
 """
@@ -293,6 +298,274 @@ def bench_peer(python: str, script: str, base: Path, items: int, workers: int) -
     return float(json.loads(r.stdout.strip().splitlines()[-1])["rate"])
 
 
+# -- in flight: an async step, many items per worker process ------------------------------------
+
+PROVIDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    latency = float(sys.argv[1])
+
+    async def serve(reader, writer):
+        line = await reader.readline()
+        if latency:
+            await asyncio.sleep(latency)
+        writer.write(b'{"ok":true}\\n')
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, backlog=4096)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+    """
+)
+
+INTENTLOG_FLY = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    import intentlog
+    root = sys.argv[1]
+    items, workers, in_flight, port, cap = (int(a) for a in sys.argv[2:7])
+
+    async def call(request):
+        if not port:  # zero latency: no provider at all, as the no-op step
+            return b"ok"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"go\\n")
+        await writer.drain()
+        line = await reader.readline()
+        writer.close()
+        return line
+
+    async def step(task, payload):
+        await task.aeffect("call", {"n": payload}, call)
+        return {"ok": True}
+
+    ledger = intentlog.open(root)
+    b = ledger.backlog("bench")
+    b.add_many([{"item": f"i{i}", "payload": i} for i in range(items)])
+    t0 = time.perf_counter()
+    view = b.run(step, workers=workers, in_flight=in_flight, quota=[f"in_flight={cap}"], until_idle=True, poll=0.005)
+    dt = time.perf_counter() - t0
+    assert view.counts["done"] == items, view.counts
+    print(json.dumps({"wall": dt, "rate": items / dt}))
+    """
+)
+
+HUEY_FLY = textwrap.dedent(
+    """
+    import json, socket, sys, time
+    from huey import SqliteHuey
+    path, items, workers, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    huey = SqliteHuey("bench", filename=path, fsync=True)
+
+    @huey.task()
+    def call(n):
+        if not port:
+            return n
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"go\\n")
+            return s.makefile("rb").readline().decode()
+
+    results = [call(i) for i in range(items)]
+    kind = "thread" if port else "process"
+    consumer = huey.create_consumer(workers=workers, worker_type=kind, periodic=False, check_worker_health=False)
+    t0 = time.perf_counter()
+    consumer.start()
+    for r in results:
+        r.get(blocking=True, timeout=600)
+    dt = time.perf_counter() - t0
+    consumer.stop(graceful=True)
+    print(json.dumps({"wall": dt, "rate": items / dt}))
+    """
+)
+
+DBOS_FLY = textwrap.dedent(
+    """
+    import json, socket, sys, time
+    from dbos import DBOS, DBOSConfig
+    path, items, workers, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    config: DBOSConfig = {"name": "bench", "system_database_url": "sqlite:///" + path}
+    config["max_executor_threads"] = max(64, workers + 16)
+    DBOS(config=config)
+
+    @DBOS.step()
+    def call(n):
+        if not port:
+            return n
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"go\\n")
+            return s.makefile("rb").readline().decode()
+
+    @DBOS.workflow()
+    def item(n):
+        return call(n)
+
+    DBOS.launch()
+    queue = DBOS.register_queue("bench", concurrency=workers, polling_interval_sec=0.01)
+    t0 = time.perf_counter()
+    handles = [queue.enqueue(item, i) for i in range(items)]
+    for h in handles:
+        h.get_result()
+    dt = time.perf_counter() - t0
+    DBOS.destroy()
+    print(json.dumps({"wall": dt, "rate": items / dt}))
+    """
+)
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """The resident memory of ``pid`` and every process under it, in KiB (0 once it is gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            with open(f"/proc/{p}/task/{p}/children", encoding="ascii") as f:
+                todo.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run_measured(args: list[str], cwd: Path) -> tuple[dict[str, Any] | None, float]:
+    """Run a bench script; its JSON answer (with ``cpu_s``: the CPU time of its whole process tree, every
+    process of it reaped by its parent) and the peak resident memory of that tree (MiB)."""
+    import threading
+
+    cpu0 = _children_cpu()
+
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        done.set()
+        t.join()
+    if proc.returncode != 0:
+        print(f"  a bench script failed: {err.strip().splitlines()[-3:]}", file=sys.stderr)
+        return None, peak[0] / 1024
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    got["cpu_s"] = _children_cpu() - cpu0
+    return got, peak[0] / 1024
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def start_provider(latency: float) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-c", PROVIDER, str(latency)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def bench_in_flight(base: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Latency-bound and zero-latency runs of intentlog (async step, items in flight), Huey and DBOS, interleaved.
+
+    Latency-bound: ``--fly-items`` items, each one call to a provider on 127.0.0.1 answering
+    after ``--latency`` s, at most ``--fly-cap`` in flight (intentlog: 2 worker processes
+    of ``cap/2`` lanes and a quota ``in_flight=cap``; Huey: ``cap`` consumer threads;
+    DBOS: a queue of concurrency ``cap``): wall time against the ideal
+    ``items * latency / cap``, and the peak resident memory of the whole run (every
+    process of it, sampled every 20 ms). Zero latency: ``--items`` items with no provider,
+    with 1 and 2 workers (intentlog: ``--fly-lanes`` lanes each; Huey: process workers;
+    DBOS: concurrency 1, 2).
+    """
+    py = sys.executable
+    peers = {name: _has(args.peers, name) for name in ("huey", "dbos")}
+    for name, ok in peers.items():
+        if not ok:
+            print(f"SKIPPED peer {name}: not importable by {args.peers} (pip install huey dbos)", file=sys.stderr)
+    prov, port = start_provider(args.latency)
+    rows: dict[str, list[float]] = {}
+
+    def keep(key: str, value: float | None) -> None:
+        if value is not None:
+            rows.setdefault(key, []).append(value)
+
+    try:
+        n, cap = args.fly_items, args.fly_cap
+        for _ in range(args.repeats):  # interleaved: each repeat runs every runner once
+            d = Path(tempfile.mkdtemp(dir=base))
+            fly = [py, "-c", INTENTLOG_FLY, str(d / "l"), str(n), "2", str(cap // 2), str(port), str(cap)]
+            got, rss = run_measured(fly, d)
+            keep("latency_intentlog_wall_s", got and got["wall"])
+            keep("latency_intentlog_peak_rss_mib", rss if got else None)
+            keep("latency_intentlog_cpu_ms_per_item", got and 1000 * got["cpu_s"] / n)
+            for name, script in (("huey", HUEY_FLY), ("dbos", DBOS_FLY)):
+                if peers[name]:
+                    d = Path(tempfile.mkdtemp(dir=base))
+                    got, rss = run_measured([args.peers, "-c", script, str(d / "q.db"), str(n), str(cap), str(port)], d)
+                    keep(f"latency_{name}_wall_s", got and got["wall"])
+                    keep(f"latency_{name}_peak_rss_mib", rss if got else None)
+                    keep(f"latency_{name}_cpu_ms_per_item", got and 1000 * got["cpu_s"] / n)
+            for w in (1, 2):
+                d = Path(tempfile.mkdtemp(dir=base))
+                lanes = args.fly_lanes
+                zero = [py, "-c", INTENTLOG_FLY, str(d / "l"), str(args.items), str(w), str(lanes), "0", str(w * lanes)]
+                got, _ = run_measured(zero, d)
+                keep(f"zero_intentlog_w{w}_items_per_s", got and got["rate"])
+                keep(f"zero_intentlog_w{w}_cpu_ms_per_item", got and 1000 * got["cpu_s"] / args.items)
+                for name, script in (("huey", HUEY_FLY), ("dbos", DBOS_FLY)):
+                    if peers[name]:
+                        d = Path(tempfile.mkdtemp(dir=base))
+                        peer = [args.peers, "-c", script, str(d / "q.db"), str(args.items), str(w), "0"]
+                        got, _ = run_measured(peer, d)
+                        keep(f"zero_{name}_w{w}_items_per_s", got and got["rate"])
+                        keep(f"zero_{name}_w{w}_cpu_ms_per_item", got and 1000 * got["cpu_s"] / args.items)
+    finally:
+        prov.kill()
+        prov.wait()
+    out: dict[str, Any] = {
+        "fly_items": args.fly_items, "latency_s": args.latency, "fly_cap": args.fly_cap,
+        "ideal_s": args.fly_items * args.latency / args.fly_cap, "zero_items": args.items, "repeats": args.repeats,
+    }  # fmt: skip
+    out.update({k: round(statistics.median(v), 3) for k, v in rows.items()})
+    for name in ("intentlog", "huey", "dbos"):
+        wall = out.get(f"latency_{name}_wall_s")
+        if wall:
+            out[f"latency_{name}_vs_ideal"] = round(wall / out["ideal_s"], 2)
+    for name in ("huey", "dbos"):
+        mine, theirs = out.get("latency_intentlog_wall_s"), out.get(f"latency_{name}_wall_s")
+        if mine and theirs:
+            out[f"ratio_latency_wall_intentlog_vs_{name}"] = round(mine / theirs, 2)
+        for w in (1, 2):
+            mine, theirs = out.get(f"zero_intentlog_w{w}_items_per_s"), out.get(f"zero_{name}_w{w}_items_per_s")
+            if mine and theirs:
+                out[f"ratio_zero_w{w}_intentlog_vs_{name}"] = round(mine / theirs, 2)
+    if peers["huey"] or peers["dbos"]:
+        from importlib.metadata import version
+
+        out["versions"] = {
+            name: subprocess.run(
+                [args.peers, "-c", f"from importlib.metadata import version; print(version({name!r}))"],
+                capture_output=True, text=True,
+            ).stdout.strip()
+            for name, ok in peers.items() if ok
+        }  # fmt: skip
+        out["versions"]["intentlog"] = version("intentlog")
+    return out
+
+
 def _has(python: str, module: str) -> bool:
     if not Path(python).exists():
         return False
@@ -309,8 +582,26 @@ def main() -> None:
     ap.add_argument("--dask", action="store_true", help="also the Dask engine (needs intentlog[dask])")
     ap.add_argument("--view", action="store_true", help="only the view and a run's start at --view-items items")
     ap.add_argument("--view-items", type=int, default=10_000)
+    ap.add_argument("--in-flight", action="store_true", help="only the async step with items in flight, and peers")
+    ap.add_argument("--quick", action="store_true", help="with --in-flight: 1 repeat, 500 items at 50 in flight")
+    ap.add_argument("--fly-items", type=int, default=2000, help="latency-bound items")
+    ap.add_argument("--fly-cap", type=int, default=200, help="latency-bound: at most this many in flight")
+    ap.add_argument("--fly-lanes", type=int, default=50, help="zero latency: lanes per worker process")
+    ap.add_argument("--latency", type=float, default=0.1, help="the provider's answer time, seconds")
     args = ap.parse_args()
+    if not Path(args.peers).exists():
+        args.peers = sys.executable  # the peers installed beside intentlog
     base = Path(tempfile.mkdtemp(prefix="bench-backlog.", dir=args.dir))
+    if args.in_flight:
+        if args.quick:
+            args.repeats, args.fly_items, args.fly_cap, args.items = 1, 500, 50, 200
+        out = bench_in_flight(base, args)
+        if args.json:
+            print(json.dumps(out, indent=2, sort_keys=True))
+        else:
+            for k, v in out.items():
+                print(f"{k:44} {v}")
+        return
     out: dict[str, Any] = {"items": args.items, "repeats": args.repeats}
     if args.view:
         out = {"view_items": args.view_items, "repeats": args.repeats}

@@ -32,6 +32,9 @@ SLOW: dict[str, list[str]] = {
         "test_a_stalled_gc_taken_over_deletes_no_new_task",
         "test_a_stalled_gc_taken_over_does_not_delete_an_object_stored_again",
     ],
+    # a worker holding many items killed and stopped (a stall waited out), a Dask cluster on a store
+    "test_backlog_inflight.py": ["test_a_worker_holding_many_items_killed_or_stopped"],
+    "test_backlog_inflight_store.py": ["test_dask_carries_batches_of_items_per_task_on_the_store"],
     # a Dask cluster started per test
     "test_backlog_dask.py": [
         "test_every_item_done_on_dask_one_receipt_per_key",

@@ -31,10 +31,12 @@ from ..eventlog.canonical import dumps, redact_value
 from ..eventlog.format import TASK_ID_RE, Event
 from ..eventlog.redaction import shape_spans
 from ..ledgerstorage import LeaseOwner
+from ..projections.backlogs import BacklogPace, PaceFold, Running
 from ..task import Task
 from . import leases
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
+from .inflight import check_in_flight
 from .itemcache import read_item_task, read_items
 from .model import (
     BACKLOG_NAME_RE,
@@ -84,6 +86,8 @@ class BacklogView:
     items: list[ItemView]
     quota_waiting: dict[str, Any] | None
     stopped: dict[str, Any] | None
+    #: in flight (per process), the rate, the oldest running item, the open run's limits
+    pace: BacklogPace | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +96,7 @@ class BacklogView:
             "items": [i.to_json() for i in self.items],
             "quota_waiting": self.quota_waiting,
             "stopped": self.stopped,
+            "pace": None if self.pace is None else self.pace.to_json(),
         }
 
 
@@ -123,10 +128,12 @@ class Backlog:
 
     # -- reading -------------------------------------------------------------------
 
-    def fold(self) -> BacklogFold:
+    def fold(self, pace: PaceFold | None = None) -> BacklogFold:
         f = BacklogFold()
         for ev in self.task.events():
             f.apply(ev)
+            if pace is not None:
+                pace.apply(ev)
         return f
 
     def view(self, *, now: float | None = None) -> BacklogView:
@@ -136,7 +143,8 @@ class Backlog:
         (:mod:`intentlog.backlog.itemcache`); who holds each task's lock is read live.
         """
         now = time.time() if now is None else now
-        f = self.fold()
+        pace = PaceFold()
+        f = self.fold(pace)
         self._refuse_foreign(f)
         ordered = f.ordered()
         got = read_items(self.ledger, self.name, [rec.task for rec in ordered])
@@ -153,7 +161,12 @@ class Backlog:
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:
             counts[r.state] += 1
-        return BacklogView(self.name, counts, rows, f.quota_waiting, f.stopped)
+        running = [
+            Running(r.item, (r.holder or {}).get("pid"), (r.holder or {}).get("host"), (r.holder or {}).get("since"))
+            for r in rows
+            if r.state == "running"
+        ]
+        return BacklogView(self.name, counts, rows, f.quota_waiting, f.stopped, pace.pace(running, now))
 
     def item(self, item_id: str) -> ItemView:
         for row in self.view().items:
@@ -371,6 +384,7 @@ class Backlog:
         max_backoff: float = 300.0,
         poll: float = 0.05,
         engine: Any = "local",
+        in_flight: int = 1,
     ) -> BacklogView:
         """Run the items with ``workers`` slots of ``engine``; see :mod:`intentlog.backlog.supervisor`.
 
@@ -378,9 +392,13 @@ class Backlog:
         cluster of ``workers`` processes; the ``intentlog[dask]`` extra) or an engine object
         such as ``DaskEngine(scheduler="tcp://host:8786")``
         (:mod:`intentlog.backlog.engines`). The scheduling is the same whatever the engine.
+        ``in_flight``: items one worker process holds at once, for an ``async def`` step
+        (:mod:`intentlog.backlog.inflight`); a quota ``in_flight=N`` caps the items running
+        at once across all workers.
         """
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise UsageError(f"workers must be a positive int, not {workers!r}")
+        in_flight, max_in_flight, quota = check_in_flight(step, in_flight, quota, engine)
         self._refuse_foreign(self.fold())
         quotas: tuple[Quota, ...]
         if quota is None:
@@ -392,7 +410,7 @@ class Backlog:
         sup = Supervisor(
             self, step, workers=workers, quotas=quotas, until_idle=until_idle, inactivity=inactivity,
             max_duration=max_duration, grace=grace, backoff=backoff, max_backoff=max_backoff, poll=poll,
-            engine=engine_for(engine, workers),
+            engine=engine_for(engine, workers), in_flight=in_flight, max_in_flight=max_in_flight,
         )  # fmt: skip
         sup.run()
         return self.view()

@@ -1,4 +1,4 @@
-"""The Dask engine: each backlog item runs as ONE task on a Dask distributed cluster.
+"""The Dask engine: a backlog's items run in Dask tasks on a Dask distributed cluster, many items per task.
 
 ``backlog.run(step, engine="dask", workers=N)`` starts a ``LocalCluster`` of ``N`` worker
 processes (one thread each); ``DaskEngine(scheduler="tcp://host:8786")`` uses a running
@@ -7,16 +7,19 @@ cluster. The ``distributed`` package is imported only here, on first use (the
 
 How an item runs. The supervisor (the calling process) keeps every decision -- which item,
 when, backoff, ``max_attempts``, quotas, blocking -- recorded in the backlog stream exactly
-as with local processes. Each of its ``N`` slots hands an item to Dask as one task
-(``pure=False``, a fresh key each time). The task, on whichever worker Dask picks,
-connects back to the slot (an authenticated ``multiprocessing.connection``), opens the
-shared ledger itself and runs the item through :func:`intentlog.backlog.worker.run_item`:
+as with local processes. Each of its ``N`` slots submits one Dask task (``pure=False``, a
+fresh key) and keeps it: the task, on whichever worker Dask picks, connects back to the
+slot (an authenticated ``multiprocessing.connection``), opens the shared ledger itself
+and then runs the items the slot sends it, one after another, over that connection -- a
+batch of items per Dask task, not one scheduler round trip per item. Each item runs
+through :func:`intentlog.backlog.worker.run_item`:
 it takes the item task's writer lock and holds it for the whole run, records
 ``lease.acquired``, and asks the supervisor for quota units before every
 ``attempt.started`` -- the same protocol the local workers speak.
 
 Engine retries are harmless. Dask runs a task again when the worker running it dies; that
-run takes the lock again (the dead process's lock went with it) and *resumes* the item:
+run connects back with the same token and is sent the item the dead one held: it takes
+the lock again (the dead process's lock went with it) and *resumes* the item:
 completed calls replay, and an attempt that started with nothing observed makes the item
 blocked (``backlog.item_blocked`` with the reconcile command), never sent again. The slot
 records ``backlog.holder_died`` when the connection to a running task drops. A task that
@@ -132,35 +135,54 @@ def run_remote(
     address: Any,
     authkey: bytes,
     token: str,
-    item: str,
-    task_id: str,
-    backlog: str,
-    payload: Any,
     step: StepArg,
 ) -> str:
-    """The Dask task for one item: connect back, open the ledger, resume the item; its answer's kind.
+    """The Dask task of one slot: connect back, then run each item the slot sends; how many it answered.
 
-    Runs on a Dask worker. Nothing is opened before the slot accepts ``token``; the item's
+    Runs on a Dask worker. Nothing is opened before the slot accepts ``token``; each item's
     lock is taken inside :func:`run_item`, held until it returns, and released with the
-    lease (or by the process's death).
+    lease (or by the process's death). Returns when the slot closes the connection.
     """
     conn = _connect(address, authkey)
     ledger: LedgerLike | None = None
+    answered = 0
     try:
         me = os.getpid()
         conn.send(Hello("hello", token, me, host_name(), start_time(me)))
         if not isinstance(conn.recv(), Welcome):
             return "turned away"
-        ledger = opener(root)
+        _secede()
         fn = resolve_step(step) if isinstance(step, str) else step
-        answer = run_item(ledger.task(task_id), conn, item, backlog, payload, fn)
-        conn.send(answer)
-        return answer.kind
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                break
+            if not msg or msg[0] != "item":  # a quit, or a "stop" told after an item ended
+                if msg and msg[0] == "quit":
+                    break
+                continue
+            run = Run(*msg)
+            if ledger is None:
+                ledger = opener(root)
+            answer = run_item(ledger.task(run.task), conn, run.item, run.backlog, run.payload, fn, asks=run.asks)
+            conn.send(answer)
+            answered += 1
+        return f"{answered} item(s)"
     finally:
         conn.close()
         close = getattr(ledger, "close", None)
         if callable(close):
             close()
+
+
+def _secede() -> None:
+    """Leave the Dask worker's thread pool: a slot's task waits between items, and must never keep another
+    slot's task from starting (the supervisor's slots, not Dask's threads, bound the items run at once)."""
+    try:
+        _distributed().secede()
+    except ValueError:  # not on a Dask worker (called directly): nothing to leave
+        pass
 
 
 class _DaskSlot:
@@ -179,6 +201,9 @@ class _DaskSlot:
         self.conns: queue.Queue[Connection] = queue.Queue()
         self.closed = False
         self.future: Any = None
+        self.token = ""
+        #: the connection of the slot's Dask task, kept between items (None: none connected now)
+        self.live: Connection | None = None
         self._pid: int | None = None
         self._started: int | None = None
         self.acceptor = threading.Thread(target=self._accept, daemon=True, name="intentlog-dask-accept")
@@ -212,6 +237,9 @@ class _DaskSlot:
             return
         self.closed = True
         fut, self.future = self.future, None
+        live, self.live = self.live, None
+        if live is not None:
+            live.close()  # the task waiting for its next item sees EOF and ends
         if fut is not None:
             fut.cancel()
         self.acceptor.join(2.0)  # it looks at ``closed`` every 0.2 s
@@ -245,7 +273,7 @@ class _DaskSlot:
                     continue
                 item = msg.item
                 try:
-                    answer = self.carry(item, msg.task, msg.backlog, msg.payload)  # a Dask task always asks
+                    answer = self.carry(item, msg.task, msg.backlog, msg.payload, msg.asks)
                 except (EOFError, OSError):
                     raise
                 except Exception as exc:  # the engine failed (not the step): the item stays queued, never hangs
@@ -256,30 +284,51 @@ class _DaskSlot:
         except (EOFError, OSError):
             return
 
-    def carry(self, item: str, task_id: str, backlog: str, payload: Any) -> Answer:
-        """Submit the item as one Dask task and relay it; the item's final answer for the supervisor."""
-        token = secrets.token_hex(8)
-        fut = self.engine.client().submit(
-            run_remote, self.opener, self.root, self.listener.address, self.engine.authkey, token,
-            item, task_id, backlog, payload, self.step, key=f"intentlog-{item}-{token}", pure=False,
-        )  # fmt: skip
-        self.future = fut
-        try:
-            while True:
-                conn = self.next_conn(token, fut)
-                if conn is None:
+    def carry(self, item: str, task_id: str, backlog: str, payload: Any, asks: bool = True) -> Answer:
+        """Send the item to the slot's Dask task (submitted when there is none) and relay it; its final answer."""
+        run = Run("item", item, task_id, backlog, payload, asks)
+        sent, fresh = False, False
+        while True:
+            conn = self.live
+            if conn is not None and not sent and conn.poll(0):  # its task ended while idle (EOF waiting)
+                conn.close()
+                conn = self.live = None
+            if conn is None:
+                if self.future is None:
+                    self.submit()
+                    fresh = True
+                conn = self.next_conn(self.token, self.future)
+                if conn is None:  # the task ended without connecting (again)
+                    fut, self.future = self.future, None
+                    self._pid = self._started = None
+                    if not sent and not fresh:
+                        continue  # an old task that ended between items: the item goes to a new one
                     return Failed("error", item, _ended(fut))
-                final = self.relay(conn)
-                if final is not None:
-                    return final
-                where = f"pid {self._pid}" if self._pid is not None else "its process"
-                self.child.send(
-                    Died("died", item, self._pid, f"the Dask worker ({where}) was lost mid-item; Dask runs it again")
-                )
-                self._pid = self._started = None
-        finally:
-            self.future = None
+                self.live = conn
+            try:
+                conn.send(run)
+            except OSError:
+                self.live = None
+                continue
+            sent = True
+            final = self.relay(conn)
+            if final is not None:
+                return final
+            self.live = None
+            where = f"pid {self._pid}" if self._pid is not None else "its process"
+            self.child.send(
+                Died("died", item, self._pid, f"the Dask worker ({where}) was lost mid-item; Dask runs it again")
+            )
             self._pid = self._started = None
+
+    def submit(self) -> None:
+        """Submit the slot's Dask task (a fresh token and key): it connects back and takes items until closed."""
+        self.token = secrets.token_hex(8)
+        self.engine.submitted += 1
+        self.future = self.engine.client().submit(
+            run_remote, self.opener, self.root, self.listener.address, self.engine.authkey, self.token,
+            self.step, key=f"intentlog-slot-{self.token}", pure=False,
+        )  # fmt: skip
 
     def next_conn(self, token: str, fut: Any) -> Connection | None:
         """The next connection from this submission's task, or None once the task ended without one."""
@@ -305,7 +354,10 @@ class _DaskSlot:
         return None
 
     def relay(self, conn: Connection) -> Answer | None:
-        """Pass the task's messages to the supervisor (and its grants back); its final answer, or None if lost."""
+        """Pass the task's messages to the supervisor (and its grants back); its final answer, or None if lost.
+
+        The connection stays open after the final answer: the task waits on it for the next item.
+        """
         try:
             while True:
                 msg = from_slot(conn.recv())
@@ -315,9 +367,8 @@ class _DaskSlot:
                 if isinstance(msg, Reserve):
                     conn.send(self.child.recv())
         except (EOFError, OSError):
-            return None
-        finally:
             conn.close()
+            return None
 
 
 def _ended(fut: Any) -> str:
@@ -383,6 +434,8 @@ class DaskEngine:
         self._client: Any = None
         self._cluster: Any = None
         self.slots: list[_DaskSlot] = []
+        #: Dask tasks submitted so far (each carries items until its slot closes or its worker is lost)
+        self.submitted = 0
 
     def __repr__(self) -> str:
         return f"<DaskEngine {self.scheduler or 'local cluster'}>"

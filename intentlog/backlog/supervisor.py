@@ -42,6 +42,7 @@ decisions (:class:`~intentlog.backlog.journal.Journal`), which item next and ret
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import threading
 import time
@@ -56,10 +57,26 @@ from ..errors import IntentlogError
 from . import leases
 from .broker import QuotaBroker
 from .engines import Engine, LocalEngine, Slot
+from .inflight import Cancel
 from .itemcache import read_item_task, read_reservations, read_returned_and_reserved
 from .journal import Journal
-from .messages import Answer, Blocked, Died, Done, Failed, Grant, Leased, Quit, Reserve, Run, Stop, Waiting, from_slot
-from .model import BacklogFold, BacklogLike
+from .messages import (
+    Answer,
+    Blocked,
+    Died,
+    Done,
+    Failed,
+    Grant,
+    Leased,
+    Quit,
+    Reserve,
+    Run,
+    Stop,
+    Stopped,
+    Waiting,
+    from_slot,
+)  # fmt: skip
+from .model import BacklogFold, BacklogLike, ItemRecord
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota
 from .runlease import RunOwner
@@ -77,6 +94,10 @@ OUTAGE = 60.0
 #: workers in a row that exit before answering anything: the run stops (a step that cannot load, a crash at start)
 START_DEATHS = 5
 
+#: seconds between two looks at every running item's stream (stalls are judged in seconds; hundreds of items
+#: in flight answer many times a second, and each look costs a stat per item)
+WATCH_EVERY = 0.05
+
 
 class WorkersDie(IntentlogError):
     """The run stopped: its workers kept exiting before they answered anything."""
@@ -86,7 +107,7 @@ class BacklogTakenOver(IntentlogError):
     """The run stopped: another run took the backlog over while this one stood still."""
 
 
-@dataclass
+@dataclass(eq=False)  # a slot is itself: compared (in, remove) by identity
 class _Worker:
     proc: Slot
     conn: Connection
@@ -98,6 +119,9 @@ class _Worker:
     task: Task | None = None  # the item's task (read only: its stream's growth is its progress)
     asks: bool = True  # whether the item's worker asks for a grant before each attempt (else: told "stop")
     answered: bool = False  # whether it ever sent a message (a worker that dies before: a start death)
+    lanes: int = 1  # items its process holds at once (an async step's lanes share one process)
+    cancelled: float | None = None  # monotonic: when its item was told to cancel (a lane of many)
+    verdict: tuple[str, str] | None = None  # why it was cancelled: (record kind, reason)
 
 
 class Supervisor:
@@ -119,8 +143,12 @@ class Supervisor:
         poll: float,
         engine: Engine | None = None,
         clock: Callable[[], float] = time.monotonic,
+        in_flight: int = 1,
+        max_in_flight: int | None = None,
     ) -> None:
         self.backlog, self.step = backlog, step
+        #: items one worker process holds at once (an async step), and at most how many run at once in all
+        self.in_flight, self.max_in_flight = in_flight, max_in_flight
         self.workers, self.until_idle, self.grace, self.poll = workers, until_idle, grace, poll
         self.engine: Engine = LocalEngine() if engine is None else engine
         self.journal = Journal(backlog)
@@ -135,6 +163,10 @@ class Supervisor:
         self.start_deaths, self.last_death = 0, ""
         #: what ends the run with an error once it is shut down (workers dying at start, the lease lost)
         self.failure: IntentlogError | None = None
+        #: the slots' connections, watched by one selector kept across turns (hundreds of lanes)
+        self.selector = selectors.DefaultSelector()
+        self.registered: set[Connection] = set()
+        self.watched = -WATCH_EVERY  # monotonic: the last look at the running items
 
     @property
     def fold(self) -> BacklogFold:
@@ -158,6 +190,8 @@ class Supervisor:
                 {
                     "pid": me, "host": host_name(), "start_time": start_time(me), "boot_id": boot_id(),
                     "workers": self.workers, "quota": [q.spec() for q in self.broker.quotas],
+                    **({"in_flight": self.in_flight} if self.in_flight > 1 else {}),
+                    **({"max_in_flight": self.max_in_flight} if self.max_in_flight is not None else {}),
                 }
             )  # fmt: skip
         except BaseException:
@@ -221,7 +255,7 @@ class Supervisor:
             self.spawn()
             if self.stopping is not None:
                 return
-            ready = wait([w.conn for w in self.pool], timeout=self.poll)
+            ready = self.ready(self.poll)
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
@@ -230,7 +264,10 @@ class Supervisor:
                 if w.conn in ready:
                     self.receive(w)
             self.grant_waiting()
-            self.watch()
+            now = time.monotonic()
+            if now - self.watched >= WATCH_EVERY:
+                self.watched = now
+                self.watch()
             self.dispatch()
             self.journal.release()
             if self.broker.exhausted is not None and not any(w.item for w in self.pool):
@@ -239,6 +276,22 @@ class Supervisor:
                 self.journal.refresh()  # an item added meanwhile (by another process) is run before it is idle
                 if self.idle():
                     return
+
+    def ready(self, timeout: float) -> set[Connection]:
+        """The slots' connections with something to read (a message, or EOF) within ``timeout`` seconds."""
+        conns = {w.conn for w in self.pool}
+        for c in self.registered - conns:  # first: a closed connection's descriptor may be reused by a new one
+            try:
+                self.selector.unregister(c)
+            except (KeyError, ValueError, OSError):
+                pass
+        for c in conns - self.registered:
+            try:
+                self.selector.register(c, selectors.EVENT_READ)
+            except (KeyError, ValueError, OSError):  # closed already: its worker's end is found by the watch
+                conns.discard(c)
+        self.registered = conns
+        return {key.fileobj for key, _ in self.selector.select(timeout)}  # type: ignore[misc]
 
     def heartbeat(self) -> None:
         """Show the run still holds its backlog; a lease taken over (fenced) stops the run, granting nothing more."""
@@ -269,15 +322,20 @@ class Supervisor:
                 )
                 self.stopping = "workers die at start"
             return
-        while len(self.pool) < self.workers:
+        while len({id(w.proc) for w in self.pool}) < self.workers:
             self.journal.close()  # a forked child must not inherit the backlog's lock
-            slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
-            self.pool.append(_Worker(slot, conn))
+            if self.in_flight > 1:
+                spawn_lanes = getattr(self.engine, "spawn_lanes")  # noqa: B009 - checked by the run
+                for slot, conn in spawn_lanes(self.backlog.ledger, self.step, self.in_flight):
+                    self.pool.append(_Worker(slot, conn, lanes=self.in_flight))
+            else:
+                slot, conn = self.engine.spawn(self.backlog.ledger, self.step)
+                self.pool.append(_Worker(slot, conn))
 
     def dispatch(self) -> None:
         if self.stopping is not None or self.broker.exhausted is not None:
             return
-        free = [w for w in self.pool if w.item is None]
+        free = self.free_lanes()
         if not free:
             return
         for rec in self.schedule.candidates({w.item for w in self.pool if w.item is not None}):
@@ -297,6 +355,24 @@ class Supervisor:
                 w.conn.send(Run("item", rec.item, rec.task, self.backlog.name, rec.payload, w.asks))
             except OSError:  # the worker died before it was handed anything (at start): the item stays queued
                 w.item, w.task = None, None  # the watch removes the dead worker and counts a start death
+
+    def free_lanes(self) -> list[_Worker]:
+        """The slots free to take an item, the processes' lanes interleaved (items spread over the processes),
+        no more than the run's ``max_in_flight`` allows."""
+        by_proc: dict[int, list[_Worker]] = {}
+        busy = 0
+        for w in self.pool:
+            if w.item is None:
+                by_proc.setdefault(id(w.proc), []).append(w)
+            else:
+                busy += 1
+        room = len(self.pool) if self.max_in_flight is None else max(0, self.max_in_flight - busy)
+        free: list[_Worker] = []
+        groups = list(by_proc.values())
+        depth = max((len(g) for g in groups), default=0)
+        for i in range(depth):
+            free.extend(g[i] for g in groups if i < len(g))
+        return free[:room]
 
     def asks(self) -> bool:
         """Whether a worker must ask for a grant before each attempt.
@@ -366,9 +442,12 @@ class Supervisor:
 
     def finished(self, w: _Worker, msg: Answer) -> None:
         item = msg.item
-        w.item, w.waiting = None, None
+        cancelled, verdict = w.cancelled, w.verdict
+        w.item, w.waiting, w.cancelled, w.verdict = None, None, None, None
         rec = self.fold.items[item]
-        if isinstance(msg, Done):
+        if cancelled is not None and verdict is not None and isinstance(msg, Stopped):
+            self.ended(w, rec, verdict, cancelled=True)
+        elif isinstance(msg, Done):
             self.journal.record("backlog.item_done", {"item": item, "task": rec.task})
             self.schedule.settled[item] = "done"
         elif isinstance(msg, Blocked):
@@ -395,7 +474,12 @@ class Supervisor:
             )
 
     def died(self, w: _Worker) -> None:
-        """Count a worker that exited before answering anything: :data:`START_DEATHS` in a row stop the run."""
+        """Count a worker that exited before answering anything: :data:`START_DEATHS` in a row stop the run.
+
+        A process's lanes count once: the first of them to be found gone counts its death.
+        """
+        if any(x.proc is w.proc for x in self.pool):
+            return  # another lane of the same process is still to be found gone
         if not w.answered:
             self.start_deaths += 1
             self.last_death = f"worker {w.proc.pid} {exit_text(w.proc.exitcode)}"
@@ -403,32 +487,78 @@ class Supervisor:
     # -- stalls and timeouts -----------------------------------------------------------
 
     def watch(self) -> None:
-        """End (or fence) the holders the watchdog finds stalled or overrun, provably ours only; record it."""
+        """End (or fence) the holders the watchdog finds stalled or overrun, provably ours only; record it.
+
+        An item on a lane of many (an async step) is cancelled alone: its lane answers once
+        the item let its lease go, and the verdict is recorded then. A process that leaves
+        a cancel unanswered for ``grace`` seconds has an event loop that stopped responding:
+        it is ended, and every item it held is settled as a stalled holder's.
+        """
         now = time.monotonic()
         for w in list(self.pool):
+            if w not in self.pool:
+                continue  # removed with its process this turn
             if w.item is None:
                 if not w.proc.is_alive():
                     self.pool.remove(w)
                     self.died(w)
                 continue
             rec = self.fold.items[w.item]
+            if w.cancelled is not None:
+                if now - w.cancelled > self.grace:
+                    self.end_process(w)
+                continue
             size = leases.progress(w.task) if w.task is not None else -1
             if size != w.size:
                 w.size, w.progress = size, now
             verdict = self.watchdog.overdue(rec, w.since, w.progress, now)
             if verdict is None:
                 continue
-            kind, reason = verdict
+            if w.lanes > 1:
+                try:
+                    w.conn.send(Cancel("cancel", rec.item))
+                except OSError:
+                    pass  # the process is gone: its lanes' pipes say so
+                w.cancelled, w.verdict = now, verdict
+                continue
             if not leases.end_or_fence(self.backlog.ledger.task(rec.task), w.proc.pid, w.proc.started):
                 continue  # cannot prove it is ours: never take the item
             self.pool.remove(w)
             w.proc.join(timeout=1.0)
-            self.journal.record(
-                kind,
-                {"item": rec.item, "task": rec.task, "pid": w.proc.pid, "start_time": w.proc.started, "reason": reason},
-            )
-            if kind == "backlog.item_timed_out":
-                self.schedule.failed_attempt(self.fold.items[rec.item], reason)
+            self.ended(w, rec, verdict)
+
+    def ended(self, w: _Worker, rec: ItemRecord, verdict: tuple[str, str], *, cancelled: bool = False) -> None:
+        """Record a stalled or overrun holder ended (or its item cancelled); an overrun is a failed attempt."""
+        kind, reason = verdict
+        data: dict[str, Any] = {
+            "item": rec.item, "task": rec.task, "pid": w.proc.pid, "start_time": w.proc.started, "reason": reason,
+        }  # fmt: skip
+        if cancelled:
+            data["cancelled"] = True
+        self.journal.record(kind, data)
+        if kind == "backlog.item_timed_out":
+            self.schedule.failed_attempt(self.fold.items[rec.item], reason)
+
+    def end_process(self, w: _Worker) -> None:
+        """End a lane's process whose event loop left a cancel unanswered: each of its items settled as stalled."""
+        lanes = [x for x in self.pool if x.proc is w.proc]
+        busy = [x for x in lanes if x.item is not None]
+        gone = w.proc.pid is not None and end_holder(w.proc.pid, w.proc.started)
+        if self.backlog.ledger.backend.fences:  # on a store each item's lease is fenced too, wherever it runs
+            fenced = [leases.fence(self.backlog.ledger.task(self.fold.items[x.item].task)) for x in busy if x.item]
+            gone = gone or all(f is not None for f in fenced)
+        if not gone:
+            return  # cannot prove it is ours: never take its items
+        for x in lanes:
+            self.pool.remove(x)
+        w.proc.join(timeout=1.0)
+        self.died(w)
+        why = f"its worker's event loop did not answer a cancel within {self.grace:g} s"
+        for x in busy:
+            assert x.item is not None
+            rec = self.fold.items[x.item]
+            kind, reason = x.verdict or ("backlog.holder_ended", "stalled")
+            self.ended(x, rec, (kind, f"{reason}; {why}"))
 
     # -- idle and shutdown -------------------------------------------------------------
 
@@ -461,12 +591,13 @@ class Supervisor:
         self.journal.end()
         self.journal.batching = False
         why = self.stopping or ("quota" if self.broker.exhausted else "idle")
-        if self.stopping is not None and self.owner.lost is None:
-            self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
-        deadline = time.monotonic() + (self.grace if self.stopping is not None else 5.0)
+        signalled = self.stopping is not None
+        deadline = time.monotonic() + (self.grace if signalled else 5.0)
         if self.stopping is None:
             self.stopping = why  # a worker asking for a grant from here on is told to stop
-        self.tell_stop()
+        self.tell_stop()  # before the record says so: whoever reads "stopping" finds every worker told
+        if signalled and self.owner.lost is None:
+            self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
         while any(w.item for w in self.pool) and time.monotonic() < deadline:
             ready = wait([w.conn for w in self.pool if w.item], timeout=self.poll)
             for w in list(self.pool):
@@ -474,21 +605,25 @@ class Supervisor:
                     self.receive(w)
             self.grant_waiting()
             self.journal.release()  # as on every turn: a grace longer than a store's stale limit keeps the lease
-        ended = []
+        ended: list[dict[str, Any]] = []
         for w in self.pool:
             if w.item is None:
                 try:
                     w.conn.send(Quit("quit"))
                 except OSError:
                     pass
+        procs: dict[int, list[_Worker]] = {}
         for w in self.pool:
-            if w.item is None:
-                w.proc.join(timeout=2.0)
-            if w.proc.is_alive() and w.proc.pid is not None:
-                end_holder(w.proc.pid, w.proc.started)
-                if w.item is not None:
-                    ended.append({"item": w.item, "pid": w.proc.pid})
+            procs.setdefault(id(w.proc), []).append(w)
+        for lanes in procs.values():
+            proc = lanes[0].proc
+            if all(w.item is None for w in lanes):
+                proc.join(timeout=2.0)
+            if proc.is_alive() and proc.pid is not None:
+                end_holder(proc.pid, proc.started)
+                ended.extend({"item": w.item, "pid": proc.pid} for w in lanes if w.item is not None)
         self.pool.clear()
+        self.selector.close()
         self.engine.close()
         self.journal.end()
         if self.owner.mine():  # under the lease: a run taken over never records the end of the next one's

@@ -49,7 +49,10 @@ from .messages import (
 from .model import BLOCKED, LedgerLike, blocking_reason, foreign_records, task_extras
 from .procs import boot_id, die_with_parent, host_name, start_time
 
-__all__ = ["LeaseLost", "QuotaExhausted", "Stopping", "units", "worker_main"]
+__all__ = [
+    "ItemGate", "LeaseLost", "QuotaExhausted", "Stopping", "failure_answer", "lease_item", "record_result",
+    "release_item", "run_item", "units", "worker_main",
+]  # fmt: skip
 
 Step = Callable[[Task, Any], Any]
 
@@ -79,7 +82,7 @@ def units(task: Task, **amounts: float) -> None:
     _PENDING_UNITS[task.id] = {k: float(v) for k, v in amounts.items()}
 
 
-class _Guard:
+class ItemGate:
     """The item stream's gate for one lease: fences the lease and reserves quota before each attempt."""
 
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
@@ -97,16 +100,7 @@ class _Guard:
             return ()
         self.check_lease()
         want = {CALLS: 1.0, **_PENDING_UNITS.pop(self.task.id, {})}
-        answer: Reply
-        self.deadline = None
-        if self.asks:
-            asked = time.monotonic()  # before the grant is made: its deadline counted from here is never late
-            self.conn.send(Reserve("reserve", self.item, want))
-            answer = self.conn.recv()
-            if isinstance(answer, Grant) and answer.valid is not None:
-                self.deadline = asked + answer.valid
-        else:  # no quota: the supervisor's only word is "stop", sent unasked once the run stops
-            answer = self.conn.recv() if self.conn.poll() else Grant("grant")
+        answer = self.ask(want)
         if isinstance(answer, Stop):
             raise Stopping(f"item {self.item!r}: the runner is stopping; the attempt did not start")
         if isinstance(answer, Spent):
@@ -122,6 +116,28 @@ class _Guard:
                 f"the quota grant for item {self.item!r} lapsed {late:.3f} s before the send could start "
                 "(a grant is valid for its window's margin); its units stay counted and the next attempt asks again"
             )
+
+    def ask(self, want: dict[str, float]) -> Reply:
+        """The supervisor's word on this attempt's units (:meth:`request`), and the grant's deadline.
+
+        A grant that carries a validity sets the deadline :meth:`sending` checks, counted
+        from before the grant was asked on this process's own clock, so it is never late.
+        """
+        self.deadline = None
+        asked = time.monotonic()
+        answer = self.request(want)
+        if isinstance(answer, Grant) and answer.valid is not None:
+            self.deadline = asked + answer.valid
+        return answer
+
+    def request(self, want: dict[str, float]) -> Reply:
+        """Asked and waited for, or (no quota) only a "stop" the supervisor told unasked."""
+        if self.asks:
+            self.conn.send(Reserve("reserve", self.item, want))
+            answer: Reply = self.conn.recv()
+            return answer
+        # no quota: the supervisor's only word is "stop", sent unasked once the run stops
+        return self.conn.recv() if self.conn.poll() else Grant("grant")
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` unless this process still holds the item task's lease.
@@ -164,6 +180,9 @@ class _Guard:
             self.locked = (st.st_dev, st.st_ino)
 
 
+_Guard = ItemGate  # its earlier name
+
+
 def _json_result(value: Any) -> Any:
     dumps(value)  # NotSerializable names the bad path
     return value
@@ -186,18 +205,15 @@ def _blocked(task: Task, item: str) -> Blocked | None:
     return None if held is None else Blocked("blocked", item, *held)
 
 
-def run_item(
-    task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step, *, asks: bool = True
-) -> Answer:
-    """Lease, resume or block, run the step, record its result; the message for the supervisor.
+def lease_item(task: Task, guard: ItemGate, item: str, backlog: str) -> Answer | int:
+    """Take the item's lease (its task's writer lock) and say whether its step may run: the epoch, or the answer.
 
-    The task's stream is read once before the step (the lease's epoch, whether it needs a
-    person, whether it already returned) and once after it (whether it awaits acceptance).
-    With ``asks`` every attempt waits for the supervisor's grant; without, it only looks
-    for a "stop" the supervisor sent unasked (a run with no quota).
+    The task's stream is read once (the lease's epoch, whether it needs a person, whether
+    it already returned). ``lease.acquired`` is appended at the seq read and made durable
+    with the next durable record. With an answer (busy, blocked, done already) the lease
+    is left to :func:`release_item`.
     """
     stream = task.stream
-    guard = _Guard(task, conn, 0, item, asks)  # its epoch is read once the lock is held
     try:
         writer = stream.open_writer(gate=guard)
     except TaskBusy as exc:
@@ -223,43 +239,79 @@ def run_item(
     # then nothing outside acts on it, and the lock, not the record, is what excludes others
     stream.append("lease.acquired", lease, expected_seq=writer.next_seq, defer=True)
     # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
-    released = False
-    try:
-        if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
-            held = blocking_reason(task_status(evs, task_id=task.id))
-            if held is not None:
-                return Blocked("blocked", item, *held)
-            if task_extras(evs, task.id).returned:  # a result under one of the backlog's own leases
-                return Done("done", item, None)
-        del evs
-        guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
-        with suspending():  # a sleep or a wait records what it waits for and releases this worker
-            result = _json_result(step(task, payload))
-        with task.batch():  # the result, its acceptance and the release share one sync
-            task.append("item.returned", {"result": result, "epoch": epoch})
-            if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
-                task.accept(by=f"backlog {backlog}", note="the step returned")
-            stream.append("lease.released", {"epoch": epoch})
-            released = True
-        return Done("done", item, result)
-    except Suspended as exc:  # taken again when due (the lease is released below)
+    if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
+        held = blocking_reason(task_status(evs, task_id=task.id))
+        if held is not None:
+            return Blocked("blocked", item, *held)
+        if task_extras(evs, task.id).returned:  # a result under one of the backlog's own leases
+            return Done("done", item, None)
+    guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it
+    return epoch
+
+
+def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Done:
+    """Record the step's JSON result, the task's acceptance and the lease's release under one sync."""
+    result = _json_result(value)
+    with task.batch():  # the result, its acceptance and the release share one sync
+        task.append("item.returned", {"result": result, "epoch": epoch})
+        if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
+            task.accept(by=f"backlog {backlog}", note="the step returned")
+        task.stream.append("lease.released", {"epoch": epoch})
+    return Done("done", item, result)
+
+
+def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
+    """What an item whose step (or its resume) raised ``exc`` answers: waiting, stopped, exhausted, blocked, failed."""
+    if isinstance(exc, Suspended):  # a sleep or a wait released the worker: taken again when due
         return Waiting("waiting", item, exc.due(time.time(), event_poll=EVENT_POLL), exc.what)
-    except Stopping as exc:
+    if isinstance(exc, Stopping):
         return Stopped("stopped", item, str(exc))
-    except QuotaExhausted as exc:
+    if isinstance(exc, QuotaExhausted):
         return Exhausted("exhausted", item, str(exc))
-    except Exception as exc:  # a step's own failure (or a resume refused): the supervisor decides a retry, recorded
-        return _blocked(task, item) or Failed("error", item, f"{type(exc).__name__}: {exc}")
+    # a step's own failure (or a resume refused): the supervisor decides a retry, recorded
+    return _blocked(task, item) or Failed("error", item, f"{type(exc).__name__}: {exc}")
+
+
+def release_item(task: Task, epoch: int, released: bool) -> None:
+    """Record ``lease.released`` unless done already (a writer whose lock was lost writes nothing), then close."""
+    _PENDING_UNITS.pop(task.id, None)
+    stream = task.stream
+    try:
+        if stream.writing and not released and epoch:
+            try:
+                stream.append("lease.released", {"epoch": epoch})
+            except IntentlogError:
+                pass  # a writer whose lock was lost (or whose write failed) writes nothing more
     finally:
-        _PENDING_UNITS.pop(task.id, None)
-        try:
-            if stream.writing and not released:
-                try:
-                    stream.append("lease.released", {"epoch": epoch})
-                except IntentlogError:
-                    pass  # a writer whose lock was lost (or whose write failed) writes nothing more
-        finally:
-            task.close()
+        task.close()
+
+
+def run_item(
+    task: Task, conn: Connection, item: str, backlog: str, payload: Any, step: Step, *, asks: bool = True
+) -> Answer:
+    """Lease, resume or block, run the step, record its result; the message for the supervisor.
+
+    The task's stream is read once before the step (the lease's epoch, whether it needs a
+    person, whether it already returned) and once after it (whether it awaits acceptance).
+    With ``asks`` every attempt waits for the supervisor's grant; without, it only looks
+    for a "stop" the supervisor sent unasked (a run with no quota).
+    """
+    guard = ItemGate(task, conn, 0, item, asks)  # its epoch is read once the lock is held
+    epoch, released = 0, False
+    try:
+        leased = lease_item(task, guard, item, backlog)
+        if not isinstance(leased, int):
+            return leased
+        epoch = leased
+        with suspending():  # a sleep or a wait records what it waits for and releases this worker
+            value = step(task, payload)
+        answer = record_result(task, item, backlog, epoch, value)
+        released = True
+        return answer
+    except Exception as exc:
+        return failure_answer(task, item, exc)
+    finally:
+        release_item(task, epoch or guard.epoch, released)
 
 
 def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:

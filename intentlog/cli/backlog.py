@@ -67,6 +67,8 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
         emit_json(_hinted(c, view))
         return
     echo(" ".join(f"{p(k)}: {v}" for k, v in view.counts.items() if v) or "no items")
+    for line in view.pace.lines() if view.pace is not None else ():
+        echo(p(line))
     if view.quota_waiting is not None:
         q = view.quota_waiting
         echo(f"quota {p(str(q.get('quota')))}: {p(str(q.get('reason')))}; reopens {_when(q.get('until'))}")
@@ -100,11 +102,18 @@ def _holder_detail(h: Any, last: str | None) -> str:
 @click.option("--step", "step", required=True, help="The step function, as package.module:function.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Items run at once.")
 @click.option(
+    "--in-flight", "in_flight", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Items each worker process holds at once (an async def step).",
+)  # fmt: skip
+@click.option(
     "--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
     help="local: forked processes; dask: one Dask task per item (the intentlog[dask] extra).",
 )  # fmt: skip
 @click.option("--scheduler", default=None, help="With --engine dask: a running scheduler (tcp://HOST:8786).")
-@click.option("--quota", "quotas", multiple=True, help="NAME=LIMIT/WINDOW (calls=60/60s) or a budget NAME=LIMIT.")
+@click.option(
+    "--quota", "quotas", multiple=True,
+    help="NAME=LIMIT/WINDOW (calls=60/60s), a budget NAME=LIMIT, or in_flight=N (items running at once).",
+)  # fmt: skip
 @click.option("--until-idle", is_flag=True, help="Return once no item can progress without a person.")
 @click.option("--inactivity", type=float, default=300.0, show_default=True, help="Seconds without progress: stalled.")
 @click.option("--max-duration", type=float, default=None, help="Seconds an item may run before it is timed out.")
@@ -117,6 +126,7 @@ def run_cmd(
     name: str,
     step: str,
     workers: int,
+    in_flight: int,
     engine: str,
     scheduler: str | None,
     quotas: tuple[str, ...],
@@ -139,6 +149,7 @@ def run_cmd(
     Example:
       intentlog run nightly --step mypkg.jobs:step --workers 2 --quota calls=60/60s --until-idle
       intentlog run nightly --step mypkg.jobs:step --engine dask --workers 4 --until-idle
+      intentlog run nightly --step mypkg.jobs:astep --workers 2 --in-flight 100 --quota in_flight=200
     """
     from ..backlog.worker import resolve_step
 
@@ -159,7 +170,7 @@ def run_cmd(
     with _progress(c, name, quotas, as_json):
         view = backlog.run(
             step, workers=workers, quota=list(quotas), until_idle=until_idle, inactivity=inactivity,
-            max_duration=max_duration, grace=grace, engine=chosen,
+            max_duration=max_duration, grace=grace, engine=chosen, in_flight=in_flight,
         )  # fmt: skip
     if as_json:
         emit_json(_hinted(c, view))

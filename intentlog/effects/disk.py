@@ -155,8 +155,7 @@ class Disk:
                 if task is None:  # pragma: no cover - the caller holds the task
                     raise RuntimeError("the task is gone")
                 jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-                name = f"intentlog-disk-{task.id}"
-                threading.Thread(target=self._serve, args=(task, jobs), name=name, daemon=True).start()
+                _THREADS.run(lambda: self._serve(task, jobs))
                 self._jobs = jobs
         try:
             yield self
@@ -262,6 +261,41 @@ def _cancel_with(fut: asyncio.Future[Any], job: Job) -> None:
     fut.add_done_callback(done)
 
 
+@final
+class _Threads:
+    """Disk threads kept for the next disk: a thread whose disk is done waits for another's work.
+
+    Starting a thread waits until it runs, which on a busy process (many tasks' effects in
+    flight, each with its disk thread) costs the event loop milliseconds per effect; a
+    kept thread is handed its work through a queue instead. At most :data:`_KEEP` wait.
+    """
+
+    def __init__(self) -> None:
+        self.work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.idle = 0
+        self.lock = threading.Lock()
+
+    def run(self, fn: Callable[[], None]) -> None:
+        with self.lock:
+            if self.idle:
+                self.idle -= 1
+                self.work.put(fn)
+                return
+        threading.Thread(target=self._loop, args=(fn,), name="intentlog-disk", daemon=True).start()
+
+    def _loop(self, fn: Callable[[], None]) -> None:
+        while True:
+            fn()
+            with self.lock:
+                if self.idle >= _KEEP:
+                    return
+                self.idle += 1
+            fn = self.work.get()
+
+
+_KEEP = 256
+_THREADS = _Threads()
+
 _DISKS: weakref.WeakKeyDictionary[TaskStream, Disk] = weakref.WeakKeyDictionary()
 _DISKS_LOCK = threading.Lock()
 
@@ -277,9 +311,10 @@ def disk_of(task: TaskStream) -> Disk:
 
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's disk threads: forget them (a new one starts on first use)."""
-    global _DISKS_LOCK
+    global _DISKS_LOCK, _THREADS
     _DISKS.clear()
     _DISKS_LOCK = threading.Lock()
+    _THREADS = _Threads()  # the parent's kept threads are not in the child
 
 
 if hasattr(os, "register_at_fork"):

@@ -8,12 +8,14 @@ completed instead of paying for them again -- so nothing may delete it. gc asks 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
 
 from ..eventlog.format import Event
 
-__all__ = ["BACKLOG_SUFFIX", "unfinished_item_tasks"]
+__all__ = ["BACKLOG_SUFFIX", "PACE_WINDOW", "BacklogPace", "PaceFold", "Running", "unfinished_item_tasks"]
 
 #: A backlog's own stream is the task ``NAME`` + this suffix.
 BACKLOG_SUFFIX: Final = ".backlog"
@@ -33,3 +35,122 @@ def unfinished_item_tasks(events: Iterable[Event]) -> set[str]:
         elif ev.kind in ("backlog.item_done", "backlog.item_failed"):
             finished.add(item)
     return {t for item, t in task_of.items() if item not in finished}
+
+
+#: seconds of the record the rate is counted over (the items settled within it, before the view's ``now``)
+PACE_WINDOW: Final = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """One running item as the view sees it: the item, its holder's process and host, and since when (ISO time)."""
+
+    item: str
+    pid: int | None
+    host: str | None
+    since: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogPace:
+    """What a backlog holds now and how fast it moves, for an operator.
+
+    ``in_flight``: items running; ``by_process``: how many each holder process runs
+    (``"pid 81234 on build-3"``); ``rate``: items settled (done or failed) per second over
+    the last :data:`PACE_WINDOW` seconds of the record before ``now`` (None when nothing
+    settled in it); ``oldest``: the running item held longest (item, holder, since);
+    ``run``: the open run's settings as it recorded them (workers, in flight per worker,
+    quotas), or None when no run is open. Times are the records' (wall clocks): for
+    people, never for a decision.
+    """
+
+    in_flight: int
+    by_process: dict[str, int]
+    rate: float | None
+    window: float
+    settled_in_window: int
+    oldest: Running | None
+    run: Mapping[str, Any] | None = field(default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.oldest
+        return {
+            "in_flight": self.in_flight,
+            "by_process": dict(self.by_process),
+            "rate": self.rate,
+            "window": self.window,
+            "settled_in_window": self.settled_in_window,
+            "oldest_running": None if o is None else {"item": o.item, "pid": o.pid, "host": o.host, "since": o.since},
+            "run": None if self.run is None else dict(self.run),
+        }
+
+    def lines(self) -> list[str]:
+        """The operator's lines: what is in flight and where, the rate, the oldest running item, the run's limits."""
+        out: list[str] = []
+        if self.run is not None:
+            r = self.run
+            quotas = ", ".join(str(q) for q in r.get("quota") or []) or "none"
+            per = r.get("in_flight") or 1
+            cap = r.get("max_in_flight")
+            out.append(
+                f"run open: {r.get('workers')} worker(s) x {per} in flight"
+                + (f", at most {cap} in flight" if cap else "")
+                + f"; quotas: {quotas}"
+            )
+        if self.in_flight:
+            where = ", ".join(f"{who}: {n}" for who, n in sorted(self.by_process.items()))
+            out.append(f"in flight: {self.in_flight} ({where})")
+        if self.rate is not None:
+            out.append(
+                f"rate: {self.rate:.2f} items/s ({self.settled_in_window} settled in the last {self.window:g} s)"
+            )
+        if self.oldest is not None:
+            o = self.oldest
+            who = f"pid {o.pid} on {o.host}" if o.pid is not None else "a holder recording no process"
+            out.append(f"oldest running: {o.item} since {o.since or '-'} ({who})")
+        return out
+
+
+def _when(ts: str) -> float | None:
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except ValueError:
+        return None
+
+
+class PaceFold:
+    """Fed the backlog stream's events once (with the view's own fold): the settle times and the open run.
+
+    Pure: the view passes ``now`` and the running rows to :meth:`pace`.
+    """
+
+    def __init__(self) -> None:
+        self.settled: list[float] = []
+        self.run: dict[str, Any] | None = None
+
+    def apply(self, ev: Event) -> None:
+        kind = ev.kind
+        if kind in ("backlog.item_done", "backlog.item_failed"):
+            t = _when(ev.ts)
+            if t is not None:
+                self.settled.append(t)
+        elif kind == "backlog.run_started":
+            d = ev.data
+            self.run = {k: d.get(k) for k in ("pid", "host", "workers", "in_flight", "max_in_flight", "quota")}
+        elif kind == "backlog.run_stopped":
+            self.run = None
+        # every other kind leaves the pace as it is (the items' states come from the view's own fold)
+
+    def pace(self, running: Iterable[Running], now: float, window: float = PACE_WINDOW) -> BacklogPace:
+        rows = list(running)
+        by: dict[str, int] = {}
+        for r in rows:
+            who = f"pid {r.pid} on {r.host}" if r.pid is not None else "unknown holder"
+            by[who] = by.get(who, 0) + 1
+        recent = [t for t in self.settled if now - window <= t <= now]
+        rate = len(recent) / window if recent else None
+        dated = [r for r in rows if r.since is not None]
+        oldest = (
+            min(dated, key=lambda r: (_when(r.since or "") or now, r.item)) if dated else (rows[0] if rows else None)
+        )
+        return BacklogPace(len(rows), by, rate, window, len(recent), oldest, self.run)
