@@ -23,6 +23,7 @@ import pytest
 from backlog_inflight_steps import receipts, response_for, start_provider, step, sync_step, wait_for
 
 import intentlog
+from intentlog.cli.progress import EXIT_NEEDS_PERSON
 from intentlog.errors import UsageError
 
 Env = dict[str, str]
@@ -247,7 +248,7 @@ def test_a_stalled_item_is_cancelled_alone(tmp_path: Path, provider: tuple[Env, 
     finally:
         if run.poll() is None:
             run.kill()
-    assert run.returncode == 0, err
+    assert run.returncode == EXIT_NEEDS_PERSON, err  # the blocked item waits for a person
     assert "blocked: 1" in out and "done: 3" in out, out
     ended = _backlog_records(root, "st", "backlog.holder_ended")
     assert [(e["item"], e.get("cancelled")) for e in ended] == [("i0", True)]
@@ -297,7 +298,7 @@ def test_a_worker_holding_many_items_killed_or_stopped(
                 os.kill(worker, signal.SIGCONT)  # ended by then: it can neither write nor send
             except ProcessLookupError:
                 pass
-    assert run.returncode == 0, err
+    assert run.returncode == EXIT_NEEDS_PERSON, err  # the blocked items wait for a person
     assert "blocked: 6" in out, out
     settled = "backlog.holder_died" if sig == signal.SIGKILL else "backlog.holder_ended"
     recs = _backlog_records(root, "k", settled)
