@@ -1,0 +1,187 @@
+"""A provider's own receipt log, keyed as the provider keys it, checked against a bundle by both verifiers.
+
+A fake provider on 127.0.0.1 logs every request it receives (the raw body bytes' SHA-256
+and BLAKE3, and the ``Idempotency-Key`` header) before it answers. Its log is then cut to
+one shape per test: keyed by the idempotency key alone, by ``sha256:`` of the body, by
+``blake3:`` of the body. ``export --receipts`` carries it; the library's ``verify --bundle``
+and the standalone ``verify_bundle.py`` (a separate ``python -I`` process) must agree that
+every receipt is covered, and that one receipt no recorded attempt covers is a violation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import blake3
+import orjson
+import pytest
+
+import intentlog
+from intentlog import ProviderDedup
+from intentlog.bundle import check_bundle, export_bundle
+from intentlog.eventlog.canonical import canonicalize
+
+httpx = pytest.importorskip("httpx")
+
+import intentlog.http  # noqa: E402
+
+HEADER = "Idempotency-Key"
+
+
+class _Provider(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.log: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Provider
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:  # the receipt is kept before the request is worked on
+            self.server.log.append(
+                {
+                    "sha256": "sha256:" + hashlib.sha256(body).hexdigest(),
+                    "blake3": "blake3:" + blake3.blake3(body).hexdigest(),
+                    "key": self.headers.get(HEADER),
+                }
+            )
+        data = b'{"id": "ch_1", "verdict": "accept"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def provider() -> Iterator[_Provider]:
+    server = _Provider()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _url(p: _Provider) -> str:
+    return f"http://127.0.0.1:{p.server_address[1]}"
+
+
+def _drop_in_call(root: Path, p: _Provider) -> None:
+    """An http drop-in call that sends the call's key in the declared idempotency header."""
+    with intentlog.open(root) as led:
+        dedup = ProviderDedup(window=3600, header=HEADER)
+        with intentlog.http.client(led.task("orders"), base_url=_url(p), dedup=dedup) as c:
+            assert c.post("/v1/charges", json={"customer": "cus_1", "amount": 1000}).status_code == 200
+
+
+def _effect_call(root: Path, p: _Provider) -> None:
+    """A task.effect whose send posts the canonical request bytes with the call key as its idempotency key."""
+    request = {"model": "m", "prompt": "review page 7"}
+
+    def send(req: Any) -> bytes:
+        r = httpx.post(
+            _url(p) + "/v1/review", content=canonicalize(req).data, headers={HEADER: "review-p7"}, timeout=30
+        )
+        r.raise_for_status()
+        return r.content
+
+    with intentlog.open(root) as led:
+        led.task("chapter-16").effect("review-p7", request, send=send)
+
+
+def _shape(entry: dict[str, Any], shape: str) -> dict[str, Any]:
+    if shape == "key":
+        return {"idempotency_key": entry["key"], "n": 1}
+    return {"body_hash": entry[shape], "status": 200}
+
+
+def _uncovered(shape: str) -> dict[str, Any]:
+    if shape == "key":
+        return {"idempotency_key": "never-recorded", "n": 9}
+    other = b'{"model":"m","prompt":"a request nobody recorded"}'
+    digest = hashlib.sha256(other).hexdigest() if shape == "sha256" else blake3.blake3(other).hexdigest()
+    return {"body_hash": f"{shape}:{digest}", "status": 200}
+
+
+def _both_verifiers(bundle: Path) -> tuple[bool, bool, str]:
+    library = check_bundle(bundle)
+    proc = subprocess.run(
+        [sys.executable, "-I", str(bundle / "verify_bundle.py"), str(bundle)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    receipts = [p.message for p in library.problems if p.code == "receipts"]
+    return library.ok, proc.returncode == 0, "\n".join(receipts) + "\n" + proc.stdout[-3000:]
+
+
+def _export(root: Path, tmp: Path, lines: list[dict[str, Any]], name: str) -> Path:
+    log = tmp / "provider" / name
+    log.parent.mkdir(exist_ok=True)
+    log.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    bundle = tmp / f"bundle-{name}"
+    export_bundle(root, out=bundle, receipts=[log], check=False)
+    return bundle
+
+
+CASES = [("drop-in", "key"), ("effect", "key"), ("effect", "sha256"), ("effect", "blake3")]
+
+
+@pytest.mark.parametrize(("call", "shape"), CASES)
+def test_a_provider_log_in_its_own_shape_is_covered_and_an_unrecorded_send_is_not(
+    tmp_path: Path, provider: _Provider, call: str, shape: str
+) -> None:
+    root = tmp_path / "ledger"
+    (_drop_in_call if call == "drop-in" else _effect_call)(root, provider)
+    assert len(provider.log) == 1 and provider.log[0]["key"]
+    lines = [_shape(provider.log[0], shape)]
+
+    good = _export(root, tmp_path, lines, f"{shape}.jsonl")
+    lib_ok, std_ok, why = _both_verifiers(good)
+    assert lib_ok and std_ok, why
+
+    bad = _export(root, tmp_path, [*lines, _uncovered(shape)], f"{shape}-extra.jsonl")
+    lib_ok, std_ok, why = _both_verifiers(bad)
+    assert not lib_ok and not std_ok, why
+    assert "no recorded attempt covers" in why
+
+    twice = _export(root, tmp_path, lines * 2, f"{shape}-twice.jsonl")  # two sends, one attempt recorded
+    lib_ok, std_ok, why = _both_verifiers(twice)
+    assert not lib_ok and not std_ok, why
+
+
+def test_a_drop_in_receipt_with_the_wire_body_hash_is_matched_by_its_key(tmp_path: Path, provider: _Provider) -> None:
+    """The drop-in records a canonical envelope, not the wire bytes: a line with both fields falls back to the key."""
+    root = tmp_path / "ledger"
+    _drop_in_call(root, provider)
+    entry = provider.log[0]
+    bundle = _export(root, tmp_path, [{"body_hash": entry["sha256"], "idempotency_key": entry["key"]}], "both.jsonl")
+    lib_ok, std_ok, why = _both_verifiers(bundle)
+    assert lib_ok and std_ok, why
+
+
+def test_a_line_without_either_field_fails_both(tmp_path: Path, provider: _Provider) -> None:
+    root = tmp_path / "ledger"
+    _effect_call(root, provider)
+    bundle = _export(root, tmp_path, [{"request_id": "req_1"}], "nameless.jsonl")
+    lib_ok, std_ok, why = _both_verifiers(bundle)
+    assert not lib_ok and not std_ok, why
+    assert "idempotency_key" in why
