@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import json
 import os
 import re
@@ -61,6 +62,11 @@ WORKSTATE_VERSION = "intentlog-workstate/1"
 ENVELOPE = ("data", "kind", "prev", "seq", "ts")
 # namespaces intentlog itself writes: an unknown kind there was written by a newer intentlog
 RESERVED = ("task.", "stream.", "call.", "attempt.", "effect.", "context.", "artifact.", "session.", "approval.")
+# a provider receipt line names its request by one of these fields (intentlog.bundle.receipts)
+RECEIPT_BODY_FIELD = "body_hash"
+RECEIPT_KEY_FIELD = "idempotency_key"
+RECEIPT_BODY_RE = re.compile(r"(blake3|sha256):[0-9a-f]{64}\Z")
+HTTP_REQUEST_FORMAT = "intentlog-http-request/1"
 # </generated formats>
 
 CHUNK = 1 << 20
@@ -1457,6 +1463,7 @@ class Stream:
         self.refs: dict[str, tuple[int, int]] = {}  # digest -> (size, first seq)
         self.quarantined: list[tuple[int, dict[str, Any]]] = []
         self.manifests: dict[str, str] = {}  # call -> request hash
+        self.sent_with: dict[str, tuple[str, dict[str, Any], Any]] = {}  # call -> (key, request ref, dedup)
         self.started: dict[str, int] = {}  # call -> attempt.started events
 
 
@@ -1670,6 +1677,7 @@ class Verifier:
                 s.graph.event(seq, kind, data)
                 if kind == "call.manifest":
                     s.manifests[data["call"]] = data["request_hash"]
+                    s.sent_with[data["call"]] = (data["key"], data["request"], data.get("dedup"))
                 elif kind == "attempt.started":
                     s.started[data["call"]] = s.started.get(data["call"], 0) + 1
                 for name in FILE_FIELDS.get(kind, ()):
@@ -1839,21 +1847,56 @@ class Verifier:
 
     # -- provider receipts -----------------------------------------------------------------------
 
-    def check_receipts(self) -> None:
-        started: dict[str, int] = {}  # request hash -> attempts started for calls with that manifest
+    def request_bytes(self, ref: dict[str, Any]) -> bytes | None:
+        """A recorded request's bytes, inline or from objects/; None when absent or not its digest."""
+        try:
+            data = inline_payload(ref)
+            digest = ref.get("digest")
+            if data is None and is_digest(digest):
+                data = self.bundle.read(f"objects/{digest[7:9]}/{digest[9:]}")
+        except (BundleError, OSError):
+            return None
+        return data if data is not None and b3(data) == ref.get("digest") else None
+
+    def sent_identifiers(self) -> dict[tuple[str, str], int]:
+        """(body, digest) and (key, idempotency key) -> attempt.started of the calls sent with it."""
+        started: dict[tuple[str, str], int] = {}
         for s in self.streams.values():
             for call, request_hash in s.manifests.items():
-                started[request_hash] = started.get(request_hash, 0) + s.started.get(call, 0)
+                key, ref, dedup = s.sent_with[call]
+                request = self.request_bytes(ref)
+                idents = {("body", request_hash), ("key", key)}
+                if request is not None:
+                    idents.add(("body", b3(request)))
+                    idents.add(("body", "sha256:" + hashlib.sha256(request).hexdigest()))
+                    header = dedup.get("header") if type(dedup) is dict else None
+                    if type(header) is str and header:
+                        try:
+                            envelope = loads(request)
+                        except ValueError:
+                            envelope = None
+                        if type(envelope) is dict and envelope.get("format") == HTTP_REQUEST_FORMAT:
+                            headers = envelope.get("headers")
+                            value = headers.get(header.lower()) if type(headers) is dict else None
+                            if type(value) is str and value:
+                                idents.add(("key", value))
+                for ident in idents:
+                    if ident[1]:
+                        started[ident] = started.get(ident, 0) + s.started.get(call, 0)
+        return started
+
+    def check_receipts(self) -> None:
         logs = sorted(rel for rel, _ in self.bundle.walk() if rel.startswith("receipts/"))
+        started = self.sent_identifiers() if logs else {}
         for rel in logs:
             c = self.claim(
-                f"{rel}: every receipt is covered by an attempt.started of a call whose manifest has its "
-                "request hash (no effect without recorded intent)"
+                f"{rel}: every receipt is covered by an attempt.started of a call sent with its "
+                f"{RECEIPT_BODY_FIELD} or {RECEIPT_KEY_FIELD} (no effect without recorded intent)"
             )
             if RECEIPTS_RE.match(rel) is None:
                 c.fail("not a plain file name under receipts/")
                 continue
-            seen: dict[str, int] = {}
+            seen: dict[tuple[str, str], int] = {}
             n = 0
             try:
                 for lineno, line in enumerate(self.bundle.lines(rel), start=1):
@@ -1864,16 +1907,24 @@ class Verifier:
                     except ValueError as exc:
                         c.fail(f"line {lineno}: not JSON ({exc})")
                         continue
-                    body = receipt.get("body_hash") if type(receipt) is dict else None
-                    if type(body) is not str or not is_digest(body):
-                        c.fail(f"line {lineno}: no body_hash digest")
+                    offered: list[tuple[str, str]] = []
+                    if type(receipt) is dict:
+                        body, key = receipt.get(RECEIPT_BODY_FIELD), receipt.get(RECEIPT_KEY_FIELD)
+                        if type(body) is str and RECEIPT_BODY_RE.match(body) is not None:
+                            offered.append(("body", body))
+                        if type(key) is str and key:
+                            offered.append(("key", key))
+                    if not offered:
+                        c.fail(f"line {lineno}: neither a {RECEIPT_BODY_FIELD} digest nor an {RECEIPT_KEY_FIELD}")
                         continue
+                    ident = next((i for i in offered if started.get(i, 0) > 0), offered[0])
                     n += 1
-                    seen[body] = seen.get(body, 0) + 1
-                    if seen[body] > started.get(body, 0):
+                    seen[ident] = seen.get(ident, 0) + 1
+                    if seen[ident] > started.get(ident, 0):
+                        what = f"request {short(ident[1])}" if ident[0] == "body" else f"key {printable(ident[1])!r}"
                         c.fail(
-                            f"line {lineno}: receipt {seen[body]} of request {short(body)}, but the record has "
-                            f"{started.get(body, 0)} attempt.started for it: an effect no recorded attempt covers"
+                            f"line {lineno}: receipt {seen[ident]} of {what}, but the record has "
+                            f"{started.get(ident, 0)} attempt.started for it: an effect no recorded attempt covers"
                         )
             except BundleError as exc:
                 c.fail(str(exc))
