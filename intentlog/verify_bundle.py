@@ -1852,17 +1852,20 @@ class Verifier:
         try:
             data = inline_payload(ref)
             digest = ref.get("digest")
-            if data is None and is_digest(digest):
+            if data is None and type(digest) is str and is_digest(digest):
                 data = self.bundle.read(f"objects/{digest[7:9]}/{digest[9:]}")
         except (BundleError, OSError):
             return None
         return data if data is not None and b3(data) == ref.get("digest") else None
 
-    def sent_identifiers(self) -> dict[tuple[str, str], int]:
-        """(body, digest) and (key, idempotency key) -> attempt.started of the calls sent with it."""
-        started: dict[tuple[str, str], int] = {}
+    def sent_identifiers(self) -> tuple[dict[tuple[str, str], list[int]], list[int]]:
+        """(body, digest) and (key, idempotency key) -> the calls sent with it that started an attempt; their counts."""
+        known: dict[tuple[str, str], list[int]] = {}
+        capacity: list[int] = []
         for s in self.streams.values():
             for call, request_hash in s.manifests.items():
+                if s.started.get(call, 0) == 0:
+                    continue
                 key, ref, dedup = s.sent_with[call]
                 request = self.request_bytes(ref)
                 idents = {("body", request_hash), ("key", key)}
@@ -1880,24 +1883,25 @@ class Verifier:
                             value = headers.get(header.lower()) if type(headers) is dict else None
                             if type(value) is str and value:
                                 idents.add(("key", value))
-                for ident in idents:
+                for ident in sorted(idents):
                     if ident[1]:
-                        started[ident] = started.get(ident, 0) + s.started.get(call, 0)
-        return started
+                        known.setdefault(ident, []).append(len(capacity))
+                capacity.append(s.started[call])
+        return known, capacity
 
     def check_receipts(self) -> None:
         logs = sorted(rel for rel, _ in self.bundle.walk() if rel.startswith("receipts/"))
-        started = self.sent_identifiers() if logs else {}
+        known, capacity = self.sent_identifiers() if logs else ({}, [])
         for rel in logs:
             c = self.claim(
-                f"{rel}: every receipt is covered by an attempt.started of a call sent with its "
+                f"{rel}: every receipt is covered by its own attempt.started of a call sent with its "
                 f"{RECEIPT_BODY_FIELD} or {RECEIPT_KEY_FIELD} (no effect without recorded intent)"
             )
             if RECEIPTS_RE.match(rel) is None:
                 c.fail("not a plain file name under receipts/")
                 continue
             seen: dict[tuple[str, str], int] = {}
-            n = 0
+            taken: list[tuple[int, tuple[str, str], int]] = []  # (line number, identifier, n-th of it)
             try:
                 for lineno, line in enumerate(self.bundle.lines(rel), start=1):
                     if not line.strip():
@@ -1917,18 +1921,50 @@ class Verifier:
                     if not offered:
                         c.fail(f"line {lineno}: neither a {RECEIPT_BODY_FIELD} digest nor an {RECEIPT_KEY_FIELD}")
                         continue
-                    ident = next((i for i in offered if started.get(i, 0) > 0), offered[0])
-                    n += 1
+                    ident = next((i for i in offered if known.get(i)), offered[0])
                     seen[ident] = seen.get(ident, 0) + 1
-                    if seen[ident] > started.get(ident, 0):
-                        what = f"request {short(ident[1])}" if ident[0] == "body" else f"key {printable(ident[1])!r}"
-                        c.fail(
-                            f"line {lineno}: receipt {seen[ident]} of {what}, but the record has "
-                            f"{started.get(ident, 0)} attempt.started for it: an effect no recorded attempt covers"
-                        )
+                    taken.append((lineno, ident, seen[ident]))
             except BundleError as exc:
                 c.fail(str(exc))
-            c.text = c.text.replace("every receipt", f"each of its {n} receipt(s)", 1)
+            for r in assign_receipts([known.get(i, []) for _, i, _ in taken], capacity):
+                lineno, ident, nth = taken[r]
+                what = f"request {short(ident[1])}" if ident[0] == "body" else f"key {printable(ident[1])!r}"
+                have = sum(capacity[k] for k in known.get(ident, []))
+                c.fail(
+                    f"line {lineno}: receipt {nth} of {what}, but the record has {have} attempt.started for it, "
+                    "one per receipt: an effect no recorded attempt covers"
+                )
+            c.text = c.text.replace("every receipt", f"each of its {len(taken)} receipt(s)", 1)
+
+
+def assign_receipts(wants: list[list[int]], capacity: list[int]) -> Iterator[int]:
+    """Give each receipt (in line order) an attempt of one of its calls, moving earlier ones when that frees one.
+
+    Yields the index of every receipt left without an attempt: no assignment covers it
+    together with the receipts before it.
+    """
+    holding: dict[int, list[int]] = {}  # call -> receipts its attempts cover
+
+    def place(r: int, tried: set[int]) -> bool:
+        free = [k for k in wants[r] if k not in tried and len(holding.get(k, [])) < capacity[k]]
+        if free:
+            tried.add(free[0])
+            holding.setdefault(free[0], []).append(r)
+            return True
+        for k in wants[r]:
+            if k in tried:
+                continue
+            tried.add(k)
+            for other in list(holding.get(k, [])):
+                if place(other, tried):
+                    holding[k].remove(other)
+                    holding[k].append(r)
+                    return True
+        return False
+
+    for r in range(len(wants)):
+        if not place(r, set()):
+            yield r
 
 
 # -- a bundle as a tar ---------------------------------------------------------------------------
@@ -2060,9 +2096,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Check an intentlog evidence bundle independently: chains, kinds, the identity graph, every "
         "byte, the re-derived work states and the provider receipts. Exit 0 only when every claim passes.",
     )
-    p.add_argument(
-        "bundle", nargs="?", default=".", help="the bundle folder or its tar (default: the current folder)"
-    )
+    p.add_argument("bundle", nargs="?", default=".", help="the bundle folder or its tar (default: the current folder)")
     p.add_argument("--json", action="store_true", help="print the claims and the re-derived states as JSON")
     p.add_argument("--no-inventory", action="store_true", help="skip the hashes.json check (meaning alone)")
     a = p.parse_args(argv)

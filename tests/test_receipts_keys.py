@@ -185,3 +185,36 @@ def test_a_line_without_either_field_fails_both(tmp_path: Path, provider: _Provi
     lib_ok, std_ok, why = _both_verifiers(bundle)
     assert not lib_ok and not std_ok, why
     assert "idempotency_key" in why
+
+
+def _two_calls_one_body(root: Path, p: _Provider) -> None:
+    """Two task.effect calls, keys ``a`` and ``b``, that send the same request bytes."""
+    request = {"model": "m", "prompt": "the same prompt twice"}
+
+    def sender(key: str) -> Any:
+        def send(req: Any) -> bytes:
+            r = httpx.post(_url(p) + "/v1/review", content=canonicalize(req).data, headers={HEADER: key}, timeout=30)
+            r.raise_for_status()
+            return r.content
+
+        return send
+
+    with intentlog.open(root) as led:
+        for key in ("a", "b"):
+            led.task("chapter-16").effect(key, request, send=sender(key))
+
+
+def test_each_attempt_covers_one_receipt_whichever_field_names_it(tmp_path: Path, provider: _Provider) -> None:
+    """A body receipt shared by two calls yields to a later key receipt; a third receipt of the same sends is uncovered."""
+    root = tmp_path / "ledger"
+    _two_calls_one_body(root, provider)
+    body, key_a = provider.log[0]["sha256"], provider.log[0]["key"]
+    assert key_a == "a" and provider.log[1]["sha256"] == body
+    fits = [{"body_hash": body}, {"idempotency_key": "a"}]  # the first must be moved to call b to cover both
+    lib_ok, std_ok, why = _both_verifiers(_export(root, tmp_path, fits, "fits.jsonl"))
+    assert lib_ok and std_ok, why
+    # the demo's forged receipt: an unknown body under a key whose one attempt another line already claimed
+    forged = [*fits, {"body_hash": "blake3:" + "ab" * 32, "idempotency_key": "b"}]
+    lib_ok, std_ok, why = _both_verifiers(_export(root, tmp_path, forged, "forged.jsonl"))
+    assert not lib_ok and not std_ok, why
+    assert "line 3" in why

@@ -121,7 +121,7 @@ def formats_block() -> list[str]:
         "# a provider receipt line names its request by one of these fields (intentlog.bundle.receipts)",
         f"RECEIPT_BODY_FIELD = {_q(BODY_FIELD)}",
         f"RECEIPT_KEY_FIELD = {_q(KEY_FIELD)}",
-        "RECEIPT_BODY_RE = re.compile(r\"(" + "|".join(BODY_HASHES) + ")" + ':[0-9a-f]{64}\\Z")',
+        'RECEIPT_BODY_RE = re.compile(r"(' + "|".join(BODY_HASHES) + ")" + ':[0-9a-f]{64}\\Z")',
         f"HTTP_REQUEST_FORMAT = {_q(HTTP_REQUEST_FORMAT)}",
     ]
 

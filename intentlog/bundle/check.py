@@ -14,9 +14,9 @@ import orjson
 from .. import __version__
 from .._internal.args import check_path
 from .._internal.digest import is_digest
+from ..artifacts.inline import inline_bytes
 from ..checker.report import ERROR, INFO, Problem, VerifyReport
 from ..checker.verify import verify_path
-from ..artifacts.inline import inline_bytes
 from ..errors import (
     IntentlogError,
     LedgerError,
@@ -45,7 +45,7 @@ from .files import (
 )
 from .page import NOT_AT_EXPORT, report_page
 from .readme import readme_text
-from .receipts import BODY_FIELD, KEY_FIELD, body_digests, call_keys, counted, covered_counts, describe, receipt_identifiers
+from .receipts import BODY_FIELD, KEY_FIELD, body_digests, call_keys, chosen, describe, receipt_identifiers, uncovered
 from .untar import extract_tar
 
 # -- the library's check of a bundle ----------------------------------------------------------
@@ -333,22 +333,25 @@ class _BundleCheck:
         folder = self.root / RECEIPTS_DIR
         if not folder.is_dir():
             return
-        calls: list[tuple[int, set[str], set[str]]] = []
+        capacity: list[int] = []
+        known: dict[tuple[str, str], list[int]] = {}  # identifier -> calls sent with it that started an attempt
         for task, ws in projected.items():
             dedup = self.dedup_of(task)
             for c in ws.calls.values():
-                if c.request_hash is None:
+                if c.request_hash is None or c.attempts == 0:
                     continue
                 request = self.request_bytes(c.request)
-                calls.append(
-                    (c.attempts, body_digests(c.request_hash, request), call_keys(c.key, request, dedup.get(c.call_id)))
-                )
-        started = covered_counts(calls)
+                bodies = body_digests(c.request_hash, request)
+                keys = call_keys(c.key, request, dedup.get(c.call_id))
+                for ident in [("body", x) for x in sorted(bodies)] + [("key", x) for x in sorted(keys)]:
+                    known.setdefault(ident, []).append(len(capacity))
+                capacity.append(c.attempts)
         for path in sorted(folder.iterdir()):
             rel = f"{RECEIPTS_DIR}/{path.name}"
             if path.is_symlink() or not path.is_file():
                 self.add("receipts", f"{rel} is not a regular file", locator=rel)
                 continue
+            lines: list[tuple[int, tuple[str, str], int]] = []  # (line number, identifier, its n-th receipt)
             seen: dict[tuple[str, str], int] = {}
             for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
                 if not line.strip():
@@ -366,17 +369,20 @@ class _BundleCheck:
                         locator=rel,
                     )
                     continue
-                ident = counted(started, idents)
+                ident = chosen(known, idents)
                 seen[ident] = seen.get(ident, 0) + 1
-                if seen[ident] > started.get(ident, 0):
-                    self.add(
-                        "receipts",
-                        f"line {lineno}: receipt {seen[ident]} of {describe(ident)}, but the record has "
-                        f"{started.get(ident, 0)} attempt.started of calls sent with it: the provider saw "
-                        "an effect no recorded attempt covers",
-                        locator=rel,
-                        **({"digest": ident[1]} if ident[0] == "body" and ident[1].startswith("blake3:") else {}),
-                    )
+                lines.append((lineno, ident, seen[ident]))
+            for i in uncovered([known.get(ident, []) for _, ident, _ in lines], capacity):
+                lineno, ident, nth = lines[i]
+                started = sum(capacity[c] for c in known.get(ident, []))
+                self.add(
+                    "receipts",
+                    f"line {lineno}: receipt {nth} of {describe(ident)}, but the record has {started} "
+                    "attempt.started of calls sent with it, each covering one receipt: the provider saw "
+                    "an effect no recorded attempt covers",
+                    locator=rel,
+                    **({"digest": ident[1]} if ident[0] == "body" and ident[1].startswith("blake3:") else {}),
+                )
 
     def inventory(self) -> None:
         path = self.root / HASHES_FILE

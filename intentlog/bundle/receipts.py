@@ -14,11 +14,12 @@ line (no option to pass: the standalone verifier reads the bundle alone):
   the http drop-in derived), or whose recorded HTTP request carries it in the header the
   manifest's provider-deduplication declaration names (``ProviderDedup(header=...)``).
 
-A line with both is matched by the first one the record knows (``body_hash`` first), so a
-provider that hashes the wire bytes (which an http drop-in call's canonical envelope does
-not reproduce) is still matched by its key. A receipt is *covered* when the calls its
-identifier matches started at least as many attempts as the log holds receipts with that
-identifier; any other receipt is a send the record does not cover.
+A line with both is matched by the first one a call that started an attempt was sent with
+(``body_hash`` first), so a provider that hashes the wire bytes (which an http drop-in
+call's canonical envelope does not reproduce) is still matched by its key. Each
+``attempt.started`` covers at most one receipt of a log: a receipt is *covered* when its
+calls' attempts suffice for it and the receipts before it (:func:`uncovered`); any other
+receipt is a send the record does not cover.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ __all__ = [
     "KEY_FIELD",
     "body_digests",
     "call_keys",
-    "counted",
-    "covered_counts",
+    "chosen",
     "describe",
     "receipt_identifiers",
+    "uncovered",
 ]
 
 #: The receipt field holding a digest of the body the provider received.
@@ -68,7 +69,7 @@ def receipt_identifiers(receipt: Any) -> list[tuple[str, str]]:
         return []
     out: list[tuple[str, str]] = []
     body = receipt.get(BODY_FIELD)
-    if _is_body_hash(body):
+    if type(body) is str and _is_body_hash(body):
         out.append(("body", body))
     key = receipt.get(KEY_FIELD)
     if type(key) is str and key:
@@ -102,23 +103,45 @@ def call_keys(key: str | None, request: bytes | None, dedup: Any) -> set[str]:
     return out
 
 
-def covered_counts(calls: list[tuple[int, set[str], set[str]]]) -> dict[tuple[str, str], int]:
-    """Attempts started per identifier, from ``(attempts, body digests, keys)`` of every call."""
-    started: dict[tuple[str, str], int] = {}
-    for attempts, bodies, keys in calls:
-        for ident in [("body", b) for b in bodies] + [("key", k) for k in keys]:
-            started[ident] = started.get(ident, 0) + attempts
-    return started
+def uncovered(wants: list[list[int]], capacity: list[int]) -> list[int]:
+    """The receipts (indexes into ``wants``) no attempt is left to cover, in line order.
+
+    ``wants[r]`` lists the calls receipt ``r`` may be covered by; ``capacity[c]`` is how many
+    attempts call ``c`` started. Each attempt covers at most one receipt: receipts are
+    matched in line order, an earlier match moved to another of its calls when that frees
+    an attempt for a later receipt (augmenting paths), so a receipt is reported only when
+    no assignment at all covers it with the ones before it.
+    """
+    holders: list[list[int]] = [[] for _ in capacity]
+
+    def augment(r: int, visited: set[int]) -> bool:
+        for c in wants[r]:
+            if c not in visited and len(holders[c]) < capacity[c]:
+                visited.add(c)
+                holders[c].append(r)
+                return True
+        for c in wants[r]:
+            if c in visited:
+                continue
+            visited.add(c)
+            for other in list(holders[c]):
+                if augment(other, visited):
+                    holders[c].remove(other)
+                    holders[c].append(r)
+                    return True
+        return False
+
+    return [r for r in range(len(wants)) if not augment(r, set())]
+
+
+def chosen(known: Mapping[tuple[str, str], list[int]], idents: list[tuple[str, str]]) -> tuple[str, str]:
+    """The identifier a receipt is matched by: the first one a call that started an attempt was sent with."""
+    for ident in idents:
+        if known.get(ident):
+            return ident
+    return idents[0]
 
 
 def describe(ident: tuple[str, str]) -> str:
     """How a message names an identifier."""
     return f"request {ident[1]}" if ident[0] == "body" else f"idempotency key {ident[1]!r}"
-
-
-def counted(started: Mapping[tuple[str, str], int], idents: list[tuple[str, str]]) -> tuple[str, str]:
-    """The identifier a receipt is counted under: the first the record knows, else its first."""
-    for ident in idents:
-        if started.get(ident, 0) > 0:
-            return ident
-    return idents[0]
