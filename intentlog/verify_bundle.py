@@ -14,9 +14,10 @@ format rules, the hash chain, the event kinds, the identity graph and the work-s
 classification below are an independent implementation written from intentlog's
 design notes. It re-derives every state from the exported events and compares it with
 what the exporter claimed in ``states.json``; it checks every byte against its digest;
-and when the bundle carries a provider's receipt log (``receipts/*.jsonl``) it checks
-that every receipt is covered by an ``attempt.started`` in the record: an effect with no
-recorded intent to cause it fails.
+and when the bundle carries a provider's receipt log (``receipts/*.jsonl``, each line
+naming its request by a ``body_hash``, ``blake3:`` or ``sha256:`` of the body, or by an
+``idempotency_key``) it checks that every receipt is covered by its own ``attempt.started``
+of a call sent with it: an effect with no recorded intent to cause it fails.
 
 It reads only; it writes nothing, follows no symbolic link and leaves the bundle folder.
 A tar is extracted into a temporary folder (removed afterwards) only when every member

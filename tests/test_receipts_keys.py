@@ -205,7 +205,7 @@ def _two_calls_one_body(root: Path, p: _Provider) -> None:
 
 
 def test_each_attempt_covers_one_receipt_whichever_field_names_it(tmp_path: Path, provider: _Provider) -> None:
-    """A body receipt shared by two calls yields to a later key receipt; a third receipt of the same sends is uncovered."""
+    """A body receipt two calls share yields to a later key receipt; a third receipt of those sends is uncovered."""
     root = tmp_path / "ledger"
     _two_calls_one_body(root, provider)
     body, key_a = provider.log[0]["sha256"], provider.log[0]["key"]

@@ -61,8 +61,9 @@ def check_bundle(
     ``heads.json`` exists and every stream ends exactly at its sealed head (``bundle``);
     ``tasks/``, ``heads.json`` and ``states.json`` name the same tasks and ``states.json``
     equals this library's projection of each stream (``states``); every receipt in
-    ``receipts/`` is covered by an ``attempt.started`` of a call whose manifest has its
-    request hash (``receipts``); every file matches ``hashes.json`` and none is unlisted
+    ``receipts/`` is covered by its own ``attempt.started`` of a call sent with the line's
+    ``body_hash`` or ``idempotency_key`` (``receipts``, :mod:`intentlog.bundle.receipts`);
+    every file matches ``hashes.json`` and none is unlisted
     (``inventory``), and ``README.md`` and ``report.html`` are byte for byte what this
     library renders of the bundle's record (``rendering``; both skipped when ``inventory``
     is false). Raises
