@@ -1944,27 +1944,40 @@ def assign_receipts(wants: list[list[int]], capacity: list[int]) -> Iterator[int
     Yields the index of every receipt left without an attempt: no assignment covers it
     together with the receipts before it.
     """
-    holding: dict[int, list[int]] = {}  # call -> receipts its attempts cover
+    holding: dict[int, list[int]] = {k: [] for k in range(len(capacity))}  # call -> receipts its attempts cover
+    stuck: set[int] = set()  # full calls with no path to a free attempt; no later move frees one
 
-    def place(r: int, tried: set[int]) -> bool:
-        free = [k for k in wants[r] if k not in tried and len(holding.get(k, [])) < capacity[k]]
-        if free:
-            tried.add(free[0])
-            holding.setdefault(free[0], []).append(r)
+    def place(r: int) -> bool:
+        free = next((k for k in wants[r] if len(holding[k]) < capacity[k]), None)
+        if free is not None:
+            holding[free].append(r)
             return True
-        for k in wants[r]:
-            if k in tried:
-                continue
-            tried.add(k)
-            for other in list(holding.get(k, [])):
-                if place(other, tried):
-                    holding[k].remove(other)
-                    holding[k].append(r)
-                    return True
+        came: dict[int, tuple[int, Any]] = {}  # call -> (receipt moving into it, call it moves out of)
+        todo = [k for k in wants[r] if k not in stuck]
+        for k in todo:
+            came.setdefault(k, (r, None))
+        i = 0
+        while i < len(todo):
+            k = todo[i]
+            i += 1
+            if len(holding[k]) < capacity[k]:
+                while k is not None:
+                    mover, source = came[k]
+                    holding[k].append(mover)
+                    if source is not None:
+                        holding[source].remove(mover)
+                    k = source
+                return True
+            for other in holding[k]:
+                for k2 in wants[other]:
+                    if k2 not in stuck and k2 not in came:
+                        came[k2] = (other, k)
+                        todo.append(k2)
+        stuck.update(came)
         return False
 
     for r in range(len(wants)):
-        if not place(r, set()):
+        if not place(r):
             yield r
 
 

@@ -22,6 +22,8 @@ from typing import Any
 import blake3
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import intentlog
 from intentlog import ProviderDedup
@@ -218,3 +220,61 @@ def test_each_attempt_covers_one_receipt_whichever_field_names_it(tmp_path: Path
     lib_ok, std_ok, why = _both_verifiers(_export(root, tmp_path, forged, "forged.jsonl"))
     assert not lib_ok and not std_ok, why
     assert "line 3" in why
+
+
+# -- the assignment of receipts to attempts, in both verifiers ---------------------------------------
+
+
+def _max_covered(wants: list[list[int]], capacity: list[int]) -> int:
+    """The most receipts any assignment covers (exhaustive over small cases)."""
+    best = 0
+
+    def go(r: int, left: list[int], covered: int) -> None:
+        nonlocal best
+        if covered + len(wants) - r <= best:
+            return
+        if r == len(wants):
+            best = covered
+            return
+        for c in set(wants[r]):
+            if left[c] > 0:
+                left[c] -= 1
+                go(r + 1, left, covered + 1)
+                left[c] += 1
+        go(r + 1, left, covered)
+
+    go(0, list(capacity), 0)
+    return best
+
+
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=4).flatmap(
+        lambda cap: st.tuples(
+            st.just(cap),
+            st.lists(st.lists(st.integers(0, len(cap) - 1), max_size=3, unique=True), max_size=7),
+        )
+    )
+)
+def test_both_assignments_cover_as_many_receipts_as_possible_and_report_the_same_lines(
+    case: tuple[list[int], list[list[int]]],
+) -> None:
+    from intentlog import verify_bundle
+    from intentlog.bundle.receipts import uncovered
+
+    capacity, wants = case
+    library = uncovered(wants, capacity)
+    standalone = list(verify_bundle.assign_receipts(wants, capacity))
+    assert library == standalone
+    assert len(wants) - len(library) == _max_covered(wants, capacity)
+
+
+def test_many_sends_of_one_body_and_one_too_many_receipts(tmp_path: Path) -> None:
+    """Thousands of calls sharing a body: the one receipt too many is found without deep recursion."""
+    from intentlog import verify_bundle
+    from intentlog.bundle.receipts import uncovered
+
+    n = 1500
+    wants = [list(range(n)) for _ in range(n)] + [[0], list(range(n))]
+    capacity = [1] * n
+    assert uncovered(wants, capacity) == [n, n + 1]
+    assert list(verify_bundle.assign_receipts(wants, capacity)) == [n, n + 1]

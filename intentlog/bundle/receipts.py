@@ -25,6 +25,7 @@ receipt is a send the record does not cover.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -109,29 +110,43 @@ def uncovered(wants: list[list[int]], capacity: list[int]) -> list[int]:
     ``wants[r]`` lists the calls receipt ``r`` may be covered by; ``capacity[c]`` is how many
     attempts call ``c`` started. Each attempt covers at most one receipt: receipts are
     matched in line order, an earlier match moved to another of its calls when that frees
-    an attempt for a later receipt (augmenting paths), so a receipt is reported only when
-    no assignment at all covers it with the ones before it.
+    an attempt for a later receipt (breadth-first augmenting paths, no recursion), so a
+    receipt is reported only when no assignment at all covers it with the ones before it.
     """
     holders: list[list[int]] = [[] for _ in capacity]
+    dead: set[int] = set()  # full calls from which no augmenting path leads to a free attempt: they stay so
 
-    def augment(r: int, visited: set[int]) -> bool:
+    def augment(r: int) -> bool:
         for c in wants[r]:
-            if c not in visited and len(holders[c]) < capacity[c]:
-                visited.add(c)
+            if len(holders[c]) < capacity[c]:
                 holders[c].append(r)
                 return True
+        reached: dict[int, tuple[int, int | None]] = {}  # call -> (receipt that moves into it, the call it leaves)
+        queue: deque[int] = deque()
         for c in wants[r]:
-            if c in visited:
-                continue
-            visited.add(c)
-            for other in list(holders[c]):
-                if augment(other, visited):
-                    holders[c].remove(other)
-                    holders[c].append(r)
-                    return True
+            if c not in dead and c not in reached:
+                reached[c] = (r, None)
+                queue.append(c)
+        while queue:
+            c = queue.popleft()
+            if len(holders[c]) < capacity[c]:
+                at: int | None = c
+                while at is not None:
+                    moving, left = reached[at]
+                    holders[at].append(moving)
+                    if left is not None:
+                        holders[left].remove(moving)
+                    at = left
+                return True
+            for other in holders[c]:
+                for c2 in wants[other]:
+                    if c2 not in dead and c2 not in reached:
+                        reached[c2] = (other, c)
+                        queue.append(c2)
+        dead.update(reached)
         return False
 
-    return [r for r in range(len(wants)) if not augment(r, set())]
+    return [r for r in range(len(wants)) if not augment(r)]
 
 
 def chosen(known: Mapping[tuple[str, str], list[int]], idents: list[tuple[str, str]]) -> tuple[str, str]:
