@@ -278,3 +278,25 @@ def test_many_sends_of_one_body_and_one_too_many_receipts(tmp_path: Path) -> Non
     capacity = [1] * n
     assert uncovered(wants, capacity) == [n, n + 1]
     assert list(verify_bundle.assign_receipts(wants, capacity)) == [n, n + 1]
+
+
+def test_the_cli_exports_a_key_log_and_exits_1_on_an_uncovered_key(tmp_path: Path, provider: _Provider) -> None:
+    """``intentlog export --receipts`` takes the provider's key log as it is; an unrecorded key makes it exit 1."""
+    from click.testing import CliRunner
+
+    from intentlog.cli import main
+
+    root = tmp_path / "ledger"
+    _drop_in_call(root, provider)
+    log = tmp_path / "keys.jsonl"
+    log.write_bytes(orjson.dumps({"idempotency_key": provider.log[0]["key"]}) + b"\n")
+    runner = CliRunner()
+    r = runner.invoke(main, ["--root", str(root), "export", "--out", str(tmp_path / "b"), "--receipts", str(log)])
+    assert r.exit_code == 0, r.output
+    assert runner.invoke(main, ["verify", "--bundle", str(tmp_path / "b")]).exit_code == 0
+    log.write_bytes(log.read_bytes() + orjson.dumps({"idempotency_key": "sent-outside-the-record"}) + b"\n")
+    r = runner.invoke(
+        main, ["--root", str(root), "export", "--out", str(tmp_path / "c"), "--receipts", str(log), "--json"]
+    )
+    assert r.exit_code == 1, r.output
+    assert "sent-outside-the-record" in r.output
