@@ -14,9 +14,10 @@ format rules, the hash chain, the event kinds, the identity graph and the work-s
 classification below are an independent implementation written from intentlog's
 design notes. It re-derives every state from the exported events and compares it with
 what the exporter claimed in ``states.json``; it checks every byte against its digest;
-and when the bundle carries a provider's receipt log (``receipts/*.jsonl``) it checks
-that every receipt is covered by an ``attempt.started`` in the record: an effect with no
-recorded intent to cause it fails.
+and when the bundle carries a provider's receipt log (``receipts/*.jsonl``, each line
+naming its request by a ``body_hash``, ``blake3:`` or ``sha256:`` of the body, or by an
+``idempotency_key``) it checks that every receipt is covered by its own ``attempt.started``
+of a call sent with it: an effect with no recorded intent to cause it fails.
 
 It reads only; it writes nothing, follows no symbolic link and leaves the bundle folder.
 A tar is extracted into a temporary folder (removed afterwards) only when every member
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import json
 import os
 import re
@@ -61,6 +63,11 @@ WORKSTATE_VERSION = "intentlog-workstate/1"
 ENVELOPE = ("data", "kind", "prev", "seq", "ts")
 # namespaces intentlog itself writes: an unknown kind there was written by a newer intentlog
 RESERVED = ("task.", "stream.", "call.", "attempt.", "effect.", "context.", "artifact.", "session.", "approval.")
+# a provider receipt line names its request by one of these fields (intentlog.bundle.receipts)
+RECEIPT_BODY_FIELD = "body_hash"
+RECEIPT_KEY_FIELD = "idempotency_key"
+RECEIPT_BODY_RE = re.compile(r"(blake3|sha256):[0-9a-f]{64}\Z")
+HTTP_REQUEST_FORMAT = "intentlog-http-request/1"
 # </generated formats>
 
 CHUNK = 1 << 20
@@ -1457,6 +1464,7 @@ class Stream:
         self.refs: dict[str, tuple[int, int]] = {}  # digest -> (size, first seq)
         self.quarantined: list[tuple[int, dict[str, Any]]] = []
         self.manifests: dict[str, str] = {}  # call -> request hash
+        self.sent_with: dict[str, tuple[str, dict[str, Any], Any]] = {}  # call -> (key, request ref, dedup)
         self.started: dict[str, int] = {}  # call -> attempt.started events
 
 
@@ -1670,6 +1678,7 @@ class Verifier:
                 s.graph.event(seq, kind, data)
                 if kind == "call.manifest":
                     s.manifests[data["call"]] = data["request_hash"]
+                    s.sent_with[data["call"]] = (data["key"], data["request"], data.get("dedup"))
                 elif kind == "attempt.started":
                     s.started[data["call"]] = s.started.get(data["call"], 0) + 1
                 for name in FILE_FIELDS.get(kind, ()):
@@ -1839,22 +1848,61 @@ class Verifier:
 
     # -- provider receipts -----------------------------------------------------------------------
 
-    def check_receipts(self) -> None:
-        started: dict[str, int] = {}  # request hash -> attempts started for calls with that manifest
+    def request_bytes(self, ref: dict[str, Any]) -> bytes | None:
+        """A recorded request's bytes, inline or from objects/; None when absent or not its digest."""
+        try:
+            data = inline_payload(ref)
+            digest = ref.get("digest")
+            if data is None and type(digest) is str and is_digest(digest):
+                data = self.bundle.read(f"objects/{digest[7:9]}/{digest[9:]}")
+        except (BundleError, OSError):
+            return None
+        return data if data is not None and b3(data) == ref.get("digest") else None
+
+    def sent_identifiers(self) -> tuple[dict[tuple[str, str], list[int]], list[int]]:
+        """(body, digest) and (key, idempotency key) -> the calls sent with it that started an attempt; their counts."""
+        known: dict[tuple[str, str], list[int]] = {}
+        capacity: list[int] = []
         for s in self.streams.values():
             for call, request_hash in s.manifests.items():
-                started[request_hash] = started.get(request_hash, 0) + s.started.get(call, 0)
+                if s.started.get(call, 0) == 0:
+                    continue
+                key, ref, dedup = s.sent_with[call]
+                request = self.request_bytes(ref)
+                idents = {("body", request_hash), ("key", key)}
+                if request is not None:
+                    idents.add(("body", b3(request)))
+                    idents.add(("body", "sha256:" + hashlib.sha256(request).hexdigest()))
+                    header = dedup.get("header") if type(dedup) is dict else None
+                    if type(header) is str and header:
+                        try:
+                            envelope = loads(request)
+                        except ValueError:
+                            envelope = None
+                        if type(envelope) is dict and envelope.get("format") == HTTP_REQUEST_FORMAT:
+                            headers = envelope.get("headers")
+                            value = headers.get(header.lower()) if type(headers) is dict else None
+                            if type(value) is str and value:
+                                idents.add(("key", value))
+                for ident in sorted(idents):
+                    if ident[1]:
+                        known.setdefault(ident, []).append(len(capacity))
+                capacity.append(s.started[call])
+        return known, capacity
+
+    def check_receipts(self) -> None:
         logs = sorted(rel for rel, _ in self.bundle.walk() if rel.startswith("receipts/"))
+        known, capacity = self.sent_identifiers() if logs else ({}, [])
         for rel in logs:
             c = self.claim(
-                f"{rel}: every receipt is covered by an attempt.started of a call whose manifest has its "
-                "request hash (no effect without recorded intent)"
+                f"{rel}: every receipt is covered by its own attempt.started of a call sent with its "
+                f"{RECEIPT_BODY_FIELD} or {RECEIPT_KEY_FIELD} (no effect without recorded intent)"
             )
             if RECEIPTS_RE.match(rel) is None:
                 c.fail("not a plain file name under receipts/")
                 continue
-            seen: dict[str, int] = {}
-            n = 0
+            seen: dict[tuple[str, str], int] = {}
+            taken: list[tuple[int, tuple[str, str], int]] = []  # (line number, identifier, n-th of it)
             try:
                 for lineno, line in enumerate(self.bundle.lines(rel), start=1):
                     if not line.strip():
@@ -1864,20 +1912,73 @@ class Verifier:
                     except ValueError as exc:
                         c.fail(f"line {lineno}: not JSON ({exc})")
                         continue
-                    body = receipt.get("body_hash") if type(receipt) is dict else None
-                    if type(body) is not str or not is_digest(body):
-                        c.fail(f"line {lineno}: no body_hash digest")
+                    offered: list[tuple[str, str]] = []
+                    if type(receipt) is dict:
+                        body, key = receipt.get(RECEIPT_BODY_FIELD), receipt.get(RECEIPT_KEY_FIELD)
+                        if type(body) is str and RECEIPT_BODY_RE.match(body) is not None:
+                            offered.append(("body", body))
+                        if type(key) is str and key:
+                            offered.append(("key", key))
+                    if not offered:
+                        c.fail(f"line {lineno}: neither a {RECEIPT_BODY_FIELD} digest nor an {RECEIPT_KEY_FIELD}")
                         continue
-                    n += 1
-                    seen[body] = seen.get(body, 0) + 1
-                    if seen[body] > started.get(body, 0):
-                        c.fail(
-                            f"line {lineno}: receipt {seen[body]} of request {short(body)}, but the record has "
-                            f"{started.get(body, 0)} attempt.started for it: an effect no recorded attempt covers"
-                        )
+                    ident = next((i for i in offered if known.get(i)), offered[0])
+                    seen[ident] = seen.get(ident, 0) + 1
+                    taken.append((lineno, ident, seen[ident]))
             except BundleError as exc:
                 c.fail(str(exc))
-            c.text = c.text.replace("every receipt", f"each of its {n} receipt(s)", 1)
+            for r in assign_receipts([known.get(i, []) for _, i, _ in taken], capacity):
+                lineno, ident, nth = taken[r]
+                what = f"request {short(ident[1])}" if ident[0] == "body" else f"key {printable(ident[1])!r}"
+                have = sum(capacity[k] for k in known.get(ident, []))
+                c.fail(
+                    f"line {lineno}: receipt {nth} of {what}, but the record has {have} attempt.started for it, "
+                    "one per receipt: an effect no recorded attempt covers"
+                )
+            c.text = c.text.replace("every receipt", f"each of its {len(taken)} receipt(s)", 1)
+
+
+def assign_receipts(wants: list[list[int]], capacity: list[int]) -> Iterator[int]:
+    """Give each receipt (in line order) an attempt of one of its calls, moving earlier ones when that frees one.
+
+    Yields the index of every receipt left without an attempt: no assignment covers it
+    together with the receipts before it.
+    """
+    holding: dict[int, list[int]] = {k: [] for k in range(len(capacity))}  # call -> receipts its attempts cover
+    stuck: set[int] = set()  # full calls with no path to a free attempt; no later move frees one
+
+    def place(r: int) -> bool:
+        free = next((k for k in wants[r] if len(holding[k]) < capacity[k]), None)
+        if free is not None:
+            holding[free].append(r)
+            return True
+        came: dict[int, tuple[int, Any]] = {}  # call -> (receipt moving into it, call it moves out of)
+        todo = [k for k in wants[r] if k not in stuck]
+        for k in todo:
+            came.setdefault(k, (r, None))
+        i = 0
+        while i < len(todo):
+            k = todo[i]
+            i += 1
+            if len(holding[k]) < capacity[k]:
+                while k is not None:
+                    mover, source = came[k]
+                    holding[k].append(mover)
+                    if source is not None:
+                        holding[source].remove(mover)
+                    k = source
+                return True
+            for other in holding[k]:
+                for k2 in wants[other]:
+                    if k2 not in stuck and k2 not in came:
+                        came[k2] = (other, k)
+                        todo.append(k2)
+        stuck.update(came)
+        return False
+
+    for r in range(len(wants)):
+        if not place(r):
+            yield r
 
 
 # -- a bundle as a tar ---------------------------------------------------------------------------
@@ -2009,9 +2110,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Check an intentlog evidence bundle independently: chains, kinds, the identity graph, every "
         "byte, the re-derived work states and the provider receipts. Exit 0 only when every claim passes.",
     )
-    p.add_argument(
-        "bundle", nargs="?", default=".", help="the bundle folder or its tar (default: the current folder)"
-    )
+    p.add_argument("bundle", nargs="?", default=".", help="the bundle folder or its tar (default: the current folder)")
     p.add_argument("--json", action="store_true", help="print the claims and the re-derived states as JSON")
     p.add_argument("--no-inventory", action="store_true", help="skip the hashes.json check (meaning alone)")
     a = p.parse_args(argv)

@@ -22,6 +22,7 @@ from typing import Any
 
 import intentlog
 from intentlog.bundle import HASHES_FORMAT, STATES_FORMAT
+from intentlog.bundle.receipts import BODY_FIELD, BODY_HASHES, HTTP_REQUEST_FORMAT, KEY_FIELD
 from intentlog.eventlog.format import FORMAT, RESERVED_PREFIXES, Event
 from intentlog.heads.codec import HEADS_FORMAT
 from intentlog.projections.fields import FieldType
@@ -117,6 +118,11 @@ def formats_block() -> list[str]:
         "ENVELOPE = (" + ", ".join(_q(k) for k in envelope) + ")",
         "# namespaces intentlog itself writes: an unknown kind there was written by a newer intentlog",
         f"RESERVED = {reserved}",
+        "# a provider receipt line names its request by one of these fields (intentlog.bundle.receipts)",
+        f"RECEIPT_BODY_FIELD = {_q(BODY_FIELD)}",
+        f"RECEIPT_KEY_FIELD = {_q(KEY_FIELD)}",
+        'RECEIPT_BODY_RE = re.compile(r"(' + "|".join(BODY_HASHES) + ")" + ':[0-9a-f]{64}\\Z")',
+        f"HTTP_REQUEST_FORMAT = {_q(HTTP_REQUEST_FORMAT)}",
     ]
 
 

@@ -8,14 +8,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import blake3
 import orjson
 
 from .. import __version__
 from .._internal.args import check_path
 from .._internal.digest import is_digest
+from ..artifacts.inline import inline_bytes
 from ..checker.report import ERROR, INFO, Problem, VerifyReport
 from ..checker.verify import verify_path
 from ..errors import (
+    IntentlogError,
     LedgerError,
     UsageError,
 )
@@ -42,6 +45,7 @@ from .files import (
 )
 from .page import NOT_AT_EXPORT, report_page
 from .readme import readme_text
+from .receipts import BODY_FIELD, KEY_FIELD, body_digests, call_keys, chosen, describe, receipt_identifiers, uncovered
 from .untar import extract_tar
 
 # -- the library's check of a bundle ----------------------------------------------------------
@@ -57,8 +61,9 @@ def check_bundle(
     ``heads.json`` exists and every stream ends exactly at its sealed head (``bundle``);
     ``tasks/``, ``heads.json`` and ``states.json`` name the same tasks and ``states.json``
     equals this library's projection of each stream (``states``); every receipt in
-    ``receipts/`` is covered by an ``attempt.started`` of a call whose manifest has its
-    request hash (``receipts``); every file matches ``hashes.json`` and none is unlisted
+    ``receipts/`` is covered by its own ``attempt.started`` of a call sent with the line's
+    ``body_hash`` or ``idempotency_key`` (``receipts``, :mod:`intentlog.bundle.receipts`);
+    every file matches ``hashes.json`` and none is unlisted
     (``inventory``), and ``README.md`` and ``report.html`` are byte for byte what this
     library renders of the bundle's record (``rendering``; both skipped when ``inventory``
     is false). Raises
@@ -297,21 +302,58 @@ class _BundleCheck:
             locator=STATES_FILE,
         )
 
+    def request_bytes(self, ref: Mapping[str, Any] | None) -> bytes | None:
+        """The recorded request's bytes (inline or in ``objects/``), or None when absent or not its digest."""
+        if ref is None:
+            return None
+        try:
+            data = inline_bytes(ref)
+        except IntentlogError:
+            return None
+        digest = ref.get("digest")
+        if data is None and is_digest(digest):
+            hexd = str(digest).partition(":")[2]
+            path = self.root / "objects" / hexd[:2] / hexd[2:]
+            try:
+                data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+            except OSError:
+                data = None
+        if data is None or "blake3:" + blake3.blake3(data).hexdigest() != digest:
+            return None
+        return data
+
+    def dedup_of(self, task: str) -> dict[str, Any]:
+        """call -> the manifest's provider-deduplication declaration, for the calls of ``task`` that have one."""
+        out: dict[str, Any] = {}
+        for ev in StreamScan(self.root / "tasks" / f"{task}.jsonl"):
+            if ev.kind == "call.manifest" and type(ev.data) is dict and ev.data.get("dedup") is not None:
+                out[str(ev.data.get("call"))] = ev.data["dedup"]
+        return out
+
     def receipts(self, projected: Mapping[str, WorkState]) -> None:
-        started: dict[str, int] = {}
-        for ws in projected.values():
-            for c in ws.calls.values():
-                if c.request_hash is not None:
-                    started[c.request_hash] = started.get(c.request_hash, 0) + c.attempts
         folder = self.root / RECEIPTS_DIR
         if not folder.is_dir():
             return
+        capacity: list[int] = []
+        known: dict[tuple[str, str], list[int]] = {}  # identifier -> calls sent with it that started an attempt
+        for task, ws in projected.items():
+            dedup = self.dedup_of(task)
+            for c in ws.calls.values():
+                if c.request_hash is None or c.attempts == 0:
+                    continue
+                request = self.request_bytes(c.request)
+                bodies = body_digests(c.request_hash, request)
+                keys = call_keys(c.key, request, dedup.get(c.call_id))
+                for ident in [("body", x) for x in sorted(bodies)] + [("key", x) for x in sorted(keys)]:
+                    known.setdefault(ident, []).append(len(capacity))
+                capacity.append(c.attempts)
         for path in sorted(folder.iterdir()):
             rel = f"{RECEIPTS_DIR}/{path.name}"
             if path.is_symlink() or not path.is_file():
                 self.add("receipts", f"{rel} is not a regular file", locator=rel)
                 continue
-            seen: dict[str, int] = {}
+            lines: list[tuple[int, tuple[str, str], int]] = []  # (line number, identifier, its n-th receipt)
+            seen: dict[tuple[str, str], int] = {}
             for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
                 if not line.strip():
                     continue
@@ -320,20 +362,28 @@ class _BundleCheck:
                 except orjson.JSONDecodeError as exc:
                     self.add("receipts", f"line {lineno} is not JSON ({exc})", locator=rel)
                     continue
-                body = receipt.get("body_hash") if type(receipt) is dict else None
-                if type(body) is not str or not is_digest(body):
-                    self.add("receipts", f"line {lineno} has no body_hash digest", locator=rel)
-                    continue
-                seen[body] = seen.get(body, 0) + 1
-                if seen[body] > started.get(body, 0):
+                idents = receipt_identifiers(receipt)
+                if not idents:
                     self.add(
                         "receipts",
-                        f"line {lineno}: receipt {seen[body]} of request {body}, but the record has "
-                        f"{started.get(body, 0)} attempt.started of calls with that request hash: the provider saw "
-                        "an effect no recorded attempt covers",
+                        f"line {lineno} has neither a {BODY_FIELD} digest (blake3:/sha256:) nor an {KEY_FIELD}",
                         locator=rel,
-                        digest=body,
                     )
+                    continue
+                ident = chosen(known, idents)
+                seen[ident] = seen.get(ident, 0) + 1
+                lines.append((lineno, ident, seen[ident]))
+            for i in uncovered([known.get(ident, []) for _, ident, _ in lines], capacity):
+                lineno, ident, nth = lines[i]
+                started = sum(capacity[c] for c in known.get(ident, []))
+                self.add(
+                    "receipts",
+                    f"line {lineno}: receipt {nth} of {describe(ident)}, but the record has {started} "
+                    "attempt.started of calls sent with it, each covering one receipt: the provider saw "
+                    "an effect no recorded attempt covers",
+                    locator=rel,
+                    **({"digest": ident[1]} if ident[0] == "body" and ident[1].startswith("blake3:") else {}),
+                )
 
     def inventory(self) -> None:
         path = self.root / HASHES_FILE

@@ -301,8 +301,9 @@ def export_bundle(
 
     ``out`` is a folder that must not exist or be empty; ``tar`` a file that must not
     exist (a plain, deterministic tar of one folder, ``intentlog-bundle/``); give either
-    or both. ``receipts`` are provider receipt logs (JSON lines with a ``body_hash``),
-    copied byte for byte into ``receipts/`` under their file names. With ``check`` the
+    or both. ``receipts`` are provider receipt logs (JSON lines naming each request by a
+    ``body_hash`` or an ``idempotency_key``: :mod:`intentlog.bundle.receipts`), copied
+    byte for byte into ``receipts/`` under their file names. With ``check`` the
     library's checker (:func:`check_bundle`) runs over the result, which is kept either way
     (``ExportResult.ok`` says whether it passed). ``progress(phase, done, total)`` is called
     as streams are copied and the bundle is checked (for a progress line on a terminal).

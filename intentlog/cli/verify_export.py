@@ -113,7 +113,8 @@ def verify(c: Ctx, tasks: tuple[str, ...], bundle: Path | None, as_json: bool) -
     "--receipts",
     multiple=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A provider's receipt log (JSON lines with a body_hash) to carry in the bundle; repeatable.",
+    help="A provider's receipt log to carry in the bundle (JSON lines naming each request by a body_hash, "
+    "blake3:/sha256: of the body, or an idempotency_key; see docs/bundles.md); repeatable.",
 )
 @click.option("--no-check", is_flag=True, help="Do not run the library's check over the written bundle.")
 @json_option
