@@ -62,7 +62,7 @@ def test_a_stream_swapped_between_the_scan_and_the_open_is_not_the_one_written(
     led, path = _stream(tmp_path / "l")
     outside = tmp_path / "victim.txt"
     outside.write_bytes(b"precious\n")
-    real_assess = writer_mod.assess
+    real_assess = writer_mod.assess_facts  # the writer's full check of the file it opened
     swapped: list[bool] = []
 
     def assess_then_swap(*args: object, **kwargs: object) -> object:
@@ -73,7 +73,7 @@ def test_a_stream_swapped_between_the_scan_and_the_open_is_not_the_one_written(
             os.link(outside, path)  # after the checks, before any open by path
         return out
 
-    monkeypatch.setattr(writer_mod, "assess", assess_then_swap)
+    monkeypatch.setattr(writer_mod, "assess_facts", assess_then_swap)
     try:
         led.task("t").append("note", {"n": 2})
     except intentlog.IntentlogError:
