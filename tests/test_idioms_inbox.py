@@ -1,0 +1,66 @@
+"""A task and its inbox (``<task>.inbox``, where signals are written) are one unit for retention.
+
+gc keeps or expires them together: a waiting task keeps its inbox (a signal it has not yet
+received is never lost), a kept task keeps its inbox, an inbox held for its own reason keeps
+its task, and an idle task with its inbox goes with it. The same plan on a folder and on an
+``s3://`` ledger (a real SeaweedFS).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import s3_server
+
+import intentlog
+from intentlog.idioms import Suspended
+from intentlog.retention import apply_gc, keep, plan_gc
+
+LATER = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=60)
+
+
+def _build(ledger: intentlog.Ledger) -> None:
+    with pytest.raises(Suspended):
+        ledger.task("waiter").wait_for_event("go", block=False)
+    ledger.task("waiter").close()  # the waiter's process ended: its script continues when re-run
+    ledger.signal("waiter", "go", {"approved": True})  # arrived; not yet received by the task
+    ledger.task("done").finish(1)
+    ledger.signal("done", "late", 2)
+    ledger.task("marked").finish(3)
+    ledger.signal("marked", "note", 4)
+    ledger.task("plain").finish(5)
+    ledger.signal("alone", "early", 6)  # an inbox whose task was never started
+    ledger.task("held-box").finish(7)
+    ledger.signal("held-box", "x", 8)
+
+
+def _scenario(opener: Callable[[], intentlog.Ledger]) -> None:
+    with opener() as ledger:
+        _build(ledger)  # closed: no writer holds a stream any more
+    with opener() as ledger:
+        keep(ledger, "marked", "evidence")
+        keep(ledger, "held-box.inbox", "the sender's receipt")
+        plan = plan_gc(ledger, max_age="30d", now=LATER)
+        kept = {k.task: k.rule for k in plan.kept}
+        assert sorted(t.task for t in plan.expired) == ["alone.inbox", "done", "done.inbox", "plain"]
+        assert kept["waiter"] == "protected" and kept["waiter.inbox"] == "unit"
+        assert kept["marked"] == "keep" and kept["marked.inbox"] == "unit"
+        assert kept["held-box.inbox"] == "keep" and kept["held-box"] == "unit"
+        details = {k.task: k.detail for k in plan.kept}
+        assert "waiter" in details["waiter.inbox"] and "held-box.inbox" in details["held-box"]
+        result = apply_gc(ledger, plan)
+        assert sorted(result.deleted) == ["alone.inbox", "done", "done.inbox", "plain"]
+    with opener() as ledger:
+        assert ledger.task("waiter").wait_for_event("go") == {"approved": True}  # the signal was not lost
+
+
+def test_a_task_and_its_inbox_are_kept_or_expired_together(ledger_root: Path) -> None:
+    _scenario(lambda: intentlog.open(ledger_root))
+
+
+def test_a_task_and_its_inbox_are_one_unit_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = s3_server.ledger_url(monkeypatch)
+    _scenario(lambda: intentlog.open(url))
