@@ -9,13 +9,17 @@ its task, and an idle task with its inbox goes with it. The same plan on a folde
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import s3_server
+from click.testing import CliRunner
 
 import intentlog
+from intentlog.cli import main
 from intentlog.idioms import Suspended
 from intentlog.retention import apply_gc, keep, plan_gc
 
@@ -64,3 +68,38 @@ def test_a_task_and_its_inbox_are_kept_or_expired_together(ledger_root: Path) ->
 def test_a_task_and_its_inbox_are_one_unit_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
     url = s3_server.ledger_url(monkeypatch)
     _scenario(lambda: intentlog.open(url))
+
+
+def _tasks_json(root: str) -> list[dict[str, Any]]:
+    got = CliRunner().invoke(main, ["--root", root, "tasks", "--json"])
+    assert got.exit_code == 0, got.output
+    rows: list[dict[str, Any]] = json.loads(got.output)
+    return rows
+
+
+def _listing(opener: Callable[[], intentlog.Ledger], root: str) -> None:
+    with opener() as ledger:
+        _build(ledger)
+    rows = {r["task"]: r for r in _tasks_json(root)}
+    assert "waiter.inbox" not in rows and "done.inbox" not in rows  # folded into their tasks' rows
+    assert rows["alone.inbox"]["pending_events"] == []  # no task of its own to fold into: listed
+    waiter = rows["waiter"]
+    assert waiter["pending_events"] == ["go"] and "arrived" in waiter["next_step"], waiter
+    assert rows["done"]["pending_events"] == ["late"] and rows["plain"]["pending_events"] == []
+    table = CliRunner().invoke(main, ["--root", root, "tasks"]).output
+    assert "waiter (1 pending event)" in table and "waiter.inbox" not in table
+    status = CliRunner().invoke(main, ["--root", root, "status", "waiter", "--json"])
+    assert "arrived" in json.loads(status.output)["next_step"]
+    with opener() as ledger:
+        assert ledger.task("waiter").wait_for_event("go") == {"approved": True}
+    rows = {r["task"]: r for r in _tasks_json(root)}
+    assert rows["waiter"]["pending_events"] == [] and rows["waiter"]["state"] != "interrupted"
+
+
+def test_tasks_lists_an_inbox_under_its_task_with_the_events_pending(ledger_root: Path) -> None:
+    _listing(lambda: intentlog.open(ledger_root), str(ledger_root))
+
+
+def test_tasks_folds_inboxes_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = s3_server.ledger_url(monkeypatch)
+    _listing(lambda: intentlog.open(url), url)

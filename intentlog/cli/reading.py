@@ -153,8 +153,9 @@ def _echo_task_table(
 
 
 def _cells(r: TaskRow) -> list[str]:
+    n = len(r.pending_events)  # signalled into the task's inbox (folded into its row), not received yet
     return [
-        p(r.task),
+        p(r.task) + (f" ({n} pending event{'s' if n != 1 else ''})" if n else ""),
         str(r.events),
         p(r.last_activity or "-"),
         p(r.state),

@@ -20,7 +20,7 @@ from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.idioms import INBOX_SUFFIX
+from ..projections.idioms import INBOX_SUFFIX, tasks_with_inboxes
 from ..projections.operator import OperatorFold
 from ..projections.status import OPERATOR_STATES, status_of
 from ..projections.workstate import WorkStateFold
@@ -229,7 +229,7 @@ def _scan_names(
     progress: Progress | None,
 ) -> None:
     """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
-    units = UnitSettler(scan, with_inboxes(_task_of(n) for n in names), limit=limit)
+    units = UnitSettler(scan, tasks_with_inboxes([_task_of(n) for n in names]), limit=limit)
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -254,13 +254,6 @@ def _scan_names(
     join.commit()
 
 
-def with_inboxes(task_ids: Iterable[str]) -> set[str]:
-    """The tasks among ``task_ids`` whose inbox (``<task>.inbox``) is among them too (few: tasks signalled)."""
-    ids = list(task_ids)
-    boxes = {t[: -len(INBOX_SUFFIX)] for t in ids if t.endswith(INBOX_SUFFIX)}
-    return {t for t in ids if t in boxes} if boxes else set()
-
-
 def join_unit(task: TaskInfo, box: TaskInfo) -> None:
     """Make a task and its inbox one unit: what keeps one keeps the other; both go by the later activity.
 
@@ -282,7 +275,7 @@ class UnitSettler:
     A task's inbox is listed after it (its id is the task's id and a suffix), and every
     storage scans in id order; the task's record is settled right before its inbox's, so the
     two are adjacent in the plan's deletion order. Memory: the tasks held back (one at a
-    time per task with an inbox, and the ids of :func:`with_inboxes`).
+    time per task with an inbox, and the ids of :func:`~intentlog.projections.idioms.tasks_with_inboxes`).
     """
 
     def __init__(self, scan: Scan, bases: set[str], *, limit: int) -> None:

@@ -78,6 +78,7 @@ from ..eventlog.gclog import (
 from ..eventlog.remote import events_in
 from ..eventlog.writer import StreamWriter
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
+from ..projections.idioms import tasks_with_inboxes
 from ..projections.status import status_of
 from ..refs import INLINE, walk
 from ..retention.policy import GcPolicy
@@ -91,7 +92,6 @@ from ..retention.scan import (
     classify,
     collect_digests,
     fold_for_gc,
-    with_inboxes,
 )
 from ..retention.storage import Evacuate
 from .objects import ObjectArtifacts
@@ -222,7 +222,7 @@ class StoreGc:
         def busy(task: str) -> str | None:
             return held.get(task)
 
-        units = UnitSettler(scan, with_inboxes(names), limit=limit)
+        units = UnitSettler(scan, tasks_with_inboxes(names), limit=limit)
         for done, tid in enumerate(names, start=1):
             if progress is not None:
                 progress("streams", done, len(names))
