@@ -200,7 +200,40 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
         row = _row_read_whole(task_id, task.events, running=owner is not None and owner.alive is True)
     else:
         row = _project(ledger, task_id, None)[0]
-    return _holder_said(_with_inbox(ledger, _with_idioms(row, task.events)), owner)
+    return _holder_said(_with_tree(ledger, _with_inbox(ledger, _with_idioms(row, task.events)), task.events), owner)
+
+
+def _with_tree(ledger: Ledger, row: TaskRow, events: Callable[[], Iterator[Event]]) -> TaskRow:
+    """The row whose status names the task's parent and each child with its state and next step.
+
+    Read only for a task whose record spawned or was spawned (the work state counts those
+    kinds); each child's row is read as ``tasks`` reads it, without its own tree.
+    """
+    from .projections.idioms import CHILD_SPAWNED, SPAWNED, idiom_state
+    from .projections.status import ChildLine
+
+    st = row.status
+    if st is None or not (st.work.other_kinds.get(CHILD_SPAWNED) or st.work.other_kinds.get(SPAWNED)):
+        return row
+    try:
+        idioms = idiom_state(events())
+    except (OSError, IntentlogError):
+        return row
+    children = []
+    for cid in idioms.children:
+        child = _child_row(ledger, cid)
+        children.append(ChildLine(cid, child.state, child.next_step))
+    return replace(row, status=replace(st, parent=idioms.parent, children=tuple(children)))
+
+
+def _child_row(ledger: Ledger, task_id: str) -> TaskRow:
+    """A child's row for its parent's status: as ``tasks`` shows it, its inbox folded in."""
+    if ledger.backend.row_files() is None:
+        row = _listed_row(ledger, task_id)
+    else:
+        row = _project(ledger, task_id, None)[0]
+        row = _with_idioms(row, ledger.task(task_id).events)
+    return _with_inbox(ledger, row)
 
 
 def _listed_row(ledger: Ledger, task_id: str) -> TaskRow:
