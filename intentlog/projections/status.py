@@ -251,8 +251,9 @@ def _waiting_step(task_id: str, idioms: IdiomState | None, ws: WorkState) -> str
     w = idioms.waiting
     if w is not None and what.startswith("waiting"):
         signal = command(None, "signal", task_id, w.name) + " --payload JSON"
-        return f"signal it: {signal}; then re-run the script (it continues from the event" + (
-            f", or records the timeout after {w.deadline})" if w.deadline is not None else ")"
+        return (
+            f"signal it: {signal}; then re-run the script (it continues from the event"
+            + (f", or records the timeout after {w.deadline})" if w.deadline is not None else ")")
         )
     return f"re-run the script: it is {what} (recorded) and continues then, at once if that time has passed"
 
