@@ -118,15 +118,7 @@ def _row(task_id: str, state: str, stream: str, problem: str | None, events: int
 
 
 _FIELDS: Final = (
-    "state",
-    "reason",
-    "stream",
-    "problem",
-    "events",
-    "last_activity",
-    "phase",
-    "next_operation",
-    "next_step",
+    "state", "reason", "stream", "problem", "events", "last_activity", "phase", "next_operation", "next_step"
 )
 
 

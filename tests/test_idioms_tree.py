@@ -55,3 +55,27 @@ def test_status_shows_the_tree(ledger_root: Path) -> None:
 def test_status_shows_the_tree_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
     url = s3_server.ledger_url(monkeypatch)
     _tree(lambda: intentlog.open(url), url)
+
+
+def _report_tree(opener: Callable[[], intentlog.Ledger], root: str, tmp: Path) -> None:
+    with opener() as ledger:
+        _build(ledger)
+    out = tmp / "report.html"
+    _cli(root, "report", "--out", str(out))
+    page = out.read_text()
+    parent = page[page.index('id="task-parent"') :]
+    parent = parent[: parent.index("</section>")]
+    assert "<th>children</th>" in parent and 'href="#task-sum-1"' in parent and 'href="#task-sum-2"' in parent
+    assert "interrupted" in parent  # sum-2's state beside its link
+    child = page[page.index('id="task-sum-2"') :]
+    child = child[: child.index("</section>")]
+    assert "<th>parent</th>" in child and 'href="#task-parent"' in child
+
+
+def test_report_shows_the_tree(ledger_root: Path, tmp_path: Path) -> None:
+    _report_tree(lambda: intentlog.open(ledger_root), str(ledger_root), tmp_path)
+
+
+def test_report_shows_the_tree_on_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    url = s3_server.ledger_url(monkeypatch)
+    _report_tree(lambda: intentlog.open(url), url, tmp_path)
