@@ -127,7 +127,8 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
         return TaskData(task, UNREADABLE, UNREADABLE, problem, read.count, None, kept)
     ws = work.result()
     st = status_of(task, ws, ops.result(ws), running=False)
-    stream, problem = "ok", None
+    stream: str = "ok"
+    problem: str | None = None
     if p is not None:
         stream = "torn tail"
         problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
