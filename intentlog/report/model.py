@@ -127,14 +127,10 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
         return TaskData(task, UNREADABLE, UNREADABLE, problem, read.count, None, kept)
     ws = work.result()
     st = status_of(task, ws, ops.result(ws), running=False)
-    stream: str = "ok"
-    problem: str | None = None
-    if p is not None:
-        stream = "torn tail"
-        problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
+    tail = None if p is None else f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
     return TaskData(
-        task, st.state, stream, problem, read.count, st, kept, first_ts=first, last_ts=last,
-        parent=tree.parent, children=tuple(tree.children),
+        task, st.state, "ok" if p is None else "torn tail", tail, read.count, st, kept, first_ts=first,
+        last_ts=last, parent=tree.parent, children=tuple(tree.children),
     )  # fmt: skip
 
 
