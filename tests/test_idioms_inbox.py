@@ -103,3 +103,17 @@ def test_tasks_lists_an_inbox_under_its_task_with_the_events_pending(ledger_root
 def test_tasks_folds_inboxes_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
     url = s3_server.ledger_url(monkeypatch)
     _listing(lambda: intentlog.open(url), url)
+
+
+def test_a_size_cap_takes_a_task_and_its_inbox_together(ledger_root: Path) -> None:
+    """The cap is met by deleting the oldest task alone; its inbox goes with it, the newer task stays."""
+    with intentlog.open(ledger_root) as ledger:
+        ledger.task("a").finish(1)
+        ledger.signal("a", "late", 2)
+        ledger.task("z").finish(3)
+    with intentlog.open(ledger_root) as ledger:
+        total = plan_gc(ledger, max_age="none", max_size="none", now=LATER).bytes_before
+        cap = total - (ledger_root / "tasks" / "a.jsonl").stat().st_size
+        plan = plan_gc(ledger, max_age="none", max_size=cap, now=LATER)
+        assert sorted(t.task for t in plan.expired) == ["a", "a.inbox"]
+        assert [k.task for k in plan.kept] == ["z"]
