@@ -117,3 +117,46 @@ def test_a_size_cap_takes_a_task_and_its_inbox_together(ledger_root: Path) -> No
         plan = plan_gc(ledger, max_age="none", max_size=cap, now=LATER)
         assert sorted(t.task for t in plan.expired) == ["a", "a.inbox"]
         assert [k.task for k in plan.kept] == ["z"]
+
+
+def _race(monkeypatch: pytest.MonkeyPatch, session: type, opener: Callable[[], intentlog.Ledger]) -> None:
+    """A writer takes the task up again after the apply's plan, before its streams go: the inbox stays with it."""
+    real = session.delete_streams
+    calls: list[list[str]] = []
+
+    def resumed_first(self: Any, expired: Any, *args: Any) -> None:
+        if not calls:
+            with opener() as other:
+                other.task("done").append("note", {"resumed": True})  # the task changes: gc must skip it
+        calls.append([t.task for t in expired])
+        real(self, expired, *args)
+
+    monkeypatch.setattr(session, "delete_streams", resumed_first)
+    with opener() as ledger:
+        ledger.task("done").finish(1)
+        ledger.signal("done", "late", 2)
+        ledger.task("plain").finish(5)
+        ledger.task("marked").finish(6)
+    with opener() as ledger:
+        keep(ledger, "marked")  # a plan that keeps nothing is refused
+        result = apply_gc(ledger, max_age="30d", now=LATER)
+        skipped = dict(result.skipped)
+        assert result.deleted == ("plain",) and "done" in skipped, result
+        assert "kept with its task 'done'" in skipped["done.inbox"]
+        assert ledger.signal("done", "late", 2) is not None  # the recorded signal is still there: the same again
+        assert [ev.kind for ev in ledger.task("done.inbox").events()].count("task.signalled") == 1
+
+
+def test_an_inbox_stays_when_its_task_is_taken_up_during_the_apply(
+    ledger_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from intentlog.retention.folder import FolderSession
+
+    _race(monkeypatch, FolderSession, lambda: intentlog.open(ledger_root))
+
+
+def test_an_inbox_stays_with_its_task_taken_up_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    from intentlog.s3.gcsource import StoreSession
+
+    url = s3_server.ledger_url(monkeypatch)
+    _race(monkeypatch, StoreSession, lambda: intentlog.open(url))
