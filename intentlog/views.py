@@ -28,8 +28,9 @@ from ._internal.nofollow import open_dir_nofollow
 from ._internal.procs import PROC_LOCKS, flock_holders
 from .errors import ArtifactMissing, IntentlogError, InvalidDigest, UsageError
 from .eventlog.format import TASK_ID_RE, check_task_id
+from .projections.idioms import INBOX_SUFFIX, tasks_with_inboxes
 from .projections.operator import OperatorFold
-from .projections.status import OPERATOR_STATES, TaskStatus, status_of, taking_over
+from .projections.status import INTERRUPTED, OPERATOR_STATES, TaskStatus, status_of, taking_over
 from .projections.workstate import WorkStateFold
 from .stream import lock_holder
 from .viewcache import fold_task
@@ -87,6 +88,7 @@ class TaskRow:
     phase: str | None = None
     next_operation: str = "verify"
     next_step: str = ""
+    pending_events: tuple[str, ...] = ()  # signalled into its inbox, not received yet (a listing folds the inbox in)
 
     def to_json(self) -> dict[str, Any]:
         """The row of ``intentlog tasks --json`` (documented in docs/cli.md)."""
@@ -101,6 +103,7 @@ class TaskRow:
             "phase": self.phase,
             "next_operation": self.next_operation,
             "next_step": self.next_step,
+            "pending_events": list(self.pending_events),
         }
 
 
@@ -189,7 +192,78 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
         row = _row_read_whole(task_id, task.events, running=owner is not None and owner.alive is True)
     else:
         row = _project(ledger, task_id, None)[0]
+    return _holder_said(_with_tree(ledger, _with_inbox(ledger, _with_idioms(row, task.events)), task.events), owner)
+
+
+def _with_tree(ledger: Ledger, row: TaskRow, events: Callable[[], Iterator[Event]]) -> TaskRow:
+    """The row whose status names the task's parent and each child with its state and next step.
+
+    Read only for a task whose record spawned or was spawned (the work state counts those
+    kinds); each child's row is read as ``tasks`` reads it, without its own tree.
+    """
+    from .projections.idioms import CHILD_SPAWNED, SPAWNED, idiom_state
+    from .projections.status import ChildLine
+
+    st = row.status
+    if st is None or not (st.work.other_kinds.get(CHILD_SPAWNED) or st.work.other_kinds.get(SPAWNED)):
+        return row
+    try:
+        idioms = idiom_state(events())
+    except (OSError, IntentlogError):
+        return row
+    children = []
+    for cid in idioms.children:
+        child = _child_row(ledger, cid)
+        children.append(ChildLine(cid, child.state, child.next_step))
+    return replace(row, status=replace(st, parent=idioms.parent, children=tuple(children)))
+
+
+def _child_row(ledger: Ledger, task_id: str) -> TaskRow:
+    """A child's row for its parent's status: as ``tasks`` shows it, its inbox folded in."""
+    if ledger.backend.row_files() is None:
+        row = _listed_row(ledger, task_id)
+    else:
+        row = _project(ledger, task_id, None)[0]
+        row = _with_idioms(row, ledger.task(task_id).events)
+    return _with_inbox(ledger, row)
+
+
+def _listed_row(ledger: Ledger, task_id: str) -> TaskRow:
+    """:func:`task_row` without its inbox (a listing folds in the inboxes it lists)."""
+    task = ledger.task(task_id)
+    owner = ledger.backend.lease_owner(task.stream)
+    row = _row_read_whole(task_id, task.events, running=owner is not None and owner.alive is True)
     return _holder_said(_with_idioms(row, task.events), owner)
+
+
+def _with_inbox(ledger: Ledger, row: TaskRow) -> TaskRow:
+    """The row naming the events signalled into the task's inbox that its record has not received yet.
+
+    A task waiting for one of them is told to re-run its script (it receives the event
+    from the inbox), not to signal it again. A task with no inbox reads nothing more.
+    """
+    from .projections.idioms import idiom_state, inbox_signals, pending_events
+
+    box = row.task + INBOX_SUFFIX
+    if row.stream == STREAM_UNREADABLE or row.task.endswith(INBOX_SUFFIX) or not TASK_ID_RE.match(box):
+        return row
+    try:
+        signals = inbox_signals(ledger.task(box).events())
+        if not signals:
+            return row
+        idioms = idiom_state(ledger.task(row.task).events())
+    except (OSError, IntentlogError):
+        return row
+    pending = pending_events(idioms, signals)
+    if not pending:
+        return row
+    st = row.status
+    step = row.next_step
+    w = idioms.waiting
+    if w is not None and w.name in pending and row.state == INTERRUPTED:
+        step = f"re-run the script: event {w.name!r} arrived (in its inbox {box}) and the task continues from it"
+    st = None if st is None else replace(st, next_step=step)
+    return replace(row, status=st, next_step=step, pending_events=pending)
 
 
 def _with_idioms(row: TaskRow, events: Callable[[], Iterator[Event]]) -> TaskRow:
@@ -296,7 +370,7 @@ def iter_task_rows(ledger: Ledger) -> TaskRows:
     files = ledger.backend.row_files()
     if files is None:  # no file facts, no cache (yet): each stream read whole
         ids = ledger.task_ids()
-        return TaskRows(ids, (task_row(ledger, tid) for tid in ids))
+        return _inboxes_under_tasks(ledger, TaskRows(ids, (_listed_row(ledger, tid) for tid in ids)))
     try:
         dfd = open_dir_nofollow(files, what="task streams")
     except FileNotFoundError:
@@ -307,7 +381,32 @@ def iter_task_rows(ledger: Ledger) -> TaskRows:
     except BaseException:
         os.close(dfd)
         raise
-    return TaskRows(names, _stream_rows(ledger, dfd, names, locks, locked))
+    return _inboxes_under_tasks(ledger, TaskRows(names, _stream_rows(ledger, dfd, names, locks, locked)))
+
+
+def _inboxes_under_tasks(ledger: Ledger, rows: TaskRows) -> TaskRows:
+    """The rows with each task's inbox folded into its task's row (``pending_events``), not listed of its own.
+
+    An inbox is where signals wait for their task, not a task to run: its task's row says
+    which events wait there. An inbox whose task has no stream (signalled before the task
+    started) stays listed. Reads more only for the tasks that have an inbox.
+    """
+    bases = tasks_with_inboxes(rows.names)
+    if not bases:
+        return rows
+
+    def folded(task: str) -> bool:
+        return task.endswith(INBOX_SUFFIX) and task[: -len(INBOX_SUFFIX)] in bases
+
+    def gen() -> Iterator[TaskRow]:
+        try:
+            for row in rows:
+                if not folded(row.task):
+                    yield _with_inbox(ledger, row) if row.task in bases else row
+        finally:
+            rows.close()
+
+    return TaskRows([n for n in rows.names if not folded(n)], gen())
 
 
 def _stream_rows(

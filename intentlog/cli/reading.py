@@ -153,8 +153,9 @@ def _echo_task_table(
 
 
 def _cells(r: TaskRow) -> list[str]:
+    n = len(r.pending_events)  # signalled into the task's inbox (folded into its row), not received yet
     return [
-        p(r.task),
+        p(r.task) + (f" ({n} pending event{'s' if n != 1 else ''})" if n else ""),
         str(r.events),
         p(r.last_activity or "-"),
         p(r.state),
@@ -199,6 +200,7 @@ def status(c: Ctx, task: str, as_json: bool) -> None:
     Example:
       intentlog status chapter-16
     """
+    from ..projections.status import tree_lines
     from ..views import task_row
 
     ledger = c.ledger()
@@ -230,6 +232,8 @@ def status(c: Ctx, task: str, as_json: bool) -> None:
     forked = st.operator.forked if st.operator is not None else None
     if forked is not None:
         echo(f"forked from     {p(str(forked.get('from_task')))} before {p(str(forked.get('from_call')))}")
+    for label, text in tree_lines(st):
+        echo(f"{label:<16}{p(text)}")
     echo(f"last outcome    {p(st.last_outcome or '-')}")
     echo(f"unresolved      {p(st.unresolved_action or '-')}")
     echo(f"next operation  {p(st.next_operation)}")

@@ -45,6 +45,8 @@ __all__ = [
     "Sleep",
     "idiom_state",
     "inbox_signals",
+    "pending_events",
+    "tasks_with_inboxes",
     "open_waits",
 ]
 
@@ -290,3 +292,18 @@ def inbox_signals(events: Iterable[Event]) -> dict[str, Signal]:
         if type(name) is str and type(eid) is str and type(ph) is str and name not in out:
             out[name] = Signal(name, eid, d.get("payload"), ph, ev.seq)
     return out
+
+
+def pending_events(idioms: IdiomState, signals: Mapping[str, Signal]) -> tuple[str, ...]:
+    """The events signalled into a task's inbox that its own record has not received yet, in inbox order."""
+    return tuple(
+        s.name for s in sorted(signals.values(), key=lambda s: s.seq)
+        if not ((w := idioms.waits.get(s.name)) is not None and w.received)
+    )  # fmt: skip
+
+
+def tasks_with_inboxes(task_ids: Iterable[str]) -> set[str]:
+    """The tasks among ``task_ids`` whose inbox (``<task id>.inbox``) is among them too (the tasks signalled)."""
+    ids = task_ids if isinstance(task_ids, (list, tuple)) else list(task_ids)
+    boxes = {t[: -len(INBOX_SUFFIX)] for t in ids if t.endswith(INBOX_SUFFIX)}
+    return {t for t in ids if t in boxes} if boxes else set()

@@ -50,6 +50,8 @@ from .workstate import (
 )
 
 __all__ = [
+    "ChildLine",
+    "tree_lines",
     "waiting_for",
     "AWAITING_ACCEPTANCE",
     "acceptance_refusal",
@@ -122,6 +124,25 @@ TASK_NEXT_OPERATIONS: Final = (
 
 
 @dataclass(frozen=True, slots=True)
+class ChildLine:
+    """One child of a task as its parent's status shows it: its id, its state and its own next step."""
+
+    task: str
+    state: str
+    next_step: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "state": self.state, "next_step": self.next_step}
+
+
+def tree_lines(st: TaskStatus) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of the parent/child tree around a task: its parent, then each child."""
+    out = [("parent", st.parent)] if st.parent is not None else []
+    out += [("child", f"{c.task} [{c.state}]: {c.next_step}") for c in st.children]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class TaskStatus:
     task_id: str
     state: str  # one of OPERATOR_STATES
@@ -136,6 +157,10 @@ class TaskStatus:
     next_operation: str = NONE  # one word of TASK_NEXT_OPERATIONS, consistent with ``state``
     #: what the task's record says it waits for ("sleeping until <recorded time>", "waiting for event 'x'"), or None
     waiting: str | None = None
+    #: the task that spawned this one (its record's ``task.spawned``), or None
+    parent: str | None = None
+    #: the children this task spawned, each with its own state and next step (filled by a reader of their streams)
+    children: tuple[ChildLine, ...] = ()
 
     @property
     def awaiting_approvals(self) -> tuple[ApprovalState, ...]:
@@ -159,6 +184,8 @@ class TaskStatus:
             "next_operation": self.next_operation,
             "next_step": self.next_step,
             "waiting": self.waiting,
+            "parent": self.parent,
+            "children": [c.to_json() for c in self.children],
             "checkpoint": cp.to_json() if cp is not None else None,
             "approvals": [a.to_json() for a in ops.approvals.values()] if ops is not None else [],
             "forked_from": dict(ops.forked) if ops is not None and ops.forked is not None else None,

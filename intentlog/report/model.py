@@ -19,6 +19,7 @@ from ..artifacts.inline import inline_bytes
 from ..checker.report import ERROR, Problem, VerifyReport
 from ..errors import ArtifactError
 from ..eventlog.format import Event
+from ..projections.idioms import CHILD_SPAWNED, SPAWNED, IdiomFold
 from ..projections.operator import OperatorFold
 from ..projections.status import TaskStatus, status_of
 from ..projections.workstate import WorkStateFold
@@ -72,6 +73,10 @@ class TaskData:
     #: the timestamps of its first and last event (the record's own; None when it has none)
     first_ts: str | None = None
     last_ts: str | None = None
+    #: the parent/child tree: the task that spawned this one, and each child spawned with its state
+    parent: str | None = None
+    children: tuple[str, ...] = ()
+    child_states: dict[str, str] = field(default_factory=dict)
 
     @property
     def next_step(self) -> str:
@@ -99,6 +104,7 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
     """Fold one task's stream (keeping its first :data:`MAX_EVENTS` events when ``keep_events``)."""
     work = WorkStateFold(task)
     ops = OperatorFold()
+    tree = IdiomFold()  # only the spawn records: the parent/child tree
     kept: list[Event] | None = [] if keep_events else None
     read = source.stream(task)
     first: str | None = None
@@ -106,6 +112,8 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
     for ev in read.events:
         work.apply(ev)
         ops.apply(ev)
+        if ev.kind in (CHILD_SPAWNED, SPAWNED):
+            tree.apply(ev)
         if first is None:
             first = ev.ts
         last = ev.ts
@@ -119,10 +127,11 @@ def read_task(source: ReportSource, task: str, *, keep_events: bool) -> TaskData
         return TaskData(task, UNREADABLE, UNREADABLE, problem, read.count, None, kept)
     ws = work.result()
     st = status_of(task, ws, ops.result(ws), running=False)
-    if p is not None:
-        problem = f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
-        return TaskData(task, st.state, "torn tail", problem, read.count, st, kept, first_ts=first, last_ts=last)
-    return TaskData(task, st.state, "ok", None, read.count, st, kept, first_ts=first, last_ts=last)
+    tail = None if p is None else f"tasks/{task}.jsonl line {p.line}: {p.reason}; the next writer quarantines it"
+    return TaskData(
+        task, st.state, "ok" if p is None else "torn tail", tail, read.count, st, kept, first_ts=first,
+        last_ts=last, parent=tree.parent, children=tuple(tree.children),
+    )  # fmt: skip
 
 
 def collect_artifacts(source: ReportSource, events: Iterable[Event]) -> list[Artifact]:

@@ -186,6 +186,7 @@ def render_report(
         full = read_task(src, t, keep_events=True)
         full.verify = rows[t].verify
         full.artifacts = collect_artifacts(src, full.detail or [])
+        full.child_states = {c: rows[c].state if c in rows else "not in this report" for c in full.children}
         rows[t] = full
     counts: dict[str, int] = {}
     for r in rows.values():

@@ -108,6 +108,11 @@ def _overview(t: TaskData, hint: Hint) -> str:
         forked = st.operator.forked if st.operator is not None else None
         if forked is not None:
             rows.append(["forked from", esc(f"{forked.get('from_task')} before {forked.get('from_call')}")])
+    if t.parent is not None:
+        rows.append(["parent", f'<a href="#task-{esc(t.parent)}">{esc(t.parent)}</a>'])
+    if t.children:
+        kids = (f'<a href="#task-{esc(c)}">{esc(c)}</a> {state_badge(t.child_states.get(c, "-"))}' for c in t.children)
+        rows.append(["children", "<br>".join(kids)])
     usage = usage_totals(t)
     if usage is not None:
         rows.append(["usage", esc(usage)])

@@ -29,10 +29,11 @@ from .._internal.digest import DIGEST_PREFIX
 from ..artifacts.inline import inline_bytes
 from ..errors import ArtifactError, CorruptStream, GcRefused, IntentlogError, LedgerError, UsageError, WrongType
 from ..eventlog.gclog import GC_FINISHED, GC_STARTED, finished_data
+from ..projections.idioms import INBOX_SUFFIX
 from .plan import make_plan
 from .policy import MAX_TRACKED, check_now, format_ts, resolve_policy
-from .report import ExpiredBlob, GcPlan, GcResult
-from .storage import GcLedger, GcSession
+from .report import ExpiredBlob, ExpiredTask, GcPlan, GcResult
+from .storage import Evacuate, GcLedger, GcSession
 
 
 def apply_gc(
@@ -99,6 +100,34 @@ def check_replan(current: GcPlan, preview: GcPlan | None) -> None:
         raise GcRefused(f"gc refused: {current.refused}")
 
 
+def _delete_units(
+    held: GcSession,
+    expired: Sequence[ExpiredTask],
+    started: int,
+    evacuate: Evacuate,
+    deleted: list[str],
+    skipped: list[tuple[str, str]],
+) -> None:
+    """Delete the expired streams, a task's inbox only once its task was deleted.
+
+    A task that a writer took up again since the plan is skipped (changed, busy); its inbox
+    then stays with it, so a signal the task is about to receive is never deleted.
+    """
+    names = {t.task for t in expired}
+    boxes = [t for t in expired if t.task.endswith(INBOX_SUFFIX) and t.task[: -len(INBOX_SUFFIX)] in names]
+    box_ids = {t.task for t in boxes}
+    held.delete_streams([t for t in expired if t.task not in box_ids], started, evacuate, deleted, skipped)
+    if not boxes:
+        return
+    gone = set(deleted)
+    follow = [t for t in boxes if t.task[: -len(INBOX_SUFFIX)] in gone]
+    for t in boxes:
+        if t.task[: -len(INBOX_SUFFIX)] not in gone:
+            skipped.append((t.task, f"kept with its task {t.task[: -len(INBOX_SUFFIX)]!r}, which was not deleted"))
+    if follow:
+        held.delete_streams(follow, started, evacuate, deleted, skipped)
+
+
 def _carry_out(held: GcSession, plan: GcPlan) -> GcResult:
     started = held.append(GC_STARTED, started_data(plan))
     evac = {e.digest for e in plan.evacuate}
@@ -110,7 +139,7 @@ def _carry_out(held: GcSession, plan: GcPlan) -> GcResult:
         return _evacuate(held, payloads, evac, evacuated) if evac else None
 
     try:
-        held.delete_streams(plan.expired, started, evacuate, deleted, skipped)
+        _delete_units(held, plan.expired, started, evacuate, deleted, skipped)
         blobs = list(plan.blobs)
         if skipped:
             blobs = _spare_referenced(held, [t for t, _ in skipped], blobs)

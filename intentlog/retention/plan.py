@@ -11,9 +11,10 @@ from typing import Any
 from .._internal.args import check_count
 from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
+from ..projections.idioms import INBOX_SUFFIX
 from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, parse_ts, resolve_policy
 from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan
-from .rows import LAST_TS, KeptTasks, expired_task
+from .rows import LAST_TS, TASK, KeptTasks, expired_task
 from .scan import NEVER, Candidate, Progress, Scan, micros
 from .storage import GcLedger, GcStorage
 
@@ -109,6 +110,8 @@ def make_plan(
         while after > policy.max_size and k < len(order):
             k += 1
             after -= scan.sizes[order[k - 1]] + freed_at[k]
+        if 0 < k < len(order) and _one_unit(scan, order[k - 1], order[k]):
+            k += 1  # a task and its inbox go together (adjacent in the order: the same latest activity)
 
     expired = [_expired(scan, idx, n < by_age, now, policy) for n, idx in enumerate(order[:k])]
     kept = KeptTasks(scan.rows, order[:k])
@@ -161,6 +164,11 @@ def make_plan(
         refused=refused,
         notes=tuple(notes),
     )
+
+
+def _one_unit(scan: Scan, a: int, b: int) -> bool:
+    """Are the tasks at ``a`` and ``b`` a task and its inbox (:func:`~intentlog.retention.scan.join_unit`)?"""
+    return bool(scan.rows.get(b)[TASK] == scan.rows.get(a)[TASK] + INBOX_SUFFIX)
 
 
 def oldest_first(eligible: array[int], last_us: array[int]) -> array[int]:

@@ -56,7 +56,8 @@ class ExpiredTask:
 @final
 @dataclass(frozen=True, slots=True)
 class KeptTask:
-    """A task the plan keeps, and why (``rule``: protected, keep, backlog, busy, unreadable, undated, grace, young)."""
+    """A task the plan keeps, and why (``rule``: protected, keep, backlog, busy, unreadable, undated, grace,
+    young, unit: kept with its task or its inbox)."""
 
     task: str
     rule: str

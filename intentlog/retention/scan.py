@@ -20,6 +20,7 @@ from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
+from ..projections.idioms import INBOX_SUFFIX, tasks_with_inboxes
 from ..projections.operator import OperatorFold
 from ..projections.status import OPERATOR_STATES, status_of
 from ..projections.workstate import WorkStateFold
@@ -228,6 +229,7 @@ def _scan_names(
     progress: Progress | None,
 ) -> None:
     """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
+    units = UnitSettler(scan, tasks_with_inboxes([_task_of(n) for n in names]), limit=limit)
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -241,15 +243,63 @@ def _scan_names(
                 scan.stream_bytes += os.stat(ledger.tasks_dir / name).st_size
             continue
         info = TaskInfo(tid)
-        index = len(scan.rows)
         refs: set[bytes] = set()
         held: set[bytes] = set()
         readable = _from_index(ledger, info, refs, held, join) or _scan_one(ledger, info, refs, held, scan, join)
         scan.stream_bytes += info.size
         if readable:
             _classify(ledger, info, now, policy, marks, needed)
-        settle(scan, info, refs, held, readable=readable, index=index, limit=limit)
+        units.add(info, refs, held, readable=readable)
+    units.finish()
     join.commit()
+
+
+def join_unit(task: TaskInfo, box: TaskInfo) -> None:
+    """Make a task and its inbox one unit: what keeps one keeps the other; both go by the later activity.
+
+    A waiting task keeps its inbox (a signal not yet received is never deleted), a kept or
+    busy inbox keeps its task, and an idle pair is ordered by its latest activity, so that
+    an age limit or a size cap takes both or neither (the plan never cuts between them).
+    """
+    if task.rule is None and box.rule is not None:
+        task.rule, task.detail = "unit", f"kept with its inbox {box.task!r}: [{box.rule}] {box.detail}"
+    elif box.rule is None and task.rule is not None:
+        box.rule, box.detail = "unit", f"kept with its task {task.task!r}: [{task.rule}] {task.detail}"
+    elif task.rule is None and task.last_dt is not None and box.last_dt is not None:
+        task.last_dt = box.last_dt = max(task.last_dt, box.last_dt)
+
+
+class UnitSettler:
+    """Settles scanned tasks (:func:`settle`), a task with an inbox held back until its inbox is scanned.
+
+    A task's inbox is listed after it (its id is the task's id and a suffix), and every
+    storage scans in id order; the task's record is settled right before its inbox's, so the
+    two are adjacent in the plan's deletion order. Memory: the tasks held back (one at a
+    time per task with an inbox, and the ids of :func:`~intentlog.projections.idioms.tasks_with_inboxes`).
+    """
+
+    def __init__(self, scan: Scan, bases: set[str], *, limit: int) -> None:
+        self._scan, self._bases, self._limit = scan, bases, limit
+        self._held: dict[str, tuple[TaskInfo, set[bytes], set[bytes], bool]] = {}
+
+    def add(self, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool) -> None:
+        if info.task in self._bases:
+            self._held[info.task] = (info, refs, held, readable)
+            return
+        base = self._held.pop(info.task[: -len(INBOX_SUFFIX)], None) if info.task.endswith(INBOX_SUFFIX) else None
+        if base is not None:
+            join_unit(base[0], info)
+            self._settle(*base)
+        self._settle(info, refs, held, readable)
+
+    def finish(self) -> None:
+        """Settle what is still held back (a task whose inbox could not be listed)."""
+        for entry in sorted(self._held.values(), key=lambda e: e[0].task):
+            self._settle(*entry)
+        self._held.clear()
+
+    def _settle(self, info: TaskInfo, refs: set[bytes], held: set[bytes], readable: bool) -> None:
+        settle(self._scan, info, refs, held, readable=readable, index=len(self._scan.rows), limit=self._limit)
 
 
 def settle(

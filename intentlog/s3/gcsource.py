@@ -78,12 +78,21 @@ from ..eventlog.gclog import (
 from ..eventlog.remote import events_in
 from ..eventlog.writer import StreamWriter
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
+from ..projections.idioms import tasks_with_inboxes
 from ..projections.status import status_of
 from ..refs import INLINE, walk
 from ..retention.policy import GcPolicy
 from ..retention.report import ExpiredBlob, ExpiredTask
 from ..retention.rules import KeepMark, protected_by
-from ..retention.scan import Progress, Scan, TaskInfo, classify, collect_digests, fold_for_gc, settle
+from ..retention.scan import (
+    Progress,
+    Scan,
+    TaskInfo,
+    UnitSettler,
+    classify,
+    collect_digests,
+    fold_for_gc,
+)
 from ..retention.storage import Evacuate
 from .objects import ObjectArtifacts
 from .probe import require_fencing
@@ -213,18 +222,19 @@ class StoreGc:
         def busy(task: str) -> str | None:
             return held.get(task)
 
+        units = UnitSettler(scan, tasks_with_inboxes(names), limit=limit)
         for done, tid in enumerate(names, start=1):
             if progress is not None:
                 progress("streams", done, len(names))
             info = TaskInfo(tid)
-            index = len(scan.rows)
             refs: set[bytes] = set()
             inline: set[bytes] = set()
             readable = self._scan_one(info, refs, inline, scan, held)
             scan.stream_bytes += info.size
             if readable:
                 classify(info, now, policy, marks, needed, busy)
-            settle(scan, info, refs, inline, readable=readable, index=index, limit=limit)
+            units.add(info, refs, inline, readable=readable)
+        units.finish()
         return scan
 
     def _read(self, task: str) -> bytes:
