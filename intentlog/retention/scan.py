@@ -20,6 +20,7 @@ from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
+from ..projections.idioms import INBOX_SUFFIX
 from ..projections.operator import OperatorFold
 from ..projections.status import OPERATOR_STATES, status_of
 from ..projections.workstate import WorkStateFold
@@ -148,6 +149,9 @@ class Scan:
     stream_names: int = 0
     stream_bytes: int = 0
     tracking: bool = True
+    # the ids scanned so far that are prefixes of the latest one (with their rule and last activity): a task
+    # sorts before its inbox ``<task>.inbox``, so the inbox finds its task here (a chain of prefixes, short)
+    owners: list[tuple[str, str | None, _dt.datetime | None]] = field(default_factory=list)
 
 
 def _later(scan: Scan, a: int, b: int) -> bool:
@@ -256,6 +260,7 @@ def settle(
     scan: Scan, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool, index: int, limit: int
 ) -> None:
     """Record a scanned task and, when it could be read, the digests it names and holds."""
+    _follow_owner(scan, info)
     _record(scan, info)
     if not readable:
         return  # refs unknown: recorded as incomplete
@@ -264,6 +269,29 @@ def settle(
         _note_digests(scan, scan.refs, refs, index, eligible=eligible, limit=limit)
     if scan.tracking:
         _note_digests(scan, scan.held, held, index, eligible=eligible, limit=limit)
+
+
+def _follow_owner(scan: Scan, info: TaskInfo) -> None:
+    """An inbox (``<task>.inbox``) goes no earlier than its task: kept while the task is, never older than it.
+
+    The inbox holds the signals the task's re-run receives (``task.wait_for_event``): a task
+    gc keeps (waiting, kept, a backlog's) keeps its inbox, and an inbox whose signal came
+    before the task's last activity is dated by that activity, so age or size never
+    takes it first.
+    """
+    while scan.owners and not info.task.startswith(scan.owners[-1][0]):
+        scan.owners.pop()
+    if info.task.endswith(INBOX_SUFFIX) and info.rule is None:
+        owner = info.task[: -len(INBOX_SUFFIX)]
+        got = next((o for o in scan.owners if o[0] == owner), None)
+        if got is not None:
+            _, rule, last = got
+            if rule is not None:
+                info.rule = "protected"
+                info.detail = f"the inbox of task {owner!r}, which gc keeps ({rule}): its re-run reads signals here"
+            elif last is not None and (info.last_dt is None or info.last_dt < last):
+                info.last_dt = last
+    scan.owners.append((info.task, info.rule, info.last_dt))
 
 
 def _record(scan: Scan, info: TaskInfo) -> None:

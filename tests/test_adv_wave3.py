@@ -1,0 +1,188 @@
+"""Adversarial checks of the idioms, the signal command, gc over inboxes, redaction and the writer's resumed check."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import intentlog
+from intentlog.cli import main
+from intentlog.errors import UsageError
+from intentlog.retention.plan import plan_gc
+
+
+def _bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.jsonl"))}
+
+
+# -- durable sleep: times a record cannot hold ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "when",
+    [dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(999, 12, 31, tzinfo=dt.timezone.utc)],
+)
+def test_sleep_until_a_year_before_1000_is_refused_not_recorded_unreadable(
+    ledger_root: Path, when: dt.datetime
+) -> None:
+    """A wake time the record's timestamp format cannot hold is refused before anything is written.
+
+    It used to be recorded as ``1-01-01T...``, which no later run could parse: every re-run
+    of the task raised ValueError from then on.
+    """
+    with intentlog.open(ledger_root) as ledger:
+        task = ledger.task("t")
+        task.value("x", lambda: 1)
+        before = _bytes(ledger_root)
+        with pytest.raises(UsageError, match="sleep"):
+            task.sleep_until(when, name="early", block=False)
+        assert _bytes(ledger_root) == before
+    with intentlog.open(ledger_root) as ledger:
+        assert ledger.task("t").sleep_for(0, name="after") is not None  # the task still runs
+
+
+@pytest.mark.parametrize("seconds", [1e18, 1e13])
+def test_sleep_for_beyond_the_year_9999_is_a_usage_error(ledger: intentlog.Ledger, seconds: float) -> None:
+    task = ledger.task("t")
+    with pytest.raises(UsageError, match="sleep"):
+        task.sleep_for(seconds, name="forever", block=False)
+    assert [ev.kind for ev in task.events()] == ["task.created"]
+
+
+@pytest.mark.parametrize("timeout", [1e18, 1e13])
+def test_wait_timeout_beyond_the_year_9999_is_a_usage_error(ledger: intentlog.Ledger, timeout: float) -> None:
+    task = ledger.task("t")
+    with pytest.raises(UsageError, match="timeout"):
+        task.wait_for_event("go", timeout=timeout, block=False)
+    assert [ev.kind for ev in task.events()] == ["task.created"]
+
+
+# -- inboxes are not tasks to wait in, signal or spawn -----------------------------------------
+
+
+def test_signal_to_an_inbox_is_refused_on_the_command_line(ledger_root: Path) -> None:
+    """``intentlog signal T.inbox ...`` made an inbox of an inbox (``T.inbox.inbox``) that nothing ever reads."""
+    with intentlog.open(ledger_root) as ledger:
+        ledger.task("t").value("x", lambda: 1)
+        ledger.signal("t", "go", {"ok": True})
+    before = _bytes(ledger_root)
+    got = CliRunner().invoke(main, ["--root", str(ledger_root), "signal", "t.inbox", "go", "--payload", "1"])
+    assert got.exit_code != 0
+    assert "inbox" in got.output
+    assert _bytes(ledger_root) == before
+    assert not (ledger_root / "tasks" / "t.inbox.inbox.jsonl").exists()
+
+
+def test_spawning_a_child_under_an_inbox_id_is_refused(ledger: intentlog.Ledger) -> None:
+    """A child ``T.inbox`` would be the inbox a task's signals go to: spawn refuses it and writes nothing."""
+    parent = ledger.task("p")
+    parent.value("x", lambda: 1)
+    before = _bytes(ledger.root)
+    with pytest.raises(UsageError, match="inbox"):
+        parent.spawn("p.inbox", {})
+    with pytest.raises(UsageError, match="inbox"):
+        parent.spawn("other.inbox", {})
+    assert _bytes(ledger.root) == before
+
+
+# -- gc and inboxes ------------------------------------------------------------------------------
+
+
+def test_gc_keeps_the_inbox_of_a_task_it_keeps(ledger_root: Path) -> None:
+    """A waiting (protected) task's inbox holds the signal its re-run receives: gc must not expire it alone."""
+    with intentlog.open(ledger_root) as ledger:
+        task = ledger.task("w")
+        with pytest.raises(intentlog.Suspended):
+            task.wait_for_event("go", block=False)
+        task.close()
+        ledger.signal("w", "go", {"x": 1})
+        ledger.task("done").value("x", lambda: 1)  # something gc may take, so the plan is not refused
+    with intentlog.open(ledger_root) as ledger:
+        plan = plan_gc(ledger, max_age="0s", grace="0s", max_size="none")
+    expired = {t.task for t in plan.expired}
+    assert "w" not in expired
+    assert "w.inbox" not in expired, "the signal a protected waiter needs would be deleted"
+    assert "done" in expired
+
+
+def test_gc_never_expires_an_inbox_before_its_task(ledger_root: Path) -> None:
+    """An inbox older than its task (the signal came first) goes no earlier than the task, by age or size."""
+    with intentlog.open(ledger_root) as ledger:
+        ledger.signal("early", "go", {"x": 1})  # a webhook before the task ran
+        ledger.task("early").value("x", lambda: 1)
+        ledger.task("zz").value("x", lambda: 1)
+    with intentlog.open(ledger_root) as ledger:
+        newest = max(ev.ts for ev in ledger.task("early").events())
+        cut = dt.datetime.strptime(newest, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+        plan = plan_gc(ledger, max_age="0s", grace="0s", max_size="none", now=cut)
+    expired = {t.task for t in plan.expired}
+    assert "early.inbox" not in expired or "early" in expired
+
+
+# -- recorded values: what the first run sees is what the record holds ----------------------------
+
+
+@pytest.mark.parametrize("value", ["sk_feature_branch_2024", {"note": "Basic a1b2c3d4e5"}])
+def test_a_value_is_returned_as_recorded_when_the_stream_redacts_a_shape(ledger_root: Path, value: object) -> None:
+    """The stream core replaces credential shapes in every record; the first run must see that record too.
+
+    Otherwise the first run used the raw string and every re-run the redacted one: a request
+    built from it hashes differently on the re-run (DRIFT), against the documented promise.
+    """
+    with intentlog.open(ledger_root) as ledger:
+        first = ledger.task("t").value("v", lambda: value)
+    with intentlog.open(ledger_root) as ledger:
+        again = ledger.task("t").value("v", lambda: "other")
+    assert first == again
+
+
+def test_a_spawn_with_a_redacted_payload_is_the_same_spawn_on_the_re_run(ledger_root: Path) -> None:
+    """The re-run spawning the same child with the same payload was refused as 'another payload'."""
+    payload = {"branch": "sk_feature_branch_2024"}
+    with intentlog.open(ledger_root) as ledger:
+        ledger.task("p").spawn("c", payload)
+    with intentlog.open(ledger_root) as ledger:
+        ledger.task("p").spawn("c", payload)  # the same delivery: nothing more recorded
+        kinds = [ev.kind for ev in ledger.task("p").events()]
+    assert kinds.count("task.child_spawned") == 1
+
+
+def test_a_step_name_too_long_for_its_record_is_refused_at_decoration(ledger: intentlog.Ledger) -> None:
+    """``@task.step(name=...)`` took a 200-character name and failed only at the first call."""
+    task = ledger.task("t")
+    with pytest.raises(UsageError, match="step"):
+        task.step(name="z" * 200)(lambda x: x)
+    assert task.step(name="z" * 150)(lambda x: x)(1) == 1
+
+
+# -- the writer's resumed check -------------------------------------------------------------------
+
+
+def test_an_earlier_line_edited_in_place_while_the_stream_grew_is_caught_at_the_next_open(ledger_root: Path) -> None:
+    """Between two opens in one process: a byte of an earlier event flipped (same length) and a valid line added.
+
+    The resumed check anchors on the last checked line and the file's identity; a grown
+    file skips the time check, so the edit before the anchor must still be seen.
+    """
+    from intentlog.errors import CorruptStream
+
+    with intentlog.open(ledger_root) as ledger:
+        task = ledger.task("t")
+        task.value("a", lambda: "aaaa")
+        task.value("b", lambda: "bbbb")
+        task.close()
+        path = ledger_root / "tasks" / "t.jsonl"
+        lines = path.read_bytes().splitlines(keepends=True)
+        # a valid event appended by "another process": written through a second ledger handle
+        with intentlog.open(ledger_root) as other:
+            other.task("t").value("c", lambda: "cccc")
+        grown = path.read_bytes()
+        edited = grown.replace(b'"value":"aaaa"', b'"value":"zzzz"', 1)
+        assert edited != grown and len(edited) == len(grown) and lines
+        with open(path, "r+b") as fh:
+            fh.write(edited)
+        with pytest.raises(CorruptStream):
+            task.value("d", lambda: "dddd")
