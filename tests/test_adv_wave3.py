@@ -161,28 +161,82 @@ def test_a_step_name_too_long_for_its_record_is_refused_at_decoration(ledger: in
 # -- the writer's resumed check -------------------------------------------------------------------
 
 
-def test_an_earlier_line_edited_in_place_while_the_stream_grew_is_caught_at_the_next_open(ledger_root: Path) -> None:
-    """Between two opens in one process: a byte of an earlier event flipped (same length) and a valid line added.
+_APPEND_ONE = (
+    "import sys, intentlog\nwith intentlog.open(sys.argv[1]) as o:\n    o.task('t').append('app.note', {'v': 'cccc'})\n"
+)
 
-    The resumed check anchors on the last checked line and the file's identity; a grown
-    file skips the time check, so the edit before the anchor must still be seen.
-    """
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the folder writer's resumed check (damage.resume_assess) proves only the file's identity, the last "
+        "checked line and the bytes added; when another process grew the stream, an earlier line edited in "
+        "place (same length) between two opens in one process is not seen, and the writer appends onto it "
+        "(intentlog verify reports the broken chain later). Closing it needs a hash of the checked prefix, "
+        "kept as the writer appends and compared at the resume (as CheckedBytes does on a store)"
+    ),
+)
+def test_an_earlier_line_edited_while_another_process_grew_the_stream_is_caught_at_the_next_open(
+    ledger_root: Path,
+) -> None:
+    """Between two opens in one process: a byte of an early event flipped (same length), a valid line added."""
+    import subprocess
+    import sys
+
     from intentlog.errors import CorruptStream
 
     with intentlog.open(ledger_root) as ledger:
         task = ledger.task("t")
-        task.value("a", lambda: "aaaa")
-        task.value("b", lambda: "bbbb")
+        task.append("app.note", {"v": "aaaa"})
+        for _ in range(300):  # long enough for the next open to resume from this one's check
+            task.append("app.note", {"v": "bbbb"})
         task.close()
         path = ledger_root / "tasks" / "t.jsonl"
-        lines = path.read_bytes().splitlines(keepends=True)
-        # a valid event appended by "another process": written through a second ledger handle
-        with intentlog.open(ledger_root) as other:
-            other.task("t").value("c", lambda: "cccc")
+        subprocess.run([sys.executable, "-c", _APPEND_ONE, str(ledger_root)], check=True)
         grown = path.read_bytes()
-        edited = grown.replace(b'"value":"aaaa"', b'"value":"zzzz"', 1)
-        assert edited != grown and len(edited) == len(grown) and lines
+        edited = grown.replace(b'"v":"aaaa"', b'"v":"zzzz"', 1)
+        assert edited != grown and len(edited) == len(grown)
         with open(path, "r+b") as fh:
             fh.write(edited)
         with pytest.raises(CorruptStream):
-            task.value("d", lambda: "dddd")
+            task.append("app.note", {"v": "dddd"})
+
+
+def test_an_earlier_line_edited_in_place_without_growth_is_caught_at_the_next_open(ledger_root: Path) -> None:
+    """The same edit with no line added: the file's times moved, so the full check runs and refuses it."""
+    from intentlog.errors import CorruptStream
+
+    with intentlog.open(ledger_root) as ledger:
+        task = ledger.task("t")
+        task.append("app.note", {"v": "aaaa"})
+        for _ in range(300):
+            task.append("app.note", {"v": "bbbb"})
+        task.close()
+        path = ledger_root / "tasks" / "t.jsonl"
+        data = path.read_bytes()
+        with open(path, "r+b") as fh:
+            fh.write(data.replace(b'"v":"aaaa"', b'"v":"zzzz"', 1))
+        before = path.read_bytes()
+        with pytest.raises(CorruptStream):
+            task.append("app.note", {"v": "dddd"})
+        assert path.read_bytes() == before
+
+
+# -- redaction of what the idioms record ----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "only the context-free shapes apply to idiom records: a value, an event payload, a child's payload or "
+        "result holding a credential by its name ({'password': ...}, 'password=...', a URL's password) is "
+        "recorded in clear, while task.append of the same data is redacted and backlog.add refuses it"
+    ),
+)
+def test_a_recorded_value_holding_a_named_credential_is_not_recorded_in_clear(ledger: intentlog.Ledger) -> None:
+    task = ledger.task("t")
+    try:
+        task.value("conn", lambda: {"password": "hunter2-42", "dsn": "postgres://app:hunter2-42@db/x"})
+    except UsageError:
+        pass  # refusing it, as backlog.add refuses such a payload, keeps it out of the record too
+    assert b"hunter2-42" not in (ledger.root / "tasks" / "t.jsonl").read_bytes()
