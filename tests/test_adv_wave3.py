@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,16 +92,28 @@ def test_spawning_a_child_under_an_inbox_id_is_refused(ledger: intentlog.Ledger)
 # -- gc and inboxes ------------------------------------------------------------------------------
 
 
-def test_gc_keeps_the_inbox_of_a_task_it_keeps(ledger_root: Path) -> None:
+def _memory_opener() -> Callable[[], intentlog.Ledger]:
+    import s3_server
+
+    from intentlog.ledger import Ledger
+    from intentlog.s3 import on_client
+
+    client = s3_server.MemoryClient(name="adv-inbox")
+    return lambda: Ledger(Path("mem"), storage=on_client(client, write=False), location="mem://adv-inbox")
+
+
+@pytest.mark.parametrize("storage", ["folder", "memory"])
+def test_gc_keeps_the_inbox_of_a_task_it_keeps(ledger_root: Path, storage: str) -> None:
     """A waiting (protected) task's inbox holds the signal its re-run receives: gc must not expire it alone."""
-    with intentlog.open(ledger_root) as ledger:
+    opener = (lambda: intentlog.open(ledger_root)) if storage == "folder" else _memory_opener()
+    with opener() as ledger:
         task = ledger.task("w")
         with pytest.raises(intentlog.Suspended):
             task.wait_for_event("go", block=False)
         task.close()
         ledger.signal("w", "go", {"x": 1})
         ledger.task("done").value("x", lambda: 1)  # something gc may take, so the plan is not refused
-    with intentlog.open(ledger_root) as ledger:
+    with opener() as ledger:
         plan = plan_gc(ledger, max_age="0s", grace="0s", max_size="none")
     expired = {t.task for t in plan.expired}
     assert "w" not in expired
