@@ -320,3 +320,16 @@ def test_a_boolean_under_a_credential_name_keeps_requests_apart() -> None:
     on = canonicalize({"otp_enabled": True, "cvc_check": None})
     off = canonicalize({"otp_enabled": False, "cvc_check": None})
     assert on.digest != off.digest
+
+
+def test_an_oversized_signal_payload_makes_no_inbox(ledger_root: Path, tmp_path: Path) -> None:
+    """'nothing was written': a payload too large for a line is refused before the inbox stream is created."""
+    with intentlog.open(ledger_root) as ledger:
+        ledger.task("t").value("x", lambda: 1)
+    big = tmp_path / "big.json"
+    big.write_text('"' + "x" * (17 << 20) + '"')
+    before = _bytes(ledger_root)
+    got = CliRunner().invoke(main, ["--root", str(ledger_root), "signal", "t", "big", "--data", str(big)])
+    assert got.exit_code != 0 and "nothing was written" in got.output
+    assert _bytes(ledger_root) == before
+    assert not (ledger_root / "tasks" / "t.inbox.jsonl").exists()

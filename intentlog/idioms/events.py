@@ -37,6 +37,7 @@ from .._internal.digest import digest_bytes
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id, parse_utc
+from ..eventlog.reader import MAX_LINE
 from ..projections.idioms import (
     EVENT_AWAITED,
     EVENT_RECEIVED,
@@ -143,6 +144,14 @@ def signal(
         raise EventConflict(
             task.id, name, f"the task stopped waiting for it at its deadline {waited.deadline} (recorded timed out)"
         )
+    record = {"event": name, "id": eid, "payload": value, "payload_hash": payload_hash, "task": task.id}
+    if len(dumps(record)) > MAX_LINE - 4096:  # refused before the inbox is made: nothing written, not even it
+        raise NotSerializable(
+            f"task {task.id!r}, event {name!r}: the payload is {len(dumps(value))} bytes of JSON, more than a stream "
+            f"line may hold ({MAX_LINE} bytes with its envelope); store it as an artifact (Ledger.artifacts.put) and "
+            "signal its ref; nothing was written",
+            path="payload",
+        )
     box = ledger.task(box_id, wait=wait).stream
     got = inbox_signals(box.events()).get(name)
     if got is not None:
@@ -153,11 +162,7 @@ def signal(
             got = inbox_signals(box.events()).get(name)
             if got is not None:  # another sender recorded it while this one waited for the writer
                 return _same(task.id, name, got, eid, payload_hash), False
-            ev = box.append(
-                SIGNALLED,
-                {"event": name, "id": eid, "payload": value, "payload_hash": payload_hash, "task": task.id},
-                sync=True,
-            )
+            ev = box.append(SIGNALLED, record, sync=True)
     finally:
         box.close()  # a sender holds the inbox for one append only
     return Signal(name, eid, value, payload_hash, ev.seq), True
