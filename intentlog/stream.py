@@ -70,6 +70,15 @@ def _inline_blob(value: dict[Any, Any]) -> bool:
     return "digest" in value and ("inline" in value or "inline_b64" in value)
 
 
+def as_recorded(value: Any) -> Any:
+    """A JSON ``value`` as every append records it: credential shapes replaced (what a re-run reads back).
+
+    A recorder that returns what it recorded (a recorded value, a child's payload) returns
+    this, so the first run sees exactly what every re-run reads from the record.
+    """
+    return redact_shapes(value, _inline_blob)
+
+
 def _as_recorded(data: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     """Event data as the stream records it, and its JSON: credential shapes replaced (docs/effects.md, "Redaction").
 

@@ -27,7 +27,8 @@ import orjson
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
-from ..projections.idioms import CHILD_SPAWNED, JOINED, RETURNED, SPAWNED, idiom_state
+from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, idiom_state
+from ..stream import as_recorded
 from . import state
 from .errors import ChildrenPending
 
@@ -42,15 +43,21 @@ _pause = time.sleep
 
 def _json(what: str, value: Any) -> Any:
     try:
-        return orjson.loads(dumps(value))
+        raw = dumps(value)
     except NotSerializable as exc:
         why = str(exc).split(": ", 1)[-1]
         raise NotSerializable(f"{what} is not exact JSON ({why}); nothing was written", path=exc.path) from exc
+    return as_recorded(orjson.loads(raw))  # as the record holds it: the re-run compares the same
 
 
 def spawn(ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any = None) -> TaskStream:
     """Record the link, then create the child (see the module docstring); the child's stream."""
     check_task_id(child_id)
+    if child_id.endswith(INBOX_SUFFIX):
+        raise UsageError(
+            f"child id {child_id!r} names an inbox (the stream {child_id[: -len(INBOX_SUFFIX)]!r}'s signals go to); "
+            "pick a child id that does not end in '.inbox'; nothing was written"
+        )
     if child_id == parent.id:
         raise UsageError(f"task {parent.id!r} cannot spawn itself; nothing was written")
     value = _json(f"the payload of child {child_id!r} of task {parent.id!r}", payload)

@@ -28,7 +28,6 @@ a kind names them: ``review-1``, ``review-2``).
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,7 +36,8 @@ import orjson
 from .._internal.digest import digest_bytes
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
-from ..eventlog.format import TS_FORMAT, check_task_id, parse_utc
+from ..eventlog.format import check_task_id, parse_utc
+from ..eventlog.reader import MAX_LINE
 from ..projections.idioms import (
     EVENT_AWAITED,
     EVENT_RECEIVED,
@@ -49,10 +49,12 @@ from ..projections.idioms import (
     idiom_state,
     inbox_signals,
 )
+from ..stream import as_recorded
 from . import state
 from .errors import EventConflict, EventTimedOut, Suspended
 from .names import check_name
 from .suspend import blocks
+from .times import recorded_ts
 
 if TYPE_CHECKING:
     from ..stream import StreamSource, TaskStream
@@ -68,6 +70,11 @@ _apause = asyncio.sleep
 def inbox_id(task_id: str) -> str:
     """The id of the task whose stream is ``task_id``'s inbox (``<task id>.inbox``)."""
     check_task_id(task_id)
+    if task_id.endswith(INBOX_SUFFIX):
+        raise UsageError(
+            f"task {task_id!r} is an inbox (the stream of {task_id[: -len(INBOX_SUFFIX)]!r}'s signals): an inbox "
+            f"neither waits for events nor receives signals; signal the task itself; nothing was written"
+        )
     got = task_id + INBOX_SUFFIX
     if len(got) > 128:
         raise UsageError(
@@ -78,7 +85,7 @@ def inbox_id(task_id: str) -> str:
 
 
 def _ts(epoch: float) -> str:
-    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).strftime(TS_FORMAT)
+    return recorded_ts(epoch, "the wait's deadline (its timeout from now)")
 
 
 def _payload(task_id: str, name: str, payload: Any) -> tuple[Any, str]:
@@ -91,7 +98,7 @@ def _payload(task_id: str, name: str, payload: Any) -> tuple[Any, str]:
             f"task {task_id!r}, event {name!r}: the payload is not exact JSON ({why}); nothing was written",
             path=exc.path,
         ) from exc
-    return orjson.loads(raw), digest_bytes(raw)
+    return as_recorded(orjson.loads(raw)), digest_bytes(raw)
 
 
 def _same(task_id: str, name: str, got: Signal, event_id: str, payload_hash: str) -> Signal:
@@ -137,6 +144,14 @@ def signal(
         raise EventConflict(
             task.id, name, f"the task stopped waiting for it at its deadline {waited.deadline} (recorded timed out)"
         )
+    record = {"event": name, "id": eid, "payload": value, "payload_hash": payload_hash, "task": task.id}
+    if len(dumps(record)) > MAX_LINE - 4096:  # refused before the inbox is made: nothing written, not even it
+        raise NotSerializable(
+            f"task {task.id!r}, event {name!r}: the payload is {len(dumps(value))} bytes of JSON, more than a stream "
+            f"line may hold ({MAX_LINE} bytes with its envelope); store it as an artifact (Ledger.artifacts.put) and "
+            "signal its ref; nothing was written",
+            path="payload",
+        )
     box = ledger.task(box_id, wait=wait).stream
     got = inbox_signals(box.events()).get(name)
     if got is not None:
@@ -147,11 +162,7 @@ def signal(
             got = inbox_signals(box.events()).get(name)
             if got is not None:  # another sender recorded it while this one waited for the writer
                 return _same(task.id, name, got, eid, payload_hash), False
-            ev = box.append(
-                SIGNALLED,
-                {"event": name, "id": eid, "payload": value, "payload_hash": payload_hash, "task": task.id},
-                sync=True,
-            )
+            ev = box.append(SIGNALLED, record, sync=True)
     finally:
         box.close()  # a sender holds the inbox for one append only
     return Signal(name, eid, value, payload_hash, ev.seq), True

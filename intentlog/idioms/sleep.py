@@ -27,12 +27,13 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..eventlog.format import TS_FORMAT, parse_utc
+from ..eventlog.format import parse_utc
 from ..projections.idioms import SLEEP_STARTED, WOKE, Sleep
 from . import state
 from .errors import Suspended
 from .names import check_name
 from .suspend import blocks
+from .times import recorded_ts
 
 if TYPE_CHECKING:
     from ..stream import TaskStream
@@ -60,7 +61,7 @@ def _name(task: TaskStream, name: str | None) -> str:
 
 
 def _ts(epoch: float) -> str:
-    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).strftime(TS_FORMAT)
+    return recorded_ts(epoch, "the sleep's wake time")
 
 
 def _seconds(duration: object) -> float:

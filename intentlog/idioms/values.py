@@ -37,6 +37,7 @@ from .._internal.digest import digest_bytes
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..projections.idioms import VALUE_RECORDED
+from ..stream import as_recorded
 from . import state
 from .names import check_name
 
@@ -48,6 +49,8 @@ __all__ = ["arecorded_value", "recorded_value", "step"]
 P = ParamSpec("P")
 R = TypeVar("R")
 _MISSING: Any = object()
+#: the longest step name: ``step:<name>:<32 hex>`` stays within an idiom name's 200 characters
+_LONGEST_STEP = 200 - len("step:") - 1 - 32
 
 
 def _recorded(task: TaskStream, name: str) -> Any:
@@ -70,7 +73,7 @@ def _as_json(task: TaskStream, name: str, value: Any) -> tuple[bytes, Any]:
             "and return the ref)",
             path=exc.path,
         ) from exc
-    return raw, orjson.loads(raw)
+    return raw, as_recorded(orjson.loads(raw))
 
 
 def _store(task: TaskStream, name: str, value: Any, extra: dict[str, Any]) -> Any:
@@ -137,6 +140,11 @@ def step(task: TaskStream, fn: Callable[P, R] | None = None, *, name: str | None
         return lambda f: step(task, f, name=name)
     _check_fn(fn, "task.step")
     label = check_name(name, "step") if name is not None else _label(fn)
+    if len(label) > _LONGEST_STEP:  # its record's name adds "step:" and ":<32 hex>", within a name's 200
+        raise UsageError(
+            f"step name {label[:40]!r}... is {len(label)} characters: a step's name is at most {_LONGEST_STEP}, "
+            "so that its record's name fits; nothing was written"
+        )
 
     if inspect.iscoroutinefunction(fn):
         afn: Callable[..., Awaitable[Any]] = fn
