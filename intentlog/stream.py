@@ -44,7 +44,7 @@ from ._internal.nofollow import check_real_dir
 from ._internal.procs import PROC_LOCKS, flock_writer
 from .errors import CorruptStream, UsageError
 from .eventlog import Event, StreamScan, StreamWriter
-from .eventlog.canonical import dumps
+from .eventlog.canonical import dumps, redact_value
 from .eventlog.damage import Checked, CheckedBytes
 from .eventlog.format import FORMAT, TASK_CREATED, encode_data, encode_line, new_stream_id, utc_now
 from .eventlog.redaction import redact_shapes
@@ -71,12 +71,14 @@ def _inline_blob(value: dict[Any, Any]) -> bool:
 
 
 def as_recorded(value: Any) -> Any:
-    """A JSON ``value`` as every append records it: credential shapes replaced (what a re-run reads back).
+    """A caller's JSON ``value`` as it is recorded: credentials by name and by shape replaced, as ``task.append``'s.
 
-    A recorder that returns what it recorded (a recorded value, a child's payload) returns
-    this, so the first run sees exactly what every re-run reads from the record.
+    A recorder that returns what it recorded (a recorded value, an event's payload, a
+    child's payload or result) records and returns this, so the first run sees exactly what
+    every re-run reads from the record, and no credential a caller handed it is kept.
     """
-    return redact_shapes(value, _inline_blob)
+    named, _ = redact_value(value)
+    return redact_shapes(named, _inline_blob)
 
 
 def _as_recorded(data: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:

@@ -238,14 +238,6 @@ def test_an_earlier_line_edited_in_place_without_growth_is_caught_at_the_next_op
 # -- redaction of what the idioms record ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "only the context-free shapes apply to idiom records: a value, an event payload, a child's payload or "
-        "result holding a credential by its name ({'password': ...}, 'password=...', a URL's password) is "
-        "recorded in clear, while task.append of the same data is redacted and backlog.add refuses it"
-    ),
-)
 def test_a_recorded_value_holding_a_named_credential_is_not_recorded_in_clear(ledger: intentlog.Ledger) -> None:
     task = ledger.task("t")
     try:
