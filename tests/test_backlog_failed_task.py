@@ -35,12 +35,25 @@ def unknown_step(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["BACKLOG_RECEIPTS"] = str(tmp_path / "receipts.jsonl")
-    e["BACKLOG_SLEEP"] = "0"
-    e["PYTHONPATH"] = os.pathsep.join([str(TESTS), e.get("PYTHONPATH", "")])
-    return e
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(tmp_path / "receipts.jsonl"))
+    monkeypatch.setenv("BACKLOG_ORDER", str(tmp_path / "order"))
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ)
+
+
+@pytest.fixture(params=["folder", "store"])
+def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ledger: a folder, or a fresh prefix on the object store (a real SeaweedFS); the same commands on both."""
+    if request.param == "folder":
+        return str(tmp_path / "ledger")
+    import s3_server
+
+    for k, v in s3_server.seaweed().env().items():
+        monkeypatch.setenv(k, v)
+    loc = s3_server.fresh_location()
+    return f"s3://{loc.bucket}/{loc.prefix}"
 
 
 def _cli(root: str, env: dict[str, str], *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -99,15 +112,13 @@ def _given_up_then_settled(root: str, env: dict[str, str], step: str) -> None:
     assert row["state"] == "failed" and REASON in row["reason"]
 
 
-def test_a_given_up_task_settles_its_blocked_item_as_failed(tmp_path: Path, env: dict[str, str]) -> None:
-    root = str(tmp_path / "ledger")
+def test_a_given_up_task_settles_its_blocked_item_as_failed(tmp_path: Path, root: str, env: dict[str, str]) -> None:
     _blocked_item(root, env, "backlog_steps:approval_step")
     _given_up_then_settled(root, env, "backlog_steps:approval_step")
     assert not (tmp_path / "receipts.jsonl").exists()
 
 
-def test_a_failed_call_keeps_the_item_blocked_until_its_task_is_given_up(tmp_path: Path, env: dict[str, str]) -> None:
-    root = str(tmp_path / "ledger")
+def test_a_failed_call_keeps_the_item_blocked_until_its_task_is_given_up(root: str, env: dict[str, str]) -> None:
     step = "test_backlog_failed_task:unknown_step"
     _blocked_item(root, env, step)
     r = _cli(root, env, "fail", "b.item.x", "call-1", "--reason", "the provider says it never arrived")
@@ -117,39 +128,36 @@ def test_a_failed_call_keeps_the_item_blocked_until_its_task_is_given_up(tmp_pat
     _given_up_then_settled(root, env, step)
 
 
-def test_a_run_settles_an_item_whose_task_was_given_up_while_it_waited(tmp_path: Path, env: dict[str, str]) -> None:
-    """Not blocked, only scheduled again: the run that takes it records it failed at once, its step not run."""
-    root = str(tmp_path / "ledger")
-    env["BACKLOG_ORDER"] = str(tmp_path / "order")
-    with intentlog.open(root) as led:
-        led.backlog("b").add("x", {"item": "x", "fail": 1}, max_attempts=3)
-    with intentlog.open(root) as led:  # one failed run recorded, as a run's supervisor records it
-        t = led.task("b.item.x")
-        t.append("lease.acquired", {"epoch": 1, "pid": 1, "host": "h", "start_time": None, "boot_id": None,
-                                    "backlog": "b", "item": "x"})  # fmt: skip
-        t.stream.append("lease.released", {"epoch": 1})
-        t.close()
-    r = _cli(root, env, "fail", "b.item.x", "--reason", REASON)
+def test_a_run_settles_a_queued_item_whose_task_was_given_up(tmp_path: Path, root: str, env: dict[str, str]) -> None:
+    """Approved and unblocked (queued), then given up: the run that takes it records it failed, its step never run."""
+    step = "backlog_steps:approval_step"
+    _blocked_item(root, env, step)
+    for args in (("approve", "b.item.x", "go", "--by", "ana"), ("unblock", "b", "x"),
+                 ("fail", "b.item.x", "--reason", REASON)):  # fmt: skip
+        r = _cli(root, env, *args)
+        assert r.returncode == 0, r.stderr
+    assert _row(root, env)["state"] == "failed"  # the view says it before any run
+    r = _run(root, env, step)
     assert r.returncode == 0, r.stderr
-    r = _run(root, env, "backlog_steps:flaky")
-    assert r.returncode == 0, r.stderr
-    assert not (tmp_path / "order").exists()  # the step never ran
+    assert not (tmp_path / "receipts.jsonl").exists()  # the step never sent what was approved
     failed = _backlog_records(root, "backlog.item_failed")
-    assert len(failed) == 1 and REASON in failed[0]["reason"]
+    assert len(failed) == 1 and REASON in failed[0]["reason"] and failed[0]["failures"] == 0
     assert _backlog_records(root, "backlog.item_scheduled") == []
-    assert _row(root, env)["state"] == "failed"
+    row = _row(root, env)
+    assert row["state"] == "failed" and REASON in row["reason"]
+    leases = _leases(root)
+    r = _run(root, env, step)  # settled: a later run takes nothing
+    assert r.returncode == 0, r.stderr
+    assert _backlog_records(root, "backlog.item_failed") == failed and _leases(root) == leases
 
 
-def test_an_accepted_task_is_run_from_its_record_and_done(tmp_path: Path, env: dict[str, str]) -> None:
+def test_an_accepted_task_is_run_from_its_record_and_done(root: str, env: dict[str, str]) -> None:
     """A task accepted by a person is not given up: its step runs again from the record (no second send), done."""
-    root = str(tmp_path / "ledger")
-    env["BACKLOG_ORDER"] = str(tmp_path / "order")
+    from backlog_steps import serve
+
     with intentlog.open(root) as led:
         led.backlog("b").add("x", {"item": "x"})
         t = led.task("b.item.x")
-        from backlog_steps import serve
-
-        os.environ.setdefault("BACKLOG_RECEIPTS", env["BACKLOG_RECEIPTS"])
         t.effect("e0", {"pkey": "x:0"}, serve)
         t.close()
     assert len(read_receipts(env["BACKLOG_RECEIPTS"])) == 1
