@@ -3,8 +3,9 @@
 Order is the backlog's (priority, then order of addition); an item starts never before its
 ``not_before`` or its retry time; a step that raised is scheduled again after an
 exponential backoff with jitter (``backlog.item_scheduled``), or failed after
-``max_attempts`` (``backlog.item_failed``), or at once when its task was given up; a step whose task sleeps or waits for an event
-is scheduled again when due (``backlog.item_scheduled``, no failure counted). Every decision is recorded before it acts.
+``max_attempts`` (``backlog.item_failed``), or at once when its task was given up; a step
+whose task sleeps or waits for an event is scheduled again when due
+(``backlog.item_scheduled``, no failure counted). Every decision is recorded before it acts.
 """
 
 from __future__ import annotations
