@@ -29,7 +29,7 @@ from .._internal.digest import digest_bytes
 from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps, redact_value
 from ..eventlog.format import TASK_ID_RE, Event
-from ..eventlog.redaction import shape_spans
+from ..eventlog.redaction import scrub_text, shape_spans
 from ..ledgerstorage import LeaseOwner
 from ..projections.backlogs import BacklogPace, PaceFold, Running
 from ..task import Task
@@ -48,6 +48,7 @@ from .model import (
     backlog_stream_id,
     blocking_reason,
     first_record,
+    given_up,
     item_task_id,
     item_view,
 )
@@ -333,10 +334,13 @@ class Backlog:
     def unblock(self, item_id: str, *, by: str | None = None) -> Event:
         """Put a blocked item back in the queue once its task no longer needs a person.
 
-        Raises :class:`StillBlocked` (nothing written) while the task is still awaiting
-        approval or paused for review; :class:`UsageError` for an item done or failed. An
-        item its task blocked before the backlog recorded it (a run killed in between) is
-        unblocked the same way: the person's decision is recorded either way.
+        An item whose task was given up (``intentlog fail TASK --reason``) is not queued: it
+        is failed at once (``backlog.item_failed`` with the person's reason; the event
+        returned) and its step never runs again. Raises :class:`StillBlocked` (nothing
+        written) while the task is still awaiting approval or paused for review;
+        :class:`UsageError` for an item done or failed. An item its task blocked before the
+        backlog recorded it (a run killed in between) is unblocked the same way: the
+        person's decision is recorded either way.
         """
         item_id = _check_item(item_id)
         f = self.fold()
@@ -360,6 +364,16 @@ class Backlog:
         if rec.done or rec.failed is not None:
             what = "done" if rec.done else "failed"
             raise UsageError(f"item {item_id!r} of backlog {self.name!r} is {what}; nothing to unblock")
+        why = given_up(st)
+        if why is not None:  # the person gave its task up: the item is failed now, never queued again
+            t = self.task
+            leases.claim_stale(t)
+            ev = t.append(
+                "backlog.item_failed",
+                {"item": item_id, "task": rec.task, "failures": rec.failures, "reason": scrub_text(why), "by": by},
+            )
+            t.close()
+            return ev
         if rec.blocked is None and not any(e.kind == "lease.acquired" for e in self.ledger.task(rec.task).events()):
             raise UsageError(  # never run, so never blocked: recording an unblock would say a person decided something
                 f"item {item_id!r} of backlog {self.name!r} is not blocked (it has not run yet); nothing was written"

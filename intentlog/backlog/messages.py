@@ -118,11 +118,15 @@ class Blocked(NamedTuple):
 
 
 class Failed(NamedTuple):
-    """The item's step raised (``reason`` names the error): a failed attempt, retried or failed by the supervisor."""
+    """The item's step raised (``reason`` names the error): a failed attempt, retried or failed by the supervisor.
+
+    ``given_up``: the item's task was given up (``task.failed``): the item is failed at once, never retried.
+    """
 
     kind: Literal["error"]
     item: str
     reason: str
+    given_up: bool = False
 
 
 class Waiting(NamedTuple):

@@ -42,6 +42,7 @@ __all__ = [
     "backlog_stream_id",
     "first_record",
     "foreign_records",
+    "given_up",
     "item_task_id",
     "item_view",
     "task_extras",
@@ -349,6 +350,13 @@ def blocking_reason(st: StatusLike | None) -> tuple[str, str, str] | None:
         state = BLOCKED if st.next_operation == RECONCILE_EFFECT else PAUSED
         return state, st.reason or "paused for review", st.next_step
     return None
+
+
+def given_up(st: StatusLike | None) -> str | None:
+    """Why the item's task was given up (``task.failed`` after its last acceptance), or None: its item is failed."""
+    if st is None or st.state != FAILED:
+        return None
+    return f"its task was given up: {st.reason or 'no reason recorded'}"
 
 
 def _holder(owner: LeaseOwner, lease: LeaseRecord | None) -> dict[str, Any]:

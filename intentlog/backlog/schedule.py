@@ -3,8 +3,9 @@
 Order is the backlog's (priority, then order of addition); an item starts never before its
 ``not_before`` or its retry time; a step that raised is scheduled again after an
 exponential backoff with jitter (``backlog.item_scheduled``), or failed after
-``max_attempts`` (``backlog.item_failed``); a step whose task sleeps or waits for an event
-is scheduled again when due (``backlog.item_scheduled``, no failure counted). Every decision is recorded before it acts.
+``max_attempts`` (``backlog.item_failed``), or at once when its task was given up; a step
+whose task sleeps or waits for an event is scheduled again when due
+(``backlog.item_scheduled``, no failure counted). Every decision is recorded before it acts.
 """
 
 from __future__ import annotations
@@ -69,16 +70,18 @@ class Schedule:
         or ``stuck``: held by a stalled process the run can neither end nor fence."""
         return all(rec.blocked is not None or self.is_settled(rec) or rec.item in stuck for rec in self.unsettled())
 
-    def failed_attempt(self, rec: ItemRecord, why: str) -> None:
+    def failed_attempt(self, rec: ItemRecord, why: str, *, given_up: bool = False) -> None:
         """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``.
 
-        ``why`` (a step's exception text, say) is recorded as texts people give are: credentials scrubbed."""
+        ``why`` (a step's exception text, say) is recorded as texts people give are: credentials scrubbed.
+        ``given_up``: its task was given up (its step did not run): failed at once, ``why`` as the reason,
+        its failures unchanged."""
         why = scrub_text(why)
-        n = rec.failures + 1
-        if rec.max_attempts is not None and n >= rec.max_attempts:
+        n = rec.failures + (0 if given_up else 1)
+        if given_up or (rec.max_attempts is not None and n >= rec.max_attempts):
+            reason = why if given_up else f"{n} failed attempt(s); last: {why}"
             self.journal.record(
-                "backlog.item_failed",
-                {"item": rec.item, "task": rec.task, "failures": n, "reason": f"{n} failed attempt(s); last: {why}"},
+                "backlog.item_failed", {"item": rec.item, "task": rec.task, "failures": n, "reason": reason}
             )
             self.settled[rec.item] = "failed"
             return

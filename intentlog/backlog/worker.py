@@ -46,7 +46,7 @@ from .messages import (
     Stopped,
     Waiting,
 )  # fmt: skip
-from .model import BLOCKED, LedgerLike, blocking_reason, foreign_records, task_extras
+from .model import BLOCKED, LedgerLike, StatusLike, blocking_reason, foreign_records, given_up, task_extras
 from .procs import boot_id, die_with_parent, host_name, start_time
 
 __all__ = [
@@ -200,16 +200,28 @@ def _ident() -> tuple[str, int | None, str | None]:
     return got
 
 
-def _blocked(task: Task, item: str) -> Blocked | None:
-    held = blocking_reason(task_status(task.events(), task_id=task.id))
-    return None if held is None else Blocked("blocked", item, *held)
+def _blocked(task: Task, item: str) -> Blocked | Failed | None:
+    return settled_by_a_person(task_status(task.events(), task_id=task.id), item)
+
+
+def settled_by_a_person(st: StatusLike, item: str) -> Blocked | Failed | None:
+    """What the item's task's record says before its step may run: it needs a person, or it was given up.
+
+    A task given up (``task.failed``) answers :class:`Failed` with ``given_up``: the item is
+    failed at once with the person's reason and its step never runs again.
+    """
+    held = blocking_reason(st)
+    if held is not None:
+        return Blocked("blocked", item, *held)
+    why = given_up(st)
+    return None if why is None else Failed("error", item, why, True)
 
 
 def lease_item(task: Task, guard: ItemGate, item: str, backlog: str) -> Answer | int:
     """Take the item's lease (its task's writer lock) and say whether its step may run: the epoch, or the answer.
 
-    The task's stream is read once (the lease's epoch, whether it needs a person, whether
-    it already returned). ``lease.acquired`` is appended at the seq read and made durable
+    The task's stream is read once (the lease's epoch, whether it needs a person or was
+    given up, whether it already returned). ``lease.acquired`` is appended at the seq read and made durable
     with the next durable record. With an answer (busy, blocked, done already) the lease
     is left to :func:`release_item`.
     """
@@ -240,9 +252,9 @@ def lease_item(task: Task, guard: ItemGate, item: str, backlog: str) -> Answer |
     stream.append("lease.acquired", lease, expected_seq=writer.next_seq, defer=True)
     # no message for the lease: the supervisor sees the stream grow (its progress) and gets the final answer
     if len(evs) > 1:  # a task holding only its creation record needs no person and has not returned
-        held = blocking_reason(task_status(evs, task_id=task.id))
-        if held is not None:
-            return Blocked("blocked", item, *held)
+        settled = settled_by_a_person(task_status(evs, task_id=task.id), item)
+        if settled is not None:
+            return settled
         if task_extras(evs, task.id).returned:  # a result under one of the backlog's own leases
             return Done("done", item, None)
     guard.check_lease()  # the kernel's word once per lease; the checks before attempts compare with it

@@ -244,6 +244,10 @@ def unblock_cmd(c: Ctx, name: str, item: str, by: str | None, dry_run: bool, as_
             "nothing was written"
         )
         return
+    if ev.kind == "backlog.item_failed":  # its task was given up: failed now, never run again
+        why = p(str(ev.data["reason"]))
+        echo(f"item {p(repr(item))} of backlog {p(repr(name))} is failed: {why}; its step never runs again")
+        return
     echo(f"item {p(repr(item))} of backlog {p(repr(name))} is queued again")
 
 
