@@ -236,7 +236,10 @@ class ObjectStreams:
                 alive = True if tail.holder in held_tokens() else (who.alive() if who is not None else None)
             still = now - seen[1] if seen is not None else 0.0
             ours = tail.held and tail.holder in given_up_tokens()  # this process gave it up; its release was lost
-            if not tail.held or ours or (take_over_after is not None and still >= take_over_after):
+            # a holder on this machine whose process has ended can never write again: taken at once (the
+            # store's conditional create fences it all the same, were that belief ever wrong)
+            ended = alive is False and take_over_after is not None and math.isfinite(take_over_after)
+            if not tail.held or ours or ended or (take_over_after is not None and still >= take_over_after):
                 taken = self._take(name, tail, holder)
                 if taken is not None:
                     return taken
