@@ -456,6 +456,12 @@ class Task:
 
         return sleep_until(self.stream, when, name=name, block=block)
 
+    def _inbox(self) -> TaskStream:
+        """The handle of this task's inbox stream (``<id>.inbox``), waiting up to 30 s for a sender's writer."""
+        from .idioms.events import inbox_id
+
+        return self.ledger.task(inbox_id(self.id), wait=30.0).stream
+
     def wait_for_event(
         self, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
     ) -> Any:
@@ -468,7 +474,7 @@ class Task:
         """
         from .idioms.events import wait_for_event
 
-        return wait_for_event(self.stream, name, timeout=timeout, poll=poll, block=block)
+        return wait_for_event(self.stream, name, inbox=self._inbox, timeout=timeout, poll=poll, block=block)
 
     def spawn(self, child_id: str, payload: Any = None, *, run: Callable[[Task], Any] | None = None) -> Task:
         """Spawn the child task ``child_id``: the link is recorded here before the child exists.
@@ -530,7 +536,7 @@ class Task:
         """:meth:`wait_for_event`, awaited: each look at the inbox off the loop, each pause an ``asyncio.sleep``."""
         from .idioms.events import await_event
 
-        return await await_event(self.stream, name, timeout=timeout, poll=poll, block=block)
+        return await await_event(self.stream, name, inbox=self._inbox, timeout=timeout, poll=poll, block=block)
 
     # -- fork and status -------------------------------------------------------------
 

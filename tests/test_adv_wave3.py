@@ -272,16 +272,6 @@ class _TimesOutFirst:
         return self.ledger.task(task_id, wait=wait)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "events.signal checks the task's record for a timed-out wait before it takes the inbox's writer, and "
-        "the waiter records its timeout without that lock: a wait that times out in between leaves the signal "
-        "recorded (the sender told 'recorded') for a wait recorded timed out, instead of EventConflict. Closing "
-        "it: the waiter records a timeout holding the inbox's writer after a last look, and the sender checks "
-        "the task's record again under that writer"
-    ),
-)
 def test_a_signal_racing_the_timeout_is_refused_when_the_timeout_wins(ledger: intentlog.Ledger) -> None:
     from intentlog.idioms.errors import EventConflict
     from intentlog.idioms.events import signal

@@ -12,7 +12,9 @@ read from this machine's clock, once), then reads the inbox (reads take no lock)
 event is there, and records it in the task's own stream as ``task.event_received {event,
 id, payload, payload_hash, inbox_seq}`` before returning the payload: from then on the
 task's record alone says what it received, and every re-run returns the same payload. At
-the deadline it records ``task.event_timed_out {event, deadline}`` and raises
+the deadline it records ``task.event_timed_out {event, deadline}`` -- holding the inbox's
+writer after a last look, so a signal racing the deadline is either received or refused,
+never recorded for a wait that timed out -- and raises
 :class:`~intentlog.idioms.errors.EventTimedOut` -- on this run and, from the record, on
 every later one. An event already in the inbox when the deadline passes is received: the
 record is checked before the clock.
@@ -29,12 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from .._internal.digest import digest_bytes
-from ..errors import NotSerializable, UsageError
+from ..errors import NotSerializable, TaskBusy, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id, parse_utc
 from ..eventlog.reader import MAX_LINE
@@ -122,6 +125,15 @@ class TaskHandles(Protocol):
     def task(self, task_id: str, *, wait: float = 0.0) -> StreamSource: ...
 
 
+def _not_timed_out(task: TaskStream, name: str) -> None:
+    """EventConflict when the task's own record (read without its lock) says its wait for ``name`` timed out."""
+    waited = idiom_state(task.events()).waits.get(name)
+    if waited is not None and waited.timed_out:
+        raise EventConflict(
+            task.id, name, f"the task stopped waiting for it at its deadline {waited.deadline} (recorded timed out)"
+        )
+
+
 def signal(
     ledger: TaskHandles, task_id: str, name: str, payload: Any, *, event_id: str | None = None, wait: float = 30.0
 ) -> tuple[Signal, bool]:
@@ -139,11 +151,7 @@ def signal(
     task = ledger.task(task_id).stream
     value, payload_hash = _payload(task.id, name, payload)
     eid = event_id if event_id is not None else "payload-" + payload_hash.removeprefix("blake3:")[:32]
-    waited = idiom_state(task.events()).waits.get(name)  # the task's own record, read without its lock
-    if waited is not None and waited.timed_out:
-        raise EventConflict(
-            task.id, name, f"the task stopped waiting for it at its deadline {waited.deadline} (recorded timed out)"
-        )
+    _not_timed_out(task, name)
     record = {"event": name, "id": eid, "payload": value, "payload_hash": payload_hash, "task": task.id}
     if len(dumps(record)) > MAX_LINE - 4096:  # refused before the inbox is made: nothing written, not even it
         raise NotSerializable(
@@ -162,6 +170,7 @@ def signal(
             got = inbox_signals(box.events()).get(name)
             if got is not None:  # another sender recorded it while this one waited for the writer
                 return _same(task.id, name, got, eid, payload_hash), False
+            _not_timed_out(task, name)  # again, under the writer a waiter's timeout is recorded under
             ev = box.append(SIGNALLED, record, sync=True)
     finally:
         box.close()  # a sender holds the inbox for one append only
@@ -187,19 +196,52 @@ def _awaited(task: TaskStream, name: str, timeout: float | None) -> EventWait:
         return got
 
 
-def _look(task: TaskStream, name: str, box_id: str, w: EventWait) -> EventWait:
+def _receive(task: TaskStream, name: str, got: Signal) -> EventWait:
+    with task.mutex:
+        state.record(
+            task,
+            EVENT_RECEIVED,
+            {"event": name, "id": got.event_id, "payload": got.payload, "payload_hash": got.payload_hash,
+             "inbox_seq": got.seq},
+        )  # fmt: skip
+        return state.current(task).waits[name]
+
+
+def _time_out(task: TaskStream, name: str, w: EventWait, inbox: Callable[[], TaskStream]) -> EventWait:
+    """At the deadline: a last look and the timeout recorded **under the inbox's writer**.
+
+    A sender checks the task's record again under that same writer before it appends, so
+    a signal and a timeout are ordered: the signal lands first and is received here, or
+    the timeout is recorded first and the sender is refused (``EventConflict``) -- never a
+    signal recorded for a wait that timed out. The inbox is created when it does not exist
+    yet (its first record, as a sender's first signal would make it). An inbox held by
+    another sender past the writer's wait leaves the wait open: the next look tries again.
+    """
+    box = inbox()
+    try:
+        with box.mutex:
+            try:
+                box.open_writer()
+            except TaskBusy:
+                return w
+            got = inbox_signals(box.events()).get(name)
+            if got is not None:
+                return _receive(task, name, got)
+            with task.mutex:
+                state.record(task, EVENT_TIMED_OUT, {"event": name, "deadline": w.deadline})
+                return state.current(task).waits[name]
+    finally:
+        box.close()
+
+
+def _look(task: TaskStream, name: str, box_id: str, w: EventWait, inbox: Callable[[], TaskStream]) -> EventWait:
     """One look at the inbox: the event received or the timeout recorded when either is due; the wait as recorded."""
     got = inbox_signals(task.storage.task_events(box_id, 0)).get(name)
+    if got is not None:
+        return _receive(task, name, got)
+    if w.deadline is not None and _now() >= parse_utc(w.deadline).timestamp():
+        return _time_out(task, name, w, inbox)
     with task.mutex:
-        if got is not None:
-            state.record(
-                task,
-                EVENT_RECEIVED,
-                {"event": name, "id": got.event_id, "payload": got.payload, "payload_hash": got.payload_hash,
-                 "inbox_seq": got.seq},
-            )  # fmt: skip
-        elif w.deadline is not None and _now() >= parse_utc(w.deadline).timestamp():
-            state.record(task, EVENT_TIMED_OUT, {"event": name, "deadline": w.deadline})
         return state.current(task).waits[name]
 
 
@@ -223,19 +265,26 @@ def _checked(task: TaskStream, name: str, timeout: float | None, poll: float) ->
 
 
 def wait_for_event(
-    task: TaskStream, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+    task: TaskStream,
+    name: str,
+    *,
+    inbox: Callable[[], TaskStream],
+    timeout: float | None = None,
+    poll: float = 1.0,
+    block: bool = True,
 ) -> Any:
     """The payload of event ``name``, once signalled (see the module docstring); durable before it returns.
 
     ``timeout``: seconds from the first run's wait (recorded as a deadline), None: none.
     ``block=False``: raise :class:`~intentlog.idioms.errors.Suspended` instead of waiting.
+    ``inbox``: the handle of the task's inbox stream (its writer is taken to record a timeout).
     """
     box_id = _checked(task, name, timeout, poll)
     block = blocks(block)
     w = _awaited(task, name, timeout)
     while True:
         if w.open:
-            w = _look(task, name, box_id, w)
+            w = _look(task, name, box_id, w, inbox)
         done, value = _settled(task, w, block, poll)
         if done:
             return value
@@ -243,7 +292,13 @@ def wait_for_event(
 
 
 async def await_event(
-    task: TaskStream, name: str, *, timeout: float | None = None, poll: float = 1.0, block: bool = True
+    task: TaskStream,
+    name: str,
+    *,
+    inbox: Callable[[], TaskStream],
+    timeout: float | None = None,
+    poll: float = 1.0,
+    block: bool = True,
 ) -> Any:
     """:func:`wait_for_event`, awaited: each look runs off the event loop, each pause is an ``asyncio.sleep``."""
     box_id = _checked(task, name, timeout, poll)
@@ -251,7 +306,7 @@ async def await_event(
     w = await asyncio.to_thread(_awaited, task, name, timeout)
     while True:
         if w.open:
-            w = await asyncio.to_thread(_look, task, name, box_id, w)
+            w = await asyncio.to_thread(_look, task, name, box_id, w, inbox)
         done, value = _settled(task, w, block, poll)
         if done:
             return value
