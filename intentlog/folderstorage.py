@@ -207,7 +207,7 @@ class FolderLedgerStorage:
     def lease_holder(self, stream: TaskStream) -> int | None:
         lock = stream.path.with_name(stream.path.name + ".lock")
         try:
-            return flock_writer(os.stat(lock), PROC_LOCKS)
+            return flock_writer(os.stat(lock), PROC_LOCKS, mine=stream.writing)
         except OSError:
             return os.getpid() if stream.writing else None
 

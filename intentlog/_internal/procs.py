@@ -50,14 +50,28 @@ def lock_key(st: os.stat_result) -> str:
     return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
 
 
-def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int]:
-    """Every exclusive ``flock`` held on this host: its file's :func:`lock_key` to the holder's pid (-1: unreadable).
+def _read_table(table_path: str) -> tuple[str, bool]:
+    """The lock table's text, and whether it came in one read.
 
-    The one reader of ``/proc/locks``: one read answers for any number of lock files.
-    Raises ``OSError`` when ``table_path`` cannot be read (the caller decides what then).
+    Linux hands ``/proc/locks`` out a page (about 4 KiB) per ``read``, walking the list
+    afresh by position each time: a table longer than one read is no snapshot, and a
+    lock held throughout is skipped when locks listed before it are released between
+    two reads. Only a table that came whole in one read is a snapshot.
     """
-    with open(table_path, encoding="ascii", errors="replace") as f:
-        table = f.read()
+    fd = os.open(table_path, os.O_RDONLY)
+    try:
+        chunks: list[bytes] = []
+        while True:
+            got = os.read(fd, 1 << 16)
+            if not got:
+                break
+            chunks.append(got)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", errors="replace"), len(chunks) <= 1
+
+
+def _parse(table: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in table.splitlines():
         parts = line.split()
@@ -70,10 +84,61 @@ def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int]:
     return out
 
 
-def flock_writer(st: os.stat_result, table_path: str = PROC_LOCKS) -> int | None:
+def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int]:
+    """Every exclusive ``flock`` held on this host: its file's :func:`lock_key` to the holder's pid (-1: unreadable).
+
+    The one reader of ``/proc/locks``: one read answers for any number of lock files.
+    A table longer than one page is read in pieces and may miss a lock held throughout
+    (see :func:`_read_table`): a caller that must not miss one asks :func:`flock_writer`.
+    Raises ``OSError`` when ``table_path`` cannot be read (the caller decides what then).
+    """
+    return _parse(_read_table(table_path)[0])
+
+
+#: full reads of a lock table too long for one read before a lock missing from each is called not held
+_REREADS: Final = 3
+
+
+def _mine(key: str) -> bool:
+    """Whether one of this process's descriptors holds the exclusive ``flock`` on the file ``key`` names.
+
+    Read from ``/proc/self/fdinfo``, one small file per descriptor (each a snapshot):
+    exact, and asked only when the lock table could not say.
+    """
+    me = os.getpid()
+    try:
+        fds = os.listdir("/proc/self/fdinfo")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
+                info = f.read()
+        except OSError:  # closed meanwhile
+            continue
+        for line in info.splitlines():
+            parts = line.split()
+            if parts[:1] == ["lock:"] and parts[2:3] == ["FLOCK"] and parts[4:7] == ["WRITE", str(me), key]:
+                return True
+    return False
+
+
+def flock_writer(st: os.stat_result, table_path: str = PROC_LOCKS, *, mine: bool = False) -> int | None:
     """The pid holding an exclusive ``flock`` on the file ``st`` describes, per ``table_path`` (/proc/locks).
 
     None when no process holds one; -1 when one does but its pid is unreadable. Raises
     ``OSError`` when there is no readable ``/proc/locks`` (the caller decides what then).
+    A table that came in one read is a snapshot and answers at once. A longer one can skip
+    a held lock (see :func:`_read_table`): a lock missing from it is looked for in up to
+    :data:`_REREADS` full reads, and -- with ``mine``, where the caller believes it holds
+    the lock itself -- in this process's own descriptors, which never miss one.
     """
-    return flock_holders(table_path).get(lock_key(st))
+    key = lock_key(st)
+    for _ in range(_REREADS):
+        table, whole = _read_table(table_path)
+        got = _parse(table).get(key)
+        if got is not None or whole:
+            return got
+        if mine and table_path == PROC_LOCKS and _mine(key):
+            return os.getpid()
+    return None

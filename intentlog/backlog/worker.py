@@ -168,7 +168,7 @@ class ItemGate:
                 if self.locked is not None and writing and (st.st_dev, st.st_ino) == self.locked:
                     return
                 try:
-                    holder = flock_writer(st, PROC_LOCKS)
+                    holder = flock_writer(st, PROC_LOCKS, mine=writing)
                 except OSError:  # no /proc/locks here: the writer's own lock is all there is to ask
                     holder = me if writing else None  # the writer checks its lock file before each sync
         if holder != me or not writing:
