@@ -30,18 +30,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..idioms import state
 from ..idioms.children import finish
 from ..idioms.suspend import suspending
-from .model import DONE, ITEM_FAILED, QUEUED, SCHEDULED, ItemView
+from .model import DONE, ITEM_FAILED, QUEUED, SCHEDULED, BacklogFold, ItemRecord, ItemView
 
 if TYPE_CHECKING:
     from ..stream import TaskStream
     from ..task import Task
-    from .core import Backlog
-    from .model import LedgerLike
 
 __all__ = ["BacklogChildren", "arun_step", "is_child_item", "run_step", "with_children"]
 
@@ -51,19 +49,29 @@ def is_child_item(item: str, task_id: str) -> bool:
     return item == task_id
 
 
+class _Adds(Protocol):
+    """What the runner needs of a backlog (:class:`intentlog.backlog.Backlog` is one)."""
+
+    def add_child(self, child_id: str, payload: Any, *, parent: str) -> ItemRecord: ...
+
+    def fold(self) -> BacklogFold: ...
+
+
+class _Ledger(Protocol):
+    def backlog(self, name: str) -> _Adds: ...
+
+
 class BacklogChildren:
     """The child runner of one item's run: children become items of ``backlog``."""
 
-    def __init__(self, ledger: LedgerLike, backlog: str) -> None:
+    def __init__(self, ledger: _Ledger, backlog: str) -> None:
         self.ledger, self.name = ledger, backlog
-        self._backlog: Backlog | None = None
+        self._backlog: _Adds | None = None
 
     @property
-    def backlog(self) -> Backlog:
+    def backlog(self) -> _Adds:
         if self._backlog is None:  # one handle per run: its fold is reused across the step's spawns
-            from .core import Backlog
-
-            self._backlog = Backlog(self.ledger, self.name)
+            self._backlog = self.ledger.backlog(self.name)
         return self._backlog
 
     def spawned(self, parent: TaskStream, child_id: str, payload: Any) -> None:
@@ -110,7 +118,7 @@ def run_step(task: Task, backlog: str, item: str, step: Callable[[Task, Any], An
         returned, result = _child_result(task)
         if returned:
             return result
-    with suspending(BacklogChildren(cast("LedgerLike", task.ledger), backlog)):
+    with suspending(BacklogChildren(cast("_Ledger", task.ledger), backlog)):
         value = step(task, payload)
     return finish(task.stream, value) if child else value
 
@@ -124,7 +132,7 @@ async def arun_step(
         returned, result = await asyncio.to_thread(_child_result, task)
         if returned:
             return result
-    with suspending(BacklogChildren(cast("LedgerLike", task.ledger), backlog)):
+    with suspending(BacklogChildren(cast("_Ledger", task.ledger), backlog)):
         value = await step(task, payload)
     return await asyncio.to_thread(finish, task.stream, value) if child else value
 

@@ -458,7 +458,7 @@ def item_view(
     due = rec.due()
     if due is not None and due > now and rec.event is not None:
         return view(
-            SCHEDULED, f"its task waits for event {rec.event!r}",
+            SCHEDULED, f"its task waits for an event: {rec.event!r}",
             f"wait: it is taken again when the event is signalled (intentlog signal {rec.task} {rec.event} ...)",
         )  # fmt: skip
     if due is not None and due > now:
