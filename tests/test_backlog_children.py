@@ -68,6 +68,16 @@ def test_children_are_items_run_at_once_and_the_parent_joins_them(env: Path, mon
     r = subprocess.run([sys.executable, "-m", "intentlog.cli", "--root", str(root), "verify"], capture_output=True,
                        text=True)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
+    shown = subprocess.run([sys.executable, "-m", "intentlog.cli", "--root", str(root), "backlog", "fan"],
+                           capture_output=True, text=True)  # fmt: skip
+    lines = shown.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("digest "))
+    assert "children: 3 done" in lines[at]
+    assert [line.split()[:2] for line in lines[at + 1 : at + 4]] == [["+-", f"d-{d}"] for d in DOCS]  # the tree
+    js = subprocess.run([sys.executable, "-m", "intentlog.cli", "--root", str(root), "backlog", "fan", "--json"],
+                        capture_output=True, text=True)  # fmt: skip
+    items = {i["item"]: i for i in json.loads(js.stdout)["items"]}
+    assert items["digest"]["children"] == {"done": 3} and items["d-beta"]["parent"] == "fan.item.digest"
 
 
 def test_a_re_run_adds_no_child_twice_and_a_spawned_child_is_not_refused(env: Path) -> None:
