@@ -58,7 +58,7 @@ Step = Callable[[Task, Any], Any]
 
 _PENDING_UNITS: dict[str, dict[str, float]] = {}
 CALLS: Final = "calls"
-#: seconds between looks at the inbox of an item waiting for an event (it is taken again, and suspends again)
+#: seconds to an item waiting for an event's fallback look (the run takes it again as soon as its inbox holds it)
 EVENT_POLL: Final = 10.0
 
 
