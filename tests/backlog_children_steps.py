@@ -64,3 +64,13 @@ def waiter(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
     got = task.wait_for_event("go")
     raw = task.effect("after", {"pkey": f"after:{got['n']}"}, serve)
     return {"served": json.loads(raw)["served"]}
+
+
+async def afanout(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """:func:`fanout` as an ``async def`` step (lanes of one worker process), its children making no effect."""
+    if "docs" in payload:
+        for doc in payload["docs"]:
+            task.spawn(f"{payload['name']}-{doc}", {"doc": doc})
+        results = task.join()
+        return {"merged": [results[k]["summary"] for k in sorted(results)]}
+    return {"summary": f"of {payload['doc']}"}

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from backlog_children_steps import fanout
+from backlog_children_steps import afanout, fanout
 from backlog_steps import read_receipts
 
 import intentlog
@@ -121,3 +121,45 @@ def test_a_failed_child_fails_its_parents_join_at_once(env: Path, monkeypatch: p
         assert len(leases) == 2
         out = json.dumps(view.to_json())
         assert '"parent": "fan.item.digest"' in out
+
+
+def test_an_async_step_on_lanes_fans_out_and_joins(env: Path) -> None:
+    with intentlog.open(env / "l") as led:
+        led.backlog("fan").add("digest", {"docs": DOCS, "name": "a"})
+        view = led.backlog("fan").run(afanout, workers=1, in_flight=3, until_idle=True, poll=0.02)
+        assert view.counts["done"] == 4, view.to_json()
+        res = [e.data["result"] for e in led.task("fan.item.digest").events() if e.kind == "item.returned"]
+        assert res == [{"merged": [f"of {d}" for d in DOCS]}]
+        for doc in DOCS:
+            assert idiom_state(led.task(f"a-{doc}").events()).result == {"summary": f"of {doc}"}
+
+
+def test_a_child_linked_but_never_added_is_added_by_the_re_run(env: Path) -> None:
+    """A crash between the parent's link and the item's add: the parent's re-run adds it, once, and it runs."""
+    with intentlog.open(env / "l") as led:
+        b = led.backlog("fan")
+        b.add("digest", {"docs": DOCS, "name": "d"})
+        parent = led.task("fan.item.digest")
+        parent.spawn("d-alpha", {"doc": "alpha", "siblings": DOCS})  # linked and created, not an item (no runner)
+        parent.close()
+        assert [e.data["item"] for e in b.task.events() if e.kind == "backlog.item_added"] == ["digest"]
+        view = b.run(fanout, workers=2, until_idle=True, poll=0.02)
+        assert view.counts["done"] == 4, view.to_json()
+        added = [e.data["item"] for e in b.task.events() if e.kind == "backlog.item_added"]
+        assert added == ["digest"] + [f"d-{d}" for d in DOCS]
+    keys = sorted(r["key"] for r in read_receipts(str(env / "receipts.jsonl")))
+    assert keys == sorted(f"sum:{d}" for d in DOCS)
+
+
+def test_a_child_id_that_names_another_items_task_is_refused_and_nothing_written(env: Path) -> None:
+    root = env / "l"
+    with intentlog.open(root) as led:
+        b = led.backlog("fan")
+        b.add("p", {"docs": [], "name": "x"})
+        b.add("x-a", {"plain": True})  # a plain item whose id a child might take
+        before = (root / "tasks" / "fan.backlog.jsonl").read_bytes()
+        with pytest.raises(intentlog.errors.UsageError, match="names one of the backlog's own tasks"):
+            b.add_child("fan.item.p", {}, parent="fan.item.p")
+        with pytest.raises(ItemTaskTaken, match="an item id names one task"):
+            b.add_child("x-a", {"plain": True}, parent="fan.item.p")
+        assert (root / "tasks" / "fan.backlog.jsonl").read_bytes() == before
