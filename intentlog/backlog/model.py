@@ -345,8 +345,6 @@ class ItemView:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "parent": self.parent,
-            "children": dict(self.children) if self.children is not None else None,
             "item": self.item,
             "task": self.task,
             "state": self.state,
@@ -358,6 +356,8 @@ class ItemView:
             "holder": dict(self.holder) if self.holder is not None else None,
             "last_progress": self.last_progress,
             "task_state": self.task_state,
+            "parent": self.parent,
+            "children": dict(self.children) if self.children is not None else None,
         }
 
 
