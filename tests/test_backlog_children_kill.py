@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from backlog_children_steps import WAIT
 from backlog_steps import open_gate, read_receipts, response_for, wait_at_gate
 
@@ -35,17 +36,18 @@ def _env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def _cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(root: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "intentlog.cli", "--root", str(root), *args],
+        [sys.executable, "-m", "intentlog.cli", "--root", root, *args],
         env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 
 
-def _run(root: Path) -> list[str]:
+def _run(root: str) -> list[str]:
     return [
-        sys.executable, "-m", "intentlog.cli", "--root", str(root), "run", "fan",
-        "--step", "backlog_children_steps:fanout", "--workers", "2", "--until-idle", "--inactivity", "30",
+        sys.executable, "-m", "intentlog.cli", "--root", root, "run", "fan",
+        "--step", "backlog_children_steps:fanout", "--workers", "2", "--until-idle", "--inactivity",
+        "5" if root.startswith("s3://") else "30",
         "--grace", "1",
     ]  # fmt: skip
 
@@ -67,14 +69,27 @@ def _children_of(pid: int) -> list[int]:
         return []
 
 
-def _holder(root: Path, task_id: str) -> int:
+def _holder(root: str, task_id: str) -> int:
     with intentlog.open(root) as led:
         leases = [e.data["pid"] for e in led.task(task_id).events() if e.kind == "lease.acquired"]
     return int(leases[-1])
 
 
-def test_a_fan_out_killed_mid_way_sends_each_childs_effect_once(tmp_path: Path) -> None:
-    root = tmp_path / "l"
+@pytest.fixture(params=["folder", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ledger: a folder, or a fresh prefix of a real SeaweedFS (its variables in every child's environment)."""
+    if request.param == "folder":
+        return str(tmp_path / "l")
+    import s3_server
+
+    server = s3_server.seaweed()
+    for k, v in server.env().items():
+        monkeypatch.setenv(k, v)
+    loc = s3_server.fresh_location()
+    return f"s3://{loc.bucket}/{loc.prefix}"
+
+
+def test_a_fan_out_killed_mid_way_sends_each_childs_effect_once(tmp_path: Path, root: str) -> None:
     env = _env(tmp_path)
     hold, gate = tmp_path / "hold", tmp_path / "gate"
     hold.mkdir()
