@@ -484,9 +484,9 @@ class Task:
         result yet; what it returns is recorded as the child's result (:meth:`finish`).
         See :mod:`intentlog.idioms.children`.
         """
-        from .idioms.children import spawn
+        from .idioms.children import hand_over, spawn
 
-        spawn(self.ledger, self.stream, child_id, payload)
+        spawn(self.ledger, self.stream, child_id, payload, hand=run is None)
         child = self.ledger.task(child_id)
         if run is not None:
             from .projections.idioms import idiom_state
@@ -498,6 +498,7 @@ class Task:
                 finally:
                     if not held:
                         child.close()  # the child's writer, taken for its run, is not kept: it may be run elsewhere
+            hand_over(self.stream, child_id)  # run here: a runner (a backlog) is handed it returned
         return child
 
     def finish(self, result: Any) -> Any:

@@ -17,6 +17,7 @@ import pytest
 SLOW: dict[str, list[str]] = {
     # crash and chaos matrices: real processes killed at random, rounds of runs
     "test_backlog_crash.py": ["*"],
+    "test_backlog_children_kill.py": ["*"],
     "test_backlog_store_matrix.py": ["*"],
     "test_backlog_dask_matrix.py": ["*"],
     "test_crash.py": ["test_sigkill_loses_no_acknowledged_event_and_leaves_at_most_a_torn_tail"],
@@ -41,6 +42,7 @@ SLOW: dict[str, list[str]] = {
         "test_a_worker_killed_mid_effect_blocks_its_item_on_another_worker_never_a_second_send",
         "test_ctrl_c_to_the_process_group_lets_the_dask_workers_finish_the_effects_in_flight",
     ],
+    "test_backlog_children_store.py": ["test_a_fan_out_on_the_store_runs_its_children_as_items"],
     "test_backlog_store.py": [
         "test_a_backlog_on_the_store_runs_every_item_once_on_either_engine",
         "test_a_fenced_holder_stopped_then_continued_cannot_append_or_send",

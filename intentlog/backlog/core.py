@@ -32,8 +32,10 @@ from ..eventlog.format import TASK_ID_RE, Event
 from ..eventlog.redaction import scrub_text, shape_spans
 from ..ledgerstorage import LeaseOwner
 from ..projections.backlogs import BacklogPace, PaceFold, Running
+from ..projections.idioms import SPAWNED
 from ..task import Task
 from . import leases
+from .children import with_children
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .inflight import check_in_flight
@@ -159,6 +161,7 @@ class Backlog:
                 step = f"raise the budget: intentlog run {self.name} --step ... --quota ... (a larger budget)"
                 row = replace(row, reason=f"the last run stopped: {spent}", next_step=step)
             rows.append(row)
+        rows = with_children(rows)
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:
             counts[r.state] += 1
@@ -201,6 +204,24 @@ class Backlog:
         entry = self._entry(item_id, payload, priority, not_before, max_attempts, inactivity, max_duration)
         return self._add_entries([entry])[0]
 
+    def add_child(self, child_id: str, payload: Any, *, parent: str) -> ItemRecord:
+        """Add the child task ``child_id`` that the item task ``parent`` spawned, as an item; idempotent by id.
+
+        The item id and its task id are the child's id (its stream exists, opened by
+        ``task.spawned {parent}``: that record is what lets the backlog take it as its own;
+        a task of that id that another task spawned, or that holds other records first, is
+        refused with :class:`ItemTaskTaken`). The child inherits its parent item's priority,
+        ``max_attempts`` and limits. Called by a step's ``task.spawn`` inside a run
+        (:mod:`intentlog.backlog.children`); the same child again writes nothing.
+        """
+        if child_id == self.stream_id or child_id.startswith(f"{self.name}.item."):
+            raise UsageError(
+                f"backlog {self.name!r}: child id {child_id!r} names one of the backlog's own tasks; spawn the child "
+                "under an id of its own; nothing was added to the backlog"
+            )
+        entry = self._entry(child_id, payload, None, None, None, None, None, task=child_id, parent=parent)
+        return self._add_entries([entry])[0]
+
     def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[ItemRecord]:
         """Add many items under one lock and one sync: each a mapping of :meth:`add`'s arguments.
 
@@ -226,8 +247,13 @@ class Backlog:
         max_attempts: object,
         inactivity: object,
         max_duration: object,
+        *,
+        task: str | None = None,
+        parent: str | None = None,
     ) -> dict[str, Any]:
-        """The ``backlog.item_added`` data for one item, every argument checked; writes nothing."""
+        """The ``backlog.item_added`` data for one item, every argument checked; writes nothing.
+
+        ``task`` and ``parent``: a child item's task (its own id) and the item task that spawned it."""
         item_id = _check_item(item_id)
         priority = 0 if priority is None else priority
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -244,12 +270,13 @@ class Backlog:
         }
         h = digest_bytes(dumps(payload))
         self._refuse_credentials(item_id, payload)
-        task_id = item_task_id(self.name, item_id)
+        task_id = item_task_id(self.name, item_id) if task is None else task
         if TASK_ID_RE.match(task_id) is None:
             raise UsageError(f"item id {item_id!r} makes task id {task_id!r}, which is too long (128 at most)")
         return {
             "item": item_id, "task": task_id, "payload_hash": h, "payload": payload,
             "priority": priority, "not_before": nb, "max_attempts": max_attempts, **limits,
+            **({"parent": parent} if parent is not None else {}),
         }  # fmt: skip
 
     def _refuse_credentials(self, item_id: str, payload: Any) -> None:
@@ -282,6 +309,12 @@ class Backlog:
                     old = f.items.get(e["item"])
                     seen = new.get(e["item"])
                     h = old.payload_hash if old is not None else seen["payload_hash"] if seen is not None else None
+                    was = old.task if old is not None else seen["task"] if seen is not None else e["task"]
+                    if was != e["task"]:
+                        raise ItemTaskTaken(
+                            f"backlog {self.name!r} item {e['item']!r} is done by task {was!r}, not {e['task']!r}: "
+                            "an item id names one task; spawn the child under another id; nothing was written"
+                        )
                     if h is not None and h != e["payload_hash"]:
                         raise PayloadChanged(
                             f"backlog {self.name!r} item {e['item']!r} was added with payload {h}, not "
@@ -291,7 +324,9 @@ class Backlog:
                     if h is None:
                         new[e["item"]] = e
                 for e in new.values():
-                    self._refuse_taken(e["item"], e["task"])
+                    self._refuse_taken(e["item"], e["task"], e.get("parent"))
+                    if "parent" in e:
+                        _inherit(e, f)
                 self._fold = None  # until the appends below are all in the fold
                 if new:
                     with t.batch():
@@ -311,9 +346,15 @@ class Backlog:
                 "backlog name; nothing was written"
             )
 
-    def _refuse_taken(self, item_id: str, task_id: str) -> None:
-        """:class:`ItemTaskTaken` when a new item's task already holds records: none of them is the backlog's."""
+    def _refuse_taken(self, item_id: str, task_id: str, parent: str | None = None) -> None:
+        """:class:`ItemTaskTaken` when a new item's task already holds records: none of them is the backlog's.
+
+        A child item's task begins with ``task.spawned {parent}`` naming the item task that
+        spawned it (the link its parent recorded first): that task is the backlog's to run.
+        """
         ev = first_record(self.ledger.task(task_id).events())
+        if ev is not None and parent is not None and ev.kind == SPAWNED and ev.data.get("parent") == parent:
+            return
         if ev is not None:
             raise ItemTaskTaken(
                 f"backlog {self.name!r} item {item_id!r}: its task {task_id!r} already exists (seq {ev.seq} is "
@@ -428,6 +469,17 @@ class Backlog:
         )  # fmt: skip
         sup.run()
         return self.view()
+
+
+def _inherit(entry: dict[str, Any], f: BacklogFold) -> None:
+    """A child item takes its parent item's priority, ``max_attempts`` and limits (the parent is an item task)."""
+    for rec in f.items.values():
+        if rec.task == entry["parent"]:
+            entry["priority"], entry["max_attempts"] = rec.priority, rec.max_attempts
+            for name in ("inactivity", "max_duration"):
+                if getattr(rec, name) is not None:
+                    entry[name] = getattr(rec, name)
+            return
 
 
 def engine_for(engine: object, workers: int) -> Engine:

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
-from ..idioms.suspend import suspending
+from .children import arun_step
 from .messages import Answer, Grant, Reply, Reserve, Run, Spent, Stop, Stopped
 from .model import LedgerLike
 from .procs import die_with_parent
@@ -197,8 +197,8 @@ class _Process:
                 if not isinstance(leased, int):
                     return leased
                 epoch = leased
-                with suspending():  # a sleep or a wait records what it waits for and releases this lane
-                    value = await self.step(task, run.payload)
+                # suspending: a sleep, a wait or a join records what it waits for and releases this lane
+                value = await arun_step(task, run.backlog, run.item, self.step, run.payload)
             except asyncio.CancelledError:
                 return Stopped("stopped", run.item, CANCELLED)
             except Exception as exc:

@@ -130,12 +130,18 @@ class Failed(NamedTuple):
 
 
 class Waiting(NamedTuple):
-    """The item's task sleeps or waits for an event (``reason`` says which): run it again at ``until`` (epoch s)."""
+    """The item's task sleeps or waits for an event (``reason`` says which): run it again at ``until`` (epoch s).
+
+    ``event``: the event it waits for (taken again as soon as its inbox holds it; ``until`` is the
+    fallback look). ``children``: the child items it joins (taken again once each is done or failed).
+    """
 
     kind: Literal["waiting"]
     item: str
     until: float
     reason: str
+    event: str | None = None
+    children: tuple[str, ...] = ()
 
 
 class Busy(NamedTuple):

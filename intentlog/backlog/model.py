@@ -130,9 +130,14 @@ def first_record(events: Iterable[Event]) -> Event | None:
 
 
 def _names(d: Mapping[str, Any], task_id: str) -> bool:
-    """Whether a ``lease.acquired``'s data names the item whose task is ``task_id``."""
+    """Whether a ``lease.acquired``'s data names the item whose task is ``task_id``.
+
+    An item's task is ``NAME.item.ITEM``, or, for a child task a step spawned
+    (:mod:`intentlog.backlog.children`), the child's own id, which is its item id: an id
+    ``NAME.item.ITEM`` never equals ``ITEM``, so the two never name the same task.
+    """
     b, i = d.get("backlog"), d.get("item")
-    return isinstance(b, str) and isinstance(i, str) and item_task_id(b, i) == task_id
+    return isinstance(b, str) and isinstance(i, str) and (item_task_id(b, i) == task_id or i == task_id)
 
 
 def foreign_records(task_id: str, events: Iterable[Event]) -> str | None:
@@ -175,6 +180,12 @@ class ItemRecord:
     failed: str | None = None
     done: bool = False
     ended: int = 0  # holders ended by a supervisor (stalled or timed out)
+    #: the task that spawned this item's task (a child item), from ``backlog.item_added``
+    parent: str | None = None
+    #: the child items its task waits for (scheduled with ``children``): taken again once each is done or failed
+    waits_for: tuple[str, ...] | None = None
+    #: the event its task waits for (scheduled with ``event``): taken again when the inbox holds it
+    event: str | None = None
 
     def due(self) -> float | None:
         """The earliest time the item may start (None: now)."""
@@ -214,6 +225,7 @@ class BacklogFold:
             self.items[d["item"]] = ItemRecord(
                 d["item"], d["task"], d["payload_hash"], d["payload"], int(d["priority"]),
                 d.get("not_before"), d.get("max_attempts"), ev.seq, d.get("inactivity"), d.get("max_duration"),
+                parent=d.get("parent") if isinstance(d.get("parent"), str) else None,
             )  # fmt: skip
             return
         if kind == "backlog.quota_waiting":
@@ -231,8 +243,12 @@ class BacklogFold:
         if kind == "backlog.item_scheduled":
             it.failures = int(d.get("failures", it.failures))
             it.retry_at = d.get("not_before")
+            kids = d.get("children")
+            it.waits_for = tuple(str(c) for c in kids) if isinstance(kids, list) and kids else None
+            it.event = d.get("event") if isinstance(d.get("event"), str) else None
         elif kind == "backlog.item_blocked":
             it.blocked = (str(d.get("reason")), str(d.get("command")))
+            it.waits_for, it.event = None, None
         elif kind == "backlog.item_unblocked":
             it.blocked = None
         elif kind == "backlog.item_failed":
@@ -323,6 +339,9 @@ class ItemView:
     holder: Mapping[str, Any] | None
     last_progress: str | None
     task_state: str | None
+    #: the task that spawned this item's (a child item), and, for a parent, its child items per state
+    parent: str | None = None
+    children: Mapping[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -337,6 +356,8 @@ class ItemView:
             "holder": dict(self.holder) if self.holder is not None else None,
             "last_progress": self.last_progress,
             "task_state": self.task_state,
+            "parent": self.parent,
+            "children": dict(self.children) if self.children is not None else None,
         }
 
 
@@ -395,7 +416,7 @@ def item_view(
     def view(state: str, reason: str | None, step: str, holder: Mapping[str, Any] | None = None) -> ItemView:
         return ItemView(
             rec.item, rec.task, state, reason, step, rec.priority, rec.due(), rec.failures, holder,
-            extras.last_ts if extras is not None else None, st.state if st is not None else None,
+            extras.last_ts if extras is not None else None, st.state if st is not None else None, rec.parent,
         )  # fmt: skip
 
     if extras is not None and extras.foreign is not None:
@@ -429,7 +450,17 @@ def item_view(
     if rec.blocked is not None:
         reason, _ = rec.blocked
         return view(BLOCKED, f"{reason} (resolved in the task's record)", unblock)
+    if rec.waits_for is not None:
+        n = len(rec.waits_for)
+        return view(
+            SCHEDULED, f"its task joins {n} child task(s) not done yet", "wait: it is taken again once they are done"
+        )
     due = rec.due()
+    if due is not None and due > now and rec.event is not None:
+        return view(
+            SCHEDULED, f"its task waits for an event: {rec.event!r}",
+            f"wait: it is taken again when the event is signalled (intentlog signal {rec.task} {rec.event} ...)",
+        )  # fmt: skip
     if due is not None and due > now:
         why = f"retry {rec.failures + 1} after backoff" if rec.retry_at is not None and rec.retry_at >= due else None
         if why is not None and rec.failures == 0:  # scheduled with no failure: its task sleeps or waits for an event

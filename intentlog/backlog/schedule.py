@@ -5,7 +5,10 @@ Order is the backlog's (priority, then order of addition); an item starts never 
 exponential backoff with jitter (``backlog.item_scheduled``), or failed after
 ``max_attempts`` (``backlog.item_failed``), or at once when its task was given up; a step
 whose task sleeps or waits for an event is scheduled again when due
-(``backlog.item_scheduled``, no failure counted). Every decision is recorded before it acts.
+(``backlog.item_scheduled``, no failure counted): a sleeper at its recorded wake time, a
+waiter as soon as its event lands in its inbox (:mod:`intentlog.backlog.wake`), a parent
+joining its children (``children``) once each of them is done or failed. Every decision is
+recorded before it acts.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 
 from ..eventlog.redaction import scrub_text
 from .journal import Journal
 from .model import BacklogFold, ItemRecord
+from .wake import InboxWatch
 
 __all__ = ["Schedule"]
 
@@ -34,6 +38,8 @@ class Schedule:
         self.pending: deque[ItemRecord] = deque()
         self.pending_of: BacklogFold | None = None
         self.pending_count = -1
+        #: the inboxes of the items waiting for an event, and those whose event landed
+        self.inbox = InboxWatch(journal.backlog.ledger)
 
     def is_settled(self, rec: ItemRecord) -> bool:
         return rec.done or rec.failed is not None or self.settled.get(rec.item) in ("done", "failed")
@@ -54,21 +60,46 @@ class Schedule:
             pending.popleft()
         return pending
 
+    def children_settled(self, rec: ItemRecord) -> bool:
+        """Whether every child item the item's task joins is done or failed (one not an item counts as settled:
+        the parent, taken again, adds it)."""
+        items = self.journal.fold.items
+        return all(c not in items or self.is_settled(items[c]) for c in rec.waits_for or ())
+
     def candidates(self, busy: Collection[str]) -> Iterator[ItemRecord]:
-        """The items that may start now, in run order (lazily: dispatch stops once no worker is free)."""
+        """The items that may start now, in run order (lazily: dispatch stops once no worker is free).
+
+        A parent joining its children starts once they are settled, whatever its time says; an
+        item waiting for an event starts when due or as soon as its inbox holds the event.
+        """
         now = time.time()
+        inbox = self.inbox
+        inbox.look()
         for rec in self.unsettled():
             if rec.item in busy or rec.blocked is not None or self.is_settled(rec):
                 continue
+            if rec.waits_for is not None:
+                if self.children_settled(rec):
+                    yield rec
+                continue
             due = rec.due()
             if due is not None and due > now:
-                continue
+                if rec.event is None:
+                    continue
+                inbox.watch(rec)
+                if rec.item not in inbox.woken:
+                    continue
             yield rec
 
     def waits_for_a_person(self, stuck: Collection[str] = ()) -> bool:
         """Every item not settled is blocked (awaiting approval, reconciliation or review, then ``unblock``),
-        or ``stuck``: held by a stalled process the run can neither end nor fence."""
-        return all(rec.blocked is not None or self.is_settled(rec) or rec.item in stuck for rec in self.unsettled())
+        or ``stuck``: held by a stalled process the run can neither end nor fence, or joins children not settled
+        (each of them is one of these items)."""
+        return all(
+            rec.blocked is not None or self.is_settled(rec) or rec.item in stuck
+            or (rec.waits_for is not None and not self.children_settled(rec))
+            for rec in self.unsettled()
+        )  # fmt: skip
 
     def failed_attempt(self, rec: ItemRecord, why: str, *, given_up: bool = False) -> None:
         """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``.
@@ -95,12 +126,20 @@ class Schedule:
             },
         )  # fmt: skip
 
-    def suspended(self, rec: ItemRecord, until: float, why: str) -> None:
-        """Record the item scheduled again at ``until`` (its task sleeps or waits), its failures unchanged."""
-        self.journal.record(
-            "backlog.item_scheduled",
-            {
-                "item": rec.item, "task": rec.task, "failures": rec.failures,
-                "delay": round(max(0.0, until - time.time()), 3), "not_before": until, "reason": why,
-            },
-        )  # fmt: skip
+    def suspended(
+        self, rec: ItemRecord, until: float, why: str, *, event: str | None = None, children: Sequence[str] = ()
+    ) -> None:
+        """Record the item scheduled again at ``until`` (its task sleeps or waits), its failures unchanged.
+
+        ``event``: the event it waits for (``until`` is the fallback look; its inbox is watched).
+        ``children``: the child items it joins: no time, taken again once they are settled.
+        """
+        self.inbox.forget(rec.item)
+        data = {"item": rec.item, "task": rec.task, "failures": rec.failures, "reason": why}
+        if children:
+            data.update(delay=0.0, not_before=None, children=list(children))
+        else:
+            data.update(delay=round(max(0.0, until - time.time()), 3), not_before=until)
+            if event is not None:
+                data["event"] = event
+        self.journal.record("backlog.item_scheduled", data)

@@ -444,6 +444,7 @@ class Supervisor:
         item = msg.item
         cancelled, verdict = w.cancelled, w.verdict
         w.item, w.waiting, w.cancelled, w.verdict = None, None, None, None
+        self.schedule.inbox.forget(item)  # a waiter answered: watched again from what it recorded now
         rec = self.fold.items[item]
         if cancelled is not None and verdict is not None and isinstance(msg, Stopped):
             self.ended(w, rec, verdict, cancelled=True)
@@ -458,7 +459,7 @@ class Supervisor:
         elif isinstance(msg, Failed):
             self.schedule.failed_attempt(rec, str(msg.reason), given_up=msg.given_up)
         elif isinstance(msg, Waiting):
-            self.schedule.suspended(rec, msg.until, msg.reason)
+            self.schedule.suspended(rec, msg.until, msg.reason, event=msg.event, children=msg.children)
         # Busy: another process took the lock first: watched as a foreign holder next time;
         # Stopped, Exhausted: the attempt did not start; the item stays queued
 

@@ -25,11 +25,11 @@ from typing import Any, Final
 from .._internal.procs import PROC_LOCKS, flock_writer
 from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
 from ..eventlog.canonical import dumps
-from ..idioms.errors import Suspended
-from ..idioms.suspend import suspending
+from ..idioms.errors import ChildrenPending, Suspended
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
+from .children import run_step
 from .messages import (
     Answer,
     Blocked,
@@ -58,7 +58,7 @@ Step = Callable[[Task, Any], Any]
 
 _PENDING_UNITS: dict[str, dict[str, float]] = {}
 CALLS: Final = "calls"
-#: seconds between looks at the inbox of an item waiting for an event (it is taken again, and suspends again)
+#: seconds to an item waiting for an event's fallback look (the run takes it again as soon as its inbox holds it)
 EVENT_POLL: Final = 10.0
 
 
@@ -274,8 +274,10 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
 
 def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
     """What an item whose step (or its resume) raised ``exc`` answers: waiting, stopped, exhausted, blocked, failed."""
-    if isinstance(exc, Suspended):  # a sleep or a wait released the worker: taken again when due
-        return Waiting("waiting", item, exc.due(time.time(), event_poll=EVENT_POLL), exc.what)
+    if isinstance(exc, Suspended):  # a sleep, a wait or a join released the worker: taken again when due
+        return Waiting("waiting", item, exc.due(time.time(), event_poll=EVENT_POLL), exc.what, exc.event, exc.children)
+    if isinstance(exc, ChildrenPending):  # children failed: joining again cannot succeed, so no retry
+        return Failed("error", item, str(exc), True)
     if isinstance(exc, Stopping):
         return Stopped("stopped", item, str(exc))
     if isinstance(exc, QuotaExhausted):
@@ -315,8 +317,8 @@ def run_item(
         if not isinstance(leased, int):
             return leased
         epoch = leased
-        with suspending():  # a sleep or a wait records what it waits for and releases this worker
-            value = step(task, payload)
+        # suspending: a sleep, a wait or a join records what it waits for and releases this worker
+        value = run_step(task, backlog, item, step, payload)
         answer = record_result(task, item, backlog, epoch, value)
         released = True
         return answer

@@ -13,7 +13,7 @@ import orjson
 
 from .._internal.text import printable as p
 from ..backlog import BacklogView, StillBlocked
-from ..backlog.model import backlog_stream_id
+from ..backlog.model import ItemView, backlog_stream_id
 from ..errors import UsageError
 from ..eventlog.format import TASK_ID_RE, Event
 from ..ledger import open_ledger
@@ -54,8 +54,10 @@ def _exists(c: Ctx, name: str) -> None:
 def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
     """Counts per state and one row per item: state, why, and the safe next step.
 
-    States: queued, scheduled (not before ...), running (holder, since, last progress),
-    awaiting approval, blocked (why, and the command), paused for review, done, failed.
+    States: queued, scheduled (not before ..., or waiting for an event or for its child
+    items), running (holder, since, last progress), awaiting approval, blocked (why, and the
+    command), paused for review, done, failed. A child item a step spawned is listed under
+    its parent item, and the parent's row counts its children per state.
 
     \b
     Example:
@@ -73,15 +75,45 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
         q = view.quota_waiting
         echo(f"quota {p(str(q.get('quota')))}: {p(str(q.get('reason')))}; reopens {_when(q.get('until'))}")
     rows = []
-    for r in view.items:
+    for r, depth in _tree(view.items):
         detail = r.reason or ""
-        if r.state == "scheduled":
+        if r.state == "scheduled" and r.not_before is not None and "child task(s)" not in detail:
             detail = f"not before {_when(r.not_before)}" + (f" ({r.reason})" if r.reason else "")
         if r.state == "running" and r.holder is not None:
             detail = _holder_detail(r.holder, r.last_progress)
-        rows.append([p(r.item), p(r.task), p(r.state), p(detail or "-"), p(c.hint(r.next_step))])
+        if r.children and "(children:" not in detail:
+            told = ", ".join(f"{n} {s}" for s, n in r.children.items())
+            detail = f"{detail}; children: {told}" if detail else f"children: {told}"
+        item = "  " * depth + ("+- " if depth else "") + r.item
+        rows.append([p(item), p(r.task), p(r.state), p(detail or "-"), p(c.hint(r.next_step))])
     if rows:
         print_table(["item", "task", "state", "why", "next step"], rows)
+
+
+def _tree(items: list[ItemView]) -> list[tuple[ItemView, int]]:
+    """The rows in run order, each child item right under its parent item (depth-first), with its depth."""
+    by_task = {r.task for r in items}
+    kids: dict[str, list[ItemView]] = {}
+    for r in items:
+        if r.parent is not None and r.parent in by_task:
+            kids.setdefault(r.parent, []).append(r)
+    out: list[tuple[ItemView, int]] = []
+    seen: set[str] = set()
+
+    def visit(r: ItemView, depth: int) -> None:
+        if r.task in seen:
+            return
+        seen.add(r.task)
+        out.append((r, depth))
+        for k in kids.get(r.task, ()):
+            visit(k, depth + 1)
+
+    for r in items:
+        if r.parent is None or r.parent not in by_task:
+            visit(r, 0)
+    for r in items:  # a cycle of parents cannot be, but no row is ever left out
+        visit(r, 0)
+    return out
 
 
 def _holder_detail(h: Any, last: str | None) -> str:

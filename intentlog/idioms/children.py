@@ -14,6 +14,13 @@ child's stream (no lock): when all returned, it appends ``task.joined {children}
 returns their results by id; otherwise it raises
 :class:`~intentlog.idioms.errors.ChildrenPending` naming each blocked child with its
 state and safe next step (from its own status), and records nothing.
+
+Inside a runner's suspending context (:mod:`intentlog.idioms.suspend`; a backlog worker),
+each child is handed to the runner once its link is recorded (a backlog adds it as an
+item, by the child id, so a re-run adds nothing twice), and a join whose children have
+not all returned raises :class:`~intentlog.idioms.errors.Suspended` naming them instead
+of waiting -- or, once every child not returned is settled without a result (a failed
+item), ``ChildrenPending`` naming those.
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ from ..eventlog.format import check_task_id
 from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, idiom_state
 from ..stream import as_recorded
 from . import state
-from .errors import ChildrenPending
+from .errors import ChildrenPending, Suspended
+from .suspend import runner
 
 if TYPE_CHECKING:
     from ..stream import TaskStream
     from .events import TaskHandles
 
-__all__ = ["finish", "join", "spawn"]
+__all__ = ["finish", "hand_over", "join", "spawn"]
 
 _pause = time.sleep
 
@@ -50,8 +58,13 @@ def _json(what: str, value: Any) -> Any:
     return as_recorded(orjson.loads(raw))  # as the record holds it: the re-run compares the same
 
 
-def spawn(ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any = None) -> TaskStream:
-    """Record the link, then create the child (see the module docstring); the child's stream."""
+def spawn(
+    ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any = None, *, hand: bool = True
+) -> TaskStream:
+    """Record the link, then create the child (see the module docstring); the child's stream.
+
+    ``hand``: give the child to the runner now (False: the caller does, with :func:`hand_over`).
+    """
     check_task_id(child_id)
     if child_id.endswith(INBOX_SUFFIX):
         raise UsageError(
@@ -79,7 +92,18 @@ def spawn(ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any =
                 )
             state.record(parent, CHILD_SPAWNED, {"child": child_id, "payload": value})
     _create(child, parent.id, value)
+    if hand:
+        hand_over(parent, child_id)
     return child
+
+
+def hand_over(parent: TaskStream, child_id: str) -> None:
+    """Give a spawned child to the suspending runner, if any (a backlog adds it as an item); idempotent."""
+    r = runner()
+    if r is not None:
+        with parent.mutex:
+            payload = state.current(parent).children[child_id]  # as recorded: the same on every re-run
+        r.spawned(parent, child_id, payload)
 
 
 def _create(child: TaskStream, parent_id: str, payload: Any) -> None:
@@ -148,6 +172,12 @@ def join(
                 if tuple(ids) not in state.current(parent).joined:  # a re-run's join records nothing more
                     state.record(parent, JOINED, {"children": ids})
             return results
+        r = runner()
+        if r is not None:  # a runner's children: suspend while any may return, never poll for them here
+            failed = r.failed(parent, pending)
+            if failed is None:
+                raise Suspended(parent.id, children=pending)
+            raise ChildrenPending(parent.id, failed)
         if time.monotonic() >= deadline:
             raise ChildrenPending(parent.id, [(c, *_blocked(ledger, c)) for c in pending])
         _pause(min(poll, max(0.01, deadline - time.monotonic())))

@@ -45,21 +45,36 @@ class ChildrenPending(IntentlogError):
 
 
 class Suspended(IntentlogError):
-    """The task cannot continue before ``until`` (a recorded wake time) or before ``event`` is signalled.
+    """The task cannot continue before ``until`` (a recorded wake time), before ``event`` is signalled, or
+    before its ``children`` are done.
 
-    Raised by a sleep or a wait asked not to block (``block=False``): what is waited for is
-    recorded first, so a backlog worker can release the item and take it again when due.
+    Raised by a sleep or a wait asked not to block (``block=False``), or by a join inside a
+    backlog: what is waited for is recorded first (a sleep's wake time, a wait, the children
+    spawned), so a backlog worker can release the item and take it again when due.
     """
 
-    def __init__(self, task_id: str, *, until: str | None = None, event: str | None = None) -> None:
-        if (until is None) == (event is None):
-            raise UsageError("a suspension waits for a time or for an event")
-        self.task_id, self.until, self.event = task_id, until, event
-        self.what = f"sleeping until {until}" if until is not None else f"waiting for event {event!r}"
+    def __init__(
+        self, task_id: str, *, until: str | None = None, event: str | None = None, children: Sequence[str] = ()
+    ) -> None:
+        if sum((until is not None, event is not None, bool(children))) != 1:
+            raise UsageError("a suspension waits for a time, for an event or for children")
+        self.task_id, self.until, self.event, self.children = task_id, until, event, tuple(children)
+        if until is not None:
+            self.what = f"sleeping until {until}"
+        elif event is not None:
+            self.what = f"waiting for event {event!r}"
+        else:
+            more = len(self.children) - 3
+            shown = ", ".join(self.children[:3]) + (f" and {more} more" if more > 0 else "")
+            self.what = f"waiting for {len(self.children)} child task(s): {shown}"
         super().__init__(f"task {task_id!r} is {self.what}; run it again then (the record holds what it waits for)")
 
     def due(self, now: float, *, event_poll: float) -> float:
-        """When to run the task again (epoch seconds): the recorded wake time, or ``now + event_poll`` for an event."""
+        """When to run the task again (epoch seconds): the recorded wake time, or ``now + event_poll`` for an event
+        (its fallback look; a backlog takes it again as soon as the signal lands), or ``now`` for children (a
+        backlog takes it again once they are done, whatever this says)."""
+        if self.children:
+            return now
         if self.until is None:
             return now + event_poll
         from ..eventlog.format import parse_utc

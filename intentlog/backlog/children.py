@@ -1,0 +1,166 @@
+"""Child tasks in a backlog: a step's spawned children are items of its backlog, run on its workers.
+
+A backlog worker runs each step inside :func:`~intentlog.idioms.suspend.suspending` with a
+:class:`BacklogChildren` runner. Guarantees:
+
+- **a child is an item, added once**: ``task.spawn(child_id, payload)`` records the parent
+  link and creates the child's stream first (:mod:`intentlog.idioms.children`), then adds
+  the item ``child_id`` whose task is the child itself (``backlog.item_added {item, task,
+  parent}``), idempotent by the child id: a parent re-run after a crash anywhere in between
+  adds it then, never twice. The child inherits its parent item's priority, ``max_attempts``
+  and limits;
+- **the child's step is the backlog's step**: it gets the child's payload, and what it
+  returns is recorded as the child's result (``task.returned``, then ``item.returned``);
+  a child item whose task already returned (a ``run=`` child, or a crash between the two)
+  answers that result without running the step again;
+- **a joining parent holds no worker**: ``task.join`` with children not returned raises
+  :class:`~intentlog.idioms.errors.Suspended` naming them; the worker answers ``Waiting``,
+  the supervisor records ``backlog.item_scheduled {children}`` and takes the parent again
+  once every one of them is done or failed (:meth:`intentlog.backlog.schedule.Schedule.candidates`),
+  woken by their completion, not by a poll;
+- **a child that failed fails its parent's join**: once every child not returned is settled
+  and some failed (``backlog.item_failed``), the join raises
+  :class:`~intentlog.idioms.errors.ChildrenPending` naming them; uncaught, the parent item is
+  failed at once (never retried: its children would fail it again). A child blocked for a
+  person keeps its parent waiting until it is unblocked and done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from ..idioms import state
+from ..idioms.children import finish
+from ..idioms.suspend import suspending
+from .model import DONE, ITEM_FAILED, QUEUED, SCHEDULED, BacklogFold, ItemRecord, ItemView
+
+if TYPE_CHECKING:
+    from ..stream import TaskStream
+    from ..task import Task
+
+__all__ = ["BacklogChildren", "arun_step", "is_child_item", "run_step", "with_children"]
+
+
+def is_child_item(item: str, task_id: str) -> bool:
+    """Whether the item is a spawned child: its task id is its item id (an item's own is ``NAME.item.ITEM``)."""
+    return item == task_id
+
+
+class _Adds(Protocol):
+    """What the runner needs of a backlog (:class:`intentlog.backlog.Backlog` is one)."""
+
+    def add_child(self, child_id: str, payload: Any, *, parent: str) -> ItemRecord: ...
+
+    def fold(self) -> BacklogFold: ...
+
+
+class _Ledger(Protocol):
+    def backlog(self, name: str) -> _Adds: ...
+
+
+class BacklogChildren:
+    """The child runner of one item's run: children become items of ``backlog``."""
+
+    def __init__(self, ledger: _Ledger, backlog: str) -> None:
+        self.ledger, self.name = ledger, backlog
+        self._backlog: _Adds | None = None
+
+    @property
+    def backlog(self) -> _Adds:
+        if self._backlog is None:  # one handle per run: its fold is reused across the step's spawns
+            self._backlog = self.ledger.backlog(self.name)
+        return self._backlog
+
+    def spawned(self, parent: TaskStream, child_id: str, payload: Any) -> None:
+        """Add the child as an item of the backlog (a no-op when it is one already)."""
+        self.backlog.add_child(child_id, payload, parent=parent.id)
+
+    def failed(self, parent: TaskStream, pending: Sequence[str]) -> list[tuple[str, str, str]] | None:
+        """None while any pending child may still return; else each one's (id, state, next step).
+
+        A pending child that is not an item yet (its add lost to a crash) is added now: the
+        parent then waits for it.
+        """
+        f = self.backlog.fold()
+        out: list[tuple[str, str, str]] = []
+        waiting = False
+        for cid in pending:
+            rec = f.items.get(cid)
+            if rec is None:
+                with parent.mutex:
+                    payload = state.current(parent).children[cid]
+                self.spawned(parent, cid, payload)
+                waiting = True
+            elif rec.failed is not None:
+                out.append(
+                    (cid, f"failed in backlog {self.name!r}: {rec.failed}",
+                     f"nothing runs it again: spawn the work under a new child id (intentlog log {cid} shows it)")
+                )  # fmt: skip
+            elif rec.done:  # done in the backlog, no result in its task (removed since): it never returns one
+                out.append((cid, f"done in backlog {self.name!r} with no result in its task", f"intentlog log {cid}"))
+            else:
+                waiting = True
+        return None if waiting else out
+
+
+def _child_result(task: Task) -> tuple[bool, Any]:
+    st = state.current(task.stream)  # the worker holds the task's writer: this reads it once per lease
+    return st.returned, st.result
+
+
+def run_step(task: Task, backlog: str, item: str, step: Callable[[Task, Any], Any], payload: Any) -> Any:
+    """Run the item's step suspending, its spawned children handed to the backlog; a child's result recorded."""
+    child = is_child_item(item, task.id)
+    if child:
+        returned, result = _child_result(task)
+        if returned:
+            return result
+    with suspending(BacklogChildren(cast("_Ledger", task.ledger), backlog)):
+        value = step(task, payload)
+    return finish(task.stream, value) if child else value
+
+
+async def arun_step(
+    task: Task, backlog: str, item: str, step: Callable[[Task, Any], Awaitable[Any]], payload: Any
+) -> Any:
+    """:func:`run_step` for an ``async def`` step: the record read and written off the event loop."""
+    child = is_child_item(item, task.id)
+    if child:
+        returned, result = await asyncio.to_thread(_child_result, task)
+        if returned:
+            return result
+    with suspending(BacklogChildren(cast("_Ledger", task.ledger), backlog)):
+        value = await step(task, payload)
+    return await asyncio.to_thread(finish, task.stream, value) if child else value
+
+
+def with_children(rows: list[ItemView]) -> list[ItemView]:
+    """The rows, each parent's with its child items counted per state (the tree ``intentlog backlog`` shows).
+
+    A parent joining children that are all settled is shown queued: the next turn takes it.
+    """
+    by_parent: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r.parent is not None:
+            counts = by_parent.setdefault(r.parent, {})
+            counts[r.state] = counts.get(r.state, 0) + 1
+    if not by_parent:
+        return rows
+    out: list[ItemView] = []
+    for r in rows:
+        got = by_parent.get(r.task)
+        if got is not None:
+            counts = got
+            told = ", ".join(f"{n} {s}" for s, n in counts.items())
+            if r.state == SCHEDULED and r.reason is not None and "child task(s)" in r.reason:
+                if all(s in (DONE, ITEM_FAILED) for s in counts):
+                    r = replace(r, state=QUEUED, reason=f"its children are settled ({told})",
+                                next_step="wait: a worker takes it (intentlog run ...)")  # fmt: skip
+                else:
+                    r = replace(r, reason=f"{r.reason} (children: {told})")
+            r = replace(r, children=counts)
+        out.append(r)
+    return out
