@@ -1,4 +1,4 @@
-"""Commands that read a ledger (and ``init``, which makes one): tasks, status, log, show."""
+"""Commands that read a ledger (and ``init``, which makes one): tasks, status, log, revisions, show."""
 
 from __future__ import annotations
 
@@ -368,6 +368,51 @@ def log(
                     show(ev)
     except KeyboardInterrupt:
         return
+
+
+@main.command()
+@click.argument("path")
+@click.option("--task", "task_id", default=None, help="Only the revisions this task recorded.")
+@json_option
+@pass_ctx
+@handle_errors
+def revisions(c: Ctx, path: str, task_id: str | None, as_json: bool) -> None:
+    """The recorded revisions of a workspace file, oldest first: task, seq, time, digest, size.
+
+    PATH is the file as task.record_artifact named it, relative to the workspace. Each
+    digest is the prefix 'show' accepts; a revision whose bytes are those of the one
+    before it is marked '(same)'. Exit 1 when a stream could not be read (the others are
+    still listed) or when --task names no task.
+
+    \b
+    Example:
+      intentlog revisions out/chapter-16.md
+      intentlog revisions out/chapter-16.md --task chapter-16 --json
+    """
+    ledger = c.ledger()
+    if task_id is not None:
+        require_task(c, ledger, task_id)
+    found = ledger.revisions(path, task=task_id)
+    if as_json:
+        emit_json({
+            "path": found.path, "revisions": [r.to_json() for r in found],
+            "problems": [{"task": t, "problem": m} for t, m in found.problems],
+        })  # fmt: skip
+    elif not found:
+        where = f" by task {task_id!r}" if task_id is not None else ""
+        echo(f"no revisions of {p(found.path)} recorded{where}")
+    else:
+        rows = [
+            [str(i), p(r.task), str(r.seq), p(r.ts), r.digest[:19] + ("" if r.changed else " (same)"), str(r.size),
+             p(r.producer or "-")]
+            for i, r in enumerate(found, 1)
+        ]  # fmt: skip
+        print_table(["#", "task", "seq", "recorded", "digest", "size", "producer"], rows)
+        last = found[-1]
+        echo(f"latest bytes: {c.hint(f'intentlog show {last.digest[:19]}')}")
+    for t, m in found.problems:
+        echo(f"  {p(t)}: {p(m)}", err=True)
+    sys.exit(EXIT_PROBLEMS if found.problems else EXIT_OK)
 
 
 @main.command()
