@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from .dedup import ProviderDedup
     from .effects import NO_RETRY, Call, RetryPolicy, Served, heartbeat
     from .idioms.errors import ChildrenPending, EventConflict, EventTimedOut, Suspended
+    from .ledgerreads import Revision, Revisions
     from .projections.operator import ApprovalState
     from .sessions import Session, Turn
 
@@ -79,6 +80,8 @@ _LAZY = {
     "Session": "sessions",
     "Turn": "sessions",
     "Checkpoint": "checkpoints",
+    "Revision": "ledgerreads",
+    "Revisions": "ledgerreads",
     "ProviderDedup": "dedup",
     "ApprovalState": "projections.operator",
     "Backlog": "backlog",
@@ -154,6 +157,8 @@ __all__ = [
     "ResumeRefused",
     "RetryHandedBack",
     "RetryPolicy",
+    "Revision",
+    "Revisions",
     "Served",
     "Session",
     "StillBlocked",

@@ -1,9 +1,13 @@
 """Checkpoints: a named phase of a task with the evidence that was accepted for it.
 
-``task.checkpoint(phase, evidence=[...], status=..., revision=..., changed_files=...,
-note=...)`` appends ``task.checkpoint {phase, evidence: [refs], status, revision,
-changed_files, note, by, turn?, call?}``; it is durable (fdatasynced) when it returns,
-and every evidence artifact is durable before it. A later process continues from
+``task.checkpoint(phase, evidence=[...], outputs={label: ...}, partial=..., status=...,
+revision=..., changed_files=..., git=..., note=...)`` appends ``task.checkpoint {phase,
+evidence: [refs], status, revision, changed_files, note, by, partial?, turn?, call?}``; it
+is durable (fdatasynced) when it returns, and every evidence artifact is durable before it.
+A labelled output is an evidence ref carrying its ``label``; a partial checkpoint
+(``partial=True``, status ``partial``) says its outputs are what an unfinished phase has
+produced so far. ``git=`` captures the work tree's revision and changed files
+(:func:`git_changes`) instead of taking them from the caller. A later process continues from
 :func:`latest_checkpoint`: the newest checkpoint whose evidence all verifies -- every
 artifact present and hashing to its digest. A checkpoint whose evidence does not verify
 is skipped, and the one returned says which were skipped and why.
@@ -14,8 +18,11 @@ is linked to "the checkpoint that accepted it" (:mod:`intentlog.sessions`).
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
 from ._internal.digest import is_digest
@@ -32,8 +39,8 @@ if TYPE_CHECKING:
     from .stream import TaskStream
 
 __all__ = [
-    "Checkpoint", "CheckpointDiff", "Evidence", "checkpoint_diff", "checkpoints", "evidence_check", "git_revision",
-    "latest_checkpoint", "record_checkpoint",
+    "PARTIAL", "Checkpoint", "CheckpointDiff", "Evidence", "GitChanges", "checkpoint_diff", "checkpoints",
+    "evidence_check", "git_changes", "git_revision", "latest_checkpoint", "record_checkpoint",
 ]  # fmt: skip
 
 #: What evidence may be given as: bytes (stored now), a :class:`Ref` or ref mapping of
@@ -41,6 +48,9 @@ __all__ = [
 Evidence = bytes | Ref | Mapping[str, Any] | str
 
 _INLINE_KEYS = ("inline", "inline_b64")
+
+#: The status of a checkpoint whose outputs are partial (``partial=True``): the phase is not finished.
+PARTIAL = "partial"
 
 
 @final
@@ -96,6 +106,15 @@ class Checkpoint:
         return self.record.note
 
     @property
+    def partial(self) -> bool:
+        return self.record.partial
+
+    @property
+    def outputs(self) -> Mapping[str, Mapping[str, Any]]:
+        """The labelled outputs: each label and the ref recorded under it, in the order given."""
+        return self.record.outputs
+
+    @property
     def turn(self) -> str | None:
         return self.record.turn
 
@@ -146,9 +165,12 @@ def record_checkpoint(
     phase: str,
     *,
     evidence: Iterable[Evidence] = (),
-    status: str = "accepted",
+    outputs: Mapping[str, Evidence] | None = None,
+    partial: bool = False,
+    status: str | None = None,
     revision: str | None = None,
     changed_files: Sequence[str] = (),
+    git: bool | str | os.PathLike[str] = False,
     note: str | None = None,
     by: str | None = None,
     turn: str | None = None,
@@ -166,15 +188,35 @@ def record_checkpoint(
     from ``.git``, without running git) and ``changed_files`` (paths) describe the
     workspace at the checkpoint; record the files themselves as evidence to keep their
     bytes. ``turn`` and ``call`` name the session turn (or call) this checkpoint accepts.
+
+    ``outputs`` (``{label: bytes, Ref, ref mapping or digest}``) records labelled outputs:
+    each is evidence like the rest, its ref carrying ``label`` (a non-empty string).
+    ``partial=True`` says those outputs are partial -- what a phase not yet finished has
+    produced -- and makes the status ``partial`` unless another is given (default:
+    ``accepted``). ``git=True`` (the current folder) or ``git=FOLDER`` captures
+    ``revision`` and ``changed_files`` from that git work tree (:func:`git_changes`; a
+    folder outside one, or git missing, raises :class:`~intentlog.errors.UsageError`);
+    giving ``revision`` or ``changed_files`` as well is refused. Everything is checked
+    (and git read) before the first byte is stored.
     """
     if not isinstance(phase, str) or not phase:
         raise UsageError(f"a checkpoint needs a phase name (a non-empty string), not {phase!r}")
+    if type(partial) is not bool:
+        raise UsageError(f"partial must be True or False, not {partial!r}")
+    if status is None:
+        status = PARTIAL if partial else "accepted"
     if not isinstance(status, str) or not status:
         raise UsageError(f"a checkpoint status must be a non-empty string, not {status!r}")
     if isinstance(changed_files, str) or not all(isinstance(f, str) for f in changed_files):
         raise UsageError("changed_files must be a list of paths (strings)")
     if isinstance(evidence, (str, bytes, Mapping)):
         raise UsageError("evidence must be a list of items (bytes, refs or digests), not a single one")
+    labelled = _labelled(outputs)
+    if git is not False:
+        if revision is not None or changed_files:
+            raise UsageError("give revision and changed_files, or git= to capture them, not both")
+        captured = git_changes(Path.cwd() if git is True else git)
+        revision, changed_files = captured.revision, captured.changed_files
     data: dict[str, Any] = {
         "phase": phase,
         "status": status,
@@ -188,11 +230,82 @@ def record_checkpoint(
         data["turn"] = _opt_text(turn, "turn")
     if call is not None:
         data["call"] = _opt_text(call, "call")
+    if partial:
+        data["partial"] = True
     if _refs is not None:  # refs the caller knows are in this stream (a session's observed response)
         data["evidence"] = [dict(r) for r in _refs]
     else:
         data["evidence"] = [_evidence_ref(task, e, i) for i, e in enumerate(evidence)]
+    n = len(data["evidence"])
+    data["evidence"] += [
+        _evidence_ref(task, item, n + i) | {"label": label} for i, (label, item) in enumerate(labelled)
+    ]
     return task.append("task.checkpoint", data)
+
+
+def _labelled(outputs: object) -> list[tuple[str, Evidence]]:
+    """``outputs`` as ``(label, item)`` pairs, checked: a mapping of non-empty string labels."""
+    if outputs is None:
+        return []
+    if not isinstance(outputs, Mapping) or "digest" in outputs:
+        raise UsageError("outputs must map labels to items ({'draft.md': b'...'}), not " + type(outputs).__name__)
+    pairs = list(outputs.items())
+    for label, _ in pairs:
+        if not isinstance(label, str) or not label:
+            raise UsageError(f"an output's label must be a non-empty string, not {label!r}")
+    return pairs
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class GitChanges:
+    """What :func:`git_changes` read from a git work tree: HEAD's commit and the changed paths."""
+
+    folder: str
+    revision: str | None  # None: a branch with no commit yet
+    changed_files: tuple[str, ...]  # relative to the repository's top, sorted: changed, staged or untracked
+
+
+def git_changes(folder: str | os.PathLike[str]) -> GitChanges:
+    """The revision HEAD names (:func:`git_revision`) and the files changed since it, in ``folder``'s work tree.
+
+    The changed files are what ``git status --porcelain -z --untracked-files=all`` lists
+    (modified, staged, deleted, renamed -- both names -- and untracked, not ignored), as
+    paths from the top of the repository, sorted. Runs git (read-only: ``--no-optional-locks``);
+    raises :class:`~intentlog.errors.UsageError` when ``folder`` is not in a git work tree
+    or git cannot be run.
+    """
+    where = os.fspath(folder)
+    argv = ["git", "--no-optional-locks", "-C", where, "status", "--porcelain=v1", "-z", "--untracked-files=all"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"cannot run git to capture the changed files of {where}: {exc}") from exc
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise UsageError(
+            f"cannot capture the git revision of {where}: {said[0] if said else 'git status failed'}; "
+            "check that it is inside a git work tree, or pass revision= and changed_files= yourself"
+        )
+    return GitChanges(where, git_revision(where), _porcelain_paths(done.stdout))
+
+
+def _porcelain_paths(out: bytes) -> tuple[str, ...]:
+    """The paths of ``git status --porcelain=v1 -z``: ``XY PATH`` entries, a rename's source after it."""
+    paths: set[str] = set()
+    fields = out.split(b"\0")
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.add(entry[3:].decode("utf-8", "backslashreplace"))
+        if entry[:1] in (b"R", b"C") or entry[1:2] in (b"R", b"C"):  # a rename or copy: its source follows
+            if i < len(fields) and fields[i]:
+                paths.add(fields[i].decode("utf-8", "backslashreplace"))
+            i += 1
+    return tuple(sorted(paths))
 
 
 def _inline_index(task: TaskStream, wanted: set[str]) -> dict[str, Mapping[str, Any]]:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .checker.seams import LedgerReads
     from .eventlog.storage import StreamStorage
     from .heads.codec import StreamHead
+    from .ledgerreads import Revisions
     from .projections.idioms import Signal
     from .retention.storage import GcStorage
     from .s3 import ObjectStorage
@@ -269,6 +270,18 @@ class Ledger:
     def task_ids(self) -> list[str]:
         """Every task with a stream, sorted (on a store: not what is left of a stream its gc deleted)."""
         return self.backend.task_ids()
+
+    def revisions(self, path: str | os.PathLike[str], *, task: str | None = None) -> Revisions:
+        """The recorded revisions of a workspace path (``task.record_artifact``), in record order.
+
+        Across every task, or only ``task``'s; each with its task, seq, ts, digest and size.
+        Read through the ledger's storage (a folder or a store alike); appends nothing,
+        takes no lock. See :func:`intentlog.ledgerreads.revisions_of`.
+        """
+        from .ledgerreads import revisions_of
+
+        ids = [check_task_id(task)] if task is not None else self.task_ids()
+        return revisions_of(path, ids, lambda tid: self.task(tid).events(), workspace=self.workspace)
 
     def stream_path(self, task_id: str) -> Path:
         return self.tasks_dir / f"{check_task_id(task_id)}.jsonl"

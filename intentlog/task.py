@@ -327,9 +327,12 @@ class Task:
         phase: str,
         *,
         evidence: Iterable[Evidence] = (),
-        status: str = "accepted",
+        outputs: Mapping[str, Evidence] | None = None,
+        partial: bool = False,
+        status: str | None = None,
         revision: str | None = None,
         changed_files: Sequence[str] = (),
+        git: bool | str | os.PathLike[str] = False,
         note: str | None = None,
         by: str | None = None,
         turn: str | None = None,
@@ -337,7 +340,8 @@ class Task:
     ) -> Event:
         """Record a named phase with its accepted evidence (``task.checkpoint``); durable on return.
 
-        See :func:`intentlog.checkpoints.record_checkpoint`.
+        ``outputs`` labels evidence, ``partial`` marks it unfinished, ``git`` captures the
+        revision and changed files: see :func:`intentlog.checkpoints.record_checkpoint`.
         """
         from .checkpoints import record_checkpoint
 
@@ -345,9 +349,12 @@ class Task:
             self.stream,
             phase,
             evidence=evidence,
+            outputs=outputs,
+            partial=partial,
             status=status,
             revision=revision,
             changed_files=changed_files,
+            git=git,
             note=note,
             by=by,
             turn=turn,

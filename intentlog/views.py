@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 from . import viewcache
+from ._internal.commands import command
 from ._internal.digest import DIGEST_PREFIX
 from ._internal.nofollow import open_dir_nofollow
 from ._internal.procs import PROC_LOCKS, flock_holders
@@ -51,6 +52,9 @@ __all__ = [
     "TaskRow",
     "TaskRows",
     "AmbiguousDigest",
+    "Inbox",
+    "InboxEvent",
+    "inbox_of_row",
     "iter_task_rows",
     "resolve_digest",
     "task_row",
@@ -89,6 +93,8 @@ class TaskRow:
     next_operation: str = "verify"
     next_step: str = ""
     pending_events: tuple[str, ...] = ()  # signalled into its inbox, not received yet (a listing folds the inbox in)
+    waiting: str | None = None  # what its record says it waits for: a wake time, an event, children to join
+    parent: str | None = None  # the task that spawned it (its record's task.spawned)
 
     def to_json(self) -> dict[str, Any]:
         """The row of ``intentlog tasks --json`` (documented in docs/cli.md)."""
@@ -104,6 +110,8 @@ class TaskRow:
             "next_operation": self.next_operation,
             "next_step": self.next_step,
             "pending_events": list(self.pending_events),
+            "waiting": self.waiting,
+            "parent": self.parent,
         }
 
 
@@ -113,12 +121,14 @@ def _row(task_id: str, state: str, stream: str, problem: str | None, events: int
         return TaskRow(task_id, state, stream, problem, events, None, next_step=step)
     work = st.work
     return TaskRow(
-        task_id, state, stream, problem, events, st, st.reason, work.last_ts, st.phase, st.next_operation, st.next_step
-    )
+        task_id, state, stream, problem, events, st, st.reason, work.last_ts, st.phase, st.next_operation, st.next_step,
+        waiting=st.waiting, parent=st.parent,
+    )  # fmt: skip
 
 
 _FIELDS: Final = (
-    "state", "reason", "stream", "problem", "events", "last_activity", "phase", "next_operation", "next_step"
+    "state", "reason", "stream", "problem", "events", "last_activity", "phase", "next_operation", "next_step",
+    "waiting", "parent",
 )
 
 
@@ -139,14 +149,16 @@ def _unpacked(task_id: str, v: Any) -> TaskRow | None:
     """
     if type(v) is not list or len(v) != len(_FIELDS):
         return None
-    state, reason, stream, problem, events, last, phase, nxt, step = v
+    state, reason, stream, problem, events, last, phase, nxt, step, waiting, parent = v
     if type(events) is not int or events < 0 or not all(type(x) is str for x in (state, stream, nxt, step)):
         return None
     if state not in STATES or stream not in _STREAMS:
         return None
-    if not all(x is None or type(x) is str for x in (reason, problem, last, phase)):
+    if not all(x is None or type(x) is str for x in (reason, problem, last, phase, waiting, parent)):
         return None
-    return TaskRow(task_id, state, stream, problem, events, None, reason, last, phase, nxt, step)
+    return TaskRow(
+        task_id, state, stream, problem, events, None, reason, last, phase, nxt, step, waiting=waiting, parent=parent
+    )
 
 
 def _project(ledger: Ledger, task_id: str, running: bool | None) -> tuple[TaskRow, TaskRow | None]:
@@ -192,7 +204,13 @@ def task_row(ledger: Ledger, task_id: str) -> TaskRow:
         row = _row_read_whole(task_id, task.events, running=owner is not None and owner.alive is True)
     else:
         row = _project(ledger, task_id, None)[0]
-    return _holder_said(_with_tree(ledger, _with_inbox(ledger, _with_idioms(row, task.events)), task.events), owner)
+    row = _holder_said(_with_tree(ledger, _with_inbox(ledger, _with_idioms(row, task.events)), task.events), owner)
+    st = row.status
+    box = task_id.endswith(INBOX_SUFFIX) and row.state == "queued" and row.next_operation == "none"
+    if box and not ledger.task(task_id[: -len(INBOX_SUFFIX)]).exists():  # an inbox whose task has not started
+        step = _unstarted_inbox_step(task_id)
+        row = replace(row, next_step=step, status=None if st is None else replace(st, next_step=step))
+    return row
 
 
 def _with_tree(ledger: Ledger, row: TaskRow, events: Callable[[], Iterator[Event]]) -> TaskRow:
@@ -202,7 +220,7 @@ def _with_tree(ledger: Ledger, row: TaskRow, events: Callable[[], Iterator[Event
     kinds); each child's row is read as ``tasks`` reads it, without its own tree.
     """
     from .projections.idioms import CHILD_SPAWNED, SPAWNED, idiom_state
-    from .projections.status import ChildLine
+    from .projections.status import COMPLETE, ChildLine, open_children
 
     st = row.status
     if st is None or not (st.work.other_kinds.get(CHILD_SPAWNED) or st.work.other_kinds.get(SPAWNED)):
@@ -215,7 +233,21 @@ def _with_tree(ledger: Ledger, row: TaskRow, events: Callable[[], Iterator[Event
     for cid in idioms.children:
         child = _child_row(ledger, cid)
         children.append(ChildLine(cid, child.state, child.next_step))
-    return replace(row, status=replace(st, parent=idioms.parent, children=tuple(children)))
+    st = replace(st, parent=idioms.parent, children=tuple(children))
+    kids = open_children(idioms)
+    if kids and st.state == INTERRUPTED and idioms.waiting is None and idioms.sleeping is None:
+        states = {c.task: c.state for c in children}
+        left = [c for c in kids if states.get(c) != COMPLETE]
+        step = (
+            f"re-run the script: its {len(kids)} child task(s) returned and it joins them"
+            if not left
+            else f"run child {left[0]} to its end ({len(left)} of {len(kids)} not returned yet): "
+            + command(None, "status", left[0])
+            + "; then re-run the script (it joins them)"
+        )
+        st = replace(st, next_step=step)
+        return replace(row, status=st, next_step=step)
+    return replace(row, status=st)
 
 
 def _child_row(ledger: Ledger, task_id: str) -> TaskRow:
@@ -266,26 +298,33 @@ def _with_inbox(ledger: Ledger, row: TaskRow) -> TaskRow:
     return replace(row, status=st, next_step=step, pending_events=pending)
 
 
+#: The kinds whose records tell what a task waits for or where it sits in a tree: a row with one is folded again.
+_IDIOM_ROW_KINDS: Final = (
+    "task.sleep_started", "task.event_awaited", "task.child_spawned", "task.spawned", "task.returned",
+)  # fmt: skip
+
+
 def _with_idioms(row: TaskRow, events: Callable[[], Iterator[Event]]) -> TaskRow:
-    """The row naming what the task's record says it waits for (a recorded wake time, an event), if anything."""
+    """The row naming what the task's record says it waits for (a wake time, an event, children) and its parent.
+
+    Read again only for a task whose work state counts one of :data:`_IDIOM_ROW_KINDS`.
+    """
     from .projections.idioms import idiom_state
-    from .projections.status import waiting_for
 
     st = row.status
     if st is None or st.operator is None:
         return row
-    if not any(k in st.work.other_kinds for k in ("task.sleep_started", "task.event_awaited")):
+    if not any(k in st.work.other_kinds for k in _IDIOM_ROW_KINDS):
         return row  # the work state counts the kinds it does not fold: nothing waits, no second read
     try:
         idioms = idiom_state(events())
     except (OSError, IntentlogError):
         return row
-    if waiting_for(idioms) is None:
-        return row
-    st = status_of(row.task, st.work, st.operator, running=st.running, idioms=idioms)
+    st = replace(status_of(row.task, st.work, st.operator, running=st.running, idioms=idioms), parent=idioms.parent)
     return replace(
-        row, state=st.state, status=st, reason=st.reason, next_operation=st.next_operation, next_step=st.next_step
-    )
+        row, state=st.state, status=st, reason=st.reason, next_operation=st.next_operation, next_step=st.next_step,
+        waiting=st.waiting, parent=idioms.parent,
+    )  # fmt: skip
 
 
 def _holder_said(row: TaskRow, owner: LeaseOwner | None, *, now: float | None = None) -> TaskRow:
@@ -329,7 +368,7 @@ def _row_read_whole(task_id: str, events: Callable[[], Iterator[Event]], *, runn
         return TaskRow(task_id, UNREADABLE, STREAM_UNREADABLE, str(exc), n, None)
     ws = work.result()
     st = status_of(task_id, ws, ops.result(ws), running=running)
-    return TaskRow(task_id, st.state, STREAM_OK, None, n, st)
+    return _row(task_id, st.state, STREAM_OK, None, n, st)  # its reason, activity, phase and next step too
 
 
 def task_rows(ledger: Ledger) -> list[TaskRow]:
@@ -392,7 +431,7 @@ def _inboxes_under_tasks(ledger: Ledger, rows: TaskRows) -> TaskRows:
     started) stays listed. Reads more only for the tasks that have an inbox.
     """
     bases = tasks_with_inboxes(rows.names)
-    if not bases:
+    if not bases and not any(n.endswith(INBOX_SUFFIX) for n in rows.names):
         return rows
 
     def folded(task: str) -> bool:
@@ -401,8 +440,11 @@ def _inboxes_under_tasks(ledger: Ledger, rows: TaskRows) -> TaskRows:
     def gen() -> Iterator[TaskRow]:
         try:
             for row in rows:
-                if not folded(row.task):
-                    yield _with_inbox(ledger, row) if row.task in bases else row
+                if folded(row.task):
+                    continue
+                if row.task.endswith(INBOX_SUFFIX) and row.next_operation == "none" and row.state == "queued":
+                    row = replace(row, next_step=_unstarted_inbox_step(row.task))  # its task has no stream
+                yield _with_inbox(ledger, row) if row.task in bases else row
         finally:
             rows.close()
 
@@ -448,6 +490,10 @@ def _one_row(
                 join.keep()
                 return row
     row, other = _project(ledger, tid, running)
+    if row.status is not None and any(k in row.status.work.other_kinds for k in _IDIOM_ROW_KINDS):
+        events = ledger.task(tid).events  # what it waits for and its parent: from its own record, so cached with it
+        row = _with_idioms(row, events)
+        other = _with_idioms(other, events) if other is not None else None
     if other is not None and st is not None and row.stream == STREAM_OK and running is not None:
         idle, live = (other, row) if running else (row, other)
         packed = _packed(idle), _packed(live)
@@ -499,6 +545,72 @@ def _locked_inodes() -> set[tuple[int, int]] | None:
 MIN_PREFIX: Final = 6
 _HEX = frozenset("0123456789abcdef")
 _DIGEST_BYTES = re.compile(rb"blake3:[0-9a-f]{64}")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class InboxEvent:
+    """One event signalled into an inbox, and whether its task's record received it yet."""
+
+    event: str
+    event_id: str
+    seq: int  # the inbox stream's seq of its ``task.signalled``
+    received: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.event, "id": self.event_id, "seq": self.seq, "pending": not self.received}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    """An inbox stream seen from its task: the task, whether it has a stream, each signalled event."""
+
+    task: str
+    task_exists: bool
+    events: tuple[InboxEvent, ...]
+
+    @property
+    def pending(self) -> tuple[InboxEvent, ...]:
+        return tuple(e for e in self.events if not e.received)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "task_exists": self.task_exists, "events": [e.to_json() for e in self.events]}
+
+
+def inbox_of_row(ledger: Ledger, row: TaskRow) -> Inbox | None:
+    """What an inbox row holds, seen from its task (None: the row is no inbox). Reads both streams, no lock."""
+    from .projections.idioms import idiom_state, inbox_signals
+    from .projections.status import inbox_of
+
+    st = row.status
+    base = inbox_of(row.task, st.work) if st is not None else None
+    if base is None:
+        return None
+    try:
+        signals = inbox_signals(ledger.task(row.task).events())
+        task = ledger.task(base)
+        exists = task.exists()
+        idioms = idiom_state(task.events()) if exists else None
+    except (OSError, IntentlogError):
+        return None
+    events = tuple(
+        InboxEvent(
+            sig.name, sig.event_id, sig.seq,
+            idioms is not None and (w := idioms.waits.get(sig.name)) is not None and w.received,
+        )
+        for sig in sorted(signals.values(), key=lambda x: x.seq)
+    )  # fmt: skip
+    return Inbox(base, exists, events)
+
+
+def _unstarted_inbox_step(box: str) -> str:
+    """The next step of an inbox whose task has no stream yet: nothing to run here; see what waits."""
+    base = box[: -len(INBOX_SUFFIX)]
+    return (
+        f"nothing to run here: task {base!r} has not started; its script receives these events when it waits "
+        f"for them (task.wait_for_event); see them: {command(None, 'status', box)}"
+    )
 
 
 def resolve_digest(ledger: Ledger, text: str) -> str:

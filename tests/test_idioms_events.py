@@ -94,7 +94,7 @@ def test_a_killed_waiter_re_run_receives_what_was_signalled_meanwhile(ledger_roo
         waiter.wait(timeout=60)
     st = _cli(ledger_root, "status", "t", "--json")
     assert json.loads(st.stdout)["waiting"] == "waiting for event 'review'", st.stdout
-    assert "intentlog signal t review" in json.loads(st.stdout)["next_step"]
+    assert f"intentlog --root {ledger_root} signal t review" in json.loads(st.stdout)["next_step"]  # runs as pasted
     data = ledger_root.parent / "answer.json"
     data.write_text('{"verdict": "ship it"}')
     assert _cli(ledger_root, "signal", "t", "review", "--data", str(data)).returncode == 0

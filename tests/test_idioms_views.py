@@ -22,13 +22,15 @@ def _suspend(ledger: intentlog.Ledger) -> None:
 
 
 def test_the_listing_names_sleeping_and_waiting_tasks_interrupted(ledger: intentlog.Ledger) -> None:
-    """`intentlog tasks` (no idiom fold) still tells an open sleep or wait from the work state's kind counts."""
+    """`intentlog tasks` names an open sleep's recorded wake time and an open wait's event, as status does."""
     _suspend(ledger)
     with intentlog.open(ledger.root) as again:
         rows = {r.task: r for r in task_rows(again)}
         assert rows["sleeper"].state == rows["waiter"].state == "interrupted"
-        assert rows["sleeper"].reason == "sleeping or waiting for an event"
-        assert "intentlog status sleeper" in rows["sleeper"].next_step
+        assert rows["sleeper"].reason is not None and rows["sleeper"].reason.startswith("sleeping until ")
+        assert rows["sleeper"].waiting == rows["sleeper"].reason
+        assert rows["waiter"].waiting == "waiting for event 'review'"
+        assert "intentlog signal waiter review" in rows["waiter"].next_step
         assert rows["done"].state == "queued"
         st = again.task("sleeper").status()
         assert st.waiting is not None and st.waiting.startswith("sleeping until ")

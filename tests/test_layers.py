@@ -144,6 +144,8 @@ def test_public_names_are_pinned() -> None:
         "ResumeRefused",
         "RetryHandedBack",
         "RetryPolicy",
+        "Revision",
+        "Revisions",
         "Served",
         "Session",
         "StillBlocked",

@@ -128,7 +128,11 @@ def test_tasks_json_streamed_is_the_document_it_was(ledgers: dict[int, Path], tm
     out = subprocess.run(
         [sys.executable, "-m", "intentlog.cli", "--root", str(root), "tasks", "--json"], capture_output=True, env=ENV
     ).stdout
-    rows = [r.to_json() for r in task_rows(intentlog.open(root, create=False))]
+    from intentlog._internal.commands import complete
+
+    # each next step as the command line prints hints: complete, with the --root it was given
+    listed = task_rows(intentlog.open(root, create=False))
+    rows = [r.to_json() | {"next_step": complete(r.next_step, str(root))} for r in listed]
     assert out == orjson.dumps(rows, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
     intentlog.open(tmp_path / "empty")
     empty = subprocess.run(

@@ -30,7 +30,8 @@ DEFAULT_ROOT: Final = ".intentlog"  # intentlog.ledger.DEFAULT_ROOT is this
 #: Commands whose names, after "intentlog ", start a hint that is completed with ``--root``.
 COMMANDS = (
     "accept", "approve", "backlog", "demo", "doctor", "export", "fail", "fork", "gc", "init", "keep", "log",
-    "merge", "reconcile", "reject", "repair", "report", "run", "seal", "show", "status", "tasks", "unblock", "verify",
+    "merge", "reconcile", "reject", "repair", "report", "revisions", "run", "seal", "show", "signal", "status", "tasks",
+    "unblock", "verify",
 )  # fmt: skip
 _HINT_RE = re.compile(r"\bintentlog (?=(?:" + "|".join(COMMANDS) + r")\b)")
 

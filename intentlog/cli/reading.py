@@ -1,4 +1,4 @@
-"""Commands that read a ledger (and ``init``, which makes one): tasks, status, log, show."""
+"""Commands that read a ledger (and ``init``, which makes one): tasks, status, log, revisions, show."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def tasks(c: Ctx, states: tuple[str, ...], as_json: bool) -> None:
         if states:
             chosen = (r for r in rows if r.state in states)
         if as_json:
-            _echo_json_list(r.to_json() for r in chosen)
+            _echo_json_list(r.to_json() | {"next_step": c.hint(r.next_step)} for r in chosen)
             return
         empty = "no tasks in state " + " or ".join(repr(s) for s in states) if states else "no tasks"
         damaged = _echo_task_table(chosen, rows.names, max(map(len, STATES)), len(STREAM_UNREADABLE), empty=empty)
@@ -130,10 +130,14 @@ def _echo_task_table(
         echo(empty)
         return []
     header = ["task", "events", "last activity", "state", "stream", "phase", "next operation"]
+    # what a task waits for and its parent: columns of their own when a row has one (or rows are still to come)
+    tree = len(names) > len(head) or any(r.waiting is not None or r.parent is not None for r in head)
+    if tree:
+        header += ["waiting for", "parent"]
     widths = [len(h) for h in header]
     widths[0] = max(widths[0], *(len(p(n)) for n in names))
     for r in head:
-        for i, cell in enumerate(_cells(r)):
+        for i, cell in enumerate(_cells(r, tree=tree)):
             widths[i] = max(widths[i], len(cell))
     if len(names) > len(head):  # rows to come: the columns of known words take their widest word
         widths[3] = max(widths[3], state_width)
@@ -141,7 +145,7 @@ def _echo_task_table(
     damaged: list[tuple[str, str]] = []
     out = [click.style("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), bold=True)]
     for r in itertools.chain(head, rows):
-        out.append(_table_line(r, widths))
+        out.append(_table_line(r, widths, tree=tree))
         if r.problem is not None:
             damaged.append((r.task, r.problem))
         if len(out) >= _CHUNK:
@@ -152,9 +156,9 @@ def _echo_task_table(
     return damaged
 
 
-def _cells(r: TaskRow) -> list[str]:
+def _cells(r: TaskRow, *, tree: bool = False) -> list[str]:
     n = len(r.pending_events)  # signalled into the task's inbox (folded into its row), not received yet
-    return [
+    cells = [
         p(r.task) + (f" ({n} pending event{'s' if n != 1 else ''})" if n else ""),
         str(r.events),
         p(r.last_activity or "-"),
@@ -163,11 +167,14 @@ def _cells(r: TaskRow) -> list[str]:
         p(r.phase or "-"),
         p(r.next_operation),
     ]
+    if tree:
+        cells += [p((r.waiting or "-").removeprefix("waiting for ")), p(r.parent or "-")]
+    return cells
 
 
-def _table_line(r: TaskRow, widths: Sequence[int]) -> str:
+def _table_line(r: TaskRow, widths: Sequence[int], *, tree: bool = False) -> str:
     """One row: cells left-aligned two spaces apart; only the state cell is coloured."""
-    cells = _cells(r)
+    cells = _cells(r, tree=tree)
     colour = _STATE_COLOUR.get(r.state)
     parts = [v.ljust(w) for v, w in zip(cells, widths, strict=True)]
     if colour is not None:
@@ -201,15 +208,19 @@ def status(c: Ctx, task: str, as_json: bool) -> None:
       intentlog status chapter-16
     """
     from ..projections.status import tree_lines
-    from ..views import task_row
+    from ..views import inbox_of_row, task_row
 
     ledger = c.ledger()
     require_task(c, ledger, task)
     row = task_row(ledger, task)
     st = row.status
+    box = inbox_of_row(ledger, row)
     if as_json:
-        out = st.to_json() if st is not None else {"task": task, "state": row.state, "next_step": row.next_step}
+        out: dict[str, Any] = (
+            st.to_json() if st is not None else {"task": task, "state": row.state, "next_step": row.next_step}
+        )
         out["next_step"] = c.hint(str(out["next_step"]))
+        out["inbox"] = box.to_json() if box is not None else None
         emit_json(out | {"stream": row.stream, "problem": row.problem})
         sys.exit(EXIT_OK if st is not None else EXIT_PROBLEMS)
     if st is None:
@@ -234,6 +245,11 @@ def status(c: Ctx, task: str, as_json: bool) -> None:
         echo(f"forked from     {p(str(forked.get('from_task')))} before {p(str(forked.get('from_call')))}")
     for label, text in tree_lines(st):
         echo(f"{label:<16}{p(text)}")
+    if box is not None:
+        echo(f"inbox of        {p(box.task)}" + ("" if box.task_exists else " (no stream yet: not started)"))
+        for e in box.events:
+            said = "received" if e.received else "pending: not received yet"
+            echo(f"event           {p(repr(e.event))} (id {p(e.event_id)}, seq {e.seq}): {said}")
     echo(f"last outcome    {p(st.last_outcome or '-')}")
     echo(f"unresolved      {p(st.unresolved_action or '-')}")
     echo(f"next operation  {p(st.next_operation)}")
@@ -368,6 +384,51 @@ def log(
                     show(ev)
     except KeyboardInterrupt:
         return
+
+
+@main.command()
+@click.argument("path")
+@click.option("--task", "task_id", default=None, help="Only the revisions this task recorded.")
+@json_option
+@pass_ctx
+@handle_errors
+def revisions(c: Ctx, path: str, task_id: str | None, as_json: bool) -> None:
+    """The recorded revisions of a workspace file, oldest first: task, seq, time, digest, size.
+
+    PATH is the file as task.record_artifact named it, relative to the workspace. Each
+    digest is the prefix 'show' accepts; a revision whose bytes are those of the one
+    before it is marked '(same)'. Exit 1 when a stream could not be read (the others are
+    still listed) or when --task names no task.
+
+    \b
+    Example:
+      intentlog revisions out/chapter-16.md
+      intentlog revisions out/chapter-16.md --task chapter-16 --json
+    """
+    ledger = c.ledger()
+    if task_id is not None:
+        require_task(c, ledger, task_id)
+    found = ledger.revisions(path, task=task_id)
+    if as_json:
+        emit_json({
+            "path": found.path, "revisions": [r.to_json() for r in found],
+            "problems": [{"task": t, "problem": m} for t, m in found.problems],
+        })  # fmt: skip
+    elif not found:
+        where = f" by task {task_id!r}" if task_id is not None else ""
+        echo(f"no revisions of {p(found.path)} recorded{where}")
+    else:
+        rows = [
+            [str(i), p(r.task), str(r.seq), p(r.ts), r.digest[:19] + ("" if r.changed else " (same)"), str(r.size),
+             p(r.producer or "-")]
+            for i, r in enumerate(found, 1)
+        ]  # fmt: skip
+        print_table(["#", "task", "seq", "recorded", "digest", "size", "producer"], rows)
+        last = found[-1]
+        echo(f"latest bytes: {c.hint(f'intentlog show {last.digest[:19]}')}")
+    for t, m in found.problems:
+        echo(f"  {p(t)}: {p(m)}", err=True)
+    sys.exit(EXIT_PROBLEMS if found.problems else EXIT_OK)
 
 
 @main.command()

@@ -129,6 +129,12 @@ class CheckpointRecord:
     by: str | None
     turn: str | None
     call: str | None
+    partial: bool = False  # its outputs are what an unfinished phase produced so far
+
+    @property
+    def outputs(self) -> Mapping[str, Mapping[str, Any]]:
+        """The labelled evidence (refs carrying a string ``label``), by label, in record order."""
+        return MappingProxyType({str(e["label"]): e for e in self.evidence if type(e.get("label")) is str})
 
     @property
     def failed(self) -> bool:
@@ -141,13 +147,16 @@ class CheckpointRecord:
             "ts": self.ts,
             "phase": self.phase,
             "status": self.status,
-            "evidence": [{k: v for k, v in e.items() if k in ("digest", "size", "media_type")} for e in self.evidence],
+            "evidence": [
+                {k: v for k, v in e.items() if k in ("digest", "size", "media_type", "label")} for e in self.evidence
+            ],
             "revision": self.revision,
             "changed_files": list(self.changed_files),
             "note": self.note,
             "by": self.by,
             "turn": self.turn,
             "call": self.call,
+            "partial": self.partial,
         }
 
 
@@ -172,6 +181,7 @@ def checkpoint_record(ev: Event) -> CheckpointRecord:
         by=_opt_str(d.get("by")),
         turn=_opt_str(d.get("turn")),
         call=_opt_str(d.get("call")),
+        partial=d.get("partial") is True,
     )
 
 
@@ -419,13 +429,14 @@ def _checkpoint_json(c: CheckpointRecord) -> list[Any]:
         c.by,
         c.turn,
         c.call,
+        c.partial,
     ]
 
 
 def _checkpoint_from(v: list[Any]) -> CheckpointRecord:
-    if type(v) is not list or len(v) != 11:
+    if type(v) is not list or len(v) != 12 or type(v[11]) is not bool:
         raise ValueError("a checkpoint of the wrong shape")
-    seq, ts, phase, status, evidence, revision, changed, note, by, turn, call = v
+    seq, ts, phase, status, evidence, revision, changed, note, by, turn, call, partial = v
     return CheckpointRecord(
         int(seq),
         ts,
@@ -438,6 +449,7 @@ def _checkpoint_from(v: list[Any]) -> CheckpointRecord:
         by,
         turn,
         call,
+        partial,
     )
 
 

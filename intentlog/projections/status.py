@@ -17,7 +17,13 @@ The operator state, first that applies:
 - ``interrupted`` also when the record says the task sleeps (``task.sleep_started``
   without ``task.woke``) or waits for an event (``task.event_awaited`` without an
   outcome): the reason names the recorded wake time or event, never the clock's view;
-- ``queued`` -- nothing recorded yet but the task's creation;
+- ``interrupted`` also for a parent whose record spawned children it has not joined
+  (``task.child_spawned`` without a ``task.joined`` naming them): it waits for them;
+- ``complete`` also for a task that returned its result (``task.returned``, a child's
+  ``task.finish``) with nothing unresolved: its parent joins it;
+- ``queued`` -- nothing recorded yet but the task's creation (and, for a child, its link
+  to its parent; for an inbox, the events signalled into it: an inbox is never run, its
+  next step points at its task);
 - ``interrupted`` -- unresolved work that is safe to continue by re-running the script;
 - ``awaiting acceptance`` -- every call done; the results were not checked and accepted
   (``task.accepted``, or a checkpoint with status ``accepted`` after the last completion,
@@ -35,7 +41,7 @@ from typing import Any, Final
 from .._internal.commands import approval_commands, command, reconcile_step
 from ..eventlog.format import Event
 from .backlogs import BACKLOG_SUFFIX
-from .idioms import IdiomFold, IdiomState, open_waits
+from .idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SIGNALLED, IdiomFold, IdiomState, open_waits
 from .operator import ApprovalState, BacklogItems, CheckpointRecord, EvidenceCheck, OperatorFold, OperatorView
 from .workstate import (
     CHECK_AND_ACCEPT,
@@ -51,6 +57,8 @@ from .workstate import (
 
 __all__ = [
     "ChildLine",
+    "inbox_of",
+    "open_children",
     "tree_lines",
     "waiting_for",
     "AWAITING_ACCEPTANCE",
@@ -225,19 +233,50 @@ def _rejected(ws: WorkState, ops: OperatorView | None) -> tuple[ApprovalState, s
 WAITING_UNFOLDED: Final = "sleeping or waiting for an event"
 
 
+def open_children(idioms: IdiomState) -> tuple[str, ...]:
+    """The children the record spawned and no ``task.joined`` names yet, in spawn order."""
+    joined = {c for names in idioms.joined for c in names}
+    return tuple(c for c in idioms.children if c not in joined)
+
+
+def _children_text(n: int, names: tuple[str, ...] = ()) -> str:
+    listed = f": {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}" if names else ""
+    return f"waiting for {n} child task{'s' if n != 1 else ''} to be joined{listed}"
+
+
 def waiting_for(idioms: IdiomState | None, ws: WorkState | None = None) -> str | None:
     """What the record says the task waits for: the recorded wake time or event (never the clock), else None.
 
+    Then children it spawned and has not joined (``waiting for N child tasks to be joined``).
     Without ``idioms`` (a listing, gc), the work state's kind counts still tell that the
-    task waits (:func:`.idioms.open_waits`), not for what.
+    task waits (:func:`.idioms.open_waits`), not for what; and that it spawned children
+    and joined none.
     """
     if idioms is None:
-        return WAITING_UNFOLDED if ws is not None and open_waits(ws.other_kinds) else None
+        if ws is None:
+            return None
+        if open_waits(ws.other_kinds):
+            return WAITING_UNFOLDED
+        spawned = ws.other_kinds.get(CHILD_SPAWNED, 0)
+        return _children_text(spawned) if spawned and not ws.other_kinds.get(JOINED, 0) else None
     s, w = idioms.sleeping, idioms.waiting
     if w is not None and (s is None or w.seq > s.seq):
         return f"waiting for event {w.name!r}" + (f" until {w.deadline}" if w.deadline is not None else "")
     if s is not None:
         return f"sleeping until {s.until}"
+    kids = open_children(idioms)
+    return _children_text(len(kids), kids) if kids else None
+
+
+def _returned(ws: WorkState, idioms: IdiomState | None) -> bool:
+    """The task recorded its result for its parent (``task.returned``)."""
+    return idioms.returned if idioms is not None else ws.other_kinds.get(RETURNED, 0) > 0
+
+
+def inbox_of(task_id: str, ws: WorkState) -> str | None:
+    """The task whose inbox this stream is (``<task>.inbox`` holding signalled events), else None."""
+    if task_id.endswith(INBOX_SUFFIX) and ws.other_kinds.get(SIGNALLED, 0) and not ws.calls:
+        return task_id[: -len(INBOX_SUFFIX)] or None
     return None
 
 
@@ -248,6 +287,11 @@ def _waiting_step(task_id: str, idioms: IdiomState | None, ws: WorkState) -> str
         return None
     if idioms is None:
         return f"see what it waits for: {command(None, 'status', task_id)}; then re-run the script (or signal it)"
+    if what.startswith("waiting for") and "child task" in what and idioms.waiting is None and idioms.sleeping is None:
+        return (
+            "re-run the script once its children returned (it joins them); each child's state: "
+            + command(None, "status", task_id)
+        )
     w = idioms.waiting
     if w is not None and what.startswith("waiting"):
         signal = command(None, "signal", task_id, w.name) + " --payload JSON"
@@ -294,6 +338,8 @@ def _why(
         )
     if waiting is not None:
         return INTERRUPTED, waiting
+    if not ws.unresolved and _returned(ws, idioms):
+        return COMPLETE, "returned its result with task.finish"
     if not ws.calls and not ws.compilations and (ops is None or (not ops.approvals and not ops.checkpoints)):
         return QUEUED, None
     if ws.unresolved:
@@ -417,6 +463,11 @@ def next_step(
                 f"intentlog fork {task_id} --from CALL"
             )
     if not ws.unresolved:
+        if _returned(ws, idioms):
+            return "nothing: the task returned its result (its parent joins it)"
+        box = inbox_of(task_id, ws)
+        if box is not None:
+            return f"nothing to run: this is the inbox of task {box!r}; see it: {command(None, 'status', box)}"
         if ws.next_operation == CHECK_AND_ACCEPT and not _accepted_by_checkpoint(ws, ops):
             return f"check the results, then: intentlog accept {task_id}"
         recorded = ws.calls or (ops is not None and (ops.checkpoints or ops.approvals))
@@ -541,6 +592,9 @@ def status_of(
             action = _action(c)
             break
     state, reason = _why(ws, ops, running, idioms)
+    box = inbox_of(task_id, ws)
+    if box is not None and state == QUEUED:
+        reason = f"the inbox of task {box!r}: the events signalled to it wait here until it receives them"
     return TaskStatus(
         task_id=task_id,
         state=state,
@@ -552,6 +606,8 @@ def status_of(
         operator=ops,
         running=running,
         reason=reason,
-        next_operation=task_next_operation(ws, ops, running=running, idioms=idioms),
+        next_operation=NONE if box is not None and state == QUEUED else task_next_operation(
+            ws, ops, running=running, idioms=idioms
+        ),
         waiting=waiting_for(idioms, ws),
     )

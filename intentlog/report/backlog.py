@@ -3,7 +3,8 @@
 The report takes the backlog's operator view in the shape ``intentlog backlog BACKLOG
 --json`` prints (DESIGN §11, issue "a durable backlog runner"): ``counts`` (state ->
 number) and ``items``, each with at least ``item``, ``task``, ``state``, ``reason`` and
-``next_step``. Only that shape is read, so the report depends on no backlog code; the
+``next_step``; a running item's ``holder`` (``pid``, ``host``, ``since``: when its lease
+was recorded) is shown with how long it has run. Only that shape is read, so the report depends on no backlog code; the
 command line builds the view with the backlog package and passes it here.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from ..errors import UsageError
-from .html import commands, esc, table
+from .html import commands, esc, running_since, table
 
 __all__ = ["ITEM_FIELDS", "NEEDS_A_PERSON", "backlog_section", "check_backlog"]
 
@@ -21,6 +22,8 @@ __all__ = ["ITEM_FIELDS", "NEEDS_A_PERSON", "backlog_section", "check_backlog"]
 ITEM_FIELDS: Final = ("item", "task", "state", "reason", "next_step")
 #: Item states listed with their reason and command: a person must act before the item moves.
 NEEDS_A_PERSON: Final = frozenset({"blocked", "awaiting approval", "paused for review", "failed"})
+#: The state of an item a worker holds now.
+RUNNING: Final = "running"
 
 
 def _task_link(task: str, detailed: Collection[str]) -> str:
@@ -57,4 +60,21 @@ def backlog_section(view: Mapping[str, Any], hint: Callable[[str], str], detaile
     ]
     title = f"Backlog {esc(name)}" if name else "Backlog"
     body = table(["item", "task", "state", "reason", "next step"], rows) if rows else "<p>no item needs a person</p>"
-    return f'<h2 id="backlog">{title}</h2><p class="counts">{badges}</p><h3>Items a person must act on</h3>{body}'
+    return (
+        f'<h2 id="backlog">{title}</h2><p class="counts">{badges}</p><h3>Items a person must act on</h3>{body}'
+        + _running(view["items"], detailed)
+    )
+
+
+def _running(items: list[Any], detailed: Collection[str]) -> str:
+    """The running items, by item id, each with its holder and how long since its lease was recorded."""
+    rows = []
+    for it in sorted((it for it in items if it["state"] == RUNNING), key=lambda it: str(it["item"])):
+        holder = it.get("holder") if isinstance(it.get("holder"), Mapping) else {}
+        since = holder.get("since")
+        who = f"process {holder.get('pid')} on {holder.get('host')}" if holder.get("pid") is not None else "-"
+        started = running_since(since, "taken") if isinstance(since, str) else "-"
+        rows.append([esc(it["item"]), _task_link(str(it["task"]), detailed), esc(who), started])
+    if not rows:
+        return ""
+    return "<h3>Items running</h3>" + table(["item", "task", "held by", "running"], rows)

@@ -18,7 +18,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Final
 
-__all__ = ["CSP", "SCRIPT", "STAGE_OF_KIND", "STYLE", "commands", "esc", "human_size", "stage_class", "table"]
+__all__ = [
+    "CSP", "SCRIPT", "STAGE_OF_KIND", "STYLE", "commands", "esc", "human_size", "running_since", "stage_class", "table",
+]  # fmt: skip
 
 
 def esc(value: object) -> str:
@@ -56,6 +58,19 @@ def human_duration(first: str | None, last: str | None) -> str:
     if secs < 3600:
         return f"{secs / 60:.1f} min"
     return f"{secs / 3600:.1f} h"
+
+
+def running_since(ts: str, what: str) -> str:
+    """Pending work's start, from the record: ``WHAT TS``, and with JavaScript on ``, running for N min``.
+
+    The page bakes in no clock (the same folder gives the same bytes): the recorded ``ts``
+    is the ``data-since`` attribute and the text; the page's script fills the ``elapsed``
+    span from the reader's clock, and refreshes it every 30 s.
+    """
+    return (
+        f'<span class="since" data-since="{esc(ts)}">{esc(what)} <time>{esc(ts)}</time>'
+        '<span class="elapsed"></span></span>'
+    )
 
 
 #: The stage each protocol event puts its call or attempt in, as the timeline names it.
@@ -168,6 +183,7 @@ background:var(--amberbg)}
 .state-queued{color:var(--grey);background:var(--greybg)}
 .turn{border:1px solid var(--line);border-radius:6px;padding:6px 10px;margin:8px 0}.msg{margin:4px 0}
 .msg .role{font-weight:600;margin-right:6px}
+.since .elapsed{font-weight:600;color:var(--amber)}
 .counts{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}.counts a{text-decoration:none}
 .task{border-top:3px solid var(--line);margin-top:26px}
 #filters{margin:8px 0;display:flex;flex-wrap:wrap;gap:8px;align-items:center}#filters[hidden]{display:none}
@@ -175,9 +191,16 @@ details>summary{cursor:pointer}
 @media print{#filters{display:none}}
 """
 
-#: The index's filters: by id, by state, and by any text of the row, its keys and its detail section
-#: (payloads shown in place included). Reads the page only; no record data is in the script.
+#: "running for ..." on pending work (from each ``data-since``), then the index's filters: by id, by
+#: state, and by any text of the row, its keys and its detail section (payloads shown in place
+#: included). Reads the page only; no record data is in the script.
 SCRIPT: Final = (
+    # "running for ..." of pending work, from each recorded start (data-since) and the reader's clock
+    "(function(){function ago(ms){var s=ms/1000;return s<60?Math.round(s)+' s':s<3600?Math.floor(s/60)+' min':"
+    "s<172800?(s/3600).toFixed(1)+' h':(s/86400).toFixed(1)+' days';}function tick(){"
+    "var e=document.querySelectorAll('[data-since]');for(var i=0;i<e.length;i++){var t=Date.parse("
+    "e[i].getAttribute('data-since')),o=e[i].querySelector('.elapsed');if(o&&!isNaN(t))"
+    "o.textContent=', running for '+ago(Math.max(0,Date.now()-t));}}tick();setInterval(tick,30000);})();"
     "(function(){var q=document.getElementById('q'),s=document.getElementById('state'),"
     "x=document.getElementById('text'),"
     "f=document.getElementById('filters'),n=document.getElementById('shown');if(!q||!s||!f||!x)return;"

@@ -18,7 +18,7 @@ from ..checker.report import Problem
 from ..eventlog.format import Event
 from ..projections.status import call_next_step
 from ..projections.workstate import CallState
-from .html import STAGE_OF_KIND, commands, esc, human_size, stage_class, table
+from .html import STAGE_OF_KIND, commands, esc, human_size, running_since, stage_class, table
 from .model import MAX_EVENTS, Artifact, TaskData, event_summary
 
 __all__ = ["task_detail", "verify_block"]
@@ -192,8 +192,10 @@ def _call_block(task: str, c: CallState, events: Sequence[Event], unresolved: Se
         risk = _UNKNOWN if unknown else ""
         reason = f" ({esc(c.reason)})" if c.reason else ""
         pending = "" if unknown else " pending"
+        started = _pending_attempt(c, events) if unknown else None
+        since = f"<br>{running_since(started[1], f'attempt {started[0]} started')}" if started else ""
         alert = (f'<div class="resolve{pending}" data-call="{esc(c.call_id)}"><strong>{what}</strong>'
-                 f"{reason}.{esc(risk)}<br>Resolve: {step}</div>")
+                 f"{reason}.{esc(risk)}{since}<br>Resolve: {step}</div>")
     groups: list[tuple[str, list[Event]]] = []
     index: dict[str, list[Event]] = {}
     for ev in events:
@@ -208,6 +210,17 @@ def _call_block(task: str, c: CallState, events: Sequence[Event], unresolved: Se
         items = "".join(_event_item(ev) for ev in evs)
         tl.append(f'<div class="group"><div class="mut">{esc(label)}</div><ol class="tl">{items}</ol></div>')
     return f'<div class="{cls}" id="{esc(task)}-{esc(c.call_id)}">{head}{alert}{"".join(tl)}</div>'
+
+
+def _pending_attempt(c: CallState, events: Sequence[Event]) -> tuple[int, str] | None:
+    """The call's last attempt, when it started and nothing settled it since: ``(attempt, its recorded ts)``."""
+    last = None
+    for ev in events:
+        if ev.kind == "attempt.started" and type(ev.data.get("attempt")) is int:
+            last = ev
+    if last is None or last.data["attempt"] != c.attempts:
+        return None
+    return int(last.data["attempt"]), last.ts
 
 
 def _event_item(ev: Event) -> str:
