@@ -287,15 +287,6 @@ def test_a_signal_racing_the_timeout_is_refused_when_the_timeout_wins(ledger: in
 # -- over-redaction that makes two requests one ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a boolean (or null) under a credential name is redacted like a secret: {'otp_enabled': true} and "
-        "false canonicalize to the same request and hash, so a changed flag is no DRIFT on resume; no boolean "
-        "is a credential. Changing it changes request hashes: it needs a new canon generation so that "
-        "requests recorded under intentlog-canon/3 still resume"
-    ),
-)
 def test_a_boolean_under_a_credential_name_keeps_requests_apart() -> None:
     from intentlog.eventlog.canonical import canonicalize
 

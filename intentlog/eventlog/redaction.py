@@ -36,9 +36,10 @@ headers and URLs). docs/effects.md ("Redaction") states it exactly; in short:
 
 The walk over structured values (:class:`Walk`) is here too: the canonical request, a
 caller's own events, heartbeat info and a backlog payload's check all go through it.
-Rules have generations: :data:`GENERATION` is today's; generation 2 (names before
-``otp``/``cvv``/``creds``/``card number``… and no shapes) is kept so a request recorded under
-``intentlog-canon/2`` can still be recognised.
+Rules have generations: :data:`GENERATION` is today's (4: a boolean or null under a
+credential name is kept, :func:`holds_no_secret`); generation 3 (which redacted those too)
+and generation 2 (names before ``otp``/``cvv``/``creds``/``card number``… and no shapes) are
+kept so a request recorded under ``intentlog-canon/3`` or ``/2`` can still be recognised.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ __all__ = [
     "REDACTED",
     "STRONG_PARTS",
     "TOKEN_EXCEPTIONS",
+    "holds_no_secret",
     "is_credential_name",
     "name_parts",
     "scrub_bytes",
@@ -166,8 +168,22 @@ LAST_PARTS: Final = frozenset({"token", "auth", "authorization", "pwd"})
 #: Last parts added in generation 3 (``user_pin``, ``card-pin``).
 LAST_PARTS_V3: Final = frozenset({"pin"})
 
-#: Today's rules; 2 is the rule set of ``intentlog-canon/2`` (no shapes, fewer names).
-GENERATION: Final = 3
+#: Today's rules; 3 is the rule set of ``intentlog-canon/3`` (a boolean or null under a credential name
+#: redacted too), 2 that of ``intentlog-canon/2`` (no shapes, fewer names).
+GENERATION: Final = 4
+
+#: the bare values of ``name: value`` / ``name=value`` kept under a credential name from generation 4 on:
+#: a boolean or null (JSON's or Python's) says whether, never what (``otp_enabled: true``)
+_NOT_SECRET_WORDS: Final = frozenset({"true", "false", "null", "none"})
+
+
+def holds_no_secret(value: Any) -> bool:
+    """Whether ``value`` cannot be a credential whatever names it: a boolean or None (generation 4 on).
+
+    ``{"otp_enabled": true}`` records that a second factor is on, not the factor; redacting
+    it would make ``true`` and ``false`` one request (a changed flag no ``DRIFT``).
+    """
+    return value is None or type(value) is bool
 
 #: ``<qualifier> token`` names something other than a credential (a cursor, a tokenizer's symbol, a count).
 TOKEN_EXCEPTIONS: Final = frozenset(
@@ -476,7 +492,9 @@ def _assignments(text: str, generation: int = GENERATION) -> Iterator[tuple[int,
                     cut = re.search(r"[ \t]", v.group("bare"))  # name=value stops at whitespace
                     if cut is not None:
                         end = start + cut.start()
-                if end > start:
+                if end > start and not (
+                    group == "bare" and generation >= 4 and text[start:end].lower() in _NOT_SECRET_WORDS
+                ):
                     yield start, end
                 break
 
@@ -661,6 +679,8 @@ class Walk:
         self.secrets: set[str] = set()
         self.dropped: list[str] = []
         self.redacted: list[str] = []
+        #: paths under a credential name whose boolean or null was kept (generation 4 on; earlier ones redacted it)
+        self.kept: list[str] = []
         self.looked: dict[str, str] = {}  # strings with credential-looking parts -> those parts replaced
 
     def run(self, value: Any, known: Iterable[str] = ()) -> Any:
@@ -731,6 +751,10 @@ class Walk:
                     if shown != k:
                         self.redacted.append(f"{sub} (the key)")
                     if self.key_hit(f"{path}.{k}", k, v):
+                        if self.generation >= 4 and holds_no_secret(v):
+                            self.kept.append(sub)
+                            cleaned[shown] = v
+                            continue
                         self.redacted.append(sub)
                         cleaned[shown] = REDACTED
                         continue
