@@ -66,7 +66,9 @@ __all__ = [
     "DEFAULT_NAMES",
     "apply_spans",
     "find_spans",
+    "FIELD_NAMES_V4",
     "KEY_QUALIFIERS",
+    "NAME_PAIRS_V4",
     "LAST_PARTS",
     "MIN_SCRUB",
     "MIN_TEXT_SCRUB",
@@ -75,6 +77,7 @@ __all__ = [
     "TOKEN_EXCEPTIONS",
     "holds_no_secret",
     "is_credential_name",
+    "is_field_credential",
     "name_parts",
     "scrub_bytes",
     "scrub_known",
@@ -157,6 +160,17 @@ NAME_PAIRS: Final = frozenset(
         ("refresh", "token"),
     }
 )
+
+#: Adjacent parts that make a name a credential name from generation 4 on: a PKCE ``code_verifier`` (it
+#: redeems an authorization code), a device flow's ``device_code`` (polled for tokens), ``mfa_code``, ``2fa_code``.
+NAME_PAIRS_V4: Final = frozenset({("code", "verifier"), ("device", "code"), ("mfa", "code"), ("2fa", "code")})
+
+#: Names that mark a credential only where OAuth puts one, from generation 4 on: a query parameter or
+#: form field (``?code=`` in a redirect, ``code=`` in the token request), or a field beside ``grant_type``
+#: in a JSON token request. ``code`` elsewhere (an error code, a country code) is kept. ``state``,
+#: ``nonce``, ``code_challenge``, ``client_id`` and ``redirect_uri`` are not credentials: each is sent
+#: in the open by design and redeems nothing.
+FIELD_NAMES_V4: Final = frozenset({"code"})
 
 #: ``<qualifier> key`` (adjacent parts, anywhere in the name) is a credential name.
 KEY_QUALIFIERS: Final = frozenset(
@@ -252,6 +266,8 @@ def is_credential_name(name: str, generation: int = GENERATION) -> bool:
             return True
         if generation >= 3 and i > 0 and (parts[i - 1], part) in NAME_PAIRS:
             return True
+        if generation >= 4 and i > 0 and (parts[i - 1], part) in NAME_PAIRS_V4:
+            return True
     last = parts[-1]
     if generation >= 3 and last in LAST_PARTS_V3:
         return True
@@ -264,6 +280,17 @@ def is_credential_name(name: str, generation: int = GENERATION) -> bool:
                 if not (suffix == "token" and head in TOKEN_EXCEPTIONS):
                     return True
     return False
+
+
+def is_field_credential(name: str, generation: int = GENERATION) -> bool:
+    """Whether a query parameter or form field called ``name`` holds a credential: a credential name,
+    or (generation 4 on) one of :data:`FIELD_NAMES_V4` (``code``: an OAuth authorization code)."""
+    return (generation >= 4 and name.lower() in FIELD_NAMES_V4) or is_credential_name(name, generation)
+
+
+def _grant_field(container: dict[Any, Any], key: str) -> bool:
+    """A field of :data:`FIELD_NAMES_V4` in a JSON token request (a dict that also holds ``grant_type``)."""
+    return key.lower() in FIELD_NAMES_V4 and type(container.get("grant_type")) is str
 
 
 # -- values inside strings ------------------------------------------------------------------
@@ -683,6 +710,12 @@ class Walk:
         self.kept: list[str] = []
         self.looked: dict[str, str] = {}  # strings with credential-looking parts -> those parts replaced
 
+    def _hit(self, container: dict[Any, Any], path: str, key: str, value: Any) -> bool:
+        """Whether the value under ``key`` of ``container`` is redacted whole (the rule, or an OAuth grant's code)."""
+        if self.key_hit(path, key, value):
+            return True
+        return self.values and self.generation >= 4 and _grant_field(container, key)
+
     def run(self, value: Any, known: Iterable[str] = ()) -> Any:
         """Both passes: ``value`` as it may be recorded (``known`` secrets scrubbed too)."""
         self.collect(value, "$")
@@ -708,7 +741,7 @@ class Walk:
                 if self.generation >= 3:
                     self._look(k)
                 sub = f"{path}.{k}"
-                if self.key_hit(sub, k, v):
+                if self._hit(value, sub, k, v):
                     leaves(v, self.secrets, self.generation)
                 else:
                     self.collect(v, sub)
@@ -750,7 +783,7 @@ class Walk:
                     sub = f"{path}.{shown}"
                     if shown != k:
                         self.redacted.append(f"{sub} (the key)")
-                    if self.key_hit(f"{path}.{k}", k, v):
+                    if self._hit(value, f"{path}.{k}", k, v):
                         if self.generation >= 4 and holds_no_secret(v):
                             self.kept.append(sub)
                             cleaned[shown] = v
@@ -795,7 +828,7 @@ def _names_clear(value: Any, shapes: bool) -> bool:
     t = type(value)
     if t is dict:
         for k, v in value.items():
-            if type(k) is not str or is_credential_name(k) or not _text_clear(k, shapes):
+            if type(k) is not str or is_credential_name(k) or not _text_clear(k, shapes) or _grant_field(value, k):
                 return False
             tv = type(v)
             if tv is str:

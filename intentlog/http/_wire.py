@@ -64,7 +64,7 @@ from ..eventlog.canonical import (
     canonicalize,
     dumps,
 )
-from ..eventlog.redaction import GENERATION, is_credential_name
+from ..eventlog.redaction import GENERATION, is_credential_name, is_field_credential
 
 __all__ = [
     "HASHED_HEADERS",
@@ -233,8 +233,9 @@ def _scrub_value(value: Any, secrets: frozenset[str]) -> Any:
 
 
 def _is_secret_field(name: str, names: frozenset[str], parts: int) -> bool:
-    """A query parameter or form field holding a credential: one of ``names``, or (today's rule) a credential name."""
-    return name.lower() in names or (parts > 0 and is_credential_name(name, parts))
+    """A query parameter or form field holding a credential: one of ``names``, or (today's rule) a credential name
+    or an OAuth authorization ``code`` (:func:`~intentlog.eventlog.redaction.is_field_credential`)."""
+    return name.lower() in names or (parts > 0 and is_field_credential(name, parts))
 
 
 def _redact_url(
