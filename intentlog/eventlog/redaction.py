@@ -68,6 +68,9 @@ __all__ = [
     "find_spans",
     "FIELD_NAMES_V4",
     "KEY_QUALIFIERS",
+    "KEY_QUALIFIERS_V4",
+    "LAST_PARTS_V4",
+    "PASS_EXCEPTIONS",
     "NAME_PAIRS_V4",
     "LAST_PARTS",
     "MIN_SCRUB",
@@ -79,7 +82,9 @@ __all__ = [
     "is_credential_name",
     "is_field_credential",
     "name_parts",
+    "GIVEN_TEXT_FIELDS",
     "scrub_bytes",
+    "scrub_given_fields",
     "scrub_known",
     "scrub_note",
     "scrub_string_value",
@@ -177,6 +182,23 @@ KEY_QUALIFIERS: Final = frozenset(
     {"api", "private", "secret", "access", "signing", "encryption", "master", "client", "subscription", "functions"}
 )
 
+#: ``<qualifier> key`` from generation 4 on: an Azure ``AccountKey``, ``auth_key``, ``hmac_key``,
+#: ``session_key``, ``webhook_key``, ``service_key``, ``storage_key``, ``admin_key``, ``deploy_key``,
+#: ``shared_key``, ``app_key`` / ``application_key`` (Datadog's, Algolia's).
+KEY_QUALIFIERS_V4: Final = frozenset(
+    {"account", "auth", "hmac", "session", "webhook", "service", "storage", "admin", "deploy", "shared", "app",
+     "application"}
+)  # fmt: skip
+
+#: A name whose last part is one of these is a credential name from generation 4 on (``DB_PASS``,
+#: ``smtp_pass``, ``user_pw``), unless one of :data:`PASS_EXCEPTIONS` precedes ``pass``.
+LAST_PARTS_V4: Final = frozenset({"pass", "pw"})
+#: ``<qualifier> pass`` names something other than a password (a ticket, a round of a loop).
+PASS_EXCEPTIONS: Final = frozenset(
+    {"boarding", "first", "second", "third", "last", "next", "single", "multi", "one", "two", "dry", "test",
+     "day", "season", "render", "shadow"}
+)  # fmt: skip
+
 #: A name whose last part is one of these is a credential name (unless an exception precedes ``token``).
 LAST_PARTS: Final = frozenset({"token", "auth", "authorization", "pwd"})
 #: Last parts added in generation 3 (``user_pin``, ``card-pin``).
@@ -262,8 +284,10 @@ def is_credential_name(name: str, generation: int = GENERATION) -> bool:
     for i, part in enumerate(parts):
         if part in STRONG_PARTS or (generation >= 3 and part in STRONG_PARTS_V3):
             return True
-        if part in ("key", "keys") and i > 0 and parts[i - 1] in KEY_QUALIFIERS:
-            return True
+        if part in ("key", "keys") and i > 0:
+            qualifier = parts[i - 1]
+            if qualifier in KEY_QUALIFIERS or (generation >= 4 and qualifier in KEY_QUALIFIERS_V4):
+                return True
         if generation >= 3 and i > 0 and (parts[i - 1], part) in NAME_PAIRS:
             return True
         if generation >= 4 and i > 0 and (parts[i - 1], part) in NAME_PAIRS_V4:
@@ -271,6 +295,8 @@ def is_credential_name(name: str, generation: int = GENERATION) -> bool:
     last = parts[-1]
     if generation >= 3 and last in LAST_PARTS_V3:
         return True
+    if generation >= 4 and last in LAST_PARTS_V4:
+        return not (last == "pass" and len(parts) > 1 and parts[-2] in PASS_EXCEPTIONS)
     if last in LAST_PARTS:
         return not (last == "token" and len(parts) > 1 and parts[-2] in TOKEN_EXCEPTIONS)
     for part in parts:
@@ -605,6 +631,27 @@ def scrub_note(text: str | None) -> str | None:
     """A text a person or script gives to be recorded as-is (a note, a reason, a question, a revision):
     credential-looking values replaced, everything else kept. None stays None."""
     return None if text is None else _scrub_spans(text)
+
+
+#: Fields of a record that hold who acted, as a person or script gave it (``--by``, ``by=``): scrubbed
+#: like a note wherever the library records one (an approval's decision, an acceptance, a failure, a
+#: checkpoint, a reconciliation, an unblocked item).
+GIVEN_TEXT_FIELDS: Final = ("by",)
+
+
+def scrub_given_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each :data:`GIVEN_TEXT_FIELDS` string scrubbed by :func:`scrub_note`.
+
+    ``data`` itself when nothing changed (a new dict otherwise: the caller's is never edited).
+    """
+    out = data
+    for name in GIVEN_TEXT_FIELDS:
+        value = data.get(name)
+        if type(value) is str:
+            clean = scrub_note(value)
+            if clean != value:
+                out = {**out, name: clean}
+    return out
 
 
 def scrub_bytes(data: bytes, secrets: Iterable[str], *, patterns: bool = False) -> bytes:
