@@ -47,7 +47,7 @@ from .eventlog import Event, StreamScan, StreamWriter
 from .eventlog.canonical import dumps, redact_value
 from .eventlog.damage import Checked, CheckedBytes
 from .eventlog.format import FORMAT, TASK_CREATED, encode_data, encode_line, new_stream_id, utc_now
-from .eventlog.redaction import redact_shapes
+from .eventlog.redaction import redact_shapes, scrub_given_fields
 from .eventlog.writer import SealedHead
 from .projections.workstate import WorkStateFold
 
@@ -91,7 +91,7 @@ def _as_recorded(data: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     """
     clean = dict(data)
     data_json = encode_data(clean)  # refuses what is not JSON, a value nested too deep included
-    scrubbed = redact_shapes(clean, _inline_blob)
+    scrubbed = redact_shapes(scrub_given_fields(clean), _inline_blob)
     if scrubbed is not clean:
         clean, data_json = scrubbed, encode_data(scrubbed)
     return clean, data_json

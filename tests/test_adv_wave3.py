@@ -179,16 +179,6 @@ _APPEND_ONE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the folder writer's resumed check (damage.resume_assess) proves only the file's identity, the last "
-        "checked line and the bytes added; when another process grew the stream, an earlier line edited in "
-        "place (same length) between two opens in one process is not seen, and the writer appends onto it "
-        "(intentlog verify reports the broken chain later). Closing it needs a hash of the checked prefix, "
-        "kept as the writer appends and compared at the resume (as CheckedBytes does on a store)"
-    ),
-)
 def test_an_earlier_line_edited_while_another_process_grew_the_stream_is_caught_at_the_next_open(
     ledger_root: Path,
 ) -> None:
@@ -287,15 +277,6 @@ def test_a_signal_racing_the_timeout_is_refused_when_the_timeout_wins(ledger: in
 # -- over-redaction that makes two requests one ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a boolean (or null) under a credential name is redacted like a secret: {'otp_enabled': true} and "
-        "false canonicalize to the same request and hash, so a changed flag is no DRIFT on resume; no boolean "
-        "is a credential. Changing it changes request hashes: it needs a new canon generation so that "
-        "requests recorded under intentlog-canon/3 still resume"
-    ),
-)
 def test_a_boolean_under_a_credential_name_keeps_requests_apart() -> None:
     from intentlog.eventlog.canonical import canonicalize
 

@@ -79,7 +79,7 @@ def test_canonical_bytes_are_compact_sorted_json(value: Any) -> None:
     _sorted_compact(c.data)
     assert orjson.loads(c.data) == value
     assert c.digest == b3(c.data)
-    assert c.version == CANON_VERSION == "intentlog-canon/3"
+    assert c.version == CANON_VERSION == "intentlog-canon/4"
     assert (c.dropped, c.redacted) == ((), ())
 
 

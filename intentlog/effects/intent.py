@@ -21,7 +21,7 @@ from ..errors import (
     ResumeRefused,
     UsageError,
 )
-from ..eventlog.canonical import CANON_V1, CANON_V2, Canonical, canonicalize, resolve_rules, secrets_in
+from ..eventlog.canonical import CANON_EARLIER, Canonical, canonicalize, resolve_rules, secrets_in
 from ..eventlog.redaction import scrub_text, shape_spans
 from ..projections.workstate import (
     RECONCILE_EFFECT,
@@ -144,13 +144,13 @@ class Intent:
     legacy_digest: Callable[[str], str] | None = None
 
     def matches(self, recorded: str) -> bool:
-        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules,
-        :data:`~intentlog.eventlog.canonical.CANON_V2`'s or :data:`~intentlog.eventlog.canonical.CANON_V1`'s
-        (a record made before the rules grew)."""
+        """Whether ``recorded`` (a manifest's request hash) is this request's hash, under today's rules or
+        an earlier canonicalisation's (:data:`~intentlog.eventlog.canonical.CANON_EARLIER`, newest first: a
+        record made before the rules changed)."""
         if recorded == self.canonical.digest:
             return True
         return self.legacy_digest is not None and any(
-            recorded == self.legacy_digest(version) for version in (CANON_V2, CANON_V1)
+            recorded == self.legacy_digest(version) for version in CANON_EARLIER
         )
 
 

@@ -20,8 +20,10 @@ from ..errors import NotSerializable, UsageError
 from .redaction import DEFAULT_NAMES, GENERATION, REDACTED, Walk, is_credential_name, surely_clean
 
 __all__ = [
+    "CANON_EARLIER",
     "CANON_V1",
     "CANON_V2",
+    "CANON_V3",
     "CANON_VERSION",
     "DEFAULT_DROP",
     "DEFAULT_REDACT",
@@ -29,6 +31,8 @@ __all__ = [
     "REDACTED",
     "Canonical",
     "Redact",
+    "canon_before",
+    "canon_generation",
     "canonicalize",
     "check_json",
     "dumps",
@@ -39,14 +43,36 @@ __all__ = [
     "secrets_in",
 ]
 
-CANON_VERSION = "intentlog-canon/3"
+CANON_VERSION = "intentlog-canon/4"
+#: The third: today's walk, but a boolean or null under a credential name redacted like a secret
+#: (:data:`~intentlog.eventlog.redaction.GENERATION` 3), so ``{"otp_enabled": true}`` and ``false`` hashed alike.
+CANON_V3 = "intentlog-canon/3"
 #: The second: today's walk with the rules before credential shapes and the names ``otp``, ``cvv``,
 #: ``creds``, ``card number`` … (:data:`~intentlog.eventlog.redaction.GENERATION` 2).
 CANON_V2 = "intentlog-canon/2"
 #: The first canonicalisation: exact default names, replaced (not extended) by a caller's names.
 CANON_V1 = "intentlog-canon/1"
 #: The redaction rules' generation each walked canonicalisation uses.
-_GENERATIONS = {CANON_VERSION: GENERATION, CANON_V2: 2}
+_GENERATIONS = {CANON_VERSION: GENERATION, CANON_V3: 3, CANON_V2: 2}
+#: Every earlier canonicalisation, newest first: a request recorded under one of them is still recognised.
+CANON_EARLIER: tuple[str, ...] = (CANON_V3, CANON_V2, CANON_V1)
+
+
+def canon_generation(version: str) -> int:
+    """The name rules' generation ``version`` was made with (0: :data:`CANON_V1`, exact names only)."""
+    if version == CANON_V1:
+        return 0
+    generation = _GENERATIONS.get(version)
+    if generation is None:
+        raise UsageError(f"unknown canonicalisation {version!r}: expected one of {[CANON_VERSION, *CANON_EARLIER]}")
+    return generation
+
+
+def canon_before(version: str) -> str | None:
+    """The canonicalisation before ``version`` (None before the first)."""
+    order = (CANON_VERSION, *CANON_EARLIER)
+    i = order.index(version)
+    return order[i + 1] if i + 1 < len(order) else None
 DEFAULT_DROP: frozenset[str] = frozenset({"ts", "timestamp", "created_at", "updated_at"})
 #: The names :data:`CANON_V1` redacted; every one of them is a credential name by today's rule.
 DEFAULT_REDACT: frozenset[str] = DEFAULT_NAMES
@@ -216,7 +242,8 @@ class Canonical:
 
     ``rules`` is :meth:`Redact.describe` of the rule used, or ``None`` for the defaults;
     ``secrets`` are the credential values found (never recorded: used to scrub what the
-    call records later).
+    call records later); ``kept`` the paths under a credential name whose boolean or null
+    was kept as given (an earlier canonicalisation redacted them).
     """
 
     data: bytes
@@ -226,6 +253,12 @@ class Canonical:
     version: str = CANON_VERSION
     rules: dict[str, Any] | None = None
     secrets: frozenset[str] = frozenset()
+    kept: tuple[str, ...] = ()
+
+    @property
+    def earlier_may_differ(self) -> bool:
+        """Whether an earlier canonicalisation may give other bytes (False: nothing any rule touched)."""
+        return bool(self.redacted or self.kept or self.secrets)
 
 
 def _walk(drop: frozenset[str], rule: Redact, generation: int = GENERATION) -> Walk:
@@ -311,8 +344,9 @@ def canonicalize(
     ``redact`` adds key names (case-insensitive) or a hook ``(path, key, value) -> bool``
     to the default credential rules (docs/effects.md, "Redaction"), or is a
     :class:`Redact` that may turn them off; what they match is replaced by
-    ``"[REDACTED]"`` before hashing, so credentials never reach the record. ``version``
-    :data:`CANON_V1` reproduces the first canonicalisation (to compare with a request
+    ``"[REDACTED]"`` before hashing, so credentials never reach the record (a boolean or
+    null under a credential name is no credential: kept). ``version`` one of
+    :data:`CANON_EARLIER` reproduces that canonicalisation (to compare with a request
     recorded under it). ``known`` are further values known to be secret (found elsewhere
     in the same request): scrubbed wherever they occur. Raises :class:`NotSerializable`
     (a value nested more than :data:`MAX_DEPTH` levels deep included).
@@ -323,17 +357,15 @@ def canonicalize(
         names = DEFAULT_NAMES if rule.is_default else rule.names
         data = dumps(_transform_v1(obj, "$", drop_set, names, rule.hook))
         return Canonical(data, digest_bytes(data), (), (), CANON_V1)
-    generation = _GENERATIONS.get(version)
-    if generation is None:
-        raise UsageError(
-            f"unknown canonicalisation {version!r}: expected {CANON_VERSION!r}, {CANON_V2!r} or {CANON_V1!r}"
-        )
+    generation = canon_generation(version)
     walk = _walk(drop_set, rule, generation)
     cleaned = walk.run(obj, known)
     data = dumps(cleaned)
     rules = None if rule.is_default else rule.describe()
     secrets = frozenset(walk.secrets)
-    return Canonical(data, digest_bytes(data), tuple(walk.dropped), tuple(walk.redacted), version, rules, secrets)
+    return Canonical(
+        data, digest_bytes(data), tuple(walk.dropped), tuple(walk.redacted), version, rules, secrets, tuple(walk.kept)
+    )
 
 
 def secrets_in(

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 from blake3 import blake3
 
-from .._internal.digest import digest_bytes
+from .._internal.digest import DIGEST_PREFIX, digest_bytes
 from .._internal.fsutil import open_nofollow
 from ..errors import CorruptStream, LinkRefused
 from .format import TASK_CREATED, Event
@@ -181,10 +181,18 @@ def assess(
 
 
 def assess_facts(
-    path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None = None, *, fd: int | None = None
+    path: Path,
+    seal: SealedHead | None,
+    replay: Callable[[Event], None] | None = None,
+    *,
+    fd: int | None = None,
+    hasher: Any = None,
 ) -> tuple[StreamScan, Damage | None, SealFacts]:
-    """:func:`assess`, and what the scan saw that the seal check needs (what a :class:`Checked` keeps)."""
-    s = StreamScan(path, fd=fd)
+    """:func:`assess`, and what the scan saw that the seal check needs (what a :class:`Checked` keeps).
+
+    ``hasher`` (BLAKE3) is fed every byte the scan reads: with no problem found, the whole file.
+    """
+    s = StreamScan(path, fd=fd, hasher=hasher)
     facts = SealFacts(seal)
     for ev in s:
         facts.see(ev)
@@ -201,7 +209,9 @@ class Checked(NamedTuple):
 
     Every line before byte ``size`` was checked (``seq`` events, the last ``last_len`` bytes
     long hashing to ``head``) against ``seal``, with the seal facts the scan saw; the file
-    was ``(dev, ino)`` with those times when its writer let it go.
+    was ``(dev, ino)`` with those times when its writer let it go. Those ``size`` bytes
+    hash (BLAKE3, as one run) to ``prefix``; ``hasher`` is that hash's running state (a
+    copy, never updated), for the next writer to go on from without reading them again.
     """
 
     dev: int
@@ -216,6 +226,8 @@ class Checked(NamedTuple):
     stream_id: str | None
     digest_at_seal: str | None
     accepted: bool
+    prefix: str
+    hasher: Any
 
 
 class CheckedBytes(NamedTuple):
@@ -234,17 +246,21 @@ class CheckedBytes(NamedTuple):
 
 def resume_assess(
     path: Path, seal: SealedHead | None, replay: Callable[[Event], None] | None, *, fd: int, checked: Checked
-) -> tuple[StreamScan, SealFacts] | None:
+) -> tuple[StreamScan, SealFacts, Any] | None:
     """:func:`assess` of only the bytes after ``checked`` -- or None: the full check is needed.
 
     None unless the stream is provably the one checked, grown at most: the same file
     (device and inode), the same seal, at least as long, the line ending at the checked
     offset still whole and hashing to the checked head, and -- when no byte was added --
-    neither its modification nor its change time moved (an edit in place changes them).
+    neither its modification nor its change time moved (an edit in place changes them);
+    when bytes were added (by another process: the times moved with them, so they no
+    longer tell an edit of the checked bytes), the checked bytes are read again and must
+    hash to the checked ``prefix``: an edit anywhere in them, of any length, is seen.
     The bytes after the offset are then checked exactly as a full read checks them (the
     first line must name the checked head as its ``prev``); anything they show, a torn
     tail included, is None too, so that the caller's full check judges it as always.
     ``replay`` sees the later events only (on None it may have seen some: start it afresh).
+    The third value is the BLAKE3 state of the whole file as checked (for the writer to go on from).
     """
     st = os.fstat(fd)
     c = checked
@@ -258,7 +274,17 @@ def resume_assess(
         return None
     if digest_bytes(anchor[1:]) != c.head:
         return None
-    s = StreamScan(path, fd=fd, resume=(c.size, c.seq, c.head))
+    if st.st_size == c.size:
+        hasher = c.hasher.copy()
+    else:
+        hasher = blake3()
+        got = 0
+        for chunk in chunks_from(path, 0, limit=c.size, fd=fd):
+            hasher.update(chunk)
+            got += len(chunk)
+        if got != c.size or DIGEST_PREFIX + hasher.hexdigest() != c.prefix:
+            return None  # a checked byte changed: the full check judges the stream
+    s = StreamScan(path, fd=fd, resume=(c.size, c.seq, c.head), hasher=hasher)
     facts = SealFacts(seal)
     facts.stream_id, facts.digest_at_seal, facts.accepted = c.stream_id, c.digest_at_seal, c.accepted
     for ev in s:
@@ -267,7 +293,7 @@ def resume_assess(
             replay(ev)
     if s.problem is not None or _judge(path, s, facts) is not None:
         return None
-    return s, facts
+    return s, facts, hasher
 
 
 class _BytesScan(StreamScan):

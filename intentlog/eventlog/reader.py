@@ -21,7 +21,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final, cast
+from typing import Any, BinaryIO, Final, cast
 
 import orjson
 from blake3 import blake3
@@ -231,6 +231,19 @@ def _looks_like_event(line: bytes | None) -> bool:
     return type(obj) is dict and type(obj.get("seq")) is int and "kind" in obj
 
 
+class _Hashing:
+    """A reader that feeds every chunk it reads to ``hasher`` (a scan's bytes hashed in the same pass)."""
+
+    def __init__(self, f: BinaryIO, hasher: Any) -> None:
+        self._f, self._hasher = f, hasher
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self._f.read(n)
+        if chunk:
+            self._hasher.update(chunk)
+        return chunk
+
+
 class StreamScan:
     """Iterate over a stream's trusted events; afterwards ``problem``, ``end`` tell the rest.
 
@@ -242,6 +255,10 @@ class StreamScan:
     vouches for that prefix (the view cache checks the line before ``offset`` hashes to
     ``prev``); everything from there on is checked exactly as a full read checks it, and
     ``problem``, ``end``, ``count`` and ``head`` come out the same.
+
+    ``hasher`` (a BLAKE3 hasher), when given, is fed every byte the scan reads, in the
+    same pass: after a scan that found no problem it has hashed the file from the start
+    offset to its end (the writer keeps it as the hash of its checked prefix).
     """
 
     def __init__(
@@ -250,8 +267,11 @@ class StreamScan:
         *,
         fd: int | None = None,
         resume: tuple[int, int, str | None] | None = None,
+        hasher: Any = None,
     ) -> None:
         self.path = Path(path)
+        #: a BLAKE3 hasher fed every byte the scan reads (from ``resume``'s offset, or 0, to the end)
+        self.hasher = hasher
         self.fd = fd  # read through this open descriptor (from its start) instead of opening ``path``
         self.problem: ScanProblem | None = None
         self.start, self._count0, self._head0 = resume if resume is not None else (0, 0, None)
@@ -285,7 +305,8 @@ class StreamScan:
             self.file_size = self.stat.st_size
             if self.start:
                 f.seek(self.start)
-            yield from self._events(line_batches(f, MAX_LINE))
+            src = f if self.hasher is None else cast("BinaryIO", _Hashing(f, self.hasher))
+            yield from self._events(line_batches(src, MAX_LINE))
 
     def _events(self, batches: Iterator[tuple[int, list[bytes | None]]]) -> Iterator[Event]:
         """Check and yield every trusted line; the hot loop, so its names are local."""

@@ -36,9 +36,10 @@ headers and URLs). docs/effects.md ("Redaction") states it exactly; in short:
 
 The walk over structured values (:class:`Walk`) is here too: the canonical request, a
 caller's own events, heartbeat info and a backlog payload's check all go through it.
-Rules have generations: :data:`GENERATION` is today's; generation 2 (names before
-``otp``/``cvv``/``creds``/``card number``… and no shapes) is kept so a request recorded under
-``intentlog-canon/2`` can still be recognised.
+Rules have generations: :data:`GENERATION` is today's (4: a boolean or null under a
+credential name is kept, :func:`holds_no_secret`); generation 3 (which redacted those too)
+and generation 2 (names before ``otp``/``cvv``/``creds``/``card number``… and no shapes) are
+kept so a request recorded under ``intentlog-canon/3`` or ``/2`` can still be recognised.
 """
 
 from __future__ import annotations
@@ -65,16 +66,25 @@ __all__ = [
     "DEFAULT_NAMES",
     "apply_spans",
     "find_spans",
+    "FIELD_NAMES_V4",
     "KEY_QUALIFIERS",
+    "KEY_QUALIFIERS_V4",
+    "LAST_PARTS_V4",
+    "PASS_EXCEPTIONS",
+    "NAME_PAIRS_V4",
     "LAST_PARTS",
     "MIN_SCRUB",
     "MIN_TEXT_SCRUB",
     "REDACTED",
     "STRONG_PARTS",
     "TOKEN_EXCEPTIONS",
+    "holds_no_secret",
     "is_credential_name",
+    "is_field_credential",
     "name_parts",
+    "GIVEN_TEXT_FIELDS",
     "scrub_bytes",
+    "scrub_given_fields",
     "scrub_known",
     "scrub_note",
     "scrub_string_value",
@@ -156,18 +166,60 @@ NAME_PAIRS: Final = frozenset(
     }
 )
 
+#: Adjacent parts that make a name a credential name from generation 4 on: a PKCE ``code_verifier`` (it
+#: redeems an authorization code), a device flow's ``device_code`` (polled for tokens), ``mfa_code``, ``2fa_code``.
+NAME_PAIRS_V4: Final = frozenset({("code", "verifier"), ("device", "code"), ("mfa", "code"), ("2fa", "code")})
+
+#: Names that mark a credential only where OAuth puts one, from generation 4 on: a query parameter or
+#: form field (``?code=`` in a redirect, ``code=`` in the token request), or a field beside ``grant_type``
+#: in a JSON token request. ``code`` elsewhere (an error code, a country code) is kept. ``state``,
+#: ``nonce``, ``code_challenge``, ``client_id`` and ``redirect_uri`` are not credentials: each is sent
+#: in the open by design and redeems nothing.
+FIELD_NAMES_V4: Final = frozenset({"code"})
+
 #: ``<qualifier> key`` (adjacent parts, anywhere in the name) is a credential name.
 KEY_QUALIFIERS: Final = frozenset(
     {"api", "private", "secret", "access", "signing", "encryption", "master", "client", "subscription", "functions"}
 )
+
+#: ``<qualifier> key`` from generation 4 on: an Azure ``AccountKey``, ``auth_key``, ``hmac_key``,
+#: ``session_key``, ``webhook_key``, ``service_key``, ``storage_key``, ``admin_key``, ``deploy_key``,
+#: ``shared_key``, ``app_key`` / ``application_key`` (Datadog's, Algolia's).
+KEY_QUALIFIERS_V4: Final = frozenset(
+    {"account", "auth", "hmac", "session", "webhook", "service", "storage", "admin", "deploy", "shared", "app",
+     "application"}
+)  # fmt: skip
+
+#: A name whose last part is one of these is a credential name from generation 4 on (``DB_PASS``,
+#: ``smtp_pass``, ``user_pw``), unless one of :data:`PASS_EXCEPTIONS` precedes ``pass``.
+LAST_PARTS_V4: Final = frozenset({"pass", "pw"})
+#: ``<qualifier> pass`` names something other than a password (a ticket, a round of a loop).
+PASS_EXCEPTIONS: Final = frozenset(
+    {"boarding", "first", "second", "third", "last", "next", "single", "multi", "one", "two", "dry", "test",
+     "day", "season", "render", "shadow"}
+)  # fmt: skip
 
 #: A name whose last part is one of these is a credential name (unless an exception precedes ``token``).
 LAST_PARTS: Final = frozenset({"token", "auth", "authorization", "pwd"})
 #: Last parts added in generation 3 (``user_pin``, ``card-pin``).
 LAST_PARTS_V3: Final = frozenset({"pin"})
 
-#: Today's rules; 2 is the rule set of ``intentlog-canon/2`` (no shapes, fewer names).
-GENERATION: Final = 3
+#: Today's rules; 3 is the rule set of ``intentlog-canon/3`` (a boolean or null under a credential name
+#: redacted too), 2 that of ``intentlog-canon/2`` (no shapes, fewer names).
+GENERATION: Final = 4
+
+#: the bare values of ``name: value`` / ``name=value`` kept under a credential name from generation 4 on:
+#: a boolean or null (JSON's or Python's) says whether, never what (``otp_enabled: true``)
+_NOT_SECRET_WORDS: Final = frozenset({"true", "false", "null", "none"})
+
+
+def holds_no_secret(value: Any) -> bool:
+    """Whether ``value`` cannot be a credential whatever names it: a boolean or None (generation 4 on).
+
+    ``{"otp_enabled": true}`` records that a second factor is on, not the factor; redacting
+    it would make ``true`` and ``false`` one request (a changed flag no ``DRIFT``).
+    """
+    return value is None or type(value) is bool
 
 #: ``<qualifier> token`` names something other than a credential (a cursor, a tokenizer's symbol, a count).
 TOKEN_EXCEPTIONS: Final = frozenset(
@@ -232,13 +284,19 @@ def is_credential_name(name: str, generation: int = GENERATION) -> bool:
     for i, part in enumerate(parts):
         if part in STRONG_PARTS or (generation >= 3 and part in STRONG_PARTS_V3):
             return True
-        if part in ("key", "keys") and i > 0 and parts[i - 1] in KEY_QUALIFIERS:
-            return True
+        if part in ("key", "keys") and i > 0:
+            qualifier = parts[i - 1]
+            if qualifier in KEY_QUALIFIERS or (generation >= 4 and qualifier in KEY_QUALIFIERS_V4):
+                return True
         if generation >= 3 and i > 0 and (parts[i - 1], part) in NAME_PAIRS:
+            return True
+        if generation >= 4 and i > 0 and (parts[i - 1], part) in NAME_PAIRS_V4:
             return True
     last = parts[-1]
     if generation >= 3 and last in LAST_PARTS_V3:
         return True
+    if generation >= 4 and last in LAST_PARTS_V4:
+        return not (last == "pass" and len(parts) > 1 and parts[-2] in PASS_EXCEPTIONS)
     if last in LAST_PARTS:
         return not (last == "token" and len(parts) > 1 and parts[-2] in TOKEN_EXCEPTIONS)
     for part in parts:
@@ -248,6 +306,17 @@ def is_credential_name(name: str, generation: int = GENERATION) -> bool:
                 if not (suffix == "token" and head in TOKEN_EXCEPTIONS):
                     return True
     return False
+
+
+def is_field_credential(name: str, generation: int = GENERATION) -> bool:
+    """Whether a query parameter or form field called ``name`` holds a credential: a credential name,
+    or (generation 4 on) one of :data:`FIELD_NAMES_V4` (``code``: an OAuth authorization code)."""
+    return (generation >= 4 and name.lower() in FIELD_NAMES_V4) or is_credential_name(name, generation)
+
+
+def _grant_field(container: dict[Any, Any], key: str) -> bool:
+    """A field of :data:`FIELD_NAMES_V4` in a JSON token request (a dict that also holds ``grant_type``)."""
+    return key.lower() in FIELD_NAMES_V4 and type(container.get("grant_type")) is str
 
 
 # -- values inside strings ------------------------------------------------------------------
@@ -476,7 +545,9 @@ def _assignments(text: str, generation: int = GENERATION) -> Iterator[tuple[int,
                     cut = re.search(r"[ \t]", v.group("bare"))  # name=value stops at whitespace
                     if cut is not None:
                         end = start + cut.start()
-                if end > start:
+                if end > start and not (
+                    group == "bare" and generation >= 4 and text[start:end].lower() in _NOT_SECRET_WORDS
+                ):
                     yield start, end
                 break
 
@@ -560,6 +631,27 @@ def scrub_note(text: str | None) -> str | None:
     """A text a person or script gives to be recorded as-is (a note, a reason, a question, a revision):
     credential-looking values replaced, everything else kept. None stays None."""
     return None if text is None else _scrub_spans(text)
+
+
+#: Fields of a record that hold who acted, as a person or script gave it (``--by``, ``by=``): scrubbed
+#: like a note wherever the library records one (an approval's decision, an acceptance, a failure, a
+#: checkpoint, a reconciliation, an unblocked item).
+GIVEN_TEXT_FIELDS: Final = ("by",)
+
+
+def scrub_given_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each :data:`GIVEN_TEXT_FIELDS` string scrubbed by :func:`scrub_note`.
+
+    ``data`` itself when nothing changed (a new dict otherwise: the caller's is never edited).
+    """
+    out = data
+    for name in GIVEN_TEXT_FIELDS:
+        value = data.get(name)
+        if type(value) is str:
+            clean = scrub_note(value)
+            if clean != value:
+                out = {**out, name: clean}
+    return out
 
 
 def scrub_bytes(data: bytes, secrets: Iterable[str], *, patterns: bool = False) -> bytes:
@@ -661,7 +753,15 @@ class Walk:
         self.secrets: set[str] = set()
         self.dropped: list[str] = []
         self.redacted: list[str] = []
+        #: paths under a credential name whose boolean or null was kept (generation 4 on; earlier ones redacted it)
+        self.kept: list[str] = []
         self.looked: dict[str, str] = {}  # strings with credential-looking parts -> those parts replaced
+
+    def _hit(self, container: dict[Any, Any], path: str, key: str, value: Any) -> bool:
+        """Whether the value under ``key`` of ``container`` is redacted whole (the rule, or an OAuth grant's code)."""
+        if self.key_hit(path, key, value):
+            return True
+        return self.values and self.generation >= 4 and _grant_field(container, key)
 
     def run(self, value: Any, known: Iterable[str] = ()) -> Any:
         """Both passes: ``value`` as it may be recorded (``known`` secrets scrubbed too)."""
@@ -688,7 +788,7 @@ class Walk:
                 if self.generation >= 3:
                     self._look(k)
                 sub = f"{path}.{k}"
-                if self.key_hit(sub, k, v):
+                if self._hit(value, sub, k, v):
                     leaves(v, self.secrets, self.generation)
                 else:
                     self.collect(v, sub)
@@ -730,7 +830,11 @@ class Walk:
                     sub = f"{path}.{shown}"
                     if shown != k:
                         self.redacted.append(f"{sub} (the key)")
-                    if self.key_hit(f"{path}.{k}", k, v):
+                    if self._hit(value, f"{path}.{k}", k, v):
+                        if self.generation >= 4 and holds_no_secret(v):
+                            self.kept.append(sub)
+                            cleaned[shown] = v
+                            continue
                         self.redacted.append(sub)
                         cleaned[shown] = REDACTED
                         continue
@@ -771,7 +875,7 @@ def _names_clear(value: Any, shapes: bool) -> bool:
     t = type(value)
     if t is dict:
         for k, v in value.items():
-            if type(k) is not str or is_credential_name(k) or not _text_clear(k, shapes):
+            if type(k) is not str or is_credential_name(k) or not _text_clear(k, shapes) or _grant_field(value, k):
                 return False
             tv = type(v)
             if tv is str:

@@ -145,7 +145,8 @@ class StreamWriter:
         self._seq = 0
         self._head: str | None = None
         self._last_len = 0  # the length of the last line (the one hashing to the head)
-        #: on a store: the hash and size of the stream's bytes so far (read at the open, then appended)
+        #: the hash and size of the stream's bytes so far (checked at the open, then appended): the
+        #: checked prefix a later open in this process compares before it trusts those bytes again
         self._hasher: Any = None
         self._size = 0
         self._facts: SealFacts | None = None  # what the open's check saw that the seal check needs
@@ -329,19 +330,21 @@ class StreamWriter:
         self._poisoned = None
         self.repaired = self.damage = self.quarantined = None
         self.resumed = False
+        self._hasher, self._size = None, 0
         try:
             got = None
             if resume is not None and self._fd is not None:
                 got = resume_assess(self.path, self.seal, replay, fd=self._fd, checked=resume)
             if got is not None and resume is not None:
-                s, self._facts = got
+                s, self._facts, hasher = got
                 damage = None
                 self.resumed = True
                 self._last_len = s.end - s.last_start if s.last is not None else resume.last_len
             else:
                 if resume is not None and restart is not None:
                     restart()
-                s, damage, self._facts = assess_facts(self.path, self.seal, replay, fd=self._fd)
+                hasher = blake3()
+                s, damage, self._facts = assess_facts(self.path, self.seal, replay, fd=self._fd, hasher=hasher)
                 self._last_len = s.end - s.last_start if s.last is not None else 0
         except OSError as exc:
             raise ledger_os_error(self.path, "reading the stream", exc) from exc
@@ -360,12 +363,25 @@ class StreamWriter:
             if s.count == 0 and s.problem is None and damage is None:
                 # an empty file: a crash between a repair's truncate and its new first line
                 self._write_created(sync=True)
+            elif damage is None and s.problem is None:
+                # the scan read the whole file and trusted every line: its hash is the checked prefix's
+                self._hasher, self._size = hasher, s.end
             if damage is not None:
                 self._repair(lease, s, damage)
+            if self._hasher is None and self._fd is not None:  # the open wrote or cut bytes: hash what is there
+                self._hasher, self._size = self._hash_file(self._fd)
         except OSError as exc:
             raise ledger_os_error(self.path, "repairing the stream's tail", exc) from exc
         if replay and self.repaired is not None:
             replay(self.repaired)
+
+    def _hash_file(self, fd: int) -> tuple[Any, int]:
+        """The BLAKE3 state and size of the stream's bytes now (read through the writer's descriptor)."""
+        hasher, size = blake3(), 0
+        for chunk in chunks_from(self.path, 0, fd=fd):
+            hasher.update(chunk)
+            size += len(chunk)
+        return hasher, size
 
     def _close_lease(self) -> None:
         lease, self._lease, self._fd = self._lease, None, None
@@ -573,7 +589,7 @@ class StreamWriter:
                 if self._lease.dirty:
                     return None
                 return CheckedBytes(self._size, DIGEST_PREFIX + self._hasher.hexdigest(), self._seq, self._head)
-            if fd is None or facts is None or self._poisoned is not None:
+            if fd is None or facts is None or self._poisoned is not None or self._hasher is None:
                 return None
             if self._head is None or self._seq == 0 or self._last_len <= 0 or (self._lease and self._lease.dirty):
                 return None
@@ -581,9 +597,13 @@ class StreamWriter:
                 st = os.fstat(fd)
             except OSError:
                 return None
+            if st.st_size != self._size:  # bytes this writer did not append (or lost): nothing to vouch for
+                return None
+            hasher = self._hasher.copy()
             return Checked(
                 st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, self._seq, self._head,
                 self._last_len, self.seal, facts.stream_id, facts.digest_at_seal, facts.accepted,
+                DIGEST_PREFIX + hasher.hexdigest(), hasher,
             )  # fmt: skip
 
     # -- closing -----------------------------------------------------------------

@@ -54,7 +54,7 @@ from ..effects.intent import check_rules, current_key
 from ..effects.options import EffectOptions
 from ..effects.prepare import run_effect
 from ..errors import IntentlogError, KeyReused, NotSent, ProviderFailure, RetryHandedBack, UsageError
-from ..eventlog.canonical import CANON_V1, CANON_V2, CANON_VERSION
+from ..eventlog.canonical import CANON_VERSION, canon_before
 from ..eventlog.redaction import scrub_text
 from ..stream import StreamSource, TaskStream
 from . import _keys
@@ -208,9 +208,9 @@ def plan_for(request: Any, o: Options, version: str = CANON_VERSION) -> RequestP
         version=version,
         public=frozenset({o.dedup.header.lower()}) if o.dedup is not None and o.dedup.header else frozenset(),
     )
-    if version == CANON_V1:
+    before = canon_before(version)
+    if before is None:
         return plan
-    before = CANON_V1 if version == CANON_V2 else CANON_V2
     return replace(plan, legacy=functools.partial(plan_for, request, o, before))
 
 
@@ -335,7 +335,9 @@ class _Core:
         opening a new one under the new hash is what keeps a re-run from sending it again.
         """
         plan = unkeyed_plan(request, self.options)  # the dedup header (if declared) carries the key
-        if current_key(self.stream) is not None or plan.legacy is None or not (plan.secrets or plan.canonical.redacted):
+        if current_key(self.stream) is not None or plan.legacy is None:
+            return plan
+        if not (plan.secrets or plan.canonical.earlier_may_differ):
             return plan
         if not self.stream.exists() or self._recorded_hash(hash_key(plan.canonical.digest, 0)) is not None:
             return plan

@@ -56,16 +56,15 @@ import orjson
 
 from ..errors import IntentlogError, NotSerializable, UsageError
 from ..eventlog.canonical import (
-    CANON_V1,
-    CANON_V2,
     CANON_VERSION,
     DEFAULT_REDACT,
     REDACTED,
     Canonical,
+    canon_generation,
     canonicalize,
     dumps,
 )
-from ..eventlog.redaction import GENERATION, is_credential_name
+from ..eventlog.redaction import GENERATION, is_credential_name, is_field_credential
 
 __all__ = [
     "HASHED_HEADERS",
@@ -158,7 +157,7 @@ class RequestPlan:
     def older(self) -> Iterator[RequestPlan]:
         """The plans of earlier canonicalisations, newest first; none when nothing is redacted (all hash alike)."""
         plan = self
-        if not (plan.secrets or plan.canonical.redacted):
+        if not (plan.secrets or plan.canonical.earlier_may_differ):
             return
         while plan.legacy is not None:
             plan = plan.legacy()
@@ -234,8 +233,9 @@ def _scrub_value(value: Any, secrets: frozenset[str]) -> Any:
 
 
 def _is_secret_field(name: str, names: frozenset[str], parts: int) -> bool:
-    """A query parameter or form field holding a credential: one of ``names``, or (today's rule) a credential name."""
-    return name.lower() in names or (parts > 0 and is_credential_name(name, parts))
+    """A query parameter or form field holding a credential: one of ``names``, or (today's rule) a credential name
+    or an OAuth authorization ``code`` (:func:`~intentlog.eventlog.redaction.is_field_credential`)."""
+    return name.lower() in names or (parts > 0 and is_field_credential(name, parts))
 
 
 def _redact_url(
@@ -331,8 +331,8 @@ def plan_request(
     """Build the envelope of one request, its canonical form and hash (see the module docstring).
 
     ``version`` :data:`~intentlog.eventlog.canonical.CANON_V1` builds the envelope and hash
-    as the first canonicalisation did (exact names only), :data:`~intentlog.eventlog.canonical.CANON_V2`
-    as the second did (names before ``otp``, ``cvv`` … and no shapes), to find a call recorded by them.
+    as the first canonicalisation did (exact names only), an earlier one of
+    :data:`~intentlog.eventlog.canonical.CANON_EARLIER` as it did, to find a call recorded by them.
     ``public``: header names whose values are not credentials even though the name looks
     like one (a declared idempotency-key header: its value is the recorded call key).
 
@@ -340,7 +340,7 @@ def plan_request(
     the envelope, which the fallbacks above make unreachable for any bytes.
     """
     # the name rules' generation the canonicalisation used (0: the first, exact names only)
-    parts = 0 if version == CANON_V1 else 2 if version == CANON_V2 else GENERATION
+    parts = canon_generation(version)
     secrets: set[str] = set()
     selected: dict[str, str] = {}
     content_type = ""
