@@ -1,4 +1,4 @@
-"""The shared disk thread: many tasks' effects in one process, one thread for their record work, their syncs side by side.
+"""The shared disk thread: many tasks' effects in one process, one thread for their record work, syncs side by side.
 
 A backlog worker holding many items in flight shares one disk thread among their tasks
 (:meth:`intentlog.effects.disk.Disk.share`). Each task keeps its order: its
@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from async_provider import AsyncProvider
 
 N = 30
-CALL = ["call.requested", "call.manifest", "attempt.started", "attempt.observed", "attempt.interpreted", "call.completed"]
+CALL = [
+    "call.requested", "call.manifest", "attempt.started", "attempt.observed", "attempt.interpreted", "call.completed",
+]  # fmt: skip
 
 
 class Synced:
