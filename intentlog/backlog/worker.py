@@ -168,7 +168,7 @@ class ItemGate:
                 if self.locked is not None and writing and (st.st_dev, st.st_ino) == self.locked:
                     return
                 try:
-                    holder = flock_writer(st, PROC_LOCKS)
+                    holder = _locks_holder(st, writing)
                 except OSError:  # no /proc/locks here: the writer's own lock is all there is to ask
                     holder = me if writing else None  # the writer checks its lock file before each sync
         if holder != me or not writing:
@@ -181,6 +181,26 @@ class ItemGate:
 
 
 _Guard = ItemGate  # its earlier name
+
+#: reads of ``/proc/locks`` before a lock held open by this writer is taken as not listed
+LOCKS_READS: Final = 3
+
+
+def _locks_holder(st: os.stat_result, writing: bool) -> int | None:
+    """The holder of the lock file ``st`` per ``/proc/locks``; a lock not listed while this process's writer is
+    open is looked for again (up to :data:`LOCKS_READS` reads).
+
+    The kernel prints the table in pieces: a large one (hundreds of items leased and
+    released at once) read while locks come and go can skip an entry. A lock file
+    replaced under the holder is never listed, however often it is read, so it is still
+    found lost; a lock listed under another pid is answered at once.
+    """
+    holder = flock_writer(st, PROC_LOCKS)
+    reads = 1
+    while holder is None and writing and reads < LOCKS_READS:
+        holder = flock_writer(st, PROC_LOCKS)
+        reads += 1
+    return holder
 
 
 def _json_result(value: Any) -> Any:
