@@ -9,11 +9,14 @@ same messages as a one-item worker (:mod:`intentlog.backlog.messages`), plus
   checked before every ``attempt.started`` exactly as :mod:`intentlog.backlog.worker` does
   (the same gate), and released when the item is left;
 - **its own order**: the step's effects go through ``task.aeffect``, whose record work runs
-  in the task's disk thread (:mod:`intentlog.effects.disk`): ``quota.reserved`` and
+  off the loop (:mod:`intentlog.effects.disk`): ``quota.reserved`` and
   ``attempt.started`` durable before the send, the observation before its interpretation.
-  Items reaching a durable point together do not wait for one another: each item's
-  syncs run in its own thread (its disk thread for the effects, a pool thread for its
-  lease and result), so their ``fdatasync`` calls overlap in the kernel;
+  With no quota to ask for, every item's record work (effect steps, result, release)
+  runs on the process's one shared disk thread, and the streams written in a round are
+  synced side by side in sync threads, each item answered after its own stream's sync:
+  one thread does the Python work instead of one per item, and the ``fdatasync`` calls
+  still overlap in the kernel. With a quota (its gate waits for a grant) an item keeps a
+  disk thread of its own. The lease is taken in a pool thread;
 - **its own quota answer**: with a quota, the gate (in the disk thread) sends ``Reserve``
   on the lane and waits for the reply the loop routes to it; with none, it only looks at
   whether the supervisor told the lane "stop";

@@ -18,6 +18,13 @@ driving an effect of that task in this process:
 - the thread exists while some coroutine uses the disk (:meth:`Disk.using`) and ends when
   the last one is done.
 
+A disk may instead be *shared* (:meth:`Disk.share`): its jobs then run on the process's
+one shared disk thread (:class:`_Shared`) with every other shared task's, in the same
+order per task and under the same rule (an answer only after a sync covering what its
+job wrote); the streams written in a round are synced side by side in sync threads. A
+backlog worker holding many items in flight shares its items' disks so that one thread,
+not one per item, does their Python work.
+
 A failed sync (the stream is poisoned) is thrown into every parked step at its ``yield``,
 as the synchronous form's ``append(sync=True)`` would raise there, and fails every finished
 job waiting on it: an answer whose record is not durable is never delivered.
@@ -151,6 +158,7 @@ class Disk:
         #: run on the process's shared disk thread (:class:`_Shared`) instead of a thread of its own;
         #: set only while no coroutine uses the disk, and only when no job of it ever blocks
         self.shared = False
+        self._shard: _Shared | None = None  # the shared disk thread it keeps to, once chosen
 
     def share(self, on: bool) -> bool:
         """Run on the process's shared disk thread (``on``) or a thread of its own; only while unused.
@@ -180,7 +188,7 @@ class Disk:
                     if task is not None:
                         end = Job()
                         end.end = True
-                        _SHARED.post(self, task, end)
+                        _shared_for(self).post(self, task, end)
             return
         with self._lock:
             self._users += 1
@@ -206,7 +214,7 @@ class Disk:
             task = self._task()
             if task is None:  # pragma: no cover - the caller holds the task
                 raise RuntimeError("the task is gone")
-            _SHARED.post(self, task, job)
+            _shared_for(self).post(self, task, job)
             return
         with self._lock:
             jobs = self._jobs
@@ -451,7 +459,31 @@ class _Shared:
             self.jobs.put(None)  # wake the disk thread
 
 
-_SHARED = _Shared()
+#: shared disk threads per process; each shared disk keeps to one of them (its order is that thread's)
+SHARED_THREADS = 4
+_SHARED: list[_Shared] = []
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_for(disk: Disk) -> _Shared:
+    """The shared disk thread ``disk`` keeps to, chosen once, round robin (a task's jobs keep one order)."""
+    got = disk._shard
+    if got is None or got not in _SHARED:  # a disk from before a fork: choose again
+        with _SHARED_LOCK:
+            while len(_SHARED) < max(1, SHARED_THREADS):
+                _SHARED.append(_Shared())
+            got = _SHARED[_next_shard() % len(_SHARED)]
+            disk._shard = got
+    return got
+
+
+_SHARDS_GIVEN = [0]
+
+
+def _next_shard() -> int:
+    n = _SHARDS_GIVEN[0]
+    _SHARDS_GIVEN[0] = n + 1
+    return n
 
 _DISKS: weakref.WeakKeyDictionary[TaskStream, Disk] = weakref.WeakKeyDictionary()
 _DISKS_LOCK = threading.Lock()
@@ -468,11 +500,12 @@ def disk_of(task: TaskStream) -> Disk:
 
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's disk threads: forget them (a new one starts on first use)."""
-    global _DISKS_LOCK, _THREADS, _SHARED
+    global _DISKS_LOCK, _THREADS, _SHARED_LOCK
     _DISKS.clear()
     _DISKS_LOCK = threading.Lock()
     _THREADS = _Threads()  # the parent's kept threads are not in the child
-    _SHARED = _Shared()  # nor its shared disk thread
+    _SHARED.clear()  # nor its shared disk threads
+    _SHARED_LOCK = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
