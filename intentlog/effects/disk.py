@@ -459,8 +459,9 @@ class _Shared:
             self.jobs.put(None)  # wake the disk thread
 
 
-#: shared disk threads per process; each shared disk keeps to one of them (its order is that thread's)
-SHARED_THREADS = 4
+#: shared disk threads per process; each shared disk keeps to one of them (its order is that thread's).
+#: One measured best (bench/backlog.py --in-flight: 4 threads gave back most of the CPU one saves)
+SHARED_THREADS = 1
 _SHARED: list[_Shared] = []
 _SHARED_LOCK = threading.Lock()
 
