@@ -190,12 +190,13 @@ class _Process:
     async def item(self, lane: _Lane, run: Run) -> Answer:
         """One item: lease, the step (awaited here), the result and the release, each record job off the loop.
 
-        With no quota to ask for (the gate never waits), the item's record work -- its
-        lease, every effect step, its result and its release -- runs on the process's one
-        shared disk thread, whose group commit syncs the streams of every item that reached
-        a durable point together side by side (:mod:`intentlog.effects.disk`). With a quota
-        (the gate waits for the supervisor's grant) the item keeps a disk thread of its own
-        and its lease and result run in a pool thread, so one item's wait holds no other back.
+        Its lease is taken in a pool thread (taking a lock waits on the disk). With no quota
+        to ask for (the gate never waits), the rest of its record work -- every effect step,
+        its result and its release -- runs on the process's shared disk thread, whose group
+        commit syncs the streams of every item that reached a durable point together side by
+        side (:mod:`intentlog.effects.disk`). With a quota (the gate waits for the
+        supervisor's grant) the item keeps a disk thread of its own and its result runs in a
+        pool thread, so one item's wait holds no other back.
         A cancel reaching it while record work runs for it waits for that work to end
         (a lease taken is released; a result being recorded is recorded and answered).
         """
