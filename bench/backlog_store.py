@@ -18,6 +18,9 @@ server is started on free ports for the run (``intentlog.s3.local.start_seaweedf
 4. How close the runner gets to the store's limit: a worker's effects are sequential, so W
    workers can at best make ``W / (PUTs per effect x PUT latency)`` effects/s if the store
    served them in parallel; the ratio is the measured rate over that bound.
+5. The store's own limit for one writer: one conditional PUT at a time, ``1 / PUT latency``
+   requests/s; ``store_wW_vs_put_limit`` is the effects/s over it (an effect that cost
+   exactly one sequential PUT would score 1 with one worker).
 
 Medians over the repeats: the machine is shared and noisy.
 """
@@ -226,6 +229,7 @@ def main() -> None:
             bound = w * 1000 / (per_effect * put)  # every PUT of a worker's effects in sequence, workers in parallel
             out[f"store_w{w}_bound_effects_per_s"] = round(bound, 1)
             out[f"store_w{w}_fraction_of_bound"] = round(out[f"store_w{w}_effects_per_s"] / bound, 2)
+            out[f"store_w{w}_vs_put_limit"] = round(out[f"store_w{w}_effects_per_s"] * put / 1000, 2)
     finally:
         server.stop()
     if args.json:

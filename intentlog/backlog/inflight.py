@@ -9,11 +9,14 @@ same messages as a one-item worker (:mod:`intentlog.backlog.messages`), plus
   checked before every ``attempt.started`` exactly as :mod:`intentlog.backlog.worker` does
   (the same gate), and released when the item is left;
 - **its own order**: the step's effects go through ``task.aeffect``, whose record work runs
-  in the task's disk thread (:mod:`intentlog.effects.disk`): ``quota.reserved`` and
+  off the loop (:mod:`intentlog.effects.disk`): ``quota.reserved`` and
   ``attempt.started`` durable before the send, the observation before its interpretation.
-  Items reaching a durable point together do not wait for one another: each item's
-  syncs run in its own thread (its disk thread for the effects, a pool thread for its
-  lease and result), so their ``fdatasync`` calls overlap in the kernel;
+  With no quota to ask for, every item's record work (effect steps, result, release)
+  runs on the process's one shared disk thread, and the streams written in a round are
+  synced side by side in sync threads, each item answered after its own stream's sync:
+  one thread does the Python work instead of one per item, and the ``fdatasync`` calls
+  still overlap in the kernel. With a quota (its gate waits for a grant) an item keeps a
+  disk thread of its own. The lease is taken in a pool thread;
 - **its own quota answer**: with a quota, the gate (in the disk thread) sends ``Reserve``
   on the lane and waits for the reply the loop routes to it; with none, it only looks at
   whether the supervisor told the lane "stop";
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import re
 import signal
 import threading
@@ -42,6 +46,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
+from ..effects.disk import disk_of
 from .children import arun_step
 from .messages import Answer, Grant, Reply, Reserve, Run, Spent, Stop, Stopped
 from .model import LedgerLike
@@ -183,49 +188,87 @@ class _Process:
                 pass  # the supervisor is gone: the lane's reader ends the process
 
     async def item(self, lane: _Lane, run: Run) -> Answer:
-        """One item: lease (a pool thread), the step (awaited here), the result and the release (a pool thread).
+        """One item: lease, the step (awaited here), the result and the release, each record job off the loop.
 
-        A cancel reaching it while a pool thread works for it waits for that work to end
+        Its lease is taken in a pool thread (taking a lock waits on the disk). With no quota
+        to ask for (the gate never waits), the rest of its record work -- every effect step,
+        its result and its release -- runs on the process's shared disk thread, whose group
+        commit syncs the streams of every item that reached a durable point together side by
+        side (:mod:`intentlog.effects.disk`). With a quota (the gate waits for the
+        supervisor's grant) the item keeps a disk thread of its own and its result runs in a
+        pool thread, so one item's wait holds no other back.
+        A cancel reaching it while record work runs for it waits for that work to end
         (a lease taken is released; a result being recorded is recorded and answered).
         """
         task = self.ledger.task(run.task)
         guard = _LaneGate(task, lane, run.item, run.asks)
+        disk = disk_of(task.stream)
+        shared = disk.share(not run.asks)
+        record = self.on_disk if shared else self.in_pool
         epoch, released = 0, False
-        try:
+        with disk.using():
             try:
-                leased: Answer | int = await self.in_pool(lease_item, task, guard, run.item, run.backlog)
-                if not isinstance(leased, int):
-                    return leased
-                epoch = leased
-                # suspending: a sleep, a wait or a join records what it waits for and releases this lane
-                value = await arun_step(task, run.backlog, run.item, self.step, run.payload)
-            except asyncio.CancelledError:
-                return Stopped("stopped", run.item, CANCELLED)
-            except Exception as exc:
-                failed: Answer = await self.in_pool(failure_answer, task, run.item, exc, whole=True)
-                return failed
-            released = True  # from here the pool thread records the result and releases, or answers the failure
-            answer: Answer = await self.in_pool(_finish, task, run.item, run.backlog, epoch, value, whole=True)
-            return answer
-        finally:
-            if not released:  # even when cancelled: the lease released and the writer closed before the lane answers
-                await self.in_pool(release_item, task, epoch or guard.epoch, False, whole=True)
+                try:
+                    # in a pool thread always: taking a lock and reading the kernel's locks wait on the disk
+                    leased: Answer | int = await self.in_pool(lease_item, task, guard, run.item, run.backlog)
+                    if not isinstance(leased, int):
+                        return leased
+                    epoch = leased
+                    # suspending: a sleep, a wait or a join records what it waits for and releases this lane
+                    value = await arun_step(task, run.backlog, run.item, self.step, run.payload)
+                except asyncio.CancelledError:
+                    return Stopped("stopped", run.item, CANCELLED)
+                except Exception as exc:
+                    failed: Answer = await record(failure_answer, task, run.item, exc, whole=True, bare=True)
+                    return failed
+                if not shared:
+                    released = True  # from here the pool thread records the result and releases, or answers the failure
+                    answer: Answer = await record(_finish, task, run.item, run.backlog, epoch, value, whole=True)
+                    return answer
+                # on the shared disk: the result joins the round's group commit; the release follows it
+                answer, released = await record(_result, task, run.item, run.backlog, epoch, value, whole=True)
+                return answer
+            finally:
+                # even when cancelled: the lease released (or only the writer closed) before the lane answers
+                if not (released and not shared):
+                    await record(release_item, task, epoch or guard.epoch, released, whole=True, bare=True)
 
-    async def in_pool(self, fn: Callable[..., Any], *args: Any, whole: bool = False) -> Any:
+    async def in_pool(self, fn: Callable[..., Any], *args: Any, whole: bool = False, bare: bool = False) -> Any:
         """``fn(*args)`` in a pool thread. Cancelled meanwhile: the work is waited for, then the cancel is raised
         (``whole``: its result returned instead, the cancel dropped -- record work is never cut short)."""
         work = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
-        try:
-            return await asyncio.shield(work)
-        except asyncio.CancelledError:
-            while not work.done():
-                try:
-                    await asyncio.wait({work})
-                except asyncio.CancelledError:
-                    continue
-            if whole:
-                return work.result()
-            raise
+        return await _uncut(work, whole)
+
+    async def on_disk(self, fn: Callable[..., Any], *args: Any, whole: bool = False, bare: bool = False) -> Any:
+        """``fn(*args)`` on the task's (shared) disk thread, answered once what it wrote is durable; a cancel
+        as :meth:`in_pool` (``bare``: outside the stream's batch, for work that opens or closes the writer)."""
+        disk = disk_of(args[0].stream)
+        work = disk.call(functools.partial(fn, *args), bare=bare)
+        return await _uncut(work, whole)
+
+
+async def _uncut(work: asyncio.Future[Any], whole: bool) -> Any:
+    """Await ``work`` to its end even when cancelled meanwhile; then raise the cancel (``whole``: return instead)."""
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        while not work.done():
+            try:
+                await asyncio.wait({work})
+            except asyncio.CancelledError:
+                continue
+        if whole:
+            return work.result()
+        raise
+
+
+def _result(task: Task, item: str, backlog: str, epoch: int, value: Any) -> tuple[Answer, bool]:
+    """On the shared disk thread: the result recorded (synced by the round), or the failure answered; and
+    whether the lease's release went with it."""
+    try:
+        return record_result(task, item, backlog, epoch, value), True
+    except Exception as exc:  # a result that is not JSON, or its write failed: a failed run
+        return failure_answer(task, item, exc), False
 
 
 def _finish(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Answer:

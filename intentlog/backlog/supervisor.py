@@ -94,9 +94,10 @@ OUTAGE = 60.0
 #: workers in a row that exit before answering anything: the run stops (a step that cannot load, a crash at start)
 START_DEATHS = 5
 
-#: seconds between two looks at every running item's stream (stalls are judged in seconds; hundreds of items
-#: in flight answer many times a second, and each look costs a stat per item)
-WATCH_EVERY = 0.05
+#: at most this many seconds between two looks at every running item's stream (stalls are judged in seconds;
+#: hundreds of items in flight answer many times a second, and each look costs a stat per item); never more
+#: than a tenth of the run's ``inactivity`` or ``max_duration``, so a short limit is still judged on time
+WATCH_EVERY = 0.25
 
 
 class WorkersDie(IntentlogError):
@@ -167,6 +168,8 @@ class Supervisor:
         self.selector = selectors.DefaultSelector()
         self.registered: set[Connection] = set()
         self.watched = -WATCH_EVERY  # monotonic: the last look at the running items
+        limits = [x / 10 for x in (inactivity, max_duration) if x is not None and x > 0]
+        self.watch_every = min([WATCH_EVERY, *limits])
 
     @property
     def fold(self) -> BacklogFold:
@@ -265,7 +268,7 @@ class Supervisor:
                     self.receive(w)
             self.grant_waiting()
             now = time.monotonic()
-            if now - self.watched >= WATCH_EVERY:
+            if now - self.watched >= self.watch_every:
                 self.watched = now
                 self.watch()
             self.dispatch()

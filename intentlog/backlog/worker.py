@@ -182,7 +182,6 @@ class ItemGate:
 
 _Guard = ItemGate  # its earlier name
 
-
 def _json_result(value: Any) -> Any:
     dumps(value)  # NotSerializable names the bad path
     return value
