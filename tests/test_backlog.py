@@ -89,8 +89,11 @@ def test_priority_and_not_before_order_respected(
     view = b.run(order_step, workers=1, until_idle=True)
     assert view.counts["done"] == 5
     rows = [json.loads(x) for x in (tmp_path / "order.jsonl").read_text().splitlines()]
-    assert [r["item"] for r in rows] == ["high", "mid", "mid2", "low", "late"]
-    assert rows[-1]["ts"] >= later
+    # due items by priority; 'late' (priority 9) never before its not_before -- on a loaded machine the
+    # others may outlast the 1.5 s, and then it is due and goes first among those left: its place is not pinned
+    assert [r["item"] for r in rows if r["item"] != "late"] == ["high", "mid", "mid2", "low"]
+    assert next(r["ts"] for r in rows if r["item"] == "late") >= later
+    assert rows[0]["item"] == "high"  # 'late' was not due when the run began
 
 
 def test_retries_back_off_then_fail_after_max_attempts(ledger: intentlog.Ledger, env: dict[str, str]) -> None:
