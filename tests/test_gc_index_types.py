@@ -101,14 +101,14 @@ def test_a_well_typed_gc_entry_is_still_used(tmp_path: Path) -> None:
 
 # -- the tasks listing -------------------------------------------------------------------------------
 
-ROW = ["queued", None, "ok", None, 1, TS, None, "run", "nothing to do"]
+ROW = ["queued", None, "ok", None, 1, TS, None, "run", "nothing to do", None, None]
 
 
 @pytest.mark.parametrize(
     ("at", "bad"),
     [
         (0, 7), (0, "no-such-state"), (1, 7), (2, None), (2, "fine"), (3, ["x"]), (4, "1"), (4, True), (4, -1),
-        (5, 12345), (6, 7), (7, None), (8, 7),
+        (5, 12345), (6, 7), (7, None), (8, 7), (9, 7), (10, ["p"]),
     ],
 )  # fmt: skip
 def test_a_rows_index_entry_of_the_wrong_type_means_the_stream_is_read(
