@@ -110,11 +110,15 @@ def _repoint_parent(evs: Events) -> Events:
     return evs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "verify and verify_bundle.py judge each stream alone (graph_idioms.on_spawned keeps the parent of the stream it "
-    "reads): a task.spawned naming a parent whose stream has no task.child_spawned of this child passes; closing it "
-    "needs a cross-stream rule (every task.spawned {parent} matched by the parent's task.child_spawned {child} with "
-    "the same payload) in verify, check_bundle and the generated verify_bundle.py"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "verify and verify_bundle.py judge each stream alone (graph_idioms.on_spawned keeps the parent of the stream it "
+        "reads): a task.spawned naming a parent whose stream has no task.child_spawned of this child passes; closing it "
+        "needs a cross-stream rule (every task.spawned {parent} matched by the parent's task.child_spawned {child} with "
+        "the same payload) in verify, check_bundle and the generated verify_bundle.py"
+    ),
+)
 def test_a_child_naming_a_parent_that_never_spawned_it_is_refused(fanned: Path, tmp_path: Path) -> None:
     assert _verdicts(fanned, tmp_path, "d-alpha", _repoint_parent) == (True, True, True)
 
@@ -126,10 +130,14 @@ def _forge_item_parent(evs: Events) -> Events:
     return evs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a backlog.item_added {item, task, parent} is checked only for its fields: nothing matches its parent against "
-    "the parent item task's task.child_spawned nor its task against the child's task.spawned {parent}; closing it "
-    "needs the same cross-stream rule as a child's task.spawned, applied to backlog.item_added, in all three checkers"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a backlog.item_added {item, task, parent} is checked only for its fields: nothing matches its parent against "
+        "the parent item task's task.child_spawned nor its task against the child's task.spawned {parent}; closing it "
+        "needs the same cross-stream rule as a child's task.spawned, applied to backlog.item_added, in all three checkers"
+    ),
+)
 def test_a_child_item_added_under_a_parent_that_never_spawned_it_is_refused(fanned: Path, tmp_path: Path) -> None:
     assert _verdicts(fanned, tmp_path, "fan.backlog", _forge_item_parent) == (True, True, True)
 
@@ -196,3 +204,28 @@ def test_spawning_an_id_of_a_backlogs_own_form_writes_nothing(ledger: intentlog.
         parent.spawn(child, {"x": 1})
     assert [e.kind for e in parent.events()] == before
     assert child not in ledger.task_ids()
+
+
+# -- revisions of a path that escapes; a git= folder that is no repository ----------------------------
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../../x", "/"])
+def test_revisions_of_a_path_outside_the_workspace_is_refused(ledger: intentlog.Ledger, path: str) -> None:
+    with pytest.raises(intentlog.OutsideWorkspace):
+        ledger.revisions(path)
+
+
+def test_a_checkpoint_with_git_on_a_folder_outside_any_repository_writes_nothing(
+    ledger: intentlog.Ledger, tmp_path: Path
+) -> None:
+    bare = tmp_path / "not-a-repo"
+    bare.mkdir()
+    link = tmp_path / "link-to-it"
+    link.symlink_to(bare)
+    task = ledger.task("t")
+    task.value("v", lambda: 1)
+    before = [e.kind for e in task.events()]
+    for folder in (bare, link):
+        with pytest.raises(intentlog.UsageError, match="git"):
+            task.checkpoint("drafted", git=folder)
+    assert [e.kind for e in task.events()] == before
