@@ -7,6 +7,9 @@ re-run creates the child; it is never lost. The child id is the idempotency key:
 spawning the same id records nothing more and reuses the child (the same payload is
 required: another payload under a spawned id is refused -- a changed child needs a new
 id), and a task that exists under that id but was not spawned by this parent is refused.
+An id of the form of a backlog's own streams (``NAME.backlog``, ``NAME.item.ITEM``) or an
+inbox (``ID.inbox``) is refused before anything is written: a backlog would take that
+stream as its own.
 
 A child returns its result with ``child.finish(result)`` (``task.returned {result}``,
 JSON, once: a second finish returns the first result). ``task.join(children)`` reads each
@@ -34,6 +37,7 @@ import orjson
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
+from ..projections.backlogs import BACKLOG_SUFFIX
 from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, idiom_state
 from ..stream import as_recorded
 from . import state
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["finish", "hand_over", "join", "spawn"]
 
 _pause = time.sleep
+_ITEM_INFIX = ".item."  # a backlog's item task is NAME.item.ITEM (intentlog.backlog.model.item_task_id)
 
 
 def _json(what: str, value: Any) -> Any:
@@ -70,6 +75,12 @@ def spawn(
         raise UsageError(
             f"child id {child_id!r} names an inbox (the stream {child_id[: -len(INBOX_SUFFIX)]!r}'s signals go to); "
             "pick a child id that does not end in '.inbox'; nothing was written"
+        )
+    if child_id.endswith(BACKLOG_SUFFIX) or _ITEM_INFIX in child_id:
+        raise UsageError(
+            f"child id {child_id!r} has the form of a backlog's own stream ('NAME{BACKLOG_SUFFIX}') or item task "
+            f"('NAME{_ITEM_INFIX}ITEM'): a backlog would take it as its own; pick a child id without "
+            f"{_ITEM_INFIX!r} that does not end in {BACKLOG_SUFFIX!r}; nothing was written"
         )
     if child_id == parent.id:
         raise UsageError(f"task {parent.id!r} cannot spawn itself; nothing was written")
