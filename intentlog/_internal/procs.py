@@ -9,9 +9,7 @@ import os
 import signal
 from typing import Final
 
-__all__ = [
-    "PROC_LOCKS", "boot_id", "exit_text", "flock_holders", "flock_writer", "lock_key", "pid_alive", "process_start",
-]  # fmt: skip
+__all__ = ["PROC_LOCKS", "exit_text", "flock_holders", "flock_writer", "lock_key", "pid_alive"]
 
 #: Where Linux lists the file locks held: read to see a live writer without touching its lock.
 PROC_LOCKS: Final = "/proc/locks"
@@ -28,35 +26,6 @@ def pid_alive(pid: int) -> bool:
     except (OSError, OverflowError):
         return True
     return True
-
-
-def boot_id() -> str | None:
-    """This boot's id (``/proc/sys/kernel/random/boot_id``), or None where there is none: with a pid and its
-    start time, it names one process for the life of the host."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
-def process_start(pid: int) -> tuple[int, bool] | None:
-    """Process ``pid``'s start time in clock ticks since boot and whether it is a zombie (it ended, unreaped).
-
-    None when there is no such process (or no ``/proc``). The start time is field 22 of
-    ``/proc/PID/stat``, read after the last ``)``: the command name may hold spaces and
-    parentheses.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    rest = raw[raw.rfind(b")") + 2 :].split()  # rest[0] is field 3, the state
-    try:
-        return int(rest[19]), rest[0] in (b"Z", b"X")
-    except (IndexError, ValueError):
-        return None
 
 
 def exit_text(exitcode: int | None) -> str:

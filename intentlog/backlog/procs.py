@@ -15,7 +15,7 @@ import time
 from typing import Final
 
 from .._internal import procs as _procs
-from .._internal.procs import PROC_LOCKS, boot_id, lock_key, process_start
+from .._internal.procs import PROC_LOCKS, lock_key
 
 __all__ = ["boot_id", "end_holder", "flock_holders", "host_name", "lock_key", "start_time", "die_with_parent"]
 
@@ -26,10 +26,27 @@ def host_name() -> str:
     return socket.gethostname()
 
 
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """The start time of process ``pid`` in clock ticks since boot, or None (no such process, no /proc)."""
-    got = process_start(pid)
-    return None if got is None else got[0]
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    rest = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return int(rest[19])  # field 22 overall; rest starts at field 3
+    except (IndexError, ValueError):
+        return None
 
 
 def end_holder(pid: int, started: int | None, *, wait: float = 5.0) -> bool:
@@ -55,8 +72,12 @@ def end_holder(pid: int, started: int | None, *, wait: float = 5.0) -> bool:
 
 
 def _zombie(pid: int) -> bool:
-    got = process_start(pid)
-    return got is None or got[1]
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return True
+    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] == b"Z"
 
 
 def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int] | None:

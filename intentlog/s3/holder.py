@@ -19,8 +19,6 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from .._internal.procs import boot_id, process_start
-
 __all__ = ["Holder", "this_process"]
 
 
@@ -62,10 +60,23 @@ class Holder:
         return started is not None and started == self.start
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _start_time(pid: int) -> str | None:
     """The start time of process ``pid`` (None when there is none, or it is a zombie: it ended)."""
-    got = process_start(pid)
-    return None if got is None or got[1] else str(got[0])
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 def _namespace() -> str:
@@ -88,7 +99,7 @@ def this_process() -> Holder:
             Holder(
                 pid,
                 socket.gethostname(),
-                boot_id() or "",
+                _read("/proc/sys/kernel/random/boot_id"),
                 _namespace(),
                 _start_time(pid) or "",
             ),
