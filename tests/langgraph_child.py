@@ -138,10 +138,9 @@ class Mail(TypedDict, total=False):
 
 
 def build(root: str, mail_url: str, model_url: str | None = None) -> Any:
-    from langgraph.config import get_config
     from langgraph.graph import END, START, StateGraph
 
-    from intentlog.langgraph import IntentlogSaver, intentlog_tool
+    from intentlog.langgraph import IntentlogSaver, intentlog_tool, node_run
 
     saver = IntentlogSaver(root, take_over_after=0)
 
@@ -164,8 +163,7 @@ def build(root: str, mail_url: str, model_url: str | None = None) -> Any:
 
         import intentlog.http
 
-        conf = get_config()["configurable"]
-        task = saver.task(conf["thread_id"])
+        task, where = node_run(saver)
         llm = ChatOpenAI(
             model="gpt-fake",
             base_url=f"{model_url}/v1",
@@ -173,7 +171,7 @@ def build(root: str, mail_url: str, model_url: str | None = None) -> Any:
             http_client=intentlog.http.client(task),
             max_retries=0,
         )
-        with task.key(f"model:{conf['checkpoint_ns']}"):
+        with task.key(f"model:{where}"):
             reply = llm.invoke([("user", f"Write a one-line shipping note for {state['to']}")])
         boundary("after-model")
         return {"body": str(reply.content)}

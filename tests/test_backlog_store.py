@@ -27,7 +27,7 @@ from intentlog.s3 import S3Client, parse_s3_url
 
 TESTS = Path(__file__).parent
 
-#: a foreign holder of item i0: its first effect, "ready", a pause (SIGSTOPped there), its second effect
+#: a foreign holder of item i0: its first effect, "ready", a pause (SECONDS, or until a line on stdin), its second
 HOLDER = """
 import sys, time, intentlog
 from backlog_steps import serve
@@ -35,7 +35,10 @@ ledger = intentlog.open(sys.argv[1])
 task = ledger.task("f.item.i0")
 task.effect("e0", {"pkey": "i0:0"}, serve)
 print("ready", flush=True)
-time.sleep(float(sys.argv[2]))
+if sys.argv[2] == "stdin":
+    sys.stdin.readline()  # held here (and SIGSTOPped) until the test says go: never a race with the stop
+else:
+    time.sleep(float(sys.argv[2]))
 try:
     task.effect("e1", {"pkey": "i0:1"}, serve)
 except Exception as exc:
@@ -136,7 +139,11 @@ def test_a_fenced_holder_stopped_then_continued_cannot_append_or_send(url: str, 
     bl = ledger.backlog("f")
     bl.add("i0", {"item": "i0", "effects": 2})
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, url, "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, url, "stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
@@ -146,7 +153,7 @@ def test_a_fenced_holder_stopped_then_continued_cannot_append_or_send(url: str, 
         assert time.monotonic() - t0 >= 2.0  # taken only after standing still for `inactivity`
         after_run = _keys(url)
         os.kill(holder.pid, signal.SIGCONT)
-        out, err = holder.communicate(timeout=30)
+        out, err = holder.communicate("go\n", timeout=30)
     finally:
         if holder.poll() is None:
             os.kill(holder.pid, signal.SIGCONT)

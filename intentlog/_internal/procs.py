@@ -50,13 +50,14 @@ def lock_key(st: os.stat_result) -> str:
     return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
 
 
-def _read_table(table_path: str) -> tuple[str, bool]:
-    """The lock table's text, and whether it came in one read.
+def _read_table(table_path: str) -> str:
+    """The lock table's text: no snapshot.
 
-    Linux hands ``/proc/locks`` out a page (about 4 KiB) per ``read``, walking the list
-    afresh by position each time: a table longer than one read is no snapshot, and a
-    lock held throughout is skipped when locks listed before it are released between
-    two reads. Only a table that came whole in one read is a snapshot.
+    Linux hands ``/proc/locks`` out in pieces (a page per ``read``, and within one
+    ``read`` whenever its buffer fills), walking the list afresh by position each time:
+    a lock held throughout is skipped when locks listed before it are released between
+    two pieces. Even a table that came in one ``read`` was seen to miss one (1 in 3,000
+    looks under churn).
     """
     fd = os.open(table_path, os.O_RDONLY)
     try:
@@ -68,7 +69,7 @@ def _read_table(table_path: str) -> tuple[str, bool]:
             chunks.append(got)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("ascii", errors="replace"), len(chunks) <= 1
+    return b"".join(chunks).decode("ascii", errors="replace")
 
 
 def _parse(table: str) -> dict[str, int]:
@@ -92,7 +93,7 @@ def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int]:
     (see :func:`_read_table`): a caller that must not miss one asks :func:`flock_writer`.
     Raises ``OSError`` when ``table_path`` cannot be read (the caller decides what then).
     """
-    return _parse(_read_table(table_path)[0])
+    return _parse(_read_table(table_path))
 
 
 #: full reads of a lock table too long for one read before a lock missing from each is called not held
@@ -128,17 +129,17 @@ def flock_writer(st: os.stat_result, table_path: str = PROC_LOCKS, *, mine: bool
 
     None when no process holds one; -1 when one does but its pid is unreadable. Raises
     ``OSError`` when there is no readable ``/proc/locks`` (the caller decides what then).
-    A table that came in one read is a snapshot and answers at once. A longer one can skip
-    a held lock (see :func:`_read_table`): a lock missing from it is looked for in up to
-    :data:`_REREADS` full reads, and -- with ``mine``, where the caller believes it holds
-    the lock itself -- in this process's own descriptors, which never miss one.
+    A lock found in the table is held. A lock missing from it may have been skipped: even a
+    table that came in one read is walked in pieces by the kernel when locks come and go
+    (see :func:`_read_table`). With ``mine`` -- the caller believes it holds the lock
+    itself -- a miss is settled by this process's own descriptors, which are exact; without,
+    the table is read up to :data:`_REREADS` times before the lock is called not held.
     """
     key = lock_key(st)
     for _ in range(_REREADS):
-        table, whole = _read_table(table_path)
-        got = _parse(table).get(key)
-        if got is not None or whole:
+        got = _parse(_read_table(table_path)).get(key)
+        if got is not None:
             return got
-        if mine and table_path == PROC_LOCKS and _mine(key):
-            return os.getpid()
+        if mine and table_path == PROC_LOCKS:
+            return os.getpid() if _mine(key) else None
     return None

@@ -8,6 +8,9 @@
   after a crash replays a completed call from the record and refuses
   (:class:`~intentlog.EffectUnknown`, naming the ``intentlog reconcile`` command) a call
   that started and left nothing.
+* :func:`node_run`: the thread's task and the running node's key, for other effects made
+  in a node (a model call through ``intentlog.http``), once the checkpoint the node runs
+  from is recorded.
 
 The core never imports this package (docs/langgraph.md).
 """
@@ -22,6 +25,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .saver import DEFAULT_PREFIX, IntentlogSaver
-from .tools import intentlog_tool
+from .tools import intentlog_tool, node_run
 
-__all__ = ["DEFAULT_PREFIX", "IntentlogSaver", "intentlog_tool"]
+__all__ = ["DEFAULT_PREFIX", "IntentlogSaver", "intentlog_tool", "node_run"]

@@ -38,6 +38,7 @@ import builtins
 import os
 import random
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, cast
@@ -78,6 +79,8 @@ __all__ = ["DEFAULT_PREFIX", "IntentlogSaver"]
 
 #: Thread tasks are named ``lg-<thread_id>`` unless another prefix is given.
 DEFAULT_PREFIX: Final = "lg-"
+#: seconds an effect in a node waits for the checkpoint it runs from to be recorded (see wait_recorded)
+RECORDED_WAIT: Final = 300.0
 
 
 class IntentlogSaver(BaseCheckpointSaver[str]):
@@ -108,6 +111,7 @@ class IntentlogSaver(BaseCheckpointSaver[str]):
         self.prefix = prefix
         self.take_over_after = take_over_after
         self._lock = threading.RLock()
+        self._recorded = threading.Condition(self._lock)  # notified after every append (see wait_recorded)
         self._indexes: dict[str, ThreadIndex] = {}
         self._held: set[str] = set()
 
@@ -144,6 +148,37 @@ class IntentlogSaver(BaseCheckpointSaver[str]):
             idx.apply_all(self.ledger.task(task_id).events(since=idx.last_seq + 1))
         else:
             idx.apply(ev.seq, ev.kind, ev.data)
+        self._recorded.notify_all()
+
+    def wait_recorded(self, thread_id: str, checkpoints: Mapping[str, str], *, timeout: float = RECORDED_WAIT) -> None:
+        """Return once every checkpoint ``checkpoints`` names (namespace -> id) is durable in the thread's task.
+
+        A node's LangGraph task id derives from the checkpoint it runs from; under the default
+        ``durability="async"`` that checkpoint is written on a background thread while the
+        node already runs. An effect keyed by the task id must wait for it: were the process
+        killed before it landed, a resume would run from an older checkpoint, derive new task
+        ids and send the effect again. Woken by this saver's own appends; another writer's
+        (a second saver on the ledger) are seen by re-reading the task every 50 ms. Raises
+        ``UsageError`` after ``timeout`` seconds, having recorded nothing.
+        """
+        task_id = self.task_id(thread_id)
+        deadline = time.monotonic() + timeout
+        with self._recorded:
+            while True:
+                idx = self._index(task_id)
+                missing = [(ns, cid) for ns, cid in checkpoints.items() if cid not in idx.checkpoints.get(ns, {})]
+                if not missing:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    ns, cid = missing[0]
+                    raise UsageError(
+                        f"thread {thread_id!r}: the checkpoint {cid} (namespace {ns!r}) this node runs from was not "
+                        f"recorded within {timeout:g} s, so an effect keyed by its task could be sent again after a "
+                        "crash; nothing was recorded or sent. Compile the graph with this saver as its checkpointer "
+                        "and invoke it with durability 'async' (the default) or 'sync'"
+                    )
+                self._recorded.wait(min(left, 0.05))
 
     def _thread_task_ids(self) -> list[str]:
         return [t for t in self.ledger.task_ids() if t.startswith(self.prefix)]

@@ -26,20 +26,22 @@ raising); raise :class:`intentlog.NotSent` from it to say that nothing left.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import orjson
 from langgraph.config import get_config
 
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps, request_hash
+from ..task import Task
 from .saver import IntentlogSaver
 
-__all__ = ["SERDE_KEY", "decode_result", "encode_result", "intentlog_tool", "tool_key"]
+__all__ = ["SERDE_KEY", "decode_result", "encode_result", "intentlog_tool", "node_run", "tool_key"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,21 +83,51 @@ def decode_result(saver: IntentlogSaver, raw: bytes) -> Any:
     return value
 
 
-def _where(name: str) -> tuple[str, str]:
+#: LangGraph's configurable keys: the checkpoint each namespace of a task runs from, and the run's durability
+_CHECKPOINT_MAP: Final = "checkpoint_map"
+_DURABILITY: Final = "__pregel_durability"
+
+
+def _where(name: str) -> tuple[str, str, dict[str, str]]:
     try:
         config = get_config()
     except RuntimeError as exc:
         raise UsageError(
-            f"tool {name!r} runs at most once only inside a LangGraph node (it keys the call by the node's task); "
+            f"{name!r} runs at most once only inside a LangGraph node (it keys the call by the node's task); "
             "call it from a node of a graph compiled with an IntentlogSaver"
         ) from exc
     conf = config.get("configurable", {})
     thread_id = conf.get("thread_id")
     if not isinstance(thread_id, str) or not thread_id:
         raise UsageError(
-            f"tool {name!r} needs a thread: invoke the graph with config={{'configurable': {{'thread_id': ...}}}}"
+            f"{name!r} needs a thread: invoke the graph with config={{'configurable': {{'thread_id': ...}}}}"
         )
-    return thread_id, str(conf.get("checkpoint_ns", ""))
+    if conf.get(_DURABILITY) == "exit":
+        raise UsageError(
+            f"{name!r} runs at most once only when the checkpoint its node runs from is recorded before it: "
+            "this graph was invoked with durability='exit' (checkpoints written only at the end); invoke it "
+            "with durability='async' (the default) or 'sync'. Nothing was recorded or sent"
+        )
+    checkpoints = conf.get(_CHECKPOINT_MAP) or {}
+    return thread_id, str(conf.get("checkpoint_ns", "")), {str(k): str(v) for k, v in checkpoints.items()}
+
+
+def node_run(saver: IntentlogSaver, name: str = "node_run") -> tuple[Task, str]:
+    """The thread's task and the running node's key (its ``checkpoint_ns``), for effects made in a node.
+
+    Returns only once the checkpoint the node runs from is durable (see
+    :meth:`IntentlogSaver.wait_recorded`): the key is derived from that checkpoint, so an
+    effect keyed by it is the same effect on every resume. Use it to key a model call::
+
+        task, where = node_run(saver)
+        with task.key(f"model:{where}"):
+            reply = llm.invoke(...)
+
+    Raises ``UsageError`` outside a node, without a thread, or under ``durability="exit"``.
+    """
+    thread_id, ns, checkpoints = _where(name)
+    saver.wait_recorded(thread_id, checkpoints)
+    return saver.task(thread_id), ns
 
 
 def intentlog_tool(fn: F, saver: IntentlogSaver, *, name: str | None = None) -> F:
@@ -119,13 +151,12 @@ def intentlog_tool(fn: F, saver: IntentlogSaver, *, name: str | None = None) -> 
 
         @functools.wraps(fn)
         async def arun(*args: Any, **kwargs: Any) -> Any:
-            thread_id, ns = _where(tool_name)
             request = request_of(args, kwargs)
+            task, ns = await asyncio.to_thread(node_run, saver, f"tool {tool_name}")
 
             async def send(_recorded: Any) -> bytes:
                 return encode_result(saver, await fn(*args, **kwargs))
 
-            task = saver.task(thread_id)
             raw = await task.aeffect(tool_key(ns, tool_name, request), request, cast(Any, send), name=tool_name)
             return decode_result(saver, raw)
 
@@ -133,13 +164,13 @@ def intentlog_tool(fn: F, saver: IntentlogSaver, *, name: str | None = None) -> 
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        thread_id, ns = _where(tool_name)
         request = request_of(args, kwargs)
+        task, ns = node_run(saver, f"tool {tool_name}")
 
         def send(_recorded: Any) -> bytes:
             return encode_result(saver, fn(*args, **kwargs))
 
-        raw = saver.task(thread_id).effect(tool_key(ns, tool_name, request), request, send, name=tool_name)
+        raw = task.effect(tool_key(ns, tool_name, request), request, send, name=tool_name)
         return decode_result(saver, raw)
 
     return cast(F, run)
