@@ -58,11 +58,12 @@ t.append("note", {"run": sys.argv[2]})
 """
 
 INTERRUPTED = """
-import os, signal, sys, intentlog
+import os, signal, sys, threading, intentlog
 ledger = intentlog.open(sys.argv[1])
 t = ledger.task("t")
 t.append("note", {"run": sys.argv[2]})
-os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: KeyboardInterrupt unwinds the script
+signal.raise_signal(signal.SIGINT)  # Ctrl-C, to this very thread (os.kill may hand it to a library thread)
+threading.Event().wait(60)  # KeyboardInterrupt unwinds the script here at the latest
 raise SystemExit("the interrupt was not delivered")
 """
 
