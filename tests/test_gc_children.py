@@ -66,7 +66,7 @@ def _scenario(opener: Opener) -> None:
         assert "'merge'" in details["doc-a"] and "not joined" in details["doc-a"], details["doc-a"]
         assert kept["held-kid"] == "keep" and kept["held-parent"] == "unit"
         assert "'held-kid'" in details["held-parent"], details["held-parent"]
-        assert "[unit]" in plan.render() or "unit" in plan.render()
+        assert "doc-a  [unit] kept with its parent 'merge'" in plan.render(), plan.render()
         result = apply_gc(ledger, plan)
         assert sorted(result.deleted) == ["aa-orphan", "part-1", "sum", "zz-given-up"] and not result.skipped
     everyone = ["merge", "doc-a", "doc-b", "sum", "part-1", "zz-given-up", "aa-orphan", "held-parent", "held-kid"]
@@ -112,9 +112,7 @@ def _age(opener: Opener) -> None:
         assert [t.task for t in plan.expired] == [], plan.render()
         later = c_last + dt.timedelta(hours=2)
         plan = plan_gc(ledger, max_age="1h", max_size="none", grace="0s", now=later)
-        assert sorted(t.task for t in plan.expired) == ["c", "other", "p"] or sorted(
-            t.task for t in plan.expired
-        ) == ["c", "p"], plan.render()
+        assert sorted(t.task for t in plan.expired) == ["c", "other", "p"], plan.render()
 
 
 def test_an_age_limit_takes_a_given_up_parent_and_its_younger_child_together(ledger_root: Path) -> None:
@@ -194,7 +192,7 @@ def _family_and_backlog(ledger: intentlog.Ledger) -> None:
 def _unreadable_backlog(plan: intentlog.retention.GcPlan) -> None:
     kept = {k.task: k.rule for k in plan.kept}
     assert kept["kid"] == "backlog", plan.render()
-    assert kept["nb.item.x"] == "backlog" if "nb.item.x" in kept else True
+    assert "cannot be read whole and it is a child task" in {k.task: k.detail for k in plan.kept}["kid"]
     assert {"p", "other"} <= {t.task for t in plan.expired}
     assert "kid" not in {t.task for t in plan.expired}
 
@@ -222,9 +220,9 @@ def test_a_backlog_stream_gc_cannot_read_on_the_store_holds_every_child_task(mon
     damaged = False
     for seg in segs:
         body = client.get(seg)
-        if body is not None and b'"item":"x"' in body and b"backlog.item_added" in body:
-            client.delete(seg)
-            client.create(seg, body.replace(b'"item":"x"', b'"item":"y"'))  # an edited event: its chain breaks
+        if body is not None and b'"phase":"backlog"' in body and b"backlog.item_added" in body:
+            client.delete(seg)  # an edited event before the item's: the item's link to it breaks
+            client.create(seg, body.replace(b'"phase":"backlog"', b'"phase":"backlxg"'))
             damaged = True
             break
     assert damaged, segs

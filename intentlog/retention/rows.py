@@ -33,7 +33,7 @@ SPOOL_BYTES = 64 * 1024
 _READ = 64 * 1024
 
 # the fields of a record, in order
-TASK, RULE, DETAIL, SIZE, LAST_TS, STATE, HEAD, EVENTS, STREAM, IDENT = range(10)
+TASK, RULE, DETAIL, SIZE, LAST_TS, STATE, HEAD, EVENTS, STREAM, IDENT, AFTER = range(11)
 
 
 class TaskRows:
@@ -107,7 +107,7 @@ def expired_task(r: list[Any], reason: str, detail: str) -> ExpiredTask:
     """The record ``r`` as a task the plan deletes, for ``reason``."""
     return ExpiredTask(
         r[TASK], reason, detail, r[LAST_TS] or "", r[SIZE], r[HEAD], r[EVENTS], r[STREAM], tuple(r[IDENT]),
-        state=r[STATE],
+        state=r[STATE], after=r[AFTER],
     )  # fmt: skip
 
 

@@ -10,7 +10,8 @@ import re
 import stat
 import sys
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -20,14 +21,14 @@ from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.idioms import INBOX_SUFFIX, tasks_with_inboxes
+from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, SPAWNED, IdiomFold
 from ..projections.operator import OperatorFold
-from ..projections.status import OPERATOR_STATES, status_of
+from ..projections.status import OPERATOR_STATES, open_children, status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
 from ..viewcache import paused_gc
 from ..viewcache.index import IndexJoin, facts_of
-from .backlogs import backlog_needs
+from .backlogs import BacklogNeeds, backlog_needs
 from .policy import GcPolicy, format_duration, parse_ts
 from .rows import TaskRows
 from .rules import KeepMark, protected_by
@@ -126,6 +127,9 @@ class TaskInfo:
     rule: str | None = None  # why it is never deleted; None: eligible
     detail: str = ""
     state: str | None = None  # the operator state (None: the stream could not be read)
+    parent: str | None = None  # the task that spawned this one (its ``task.spawned``)
+    unjoined: tuple[str, ...] = ()  # the children it spawned and has not joined
+    after: str | None = None  # deleted only once this task is (its task, for an inbox; its parent, for a child)
 
 
 @dataclass(slots=True)
@@ -146,6 +150,8 @@ class Scan:
     # digest -> the same, over tasks that carry its bytes inline
     held: dict[bytes, int] = field(default_factory=dict)
     incomplete: list[str] = field(default_factory=list)
+    # indices whose next index is the same unit (UnitSettler): a size cap takes both or neither
+    bound: set[int] = field(default_factory=set)
     stream_names: int = 0
     stream_bytes: int = 0
     tracking: bool = True
@@ -222,14 +228,14 @@ def _scan_names(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
-    needed: Mapping[str, str],
+    needed: BacklogNeeds,
     join: IndexJoin,
     *,
     limit: int,
     progress: Progress | None,
 ) -> None:
     """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
-    units = UnitSettler(scan, tasks_with_inboxes([_task_of(n) for n in names]), limit=limit)
+    units = UnitSettler(scan, [_task_of(n) for n in names], limit=limit)
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -254,52 +260,173 @@ def _scan_names(
     join.commit()
 
 
-def join_unit(task: TaskInfo, box: TaskInfo) -> None:
-    """Make a task and its inbox one unit: what keeps one keeps the other; both go by the later activity.
+def _relation(member: TaskInfo, keeper: TaskInfo) -> str:
+    """How ``keeper`` binds ``member``, as a plan's detail says it ("kept with its inbox 'x.inbox'...")."""
+    k = repr(keeper.task)
+    if keeper.task == member.task + INBOX_SUFFIX:
+        return f"its inbox {k}"
+    if member.task == keeper.task + INBOX_SUFFIX:
+        return f"its task {k}"
+    if keeper.task in member.unjoined:
+        return f"its child {k}, not yet joined"
+    if member.task in keeper.unjoined:
+        return f"its parent {k}, which has not joined it"
+    return f"{k} (a parent and the children it has not joined, with their inboxes, are kept together)"
 
-    A waiting task keeps its inbox (a signal not yet received is never deleted), a kept or
-    busy inbox keeps its task, and an idle pair is ordered by its latest activity, so that
-    an age limit or a size cap takes both or neither (the plan never cuts between them).
+
+def join_unit(members: Sequence[TaskInfo]) -> None:
+    """Make tasks bound together one unit: what keeps one keeps all; all go by the latest activity.
+
+    The bonds (:class:`UnitSettler` finds them): a task and its inbox, and a parent and each
+    child it spawned and has not joined. A waiting task keeps its inbox (a signal not yet
+    received is never deleted) and a parent its children (its join reads their results); a
+    kept or busy inbox or child keeps its task or parent. An idle unit is ordered by its
+    latest activity, so that an age limit or a size cap takes all or none of it (the plan
+    never cuts through a unit). ``members`` in id order; a keeper directly bound to a member
+    is named in its detail, else the first.
     """
-    if task.rule is None and box.rule is not None:
-        task.rule, task.detail = "unit", f"kept with its inbox {box.task!r}: [{box.rule}] {box.detail}"
-    elif box.rule is None and task.rule is not None:
-        box.rule, box.detail = "unit", f"kept with its task {task.task!r}: [{task.rule}] {task.detail}"
-    elif task.rule is None and task.last_dt is not None and box.last_dt is not None:
-        task.last_dt = box.last_dt = max(task.last_dt, box.last_dt)
+    keepers = [m for m in members if m.rule is not None]
+    if keepers:
+        for m in members:
+            if m.rule is None:
+                near = [k for k in keepers if _relation(m, k).startswith("its ")]
+                k = near[0] if near else keepers[0]
+                m.rule, m.detail = "unit", f"kept with {_relation(m, k)}: [{k.rule}] {k.detail}"
+        return
+    dated = [m.last_dt for m in members if m.last_dt is not None]
+    if dated:
+        latest = max(dated)
+        for m in members:
+            if m.last_dt is not None:
+                m.last_dt = latest
+
+
+@dataclass(slots=True)
+class _Held:
+    info: TaskInfo
+    refs: set[bytes]
+    held: set[bytes]
+    readable: bool
+    waits: set[str] = field(default_factory=set)  # the later-listed tasks that may bind it
+    bound: set[str] = field(default_factory=set)  # the held tasks bound to it
 
 
 class UnitSettler:
-    """Settles scanned tasks (:func:`settle`), a task with an inbox held back until its inbox is scanned.
+    """Settles scanned tasks (:func:`settle`), a unit's tasks held back until the whole unit is scanned.
 
-    A task's inbox is listed after it (its id is the task's id and a suffix), and every
-    storage scans in id order; the task's record is settled right before its inbox's, so the
-    two are adjacent in the plan's deletion order. Memory: the tasks held back (one at a
-    time per task with an inbox, and the ids of :func:`~intentlog.projections.idioms.tasks_with_inboxes`).
+    A unit (:func:`join_unit`) is what a task's bonds join: its inbox (``<task>.inbox``), and
+    the children its record spawned and has not joined. Every storage scans in id order, so
+    a task is held back while a task listed after it may bind it: its inbox, an unjoined
+    child, or the parent its own record names (whose record says whether it joined it).
+    Once nothing listed later can bind it, it is settled, with every task of its unit, one
+    right after the other, so a unit is adjacent in the plan's deletion order (its
+    consecutive places are in ``scan.bound``). A child whose own record does not name its
+    parent (a crash between the parent's ``task.child_spawned`` and the child's
+    ``task.spawned``: it holds nothing but its creation; the parent's re-run writes its link)
+    is settled on its own when listed before its parent.
+
+    Memory: the tasks held back -- the task of an inbox until its inbox is scanned; a child
+    until its parent is; a unit until all of it is.
     """
 
-    def __init__(self, scan: Scan, bases: set[str], *, limit: int) -> None:
-        self._scan, self._bases, self._limit = scan, bases, limit
-        self._held: dict[str, tuple[TaskInfo, set[bytes], set[bytes], bool]] = {}
+    def __init__(self, scan: Scan, ids: Sequence[str], *, limit: int) -> None:
+        self._scan, self._ids, self._limit = scan, ids, limit
+        self._held: dict[str, _Held] = {}
+        self._waiting: dict[str, list[str]] = {}  # a task listed later -> the held tasks waiting for it
+
+    def _later(self, task: str, tid: str) -> bool:
+        """Is ``tid`` a task listed after ``task`` (so not scanned yet)?"""
+        if tid <= task:
+            return False
+        i = bisect_left(self._ids, tid)
+        return i < len(self._ids) and self._ids[i] == tid
 
     def add(self, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool) -> None:
-        if info.task in self._bases:
-            self._held[info.task] = (info, refs, held, readable)
+        t = info.task
+        entry = _Held(info, refs, held, readable)
+        waiters = self._waiting.pop(t, [])
+        for w in waiters:
+            self._held[w].waits.discard(t)
+        near = [*waiters, *info.unjoined]
+        if t.endswith(INBOX_SUFFIX):
+            near.append(t[: -len(INBOX_SUFFIX)])
+        for other in dict.fromkeys(near):
+            o = self._held.get(other)
+            if o is not None and _bonded(o.info, info):
+                entry.bound.add(other)
+                o.bound.add(t)
+        wanted = [t + INBOX_SUFFIX, *info.unjoined] + ([info.parent] if info.parent is not None else [])
+        for tid in wanted:
+            if self._later(t, tid):
+                entry.waits.add(tid)
+                self._waiting.setdefault(tid, []).append(t)
+        if not entry.waits and not entry.bound:
+            self._settle([entry])
+        else:
+            self._held[t] = entry
+        for w in [t, *waiters]:
+            self._release(w)
+
+    def _unit(self, task: str) -> list[_Held]:
+        """The held tasks bound to ``task``, directly or not."""
+        seen, todo = {task}, [task]
+        while todo:
+            for b in self._held[todo.pop()].bound:
+                if b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return [self._held[t] for t in sorted(seen)]
+
+    def _release(self, task: str) -> None:
+        """Settle ``task``'s unit once nothing listed later can bind any of it."""
+        if task not in self._held:
             return
-        base = self._held.pop(info.task[: -len(INBOX_SUFFIX)], None) if info.task.endswith(INBOX_SUFFIX) else None
-        if base is not None:
-            join_unit(base[0], info)
-            self._settle(*base)
-        self._settle(info, refs, held, readable)
+        unit = self._unit(task)
+        if any(e.waits for e in unit):
+            return
+        for e in unit:
+            del self._held[e.info.task]
+        self._settle(unit)
 
     def finish(self) -> None:
-        """Settle what is still held back (a task whose inbox could not be listed)."""
-        for entry in sorted(self._held.values(), key=lambda e: e[0].task):
-            self._settle(*entry)
-        self._held.clear()
+        """Settle what is still held back (waiting for a task that could not be listed or named)."""
+        self._waiting.clear()
+        for e in self._held.values():
+            e.waits.clear()
+        while self._held:
+            self._release(min(self._held))
 
-    def _settle(self, info: TaskInfo, refs: set[bytes], held: set[bytes], readable: bool) -> None:
-        settle(self._scan, info, refs, held, readable=readable, index=len(self._scan.rows), limit=self._limit)
+    def _settle(self, unit: list[_Held]) -> None:
+        if len(unit) > 1:
+            join_unit([e.info for e in unit])
+            tasks = {e.info.task: e.info for e in unit}
+            for e in unit:
+                e.info.after = _after(e.info, tasks)
+        for n, e in enumerate(unit):
+            if n:
+                self._scan.bound.add(len(self._scan.rows) - 1)  # this place and the one before: one unit
+            settle(self._scan, e.info, e.refs, e.held, readable=e.readable, index=len(self._scan.rows),
+                   limit=self._limit)  # fmt: skip
+
+
+def _bonded(a: TaskInfo, b: TaskInfo) -> bool:
+    """Are ``a`` and ``b`` a task and its inbox, or a parent and a child it has not joined (either way)?"""
+    return (
+        b.task == a.task + INBOX_SUFFIX
+        or a.task == b.task + INBOX_SUFFIX
+        or b.task in a.unjoined
+        or a.task in b.unjoined
+    )
+
+
+def _after(info: TaskInfo, unit: Mapping[str, TaskInfo]) -> str | None:
+    """The task of ``unit`` whose deletion ``info``'s must follow: an inbox's task, an unjoined child's parent."""
+    if info.task.endswith(INBOX_SUFFIX) and info.task[: -len(INBOX_SUFFIX)] in unit:
+        return info.task[: -len(INBOX_SUFFIX)]
+    for other in unit.values():
+        if info.task in other.unjoined:
+            return other.task
+    return None
 
 
 def settle(
@@ -322,7 +449,7 @@ def _record(scan: Scan, info: TaskInfo) -> None:
     scan.rows.append(
         [
             info.task, None if eligible else info.rule, info.detail, info.size, info.last_ts, info.state,
-            info.head, info.events, info.stream, list(info.ident),
+            info.head, info.events, info.stream, list(info.ident), info.after,
         ]
     )  # fmt: skip
     scan.sizes.append(info.size)
@@ -360,6 +487,7 @@ def _from_index(
         held.clear()
         return False
     info.head, info.stream, info.events, info.last_ts, state, protected = v[:6]
+    info.parent, info.unjoined = v[8], tuple(v[9])
     info.state = sys.intern(state)  # a few words, shared by every task
     info.size, info.ident = st.st_size, file_ident(st)
     if protected is not None:
@@ -371,17 +499,20 @@ def _from_index(
 def _gc_entry(v: Any) -> list[Any] | None:
     """The gc index's value for a stream (as :func:`_scan_one` puts it), every field's type checked; None otherwise.
 
-    ``[head, stream, events, last_ts, state, protected, refs, held]``: text or None, a
-    non-negative count, a timestamp as the scan keeps them (or None), an operator state,
-    the protection's reason (or None), two lists of text. An entry that is not exactly
-    this is never used: the stream is read.
+    ``[head, stream, events, last_ts, state, protected, refs, held, parent, unjoined]``:
+    text or None, a non-negative count, a timestamp as the scan keeps them (or None), an
+    operator state, the protection's reason (or None), two lists of text, the task's parent
+    (or None) and the children it has not joined (a list of text). An entry that is not
+    exactly this is never used: the stream is read.
     """
-    if type(v) is not list or len(v) != 8:
+    if type(v) is not list or len(v) != 10:
         return None
-    head, stream, events, last_ts, state, protected, refs, held = v
+    head, stream, events, last_ts, state, protected, refs, held, parent, unjoined = v
     if type(events) is not int or events < 0 or type(refs) is not list or type(held) is not list:
         return None
-    if not all(x is None or type(x) is str for x in (head, stream, protected)):
+    if not all(x is None or type(x) is str for x in (head, stream, protected, parent)):
+        return None
+    if type(unjoined) is not list or not all(type(c) is str for c in unjoined):
         return None
     if last_ts is not None and (type(last_ts) is not str or TS_RE.match(last_ts) is None):
         return None
@@ -390,17 +521,22 @@ def _gc_entry(v: Any) -> list[Any] | None:
     return v
 
 
+_CHILD_LINKS: Final = frozenset({CHILD_SPAWNED, SPAWNED, JOINED})
+
+
 def fold_for_gc(
     info: TaskInfo, events: Iterable[Event], refs: set[bytes], held: set[bytes]
 ) -> tuple[WorkStateFold, OperatorFold, str | None, Event | None]:
     """One pass over a task's events as gc reads them, whatever holds the stream.
 
     Its work state and operator folds, its latest well-formed timestamp and its last event;
-    the stream id of its creation record is set on ``info``, and the digests it names are
-    added to ``refs`` (and those of inline payloads to ``held``).
+    the stream id of its creation record, its parent and the children it has not joined
+    are set on ``info``, and the digests it names are added to ``refs`` (and those of
+    inline payloads to ``held``).
     """
     fold = WorkStateFold(info.task)
     ops = OperatorFold()
+    family = IdiomFold()  # fed only the child links: what the children projection says of them
     latest: str | None = None
     last: Event | None = None
     for ev in events:
@@ -410,8 +546,12 @@ def fold_for_gc(
             info.stream = ev.data["stream"]
         if TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
             latest = ev.ts
+        if ev.kind in _CHILD_LINKS:
+            family.apply(ev)
         collect_digests(ev.data, refs, held)
         last = ev
+    links = family.result()
+    info.parent, info.unjoined = links.parent, open_children(links)
     return fold, ops, latest, last
 
 
@@ -451,12 +591,13 @@ def _scan_one(ledger: Layout, info: TaskInfo, refs: set[bytes], held: set[bytes]
     if file_ident(before) != file_ident(after):
         info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
         return True
-    protected = protected_by(st)
+    protected = protected_by(st, info.unjoined)
     if protected is not None:
         info.rule, info.detail = "protected", protected
     if p is None and stat.S_ISREG(after.st_mode):
         gc_facts = [info.head, info.stream, info.events, info.last_ts, info.state, protected]
-        join.put(info.task, facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
+        digests = [sorted(r.hex() for r in refs), sorted(h.hex() for h in held)]
+        join.put(info.task, facts_of(after), [*gc_facts, *digests, info.parent, list(info.unjoined)])
     return True
 
 
@@ -466,7 +607,7 @@ def _classify(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
-    needed: Mapping[str, str],
+    needed: BacklogNeeds,
 ) -> None:
     """:func:`classify` with the folder's probe of the task's writer lock."""
 
@@ -487,7 +628,7 @@ def classify(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
-    needed: Mapping[str, str],
+    needed: BacklogNeeds,
     busy: Busy,
 ) -> None:
     """Decide whether a readable task may be deleted at all (``info.rule`` None) or why not.
@@ -500,13 +641,9 @@ def classify(
         info.rule = "keep"
         info.detail = f"marked by 'intentlog keep' at {mark.since}" + (f": {mark.note}" if mark.note else "")
         return
-    backlog = needed.get(info.task)
-    if backlog is not None:
-        info.rule = "backlog"
-        info.detail = (
-            f"backlog {backlog!r} has not finished with it: a later run resumes from this record "
-            f"(see 'intentlog backlog {backlog}')"
-        )
+    claim = needed.claim(info.task, child=info.parent is not None)
+    if claim is not None:
+        info.rule, info.detail = "backlog", claim
         return
     if info.last_ts is None:
         info.rule, info.detail = "undated", "no event carries a timestamp to date it by"
