@@ -231,3 +231,28 @@ def test_a_backlog_stream_gc_cannot_read_on_the_store_holds_every_child_task(mon
         apply_gc(ledger, max_age="1d", now=LATER)
     with intentlog.open(url) as ledger:
         assert "kid" in ledger.task_ids()
+
+
+def test_the_children_of_a_parent_gc_cannot_read_are_kept_with_it(ledger_root: Path) -> None:
+    """Whether it joined them is unknown: its children, listed before it and after it, stay with it."""
+    with intentlog.open(ledger_root) as ledger:
+        parent = ledger.task("m")
+        parent.spawn("a-kid", 1, run=lambda c: 1)
+        parent.spawn("z-kid", 2, run=lambda c: 2)
+        assert parent.join() == {"a-kid": 1, "z-kid": 2}
+        parent.finish(3)
+        parent.close()
+        ledger.task("other").finish(4)
+        ledger.task("other").close()
+    stream = ledger_root / "tasks" / "m.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"', b"'", 2)  # a line in the middle no longer parses
+    stream.write_bytes(b"".join(lines))
+    with intentlog.open(ledger_root) as ledger:
+        plan = plan_gc(ledger, max_age="30d", now=LATER)
+        kept = {k.task: (k.rule, k.detail) for k in plan.kept}
+        assert kept["m"][0] == "unreadable" and [t.task for t in plan.expired] == ["other"], plan.render()
+        for kid in ("a-kid", "z-kid"):
+            assert kept[kid][0] == "unit" and "its parent 'm'" in kept[kid][1], kept[kid]
+        assert apply_gc(ledger, plan).deleted == ("other",)
+    assert (ledger_root / "tasks" / "a-kid.jsonl").exists() and (ledger_root / "tasks" / "z-kid.jsonl").exists()

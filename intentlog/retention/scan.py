@@ -235,7 +235,7 @@ def _scan_names(
     progress: Progress | None,
 ) -> None:
     """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
-    units = UnitSettler(scan, [_task_of(n) for n in names], limit=limit)
+    units = UnitSettler(scan, names, limit=limit, key=_task_of)
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -271,6 +271,8 @@ def _relation(member: TaskInfo, keeper: TaskInfo) -> str:
         return f"its child {k}, not yet joined"
     if member.task in keeper.unjoined:
         return f"its parent {k}, which has not joined it"
+    if member.parent == keeper.task:
+        return f"its parent {k}, whose record cannot say whether it joined it"
     return f"{k} (a parent and the children it has not joined, with their inboxes, are kept together)"
 
 
@@ -329,17 +331,21 @@ class UnitSettler:
     until its parent is; a unit until all of it is.
     """
 
-    def __init__(self, scan: Scan, ids: Sequence[str], *, limit: int) -> None:
-        self._scan, self._ids, self._limit = scan, ids, limit
+    def __init__(
+        self, scan: Scan, names: Sequence[str], *, limit: int, key: Callable[[str], str] | None = None
+    ) -> None:
+        """``names``: every stream the scan lists, in id order; ``key``: a name's task id (None: the name is)."""
+        self._scan, self._names, self._key, self._limit = scan, names, key, limit
         self._held: dict[str, _Held] = {}
         self._waiting: dict[str, list[str]] = {}  # a task listed later -> the held tasks waiting for it
+        self._unread: dict[str, TaskInfo] = {}  # the settled tasks whose stream cannot be read (a child may name one)
 
     def _later(self, task: str, tid: str) -> bool:
         """Is ``tid`` a task listed after ``task`` (so not scanned yet)?"""
         if tid <= task:
             return False
-        i = bisect_left(self._ids, tid)
-        return i < len(self._ids) and self._ids[i] == tid
+        i = bisect_left(self._names, tid, key=self._key)
+        return i < len(self._names) and (self._key or str)(self._names[i]) == tid
 
     def add(self, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool) -> None:
         t = info.task
@@ -347,7 +353,10 @@ class UnitSettler:
         waiters = self._waiting.pop(t, [])
         for w in waiters:
             self._held[w].waits.discard(t)
-        near = [*waiters, *info.unjoined]
+        near = [*waiters, *info.unjoined] + ([info.parent] if info.parent is not None else [])
+        unread = self._unread.get(info.parent) if info.parent is not None else None
+        if unread is not None and info.rule is None:  # its parent, settled before it, cannot be read
+            info.rule, info.detail = "unit", f"kept with {_relation(info, unread)}: [{unread.rule}] {unread.detail}"
         if t.endswith(INBOX_SUFFIX):
             near.append(t[: -len(INBOX_SUFFIX)])
         for other in dict.fromkeys(near):
@@ -403,6 +412,8 @@ class UnitSettler:
             for e in unit:
                 e.info.after = _after(e.info, tasks)
         for n, e in enumerate(unit):
+            if e.info.state is None:
+                self._unread[e.info.task] = e.info
             if n:
                 self._scan.bound.add(len(self._scan.rows) - 1)  # this place and the one before: one unit
             settle(self._scan, e.info, e.refs, e.held, readable=e.readable, index=len(self._scan.rows),
@@ -410,12 +421,18 @@ class UnitSettler:
 
 
 def _bonded(a: TaskInfo, b: TaskInfo) -> bool:
-    """Are ``a`` and ``b`` a task and its inbox, or a parent and a child it has not joined (either way)?"""
+    """Are ``a`` and ``b`` a task and its inbox, or a parent and a child it has not joined (either way)?
+
+    A parent whose stream cannot be read (``state`` None) may not have joined the child
+    naming it: bonded, never guessed in the direction of deleting.
+    """
     return (
         b.task == a.task + INBOX_SUFFIX
         or a.task == b.task + INBOX_SUFFIX
         or b.task in a.unjoined
         or a.task in b.unjoined
+        or (b.parent == a.task and a.state is None)
+        or (a.parent == b.task and b.state is None)
     )
 
 
