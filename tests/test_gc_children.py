@@ -256,3 +256,39 @@ def test_the_children_of_a_parent_gc_cannot_read_are_kept_with_it(ledger_root: P
             assert kept[kid][0] == "unit" and "its parent 'm'" in kept[kid][1], kept[kid]
         assert apply_gc(ledger, plan).deleted == ("other",)
     assert (ledger_root / "tasks" / "a-kid.jsonl").exists() and (ledger_root / "tasks" / "z-kid.jsonl").exists()
+
+
+def test_the_store_and_a_folder_holding_the_same_family_plan_alike(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Row for row and byte for byte, through the library and ``intentlog gc --json``."""
+    import json
+
+    from click.testing import CliRunner
+
+    from intentlog.cli import main
+    from intentlog.merge import merge
+
+    url = s3_server.ledger_url(monkeypatch)
+    with intentlog.open(url) as ledger:
+        _build(ledger)
+        _given_up_family(ledger)
+    folder = tmp_path / "copy"
+    merge(url, folder)
+    store, local = intentlog.open(url, create=False), intentlog.open(folder)
+    for policy in ({"max_age": "30d"}, {"max_age": "none", "max_size": "3KB"}, {"max_age": "45d", "grace": "0s"}):
+        on_store = plan_gc(store, now=LATER, **policy)  # type: ignore[arg-type]
+        on_folder = plan_gc(local, now=LATER, **policy)  # type: ignore[arg-type]
+        assert on_store.render() == on_folder.render()
+        assert b"".join(on_store.iter_json()) == b"".join(on_folder.iter_json())
+    assert {"merge", "doc-a", "doc-b"} <= {k.task for k in plan_gc(store, now=LATER).kept}
+    docs = []
+    for root in (url, str(folder)):
+        got = CliRunner().invoke(main, ["--root", root, "gc", "--json", "--grace", "0s"])
+        assert got.exit_code == 0, got.output
+        doc = json.loads(got.stdout)
+        doc.pop("now")
+        docs.append(doc)
+    assert docs[0] == docs[1]
+    kept = {k["task"]: k["rule"] for k in docs[0]["kept"]}
+    assert kept["merge"] == "protected" and kept["doc-a"] == kept["doc-b"] == "unit"
