@@ -1,4 +1,4 @@
-"""A parent and the children it has not joined are one unit for retention (rule ``unit``).
+"""A parent and the children it has not joined are one unit for retention (rule ``children``).
 
 A parent that spawned children it has not joined is kept (its script continues from this
 record and joins them), and every child it has not joined is kept with it; an idle parent
@@ -62,11 +62,11 @@ def _scenario(opener: Opener) -> None:
         details = {k.task: k.detail for k in plan.kept}
         assert sorted(t.task for t in plan.expired) == ["aa-orphan", "part-1", "sum", "zz-given-up"], plan.render()
         assert kept["merge"] == "protected" and "child" in details["merge"], details["merge"]
-        assert kept["doc-a"] == "unit" and kept["doc-b"] == "unit"
+        assert kept["doc-a"] == "children" and kept["doc-b"] == "children"
         assert "'merge'" in details["doc-a"] and "not joined" in details["doc-a"], details["doc-a"]
-        assert kept["held-kid"] == "keep" and kept["held-parent"] == "unit"
+        assert kept["held-kid"] == "keep" and kept["held-parent"] == "children"
         assert "'held-kid'" in details["held-parent"], details["held-parent"]
-        assert "doc-a  [unit] kept with its parent 'merge'" in plan.render(), plan.render()
+        assert "doc-a  [children] kept with its parent 'merge'" in plan.render(), plan.render()
         result = apply_gc(ledger, plan)
         assert sorted(result.deleted) == ["aa-orphan", "part-1", "sum", "zz-given-up"] and not result.skipped
     everyone = ["merge", "doc-a", "doc-b", "sum", "part-1", "zz-given-up", "aa-orphan", "held-parent", "held-kid"]
@@ -253,7 +253,7 @@ def test_the_children_of_a_parent_gc_cannot_read_are_kept_with_it(ledger_root: P
         kept = {k.task: (k.rule, k.detail) for k in plan.kept}
         assert kept["m"][0] == "unreadable" and [t.task for t in plan.expired] == ["other"], plan.render()
         for kid in ("a-kid", "z-kid"):
-            assert kept[kid][0] == "unit" and "its parent 'm'" in kept[kid][1], kept[kid]
+            assert kept[kid][0] == "children" and "its parent 'm'" in kept[kid][1], kept[kid]
         assert apply_gc(ledger, plan).deleted == ("other",)
     assert (ledger_root / "tasks" / "a-kid.jsonl").exists() and (ledger_root / "tasks" / "z-kid.jsonl").exists()
 
@@ -291,4 +291,4 @@ def test_the_store_and_a_folder_holding_the_same_family_plan_alike(
         docs.append(doc)
     assert docs[0] == docs[1]
     kept = {k["task"]: k["rule"] for k in docs[0]["kept"]}
-    assert kept["merge"] == "protected" and kept["doc-a"] == kept["doc-b"] == "unit"
+    assert kept["merge"] == "protected" and kept["doc-a"] == kept["doc-b"] == "children"

@@ -60,7 +60,7 @@ class ExpiredTask:
 @dataclass(frozen=True, slots=True)
 class KeptTask:
     """A task the plan keeps, and why (``rule``: protected, keep, backlog, busy, unreadable, undated, grace,
-    young, unit: kept with its task or its inbox, its parent or a child it has not joined)."""
+    young, unit: kept with its task or its inbox, children: kept with its parent or a child it has not joined)."""
 
     task: str
     rule: str

@@ -276,11 +276,18 @@ def _relation(member: TaskInfo, keeper: TaskInfo) -> str:
     return f"{k} (a parent and the children it has not joined, with their inboxes, are kept together)"
 
 
+def _rule(member: TaskInfo, keeper: TaskInfo) -> str:
+    """The rule a plan names for ``member`` kept with ``keeper``: ``unit`` (a task and its inbox), else ``children``."""
+    inbox = keeper.task == member.task + INBOX_SUFFIX or member.task == keeper.task + INBOX_SUFFIX
+    return "unit" if inbox else "children"
+
+
 def join_unit(members: Sequence[TaskInfo]) -> None:
     """Make tasks bound together one unit: what keeps one keeps all; all go by the latest activity.
 
-    The bonds (:class:`UnitSettler` finds them): a task and its inbox, and a parent and each
-    child it spawned and has not joined. A waiting task keeps its inbox (a signal not yet
+    The bonds (:class:`UnitSettler` finds them): a task and its inbox (a task kept for the
+    other's reason: rule ``unit``), and a parent and each child it spawned and has not
+    joined (rule ``children``). A waiting task keeps its inbox (a signal not yet
     received is never deleted) and a parent its children (its join reads their results); a
     kept or busy inbox or child keeps its task or parent. An idle unit is ordered by its
     latest activity, so that an age limit or a size cap takes all or none of it (the plan
@@ -293,7 +300,7 @@ def join_unit(members: Sequence[TaskInfo]) -> None:
             if m.rule is None:
                 near = [k for k in keepers if _relation(m, k).startswith("its ")]
                 k = near[0] if near else keepers[0]
-                m.rule, m.detail = "unit", f"kept with {_relation(m, k)}: [{k.rule}] {k.detail}"
+                m.rule, m.detail = _rule(m, k), f"kept with {_relation(m, k)}: [{k.rule}] {k.detail}"
         return
     dated = [m.last_dt for m in members if m.last_dt is not None]
     if dated:
@@ -356,7 +363,8 @@ class UnitSettler:
         near = [*waiters, *info.unjoined] + ([info.parent] if info.parent is not None else [])
         unread = self._unread.get(info.parent) if info.parent is not None else None
         if unread is not None and info.rule is None:  # its parent, settled before it, cannot be read
-            info.rule, info.detail = "unit", f"kept with {_relation(info, unread)}: [{unread.rule}] {unread.detail}"
+            info.rule = "children"
+            info.detail = f"kept with {_relation(info, unread)}: [{unread.rule}] {unread.detail}"
         if t.endswith(INBOX_SUFFIX):
             near.append(t[: -len(INBOX_SUFFIX)])
         for other in dict.fromkeys(near):
