@@ -128,7 +128,8 @@ class TaskInfo:
     detail: str = ""
     state: str | None = None  # the operator state (None: the stream could not be read)
     parent: str | None = None  # the task that spawned this one (its ``task.spawned``)
-    unjoined: tuple[str, ...] = ()  # the children it spawned and has not joined
+    unjoined: tuple[str, ...] = ()  # the children it spawned and has not joined, in spawn order
+    kids: frozenset[str] = frozenset()  # the same, to look up
     after: str | None = None  # deleted only once this task is (its task, for an inbox; its parent, for a child)
 
 
@@ -267,9 +268,9 @@ def _relation(member: TaskInfo, keeper: TaskInfo) -> str:
         return f"its inbox {k}"
     if member.task == keeper.task + INBOX_SUFFIX:
         return f"its task {k}"
-    if keeper.task in member.unjoined:
+    if keeper.task in member.kids:
         return f"its child {k}, not yet joined"
-    if member.task in keeper.unjoined:
+    if member.task in keeper.kids:
         return f"its parent {k}, which has not joined it"
     if member.parent == keeper.task:
         return f"its parent {k}, whose record cannot say whether it joined it"
@@ -294,12 +295,15 @@ def join_unit(members: Sequence[TaskInfo]) -> None:
     never cuts through a unit). ``members`` in id order; a keeper directly bound to a member
     is named in its detail, else the first.
     """
-    keepers = [m for m in members if m.rule is not None]
+    keepers = {m.task: m for m in members if m.rule is not None}
     if keepers:
+        first = next(iter(keepers.values()))
+        parents = _parents(members)
         for m in members:
             if m.rule is None:
-                near = [k for k in keepers if _relation(m, k).startswith("its ")]
-                k = near[0] if near else keepers[0]
+                box = m.task[: -len(INBOX_SUFFIX)] if m.task.endswith(INBOX_SUFFIX) else None
+                near = [m.task + INBOX_SUFFIX, box, parents.get(m.task), m.parent, *m.unjoined]
+                k = next((keepers[n] for n in near if n is not None and n in keepers), first)
                 m.rule, m.detail = _rule(m, k), f"kept with {_relation(m, k)}: [{k.rule}] {k.detail}"
         return
     dated = [m.last_dt for m in members if m.last_dt is not None]
@@ -316,8 +320,6 @@ class _Held:
     refs: set[bytes]
     held: set[bytes]
     readable: bool
-    waits: set[str] = field(default_factory=set)  # the later-listed tasks that may bind it
-    bound: set[str] = field(default_factory=set)  # the held tasks bound to it
 
 
 class UnitSettler:
@@ -327,15 +329,17 @@ class UnitSettler:
     the children its record spawned and has not joined. Every storage scans in id order, so
     a task is held back while a task listed after it may bind it: its inbox, an unjoined
     child, or the parent its own record names (whose record says whether it joined it).
-    Once nothing listed later can bind it, it is settled, with every task of its unit, one
-    right after the other, so a unit is adjacent in the plan's deletion order (its
-    consecutive places are in ``scan.bound``). A child whose own record does not name its
-    parent (a crash between the parent's ``task.child_spawned`` and the child's
-    ``task.spawned``: it holds nothing but its creation; the parent's re-run writes its link)
-    is settled on its own when listed before its parent.
+    Once nothing listed later can bind any task of its unit, the unit is settled, its tasks
+    one right after the other in id order, so a unit is adjacent in the plan's deletion
+    order (its consecutive places are in ``scan.bound``). A child whose own record does not
+    name its parent (a crash between the parent's ``task.child_spawned`` and the child's
+    ``task.spawned``: it holds nothing but its creation; the parent's re-run writes its
+    link) is settled on its own when listed before its parent.
 
-    Memory: the tasks held back -- the task of an inbox until its inbox is scanned; a child
-    until its parent is; a unit until all of it is.
+    The held tasks form units by union-find, each unit counting the scans it still waits
+    for: a task costs a near-constant time whatever the size of its unit. Memory: the tasks
+    held back -- the task of an inbox until its inbox is scanned; a child until its parent
+    is; a unit until all of it is -- and the tasks whose stream cannot be read (their ids).
     """
 
     def __init__(
@@ -345,6 +349,9 @@ class UnitSettler:
         self._scan, self._names, self._key, self._limit = scan, names, key, limit
         self._held: dict[str, _Held] = {}
         self._waiting: dict[str, list[str]] = {}  # a task listed later -> the held tasks waiting for it
+        self._up: dict[str, str] = {}  # union-find over the held tasks: a task -> a task of its unit
+        self._members: dict[str, list[str]] = {}  # a unit's root -> its tasks
+        self._open: dict[str, int] = {}  # a unit's root -> the scans it still waits for
         self._unread: dict[str, TaskInfo] = {}  # the settled tasks whose stream cannot be read (a child may name one)
 
     def _later(self, task: str, tid: str) -> bool:
@@ -354,71 +361,72 @@ class UnitSettler:
         i = bisect_left(self._names, tid, key=self._key)
         return i < len(self._names) and (self._key or str)(self._names[i]) == tid
 
+    def _root(self, task: str) -> str:
+        root = task
+        while self._up[root] != root:
+            root = self._up[root]
+        while self._up[task] != root:  # path compression
+            self._up[task], task = root, self._up[task]
+        return root
+
+    def _union(self, a: str, b: str) -> None:
+        ra, rb = self._root(a), self._root(b)
+        if ra == rb:
+            return
+        if len(self._members[ra]) < len(self._members[rb]):
+            ra, rb = rb, ra
+        self._up[rb] = ra
+        self._members[ra] += self._members.pop(rb)
+        self._open[ra] += self._open.pop(rb)
+
     def add(self, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool) -> None:
         t = info.task
         entry = _Held(info, refs, held, readable)
         waiters = self._waiting.pop(t, [])
         for w in waiters:
-            self._held[w].waits.discard(t)
-        near = [*waiters, *info.unjoined] + ([info.parent] if info.parent is not None else [])
+            self._open[self._root(w)] -= 1
+        parent = [info.parent] if info.parent is not None else []
         unread = self._unread.get(info.parent) if info.parent is not None else None
         if unread is not None and info.rule is None:  # its parent, settled before it, cannot be read
             info.rule = "children"
             info.detail = f"kept with {_relation(info, unread)}: [{unread.rule}] {unread.detail}"
-        if t.endswith(INBOX_SUFFIX):
-            near.append(t[: -len(INBOX_SUFFIX)])
-        for other in dict.fromkeys(near):
-            o = self._held.get(other)
-            if o is not None and _bonded(o.info, info):
-                entry.bound.add(other)
-                o.bound.add(t)
-        wanted = [t + INBOX_SUFFIX, *info.unjoined] + ([info.parent] if info.parent is not None else [])
-        for tid in wanted:
-            if self._later(t, tid):
-                entry.waits.add(tid)
-                self._waiting.setdefault(tid, []).append(t)
-        if not entry.waits and not entry.bound:
-            self._settle([entry])
-        else:
+        near = [*waiters, *info.unjoined, *parent] + ([t[: -len(INBOX_SUFFIX)]] if t.endswith(INBOX_SUFFIX) else [])
+        bonds = [o for o in dict.fromkeys(near) if o in self._held and _bonded(self._held[o].info, info)]
+        waits = [tid for tid in dict.fromkeys([t + INBOX_SUFFIX, *info.unjoined, *parent]) if self._later(t, tid)]
+        if waits or bonds:
             self._held[t] = entry
-        for w in [t, *waiters]:
-            self._release(w)
+            self._up[t], self._members[t], self._open[t] = t, [t], len(waits)
+            for tid in waits:
+                self._waiting.setdefault(tid, []).append(t)
+            for o in bonds:
+                self._union(t, o)
+        else:
+            self._settle([entry])
+        for root in dict.fromkeys(self._root(x) for x in [t, *waiters] if x in self._held):
+            if self._open[root] == 0:
+                self._release(root)
 
-    def _unit(self, task: str) -> list[_Held]:
-        """The held tasks bound to ``task``, directly or not."""
-        seen, todo = {task}, [task]
-        while todo:
-            for b in self._held[todo.pop()].bound:
-                if b not in seen:
-                    seen.add(b)
-                    todo.append(b)
-        return [self._held[t] for t in sorted(seen)]
-
-    def _release(self, task: str) -> None:
-        """Settle ``task``'s unit once nothing listed later can bind any of it."""
-        if task not in self._held:
-            return
-        unit = self._unit(task)
-        if any(e.waits for e in unit):
-            return
-        for e in unit:
-            del self._held[e.info.task]
-        self._settle(unit)
+    def _release(self, root: str) -> None:
+        """Settle the unit of ``root``: nothing listed later can bind any of it."""
+        tasks = sorted(self._members.pop(root))
+        del self._open[root]
+        for task in tasks:
+            del self._up[task]
+        self._settle([self._held.pop(task) for task in tasks])
 
     def finish(self) -> None:
         """Settle what is still held back (waiting for a task that could not be listed or named)."""
         self._waiting.clear()
-        for e in self._held.values():
-            e.waits.clear()
-        while self._held:
-            self._release(min(self._held))
+        for root in sorted(self._members, key=lambda r: min(self._members[r])):
+            self._release(root)
 
     def _settle(self, unit: list[_Held]) -> None:
         if len(unit) > 1:
             join_unit([e.info for e in unit])
             tasks = {e.info.task: e.info for e in unit}
+            parents = _parents(tasks.values())
             for e in unit:
-                e.info.after = _after(e.info, tasks)
+                e.info.after = _after(e.info, tasks, parents)
         for n, e in enumerate(unit):
             if e.info.state is None:
                 self._unread[e.info.task] = e.info
@@ -437,21 +445,28 @@ def _bonded(a: TaskInfo, b: TaskInfo) -> bool:
     return (
         b.task == a.task + INBOX_SUFFIX
         or a.task == b.task + INBOX_SUFFIX
-        or b.task in a.unjoined
-        or a.task in b.unjoined
+        or b.task in a.kids
+        or a.task in b.kids
         or (b.parent == a.task and a.state is None)
         or (a.parent == b.task and b.state is None)
     )
 
 
-def _after(info: TaskInfo, unit: Mapping[str, TaskInfo]) -> str | None:
+def _parents(members: Iterable[TaskInfo]) -> dict[str, str]:
+    """Child -> the member of the unit that spawned it and has not joined it (the first such, in id order)."""
+    out: dict[str, str] = {}
+    for m in members:
+        for c in m.unjoined:
+            out.setdefault(c, m.task)
+    return out
+
+
+def _after(info: TaskInfo, unit: Mapping[str, TaskInfo], parents: Mapping[str, str]) -> str | None:
     """The task of ``unit`` whose deletion ``info``'s must follow: an inbox's task, an unjoined child's parent."""
     if info.task.endswith(INBOX_SUFFIX) and info.task[: -len(INBOX_SUFFIX)] in unit:
         return info.task[: -len(INBOX_SUFFIX)]
-    for other in unit.values():
-        if info.task in other.unjoined:
-            return other.task
-    return None
+    parent = parents.get(info.task)
+    return parent if parent is not None and parent != info.task else None
 
 
 def settle(
@@ -513,6 +528,7 @@ def _from_index(
         return False
     info.head, info.stream, info.events, info.last_ts, state, protected = v[:6]
     info.parent, info.unjoined = v[8], tuple(v[9])
+    info.kids = frozenset(info.unjoined)
     info.state = sys.intern(state)  # a few words, shared by every task
     info.size, info.ident = st.st_size, file_ident(st)
     if protected is not None:
@@ -577,6 +593,7 @@ def fold_for_gc(
         last = ev
     links = family.result()
     info.parent, info.unjoined = links.parent, open_children(links)
+    info.kids = frozenset(info.unjoined)
     return fold, ops, latest, last
 
 
