@@ -122,7 +122,9 @@ def _kept(r: list[Any]) -> KeptTask:
 
 
 class KeptTasks(Sequence[KeptTask]):
-    """The tasks a plan keeps, in id order: every scanned task but the expired ones, read as iterated.
+    """The tasks a plan keeps, in scan order: every scanned task but the expired ones, read as iterated.
+
+    Scan order is id order, but for a unit's tasks, together where the last of it was scanned.
 
     Memory: the records' offsets (in :class:`TaskRows`) and 4 bytes an expired task.
     """
