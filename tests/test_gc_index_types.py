@@ -56,14 +56,14 @@ def _one_closed_task(led: intentlog.Ledger) -> None:
 
 D = "blake3:" + "0" * 64
 TS = "2026-01-01T00:00:00.000000Z"
-GOOD = [D, "s", 1, TS, "complete", None, [], []]
+GOOD = [D, "s", 1, TS, "complete", None, [], [], None, []]
 
 
 @pytest.mark.parametrize(
     ("at", "bad"),
     [
         (0, 7), (1, 7), (2, "1"), (2, True), (2, -1), (3, 12345), (3, "yesterday"), (4, 3), (4, "not-a-state"),
-        (5, 1), (6, ["zz"]), (6, [1]), (7, [None]),
+        (5, 1), (6, ["zz"]), (6, [1]), (7, [None]), (8, 7), (9, None), (9, [1]),
     ],
 )  # fmt: skip
 def test_a_gc_index_entry_of_the_wrong_type_means_the_stream_is_read(

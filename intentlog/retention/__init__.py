@@ -9,8 +9,12 @@ the ledger's gc lock and carries out exactly that plan. Mark and sweep, streams 
   first.
 * **Never deleted**: a task with an unresolved external effect (see :func:`protected_by`),
   a task marked with :func:`keep`, a task open for writing (its writer lock is held), a
-  task active within the grace period, a stream that cannot be read completely or dated.
-  A plan that would leave no task stream at all is refused.
+  task active within the grace period, a stream that cannot be read completely or dated,
+  a backlog's unfinished item. A parent waiting for children it has not joined is
+  protected, and a *unit* -- a task and its inbox, a parent and each child it has not
+  joined -- is kept or expired whole (:class:`~.scan.UnitSettler`; an apply deletes an
+  inbox or a child only after its task or parent). A plan that would leave no task stream
+  at all is refused.
 * **Blobs**: every artifact referenced by a retained stream is kept (a ``{"digest",
   "size"}`` ref, or any ``blake3:<64 hex>`` string anywhere in event data, to be safe); an
   unreferenced blob is deleted only once its mtime is older than the grace period (a

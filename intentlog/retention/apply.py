@@ -108,24 +108,41 @@ def _delete_units(
     deleted: list[str],
     skipped: list[tuple[str, str]],
 ) -> None:
-    """Delete the expired streams, a task's inbox only once its task was deleted.
+    """Delete the expired streams, each task of a unit only once the one it follows was deleted.
 
-    A task that a writer took up again since the plan is skipped (changed, busy); its inbox
-    then stays with it, so a signal the task is about to receive is never deleted.
+    A unit (:func:`~intentlog.retention.scan.join_unit`) goes in waves: first the tasks that
+    follow none (a task, a parent), then each inbox whose task and each unjoined child whose
+    parent was deleted, and so on down. A task that a writer took up again since the plan is
+    skipped (changed, busy), and what follows it stays with it: a signal the task is about
+    to receive, or a child's result its parent's re-run joins, is never deleted.
     """
-    names = {t.task for t in expired}
-    boxes = [t for t in expired if t.task.endswith(INBOX_SUFFIX) and t.task[: -len(INBOX_SUFFIX)] in names]
-    box_ids = {t.task for t in boxes}
-    held.delete_streams([t for t in expired if t.task not in box_ids], started, evacuate, deleted, skipped)
-    if not boxes:
-        return
-    gone = set(deleted)
-    follow = [t for t in boxes if t.task[: -len(INBOX_SUFFIX)] in gone]
-    for t in boxes:
-        if t.task[: -len(INBOX_SUFFIX)] not in gone:
-            skipped.append((t.task, f"kept with its task {t.task[: -len(INBOX_SUFFIX)]!r}, which was not deleted"))
-    if follow:
-        held.delete_streams(follow, started, evacuate, deleted, skipped)
+    planned = {t.task for t in expired}
+    gone: set[str] = set()
+    stays: set[str] = set()
+    pending = list(expired)
+    while pending:
+        ready = [t for t in pending if t.after not in planned or t.after in gone or t.after in stays]
+        if not ready:  # bonds in a circle (records that contradict each other): none is deleted
+            ready = pending
+            stays.update(t.task for t in pending)
+        go = []
+        for t in ready:
+            if t.after in stays:
+                skipped.append((t.task, f"kept with {_relation(t)} {t.after!r}, which was not deleted"))
+                stays.add(t.task)
+            else:
+                go.append(t)
+        if go:
+            n = len(deleted)
+            held.delete_streams(go, started, evacuate, deleted, skipped)
+            gone.update(deleted[n:])
+            stays.update(t.task for t in go if t.task not in gone)
+        taken = {t.task for t in ready}
+        pending = [t for t in pending if t.task not in taken]
+
+
+def _relation(t: ExpiredTask) -> str:
+    return "its task" if t.task == f"{t.after}{INBOX_SUFFIX}" else "its parent"
 
 
 def _carry_out(held: GcSession, plan: GcPlan) -> GcResult:

@@ -11,10 +11,9 @@ from typing import Any
 from .._internal.args import check_count
 from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
-from ..projections.idioms import INBOX_SUFFIX
 from .policy import MAX_TRACKED, GcPolicy, check_now, format_duration, format_size, parse_ts, resolve_policy
 from .report import Evacuation, ExpiredBlob, ExpiredTask, GcPlan
-from .rows import LAST_TS, TASK, KeptTasks, expired_task
+from .rows import LAST_TS, KeptTasks, expired_task
 from .scan import NEVER, Candidate, Progress, Scan, micros
 from .storage import GcLedger, GcStorage
 
@@ -110,8 +109,8 @@ def make_plan(
         while after > policy.max_size and k < len(order):
             k += 1
             after -= scan.sizes[order[k - 1]] + freed_at[k]
-        if 0 < k < len(order) and _one_unit(scan, order[k - 1], order[k]):
-            k += 1  # a task and its inbox go together (adjacent in the order: the same latest activity)
+        while 0 < k < len(order) and _one_unit(scan, order[k - 1], order[k]):
+            k += 1  # a unit goes together (adjacent in the order: the same latest activity)
 
     expired = [_expired(scan, idx, n < by_age, now, policy) for n, idx in enumerate(order[:k])]
     kept = KeptTasks(scan.rows, order[:k])
@@ -167,8 +166,12 @@ def make_plan(
 
 
 def _one_unit(scan: Scan, a: int, b: int) -> bool:
-    """Are the tasks at ``a`` and ``b`` a task and its inbox (:func:`~intentlog.retention.scan.join_unit`)?"""
-    return bool(scan.rows.get(b)[TASK] == scan.rows.get(a)[TASK] + INBOX_SUFFIX)
+    """Are the tasks at ``a`` and ``b``, next in the deletion order, one unit (:func:`.scan.join_unit`)?
+
+    A unit's tasks are settled one after the other (``scan.bound``) with the same latest
+    activity, so they are next to each other in the order too.
+    """
+    return b == a + 1 and a in scan.bound
 
 
 def oldest_first(eligible: array[int], last_us: array[int]) -> array[int]:

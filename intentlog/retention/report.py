@@ -38,6 +38,9 @@ class ExpiredTask:
     stream: str | None = None
     ident: tuple[int, int, int] = field(default=(0, 0, 0), compare=False, repr=False)  # st_ino, st_size, mtime_ns
     state: str | None = field(default=None, compare=False)  # the operator state, as 'intentlog tasks' shows it
+    #: the task of its unit deleted before it (an inbox's task, an unjoined child's parent): if that one is
+    #: skipped, this one stays with it
+    after: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,7 +60,7 @@ class ExpiredTask:
 @dataclass(frozen=True, slots=True)
 class KeptTask:
     """A task the plan keeps, and why (``rule``: protected, keep, backlog, busy, unreadable, undated, grace,
-    young, unit: kept with its task or its inbox)."""
+    young, unit: kept with its task or its inbox, children: kept with its parent or a child it has not joined)."""
 
     task: str
     rule: str

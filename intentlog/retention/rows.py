@@ -33,7 +33,7 @@ SPOOL_BYTES = 64 * 1024
 _READ = 64 * 1024
 
 # the fields of a record, in order
-TASK, RULE, DETAIL, SIZE, LAST_TS, STATE, HEAD, EVENTS, STREAM, IDENT = range(10)
+TASK, RULE, DETAIL, SIZE, LAST_TS, STATE, HEAD, EVENTS, STREAM, IDENT, AFTER = range(11)
 
 
 class TaskRows:
@@ -107,7 +107,7 @@ def expired_task(r: list[Any], reason: str, detail: str) -> ExpiredTask:
     """The record ``r`` as a task the plan deletes, for ``reason``."""
     return ExpiredTask(
         r[TASK], reason, detail, r[LAST_TS] or "", r[SIZE], r[HEAD], r[EVENTS], r[STREAM], tuple(r[IDENT]),
-        state=r[STATE],
+        state=r[STATE], after=r[AFTER],
     )  # fmt: skip
 
 
@@ -122,7 +122,9 @@ def _kept(r: list[Any]) -> KeptTask:
 
 
 class KeptTasks(Sequence[KeptTask]):
-    """The tasks a plan keeps, in id order: every scanned task but the expired ones, read as iterated.
+    """The tasks a plan keeps, in scan order: every scanned task but the expired ones, read as iterated.
+
+    Scan order is id order, but for a unit's tasks, together where the last of it was scanned.
 
     Memory: the records' offsets (in :class:`TaskRows`) and 4 bytes an expired task.
     """

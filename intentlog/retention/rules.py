@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 from ..projections.idioms import open_waits
-from ..projections.status import AWAITING_APPROVAL, INTERRUPTED, PAUSED_FOR_REVIEW, TaskStatus
+from ..projections.status import AWAITING_APPROVAL, FAILED, INTERRUPTED, PAUSED_FOR_REVIEW, TaskStatus
 
 __all__ = ["KeepMark", "protected_by"]
 
@@ -14,7 +15,7 @@ __all__ = ["KeepMark", "protected_by"]
 _HOLDING_STATES: Final = frozenset({PAUSED_FOR_REVIEW, AWAITING_APPROVAL})
 
 
-def protected_by(st: TaskStatus) -> str | None:
+def protected_by(st: TaskStatus, unjoined: Sequence[str] = ()) -> str | None:
     """Why no policy may delete this task's stream, or None.
 
     The one rule, derived from the task's operator state (:func:`intentlog.projections.status.status_of`,
@@ -25,6 +26,11 @@ def protected_by(st: TaskStatus) -> str | None:
       checkpoint, an undecided approval); the detail names the command that decides it;
     * **interrupted while sleeping or waiting for an event** (an open ``task.sleep_started``
       or ``task.event_awaited``): its script continues from this record;
+    * **a parent waiting for children**: ``unjoined``, the children its record spawned
+      (``task.child_spawned``) and no ``task.joined`` names yet
+      (:func:`~intentlog.projections.status.open_children`), whatever its state but
+      *failed*: its script continues from this record and joins them (the children are
+      kept with it, rule ``unit``: :func:`intentlog.retention.scan.join_unit`);
     * **interrupted with an external effect at stake**: an unresolved call whose provider
       effect is unknown (a resend accepted but not made) or happened but not yet turned
       into a result (observed, interpreted): without the stream, re-running would pay twice.
@@ -35,6 +41,12 @@ def protected_by(st: TaskStatus) -> str | None:
     """
     if st.state in _HOLDING_STATES:
         return f"{st.state}: {st.reason}; next: {st.next_step}"
+    if unjoined and st.state != FAILED:
+        shown = ", ".join(repr(c) for c in unjoined[:5]) + (", ..." if len(unjoined) > 5 else "")
+        return (
+            f"{st.state}: spawned {len(unjoined)} child task(s) it has not joined ({shown}): its script continues "
+            f"from this record and joins them; next: {st.next_step}"
+        )
     if st.state != INTERRUPTED:
         return None
     ws = st.work

@@ -10,7 +10,8 @@ import re
 import stat
 import sys
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -20,14 +21,14 @@ from .._internal.digest import DIGEST_PREFIX
 from ..errors import IntentlogError, LedgerError
 from ..eventlog.format import Event, check_task_id
 from ..eventlog.reader import StreamScan
-from ..projections.idioms import INBOX_SUFFIX, tasks_with_inboxes
+from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, SPAWNED, IdiomFold
 from ..projections.operator import OperatorFold
-from ..projections.status import OPERATOR_STATES, status_of
+from ..projections.status import OPERATOR_STATES, open_children, status_of
 from ..projections.workstate import WorkStateFold
 from ..refs import DIGEST_BYTES_RE, KEEP, walk
 from ..viewcache import paused_gc
 from ..viewcache.index import IndexJoin, facts_of
-from .backlogs import backlog_needs
+from .backlogs import BacklogNeeds, backlog_needs
 from .policy import GcPolicy, format_duration, parse_ts
 from .rows import TaskRows
 from .rules import KeepMark, protected_by
@@ -126,6 +127,10 @@ class TaskInfo:
     rule: str | None = None  # why it is never deleted; None: eligible
     detail: str = ""
     state: str | None = None  # the operator state (None: the stream could not be read)
+    parent: str | None = None  # the task that spawned this one (its ``task.spawned``)
+    unjoined: tuple[str, ...] = ()  # the children it spawned and has not joined, in spawn order
+    kids: frozenset[str] = frozenset()  # the same, to look up
+    after: str | None = None  # deleted only once this task is (its task, for an inbox; its parent, for a child)
 
 
 @dataclass(slots=True)
@@ -146,6 +151,8 @@ class Scan:
     # digest -> the same, over tasks that carry its bytes inline
     held: dict[bytes, int] = field(default_factory=dict)
     incomplete: list[str] = field(default_factory=list)
+    # indices whose next index is the same unit (UnitSettler): a size cap takes both or neither
+    bound: set[int] = field(default_factory=set)
     stream_names: int = 0
     stream_bytes: int = 0
     tracking: bool = True
@@ -222,14 +229,14 @@ def _scan_names(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
-    needed: Mapping[str, str],
+    needed: BacklogNeeds,
     join: IndexJoin,
     *,
     limit: int,
     progress: Progress | None,
 ) -> None:
     """Scan each stream in id order, taking from ``join`` (the gc index) each whose file facts it recorded."""
-    units = UnitSettler(scan, tasks_with_inboxes([_task_of(n) for n in names]), limit=limit)
+    units = UnitSettler(scan, names, limit=limit, key=_task_of)
     for done, name in enumerate(names, start=1):
         if progress is not None:
             progress("streams", done, len(names))
@@ -254,52 +261,212 @@ def _scan_names(
     join.commit()
 
 
-def join_unit(task: TaskInfo, box: TaskInfo) -> None:
-    """Make a task and its inbox one unit: what keeps one keeps the other; both go by the later activity.
+def _relation(member: TaskInfo, keeper: TaskInfo) -> str:
+    """How ``keeper`` binds ``member``, as a plan's detail says it ("kept with its inbox 'x.inbox'...")."""
+    k = repr(keeper.task)
+    if keeper.task == member.task + INBOX_SUFFIX:
+        return f"its inbox {k}"
+    if member.task == keeper.task + INBOX_SUFFIX:
+        return f"its task {k}"
+    if keeper.task in member.kids:
+        return f"its child {k}, not yet joined"
+    if member.task in keeper.kids:
+        return f"its parent {k}, which has not joined it"
+    if member.parent == keeper.task:
+        return f"its parent {k}, whose record cannot say whether it joined it"
+    return f"{k} (a parent and the children it has not joined, with their inboxes, are kept together)"
 
-    A waiting task keeps its inbox (a signal not yet received is never deleted), a kept or
-    busy inbox keeps its task, and an idle pair is ordered by its latest activity, so that
-    an age limit or a size cap takes both or neither (the plan never cuts between them).
+
+def _rule(member: TaskInfo, keeper: TaskInfo) -> str:
+    """The rule a plan names for ``member`` kept with ``keeper``: ``unit`` (a task and its inbox), else ``children``."""
+    inbox = keeper.task == member.task + INBOX_SUFFIX or member.task == keeper.task + INBOX_SUFFIX
+    return "unit" if inbox else "children"
+
+
+def join_unit(members: Sequence[TaskInfo]) -> None:
+    """Make tasks bound together one unit: what keeps one keeps all; all go by the latest activity.
+
+    The bonds (:class:`UnitSettler` finds them): a task and its inbox (a task kept for the
+    other's reason: rule ``unit``), and a parent and each child it spawned and has not
+    joined (rule ``children``). A waiting task keeps its inbox (a signal not yet
+    received is never deleted) and a parent its children (its join reads their results); a
+    kept or busy inbox or child keeps its task or parent. An idle unit is ordered by its
+    latest activity, so that an age limit or a size cap takes all or none of it (the plan
+    never cuts through a unit). ``members`` in id order; a keeper directly bound to a member
+    is named in its detail, else the first.
     """
-    if task.rule is None and box.rule is not None:
-        task.rule, task.detail = "unit", f"kept with its inbox {box.task!r}: [{box.rule}] {box.detail}"
-    elif box.rule is None and task.rule is not None:
-        box.rule, box.detail = "unit", f"kept with its task {task.task!r}: [{task.rule}] {task.detail}"
-    elif task.rule is None and task.last_dt is not None and box.last_dt is not None:
-        task.last_dt = box.last_dt = max(task.last_dt, box.last_dt)
+    keepers = {m.task: m for m in members if m.rule is not None}
+    if keepers:
+        first = next(iter(keepers.values()))
+        parents = _parents(members)
+        for m in members:
+            if m.rule is None:
+                box = m.task[: -len(INBOX_SUFFIX)] if m.task.endswith(INBOX_SUFFIX) else None
+                near = [m.task + INBOX_SUFFIX, box, parents.get(m.task), m.parent, *m.unjoined]
+                k = next((keepers[n] for n in near if n is not None and n in keepers), first)
+                m.rule, m.detail = _rule(m, k), f"kept with {_relation(m, k)}: [{k.rule}] {k.detail}"
+        return
+    dated = [m.last_dt for m in members if m.last_dt is not None]
+    if dated:
+        latest = max(dated)
+        for m in members:
+            if m.last_dt is not None:
+                m.last_dt = latest
+
+
+@dataclass(slots=True)
+class _Held:
+    info: TaskInfo
+    refs: set[bytes]
+    held: set[bytes]
+    readable: bool
 
 
 class UnitSettler:
-    """Settles scanned tasks (:func:`settle`), a task with an inbox held back until its inbox is scanned.
+    """Settles scanned tasks (:func:`settle`), a unit's tasks held back until the whole unit is scanned.
 
-    A task's inbox is listed after it (its id is the task's id and a suffix), and every
-    storage scans in id order; the task's record is settled right before its inbox's, so the
-    two are adjacent in the plan's deletion order. Memory: the tasks held back (one at a
-    time per task with an inbox, and the ids of :func:`~intentlog.projections.idioms.tasks_with_inboxes`).
+    A unit (:func:`join_unit`) is what a task's bonds join: its inbox (``<task>.inbox``), and
+    the children its record spawned and has not joined. Every storage scans in id order, so
+    a task is held back while a task listed after it may bind it: its inbox, an unjoined
+    child, or the parent its own record names (whose record says whether it joined it).
+    Once nothing listed later can bind any task of its unit, the unit is settled, its tasks
+    one right after the other in id order, so a unit is adjacent in the plan's deletion
+    order (its consecutive places are in ``scan.bound``). A child whose own record does not
+    name its parent (a crash between the parent's ``task.child_spawned`` and the child's
+    ``task.spawned``: it holds nothing but its creation; the parent's re-run writes its
+    link) is settled on its own when listed before its parent.
+
+    The held tasks form units by union-find, each unit counting the scans it still waits
+    for: a task costs a near-constant time whatever the size of its unit. Memory: the tasks
+    held back -- the task of an inbox until its inbox is scanned; a child until its parent
+    is; a unit until all of it is -- and the tasks whose stream cannot be read (their ids).
     """
 
-    def __init__(self, scan: Scan, bases: set[str], *, limit: int) -> None:
-        self._scan, self._bases, self._limit = scan, bases, limit
-        self._held: dict[str, tuple[TaskInfo, set[bytes], set[bytes], bool]] = {}
+    def __init__(
+        self, scan: Scan, names: Sequence[str], *, limit: int, key: Callable[[str], str] | None = None
+    ) -> None:
+        """``names``: every stream the scan lists, in id order; ``key``: a name's task id (None: the name is)."""
+        self._scan, self._names, self._key, self._limit = scan, names, key, limit
+        self._held: dict[str, _Held] = {}
+        self._waiting: dict[str, list[str]] = {}  # a task listed later -> the held tasks waiting for it
+        self._up: dict[str, str] = {}  # union-find over the held tasks: a task -> a task of its unit
+        self._members: dict[str, list[str]] = {}  # a unit's root -> its tasks
+        self._open: dict[str, int] = {}  # a unit's root -> the scans it still waits for
+        self._unread: dict[str, TaskInfo] = {}  # the settled tasks whose stream cannot be read (a child may name one)
+
+    def _later(self, task: str, tid: str) -> bool:
+        """Is ``tid`` a task listed after ``task`` (so not scanned yet)?"""
+        if tid <= task:
+            return False
+        i = bisect_left(self._names, tid, key=self._key)
+        return i < len(self._names) and (self._key or str)(self._names[i]) == tid
+
+    def _root(self, task: str) -> str:
+        root = task
+        while self._up[root] != root:
+            root = self._up[root]
+        while self._up[task] != root:  # path compression
+            self._up[task], task = root, self._up[task]
+        return root
+
+    def _union(self, a: str, b: str) -> None:
+        ra, rb = self._root(a), self._root(b)
+        if ra == rb:
+            return
+        if len(self._members[ra]) < len(self._members[rb]):
+            ra, rb = rb, ra
+        self._up[rb] = ra
+        self._members[ra] += self._members.pop(rb)
+        self._open[ra] += self._open.pop(rb)
 
     def add(self, info: TaskInfo, refs: set[bytes], held: set[bytes], *, readable: bool) -> None:
-        if info.task in self._bases:
-            self._held[info.task] = (info, refs, held, readable)
-            return
-        base = self._held.pop(info.task[: -len(INBOX_SUFFIX)], None) if info.task.endswith(INBOX_SUFFIX) else None
-        if base is not None:
-            join_unit(base[0], info)
-            self._settle(*base)
-        self._settle(info, refs, held, readable)
+        t = info.task
+        entry = _Held(info, refs, held, readable)
+        waiters = self._waiting.pop(t, [])
+        for w in waiters:
+            self._open[self._root(w)] -= 1
+        parent = [info.parent] if info.parent is not None else []
+        unread = self._unread.get(info.parent) if info.parent is not None else None
+        if unread is not None and info.rule is None:  # its parent, settled before it, cannot be read
+            info.rule = "children"
+            info.detail = f"kept with {_relation(info, unread)}: [{unread.rule}] {unread.detail}"
+        near = [*waiters, *info.unjoined, *parent] + ([t[: -len(INBOX_SUFFIX)]] if t.endswith(INBOX_SUFFIX) else [])
+        bonds = [o for o in dict.fromkeys(near) if o in self._held and _bonded(self._held[o].info, info)]
+        waits = [tid for tid in dict.fromkeys([t + INBOX_SUFFIX, *info.unjoined, *parent]) if self._later(t, tid)]
+        if waits or bonds:
+            self._held[t] = entry
+            self._up[t], self._members[t], self._open[t] = t, [t], len(waits)
+            for tid in waits:
+                self._waiting.setdefault(tid, []).append(t)
+            for o in bonds:
+                self._union(t, o)
+        else:
+            self._settle([entry])
+        for root in dict.fromkeys(self._root(x) for x in [t, *waiters] if x in self._held):
+            if self._open[root] == 0:
+                self._release(root)
+
+    def _release(self, root: str) -> None:
+        """Settle the unit of ``root``: nothing listed later can bind any of it."""
+        tasks = sorted(self._members.pop(root))
+        del self._open[root]
+        for task in tasks:
+            del self._up[task]
+        self._settle([self._held.pop(task) for task in tasks])
 
     def finish(self) -> None:
-        """Settle what is still held back (a task whose inbox could not be listed)."""
-        for entry in sorted(self._held.values(), key=lambda e: e[0].task):
-            self._settle(*entry)
-        self._held.clear()
+        """Settle what is still held back (waiting for a task that could not be listed or named)."""
+        self._waiting.clear()
+        for root in sorted(self._members, key=lambda r: min(self._members[r])):
+            self._release(root)
 
-    def _settle(self, info: TaskInfo, refs: set[bytes], held: set[bytes], readable: bool) -> None:
-        settle(self._scan, info, refs, held, readable=readable, index=len(self._scan.rows), limit=self._limit)
+    def _settle(self, unit: list[_Held]) -> None:
+        if len(unit) > 1:
+            join_unit([e.info for e in unit])
+            tasks = {e.info.task: e.info for e in unit}
+            parents = _parents(tasks.values())
+            for e in unit:
+                e.info.after = _after(e.info, tasks, parents)
+        for n, e in enumerate(unit):
+            if e.info.state is None:
+                self._unread[e.info.task] = e.info
+            if n:
+                self._scan.bound.add(len(self._scan.rows) - 1)  # this place and the one before: one unit
+            settle(self._scan, e.info, e.refs, e.held, readable=e.readable, index=len(self._scan.rows),
+                   limit=self._limit)  # fmt: skip
+
+
+def _bonded(a: TaskInfo, b: TaskInfo) -> bool:
+    """Are ``a`` and ``b`` a task and its inbox, or a parent and a child it has not joined (either way)?
+
+    A parent whose stream cannot be read (``state`` None) may not have joined the child
+    naming it: bonded, never guessed in the direction of deleting.
+    """
+    return (
+        b.task == a.task + INBOX_SUFFIX
+        or a.task == b.task + INBOX_SUFFIX
+        or b.task in a.kids
+        or a.task in b.kids
+        or (b.parent == a.task and a.state is None)
+        or (a.parent == b.task and b.state is None)
+    )
+
+
+def _parents(members: Iterable[TaskInfo]) -> dict[str, str]:
+    """Child -> the member of the unit that spawned it and has not joined it (the first such, in id order)."""
+    out: dict[str, str] = {}
+    for m in members:
+        for c in m.unjoined:
+            out.setdefault(c, m.task)
+    return out
+
+
+def _after(info: TaskInfo, unit: Mapping[str, TaskInfo], parents: Mapping[str, str]) -> str | None:
+    """The task of ``unit`` whose deletion ``info``'s must follow: an inbox's task, an unjoined child's parent."""
+    if info.task.endswith(INBOX_SUFFIX) and info.task[: -len(INBOX_SUFFIX)] in unit:
+        return info.task[: -len(INBOX_SUFFIX)]
+    parent = parents.get(info.task)
+    return parent if parent is not None and parent != info.task else None
 
 
 def settle(
@@ -322,7 +489,7 @@ def _record(scan: Scan, info: TaskInfo) -> None:
     scan.rows.append(
         [
             info.task, None if eligible else info.rule, info.detail, info.size, info.last_ts, info.state,
-            info.head, info.events, info.stream, list(info.ident),
+            info.head, info.events, info.stream, list(info.ident), info.after,
         ]
     )  # fmt: skip
     scan.sizes.append(info.size)
@@ -360,6 +527,8 @@ def _from_index(
         held.clear()
         return False
     info.head, info.stream, info.events, info.last_ts, state, protected = v[:6]
+    info.parent, info.unjoined = v[8], tuple(v[9])
+    info.kids = frozenset(info.unjoined)
     info.state = sys.intern(state)  # a few words, shared by every task
     info.size, info.ident = st.st_size, file_ident(st)
     if protected is not None:
@@ -371,17 +540,20 @@ def _from_index(
 def _gc_entry(v: Any) -> list[Any] | None:
     """The gc index's value for a stream (as :func:`_scan_one` puts it), every field's type checked; None otherwise.
 
-    ``[head, stream, events, last_ts, state, protected, refs, held]``: text or None, a
-    non-negative count, a timestamp as the scan keeps them (or None), an operator state,
-    the protection's reason (or None), two lists of text. An entry that is not exactly
-    this is never used: the stream is read.
+    ``[head, stream, events, last_ts, state, protected, refs, held, parent, unjoined]``:
+    text or None, a non-negative count, a timestamp as the scan keeps them (or None), an
+    operator state, the protection's reason (or None), two lists of text, the task's parent
+    (or None) and the children it has not joined (a list of text). An entry that is not
+    exactly this is never used: the stream is read.
     """
-    if type(v) is not list or len(v) != 8:
+    if type(v) is not list or len(v) != 10:
         return None
-    head, stream, events, last_ts, state, protected, refs, held = v
+    head, stream, events, last_ts, state, protected, refs, held, parent, unjoined = v
     if type(events) is not int or events < 0 or type(refs) is not list or type(held) is not list:
         return None
-    if not all(x is None or type(x) is str for x in (head, stream, protected)):
+    if not all(x is None or type(x) is str for x in (head, stream, protected, parent)):
+        return None
+    if type(unjoined) is not list or not all(type(c) is str for c in unjoined):
         return None
     if last_ts is not None and (type(last_ts) is not str or TS_RE.match(last_ts) is None):
         return None
@@ -390,17 +562,22 @@ def _gc_entry(v: Any) -> list[Any] | None:
     return v
 
 
+_CHILD_LINKS: Final = frozenset({CHILD_SPAWNED, SPAWNED, JOINED})
+
+
 def fold_for_gc(
     info: TaskInfo, events: Iterable[Event], refs: set[bytes], held: set[bytes]
 ) -> tuple[WorkStateFold, OperatorFold, str | None, Event | None]:
     """One pass over a task's events as gc reads them, whatever holds the stream.
 
     Its work state and operator folds, its latest well-formed timestamp and its last event;
-    the stream id of its creation record is set on ``info``, and the digests it names are
-    added to ``refs`` (and those of inline payloads to ``held``).
+    the stream id of its creation record, its parent and the children it has not joined
+    are set on ``info``, and the digests it names are added to ``refs`` (and those of
+    inline payloads to ``held``).
     """
     fold = WorkStateFold(info.task)
     ops = OperatorFold()
+    family = IdiomFold()  # fed only the child links: what the children projection says of them
     latest: str | None = None
     last: Event | None = None
     for ev in events:
@@ -410,8 +587,13 @@ def fold_for_gc(
             info.stream = ev.data["stream"]
         if TS_RE.match(ev.ts) and (latest is None or ev.ts > latest):
             latest = ev.ts
+        if ev.kind in _CHILD_LINKS:
+            family.apply(ev)
         collect_digests(ev.data, refs, held)
         last = ev
+    links = family.result()
+    info.parent, info.unjoined = links.parent, open_children(links)
+    info.kids = frozenset(info.unjoined)
     return fold, ops, latest, last
 
 
@@ -451,12 +633,13 @@ def _scan_one(ledger: Layout, info: TaskInfo, refs: set[bytes], held: set[bytes]
     if file_ident(before) != file_ident(after):
         info.rule, info.detail = "busy", "it changed while it was read (a writer is appending)"
         return True
-    protected = protected_by(st)
+    protected = protected_by(st, info.unjoined)
     if protected is not None:
         info.rule, info.detail = "protected", protected
     if p is None and stat.S_ISREG(after.st_mode):
         gc_facts = [info.head, info.stream, info.events, info.last_ts, info.state, protected]
-        join.put(info.task, facts_of(after), [*gc_facts, sorted(r.hex() for r in refs), sorted(h.hex() for h in held)])
+        digests = [sorted(r.hex() for r in refs), sorted(h.hex() for h in held)]
+        join.put(info.task, facts_of(after), [*gc_facts, *digests, info.parent, list(info.unjoined)])
     return True
 
 
@@ -466,7 +649,7 @@ def _classify(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
-    needed: Mapping[str, str],
+    needed: BacklogNeeds,
 ) -> None:
     """:func:`classify` with the folder's probe of the task's writer lock."""
 
@@ -487,7 +670,7 @@ def classify(
     now: _dt.datetime,
     policy: GcPolicy,
     marks: Mapping[str, KeepMark],
-    needed: Mapping[str, str],
+    needed: BacklogNeeds,
     busy: Busy,
 ) -> None:
     """Decide whether a readable task may be deleted at all (``info.rule`` None) or why not.
@@ -500,13 +683,9 @@ def classify(
         info.rule = "keep"
         info.detail = f"marked by 'intentlog keep' at {mark.since}" + (f": {mark.note}" if mark.note else "")
         return
-    backlog = needed.get(info.task)
-    if backlog is not None:
-        info.rule = "backlog"
-        info.detail = (
-            f"backlog {backlog!r} has not finished with it: a later run resumes from this record "
-            f"(see 'intentlog backlog {backlog}')"
-        )
+    claim = needed.claim(info.task, child=info.parent is not None)
+    if claim is not None:
+        info.rule, info.detail = "backlog", claim
         return
     if info.last_ts is None:
         info.rule, info.detail = "undated", "no event carries a timestamp to date it by"

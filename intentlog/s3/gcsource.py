@@ -78,9 +78,9 @@ from ..eventlog.gclog import (
 from ..eventlog.remote import events_in
 from ..eventlog.writer import StreamWriter
 from ..projections.backlogs import BACKLOG_SUFFIX, unfinished_item_tasks
-from ..projections.idioms import tasks_with_inboxes
 from ..projections.status import status_of
 from ..refs import INLINE, walk
+from ..retention.backlogs import BacklogNeeds
 from ..retention.policy import GcPolicy
 from ..retention.report import ExpiredBlob, ExpiredTask
 from ..retention.rules import KeepMark, protected_by
@@ -222,7 +222,7 @@ class StoreGc:
         def busy(task: str) -> str | None:
             return held.get(task)
 
-        units = UnitSettler(scan, tasks_with_inboxes(names), limit=limit)
+        units = UnitSettler(scan, names, limit=limit)
         for done, tid in enumerate(names, start=1):
             if progress is not None:
                 progress("streams", done, len(names))
@@ -267,14 +267,14 @@ class StoreGc:
             return True
         if tail.held:
             held[info.task] = f"open for writing: its lease is held (lease epoch {tail.epoch})"
-        protected = protected_by(st)
+        protected = protected_by(st, info.unjoined)
         if protected is not None:
             info.rule, info.detail = "protected", protected
         return True
 
-    def _backlog_needs(self, names: list[str]) -> dict[str, str]:
-        """Task id -> the backlog whose unfinished item it is (as :func:`.backlogs.backlog_needs` says)."""
-        needed: dict[str, str] = {}
+    def _backlog_needs(self, names: list[str]) -> BacklogNeeds:
+        """The backlogs' unfinished item tasks, as :func:`~intentlog.retention.backlogs.backlog_needs` says."""
+        needed = BacklogNeeds()
         for tid in names:
             if not tid.endswith(BACKLOG_SUFFIX):
                 continue
@@ -282,12 +282,9 @@ class StoreGc:
             try:
                 tasks = unfinished_item_tasks(events_in(self._read(tid), f"tasks/{tid}.jsonl"))
             except (CorruptStream, LedgerError, FileNotFoundError):
-                prefix = f"{backlog}.item."
-                tasks = {n for n in names if n.startswith(prefix)}  # unreadable: claims every item-like task
-            if tasks:
-                needed[tid] = backlog
-            for t in tasks:
-                needed[t] = backlog
+                needed.add(tid, backlog, (), whole=False)  # unread: claims its item-like tasks and every child
+                continue
+            needed.add(tid, backlog, tasks, whole=True)
         return needed
 
     def objects(self) -> Iterator[tuple[str, int, int, int]]:
