@@ -253,6 +253,7 @@ class BacklogFold:
             it.blocked = None
         elif kind == "backlog.item_failed":
             it.failed = str(d.get("reason"))
+            it.failures = int(d.get("failures", it.failures))  # the failing attempt counts too
         elif kind == "backlog.item_done":
             it.done = True
         elif kind in ("backlog.holder_ended", "backlog.item_timed_out"):

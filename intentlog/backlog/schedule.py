@@ -101,16 +101,17 @@ class Schedule:
             for rec in self.unsettled()
         )  # fmt: skip
 
-    def failed_attempt(self, rec: ItemRecord, why: str, *, given_up: bool = False) -> None:
+    def failed_attempt(self, rec: ItemRecord, why: str, *, given_up: bool = False, permanent: bool = False) -> None:
         """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``.
 
         ``why`` (a step's exception text, say) is recorded as texts people give are: credentials scrubbed.
         ``given_up``: its task was given up (its step did not run): failed at once, ``why`` as the reason,
-        its failures unchanged."""
+        its failures unchanged. ``permanent``: the step raised an error a retry would raise again
+        (:mod:`intentlog.backlog.permanent`): failed at once, ``why`` as the reason, the attempt counted."""
         why = scrub_text(why)
         n = rec.failures + (0 if given_up else 1)
-        if given_up or (rec.max_attempts is not None and n >= rec.max_attempts):
-            reason = why if given_up else f"{n} failed attempt(s); last: {why}"
+        if given_up or permanent or (rec.max_attempts is not None and n >= rec.max_attempts):
+            reason = why if given_up or permanent else f"{n} failed attempt(s); last: {why}"
             self.journal.record(
                 "backlog.item_failed", {"item": rec.item, "task": rec.task, "failures": n, "reason": reason}
             )
