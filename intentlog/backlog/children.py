@@ -18,6 +18,11 @@ A backlog worker runs each step inside :func:`~intentlog.idioms.suspend.suspendi
   the supervisor records ``backlog.item_scheduled {children}`` and takes the parent again
   once every one of them is done or failed (:meth:`intentlog.backlog.schedule.Schedule.candidates`),
   woken by their completion, not by a poll;
+- **a child in another backlog**: a link naming a backlog (``task.spawn(..., backlog=NAME)``)
+  makes the child an item of that backlog, run by its own step and workers; the parent's
+  join is scheduled with ``backlogs`` (child id -> backlog) and its run takes it again once
+  they are settled there (:class:`intentlog.backlog.wake.ChildrenWatch`, no poll of the
+  children); :func:`children_elsewhere` lists them under their parent in the view;
 - **a child that failed fails its parent's join**: once every child not returned is settled
   and some failed (``backlog.item_failed``), the join raises
   :class:`~intentlog.idioms.errors.ChildrenPending` naming them; uncaught, the parent item is
