@@ -483,17 +483,21 @@ class Task:
 
         return wait_for_event(self.stream, name, inbox=self._inbox, timeout=timeout, poll=poll, block=block)
 
-    def spawn(self, child_id: str, payload: Any = None, *, run: Callable[[Task], Any] | None = None) -> Task:
+    def spawn(
+        self, child_id: str, payload: Any = None, *, run: Callable[[Task], Any] | None = None,
+        backlog: str | None = None,
+    ) -> Task:  # fmt: skip
         """Spawn the child task ``child_id``: the link is recorded here before the child exists.
 
         The child id is the idempotency key (a re-run spawns nothing twice and loses no
         child). ``run``: called with the child's handle when the child has not returned a
         result yet; what it returns is recorded as the child's result (:meth:`finish`).
-        See :mod:`intentlog.idioms.children`.
+        ``backlog``: the child is an item of that backlog, run by its step on its workers
+        (recorded in the link; not with ``run``). See :mod:`intentlog.idioms.children`.
         """
         from .idioms.children import hand_over, spawn
 
-        spawn(self.ledger, self.stream, child_id, payload, hand=run is None)
+        spawn(self.ledger, self.stream, child_id, payload, hand=run is None, backlog=backlog)
         child = self.ledger.task(child_id)
         if run is not None:
             from .projections.idioms import idiom_state

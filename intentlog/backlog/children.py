@@ -18,6 +18,11 @@ A backlog worker runs each step inside :func:`~intentlog.idioms.suspend.suspendi
   the supervisor records ``backlog.item_scheduled {children}`` and takes the parent again
   once every one of them is done or failed (:meth:`intentlog.backlog.schedule.Schedule.candidates`),
   woken by their completion, not by a poll;
+- **a child in another backlog**: a link naming a backlog (``task.spawn(..., backlog=NAME)``)
+  makes the child an item of that backlog, run by its own step and workers; the parent's
+  join is scheduled with ``backlogs`` (child id -> backlog) and its run takes it again once
+  they are settled there (:class:`intentlog.backlog.wake.ChildrenWatch`, no poll of the
+  children); :func:`children_elsewhere` lists them under their parent in the view;
 - **a child that failed fails its parent's join**: once every child not returned is settled
   and some failed (``backlog.item_failed``), the join raises
   :class:`~intentlog.idioms.errors.ChildrenPending` naming them; uncaught, the parent item is
@@ -35,13 +40,26 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from ..idioms import state
 from ..idioms.children import finish
 from ..idioms.suspend import suspending
-from .model import DONE, ITEM_FAILED, QUEUED, SCHEDULED, BacklogFold, ItemRecord, ItemView
+from .itemcache import read_items
+from .model import (
+    DONE,
+    ITEM_FAILED,
+    QUEUED,
+    SCHEDULED,
+    BacklogFold,
+    ItemRecord,
+    ItemView,
+    LedgerLike,
+    backlog_stream_id,
+    item_view,
+)
 
 if TYPE_CHECKING:
+    from ..ledgerstorage import LeaseOwner
     from ..stream import TaskStream
     from ..task import Task
 
-__all__ = ["BacklogChildren", "arun_step", "is_child_item", "run_step", "with_children"]
+__all__ = ["BacklogChildren", "arun_step", "children_elsewhere", "is_child_item", "run_step", "with_children"]
 
 
 def is_child_item(item: str, task_id: str) -> bool:
@@ -62,32 +80,47 @@ class _Ledger(Protocol):
 
 
 class BacklogChildren:
-    """The child runner of one item's run: children become items of ``backlog``."""
+    """The child runner of one item's run: children become items of ``backlog``, or of the backlog their link names."""
 
     def __init__(self, ledger: _Ledger, backlog: str) -> None:
         self.ledger, self.name = ledger, backlog
-        self._backlog: _Adds | None = None
+        self._backlogs: dict[str, _Adds] = {}
 
     @property
     def backlog(self) -> _Adds:
-        if self._backlog is None:  # one handle per run: its fold is reused across the step's spawns
-            self._backlog = self.ledger.backlog(self.name)
-        return self._backlog
+        """The item's own backlog."""
+        return self.handle(self.name)
+
+    def handle(self, name: str) -> _Adds:
+        """One handle per backlog per run: its fold is reused across the step's spawns."""
+        got = self._backlogs.get(name)
+        if got is None:
+            got = self._backlogs[name] = self.ledger.backlog(name)
+        return got
+
+    def where(self, parent: TaskStream, child_id: str) -> str:
+        """The backlog the child is an item of: the one its link names, else this item's."""
+        with parent.mutex:
+            return state.current(parent).child_backlogs.get(child_id, self.name)
 
     def spawned(self, parent: TaskStream, child_id: str, payload: Any) -> None:
-        """Add the child as an item of the backlog (a no-op when it is one already)."""
-        self.backlog.add_child(child_id, payload, parent=parent.id)
+        """Add the child as an item of its backlog (a no-op when it is one already)."""
+        self.handle(self.where(parent, child_id)).add_child(child_id, payload, parent=parent.id)
 
     def failed(self, parent: TaskStream, pending: Sequence[str]) -> list[tuple[str, str, str]] | None:
         """None while any pending child may still return; else each one's (id, state, next step).
 
         A pending child that is not an item yet (its add lost to a crash) is added now: the
-        parent then waits for it.
+        parent then waits for it. Each backlog the children are items of is read once.
         """
-        f = self.backlog.fold()
+        folds: dict[str, BacklogFold] = {}
         out: list[tuple[str, str, str]] = []
         waiting = False
         for cid in pending:
+            name = self.where(parent, cid)
+            f = folds.get(name)
+            if f is None:
+                f = folds[name] = self.handle(name).fold()
             rec = f.items.get(cid)
             if rec is None:
                 with parent.mutex:
@@ -96,11 +129,11 @@ class BacklogChildren:
                 waiting = True
             elif rec.failed is not None:
                 out.append(
-                    (cid, f"failed in backlog {self.name!r}: {rec.failed}",
+                    (cid, f"failed in backlog {name!r}: {rec.failed}",
                      f"nothing runs it again: spawn the work under a new child id (intentlog log {cid} shows it)")
                 )  # fmt: skip
             elif rec.done:  # done in the backlog, no result in its task (removed since): it never returns one
-                out.append((cid, f"done in backlog {self.name!r} with no result in its task", f"intentlog log {cid}"))
+                out.append((cid, f"done in backlog {name!r} with no result in its task", f"intentlog log {cid}"))
             else:
                 waiting = True
         return None if waiting else out
@@ -137,11 +170,40 @@ async def arun_step(
     return await asyncio.to_thread(finish, task.stream, value) if child else value
 
 
-def with_children(rows: list[ItemView]) -> list[ItemView]:
+def children_elsewhere(
+    ledger: LedgerLike, recs: Sequence[ItemRecord], owner: Callable[[str], LeaseOwner | None], now: float
+) -> list[ItemView]:
+    """The rows of the children the items' tasks join that are items of another backlog, as that backlog says.
+
+    Each such row names its ``backlog``; each other backlog is read once (its stream, and
+    the child tasks through the item cache).
+    """
+    wanted: dict[str, list[str]] = {}
+    for rec in recs:
+        for child, name in (rec.waits_in or {}).items():
+            wanted.setdefault(name, []).append(child)
+    out: list[ItemView] = []
+    for name, children in wanted.items():
+        f = BacklogFold()
+        for ev in ledger.task(backlog_stream_id(name)).events():
+            f.apply(ev)
+        there = [f.items[c] for c in dict.fromkeys(children) if c in f.items]
+        got = read_items(ledger, name, [rec.task for rec in there])
+        for rec in there:
+            it = got[rec.task]
+            row = item_view(name, rec, it.status, it.extras, owner=owner(rec.task), now=now)
+            out.append(replace(row, backlog=name))
+    return out
+
+
+def with_children(rows: list[ItemView], elsewhere: Sequence[ItemView] = ()) -> list[ItemView]:
     """The rows, each parent's with its child items counted per state (the tree ``intentlog backlog`` shows).
 
     A parent joining children that are all settled is shown queued: the next turn takes it.
+    ``elsewhere``: rows of children that are items of another backlog (each naming it),
+    counted under their parent and listed after the rows.
     """
+    rows = [*rows, *elsewhere]
     by_parent: dict[str, dict[str, int]] = {}
     for r in rows:
         if r.parent is not None:

@@ -35,7 +35,7 @@ from ..projections.backlogs import BacklogPace, PaceFold, Running
 from ..projections.idioms import SPAWNED
 from ..task import Task
 from . import leases
-from .children import with_children
+from .children import children_elsewhere, with_children
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .inflight import check_in_flight
@@ -161,10 +161,12 @@ class Backlog:
                 step = f"raise the budget: intentlog run {self.name} --step ... --quota ... (a larger budget)"
                 row = replace(row, reason=f"the last run stopped: {spent}", next_step=step)
             rows.append(row)
-        rows = with_children(rows)
+        elsewhere = children_elsewhere(self.ledger, ordered, owner, now)
+        rows = with_children(rows, elsewhere)
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:
-            counts[r.state] += 1
+            if r.backlog is None:  # a child in another backlog is counted there
+                counts[r.state] += 1
         running = [
             Running(r.item, (r.holder or {}).get("pid"), (r.holder or {}).get("host"), (r.holder or {}).get("since"))
             for r in rows

@@ -121,12 +121,15 @@ class Failed(NamedTuple):
     """The item's step raised (``reason`` names the error): a failed attempt, retried or failed by the supervisor.
 
     ``given_up``: the item's task was given up (``task.failed``): the item is failed at once, never retried.
+    ``permanent``: the step raised an error a retry would raise again (:mod:`intentlog.backlog.permanent`):
+    the item is failed at once, the attempt counted.
     """
 
     kind: Literal["error"]
     item: str
     reason: str
     given_up: bool = False
+    permanent: bool = False
 
 
 class Waiting(NamedTuple):

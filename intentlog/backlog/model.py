@@ -184,6 +184,8 @@ class ItemRecord:
     parent: str | None = None
     #: the child items its task waits for (scheduled with ``children``): taken again once each is done or failed
     waits_for: tuple[str, ...] | None = None
+    #: of those, the ones that are items of another backlog: child id -> that backlog (``backlogs``)
+    waits_in: dict[str, str] | None = None
     #: the event its task waits for (scheduled with ``event``): taken again when the inbox holds it
     event: str | None = None
 
@@ -245,14 +247,19 @@ class BacklogFold:
             it.retry_at = d.get("not_before")
             kids = d.get("children")
             it.waits_for = tuple(str(c) for c in kids) if isinstance(kids, list) and kids else None
+            where = d.get("backlogs")
+            it.waits_in = (
+                {str(c): str(b) for c, b in where.items()} if isinstance(where, dict) and it.waits_for else None
+            )
             it.event = d.get("event") if isinstance(d.get("event"), str) else None
         elif kind == "backlog.item_blocked":
             it.blocked = (str(d.get("reason")), str(d.get("command")))
-            it.waits_for, it.event = None, None
+            it.waits_for, it.waits_in, it.event = None, None, None
         elif kind == "backlog.item_unblocked":
             it.blocked = None
         elif kind == "backlog.item_failed":
             it.failed = str(d.get("reason"))
+            it.failures = int(d.get("failures", it.failures))  # the failing attempt counts too
         elif kind == "backlog.item_done":
             it.done = True
         elif kind in ("backlog.holder_ended", "backlog.item_timed_out"):
@@ -342,6 +349,8 @@ class ItemView:
     #: the task that spawned this item's (a child item), and, for a parent, its child items per state
     parent: str | None = None
     children: Mapping[str, int] | None = None
+    #: the backlog this row's item is in, when not the one viewed (a child a step sent to another backlog)
+    backlog: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -358,6 +367,7 @@ class ItemView:
             "task_state": self.task_state,
             "parent": self.parent,
             "children": dict(self.children) if self.children is not None else None,
+            "backlog": self.backlog,
         }
 
 

@@ -19,9 +19,10 @@ from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 
 from ..eventlog.redaction import scrub_text
+from ..projections.idioms import idiom_state
 from .journal import Journal
 from .model import BacklogFold, ItemRecord
-from .wake import InboxWatch
+from .wake import ChildrenWatch, InboxWatch
 
 __all__ = ["Schedule"]
 
@@ -40,6 +41,8 @@ class Schedule:
         self.pending_count = -1
         #: the inboxes of the items waiting for an event, and those whose event landed
         self.inbox = InboxWatch(journal.backlog.ledger)
+        #: the other backlogs the children that parents here join are items of
+        self.elsewhere = ChildrenWatch(journal.backlog.ledger)
 
     def is_settled(self, rec: ItemRecord) -> bool:
         return rec.done or rec.failed is not None or self.settled.get(rec.item) in ("done", "failed")
@@ -61,10 +64,27 @@ class Schedule:
         return pending
 
     def children_settled(self, rec: ItemRecord) -> bool:
-        """Whether every child item the item's task joins is done or failed (one not an item counts as settled:
-        the parent, taken again, adds it)."""
+        """Whether every child item the item's task joins is done or failed, here or in the other backlog it is an
+        item of (one not an item counts as settled: the parent, taken again, adds it)."""
         items = self.journal.fold.items
-        return all(c not in items or self.is_settled(items[c]) for c in rec.waits_for or ())
+        where = rec.waits_in or {}
+        for c in rec.waits_for or ():
+            name = where.get(c)
+            if name is not None:
+                other = self.elsewhere.item(name, c)
+                if other is not None and not (other.done or other.failed is not None):
+                    return False
+            elif c in items and not self.is_settled(items[c]):
+                return False
+        return True
+
+    def children_elsewhere_run(self, rec: ItemRecord) -> bool:
+        """Whether a child the item joins, not settled, is an item of another backlog whose run is open (it may
+        settle there without a person)."""
+        where = rec.waits_in or {}
+        return any(
+            self.elsewhere.running(name) and not self.children_settled(rec) for name in set(where.values())
+        )
 
     def candidates(self, busy: Collection[str]) -> Iterator[ItemRecord]:
         """The items that may start now, in run order (lazily: dispatch stops once no worker is free).
@@ -75,6 +95,7 @@ class Schedule:
         now = time.time()
         inbox = self.inbox
         inbox.look()
+        self.elsewhere.look()
         for rec in self.unsettled():
             if rec.item in busy or rec.blocked is not None or self.is_settled(rec):
                 continue
@@ -97,20 +118,34 @@ class Schedule:
         (each of them is one of these items)."""
         return all(
             rec.blocked is not None or self.is_settled(rec) or rec.item in stuck
-            or (rec.waits_for is not None and not self.children_settled(rec))
+            or (rec.waits_for is not None and not self.children_settled(rec) and not self.children_elsewhere_run(rec))
             for rec in self.unsettled()
         )  # fmt: skip
 
-    def failed_attempt(self, rec: ItemRecord, why: str, *, given_up: bool = False) -> None:
+    def children_elsewhere(self, rec: ItemRecord, children: Sequence[str]) -> dict[str, str]:
+        """Of the children the item's task joins, those its links send to another backlog: child id -> backlog.
+
+        Read from the parent's own record (``task.child_spawned {backlog}``), only when a child
+        is not an item here.
+        """
+        items = self.journal.fold.items
+        if all(c in items for c in children):
+            return {}
+        sent = idiom_state(self.journal.backlog.ledger.task(rec.task).events()).child_backlogs
+        name = self.journal.backlog.name
+        return {c: sent[c] for c in children if sent.get(c, name) != name}
+
+    def failed_attempt(self, rec: ItemRecord, why: str, *, given_up: bool = False, permanent: bool = False) -> None:
         """Record the item scheduled again after a backoff, or failed once it used its ``max_attempts``.
 
         ``why`` (a step's exception text, say) is recorded as texts people give are: credentials scrubbed.
         ``given_up``: its task was given up (its step did not run): failed at once, ``why`` as the reason,
-        its failures unchanged."""
+        its failures unchanged. ``permanent``: the step raised an error a retry would raise again
+        (:mod:`intentlog.backlog.permanent`): failed at once, ``why`` as the reason, the attempt counted."""
         why = scrub_text(why)
         n = rec.failures + (0 if given_up else 1)
-        if given_up or (rec.max_attempts is not None and n >= rec.max_attempts):
-            reason = why if given_up else f"{n} failed attempt(s); last: {why}"
+        if given_up or permanent or (rec.max_attempts is not None and n >= rec.max_attempts):
+            reason = why if given_up or permanent else f"{n} failed attempt(s); last: {why}"
             self.journal.record(
                 "backlog.item_failed", {"item": rec.item, "task": rec.task, "failures": n, "reason": reason}
             )
@@ -138,6 +173,9 @@ class Schedule:
         data = {"item": rec.item, "task": rec.task, "failures": rec.failures, "reason": why}
         if children:
             data.update(delay=0.0, not_before=None, children=list(children))
+            where = self.children_elsewhere(rec, children)
+            if where:
+                data["backlogs"] = where
         else:
             data.update(delay=round(max(0.0, until - time.time()), 3), not_before=until)
             if event is not None:

@@ -460,7 +460,7 @@ class Supervisor:
                 {"item": item, "task": rec.task, "state": msg.state, "reason": msg.reason, "command": msg.command},
             )
         elif isinstance(msg, Failed):
-            self.schedule.failed_attempt(rec, str(msg.reason), given_up=msg.given_up)
+            self.schedule.failed_attempt(rec, str(msg.reason), given_up=msg.given_up, permanent=msg.permanent)
         elif isinstance(msg, Waiting):
             self.schedule.suspended(rec, msg.until, msg.reason, event=msg.event, children=msg.children)
         # Busy: another process took the lock first: watched as a foreign holder next time;

@@ -1,4 +1,5 @@
-"""Items waiting for an event, woken when the signal lands: each one's inbox looked at cheaply.
+"""Items waiting for an event or for children in another backlog, woken when the signal lands or the children
+settle there: each inbox, and each other backlog's stream, looked at cheaply.
 
 An item whose task waits for an event is scheduled with ``backlog.item_scheduled {event,
 not_before}`` (``not_before``: a fallback look). The run watches the inbox of each such item
@@ -19,12 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ..projections.idioms import INBOX_SUFFIX, inbox_signals
+from .model import BacklogFold, backlog_stream_id
 
 if TYPE_CHECKING:
     from ..task import Task
     from .model import ItemRecord, LedgerLike
 
-__all__ = ["LOOK_EVERY", "InboxWatch"]
+__all__ = ["LOOK_EVERY", "ChildrenWatch", "InboxWatch"]
 
 #: seconds between two looks at the watched inboxes (each look: one stat per inbox on a folder)
 LOOK_EVERY: Final = 0.05
@@ -79,3 +81,60 @@ class InboxWatch:
         """The item was answered (run again, done, or scheduled anew): its watch starts over from the record."""
         self.watched.pop(item, None)
         self.woken.discard(item)
+
+
+@dataclass
+class _Elsewhere:
+    task: Task
+    fold: BacklogFold
+    size: int
+
+
+class ChildrenWatch:
+    """The other backlogs that children of this backlog's parents are items of, each one's fold kept current.
+
+    A parent whose join waits for children in another backlog (``backlog.item_scheduled
+    {children, backlogs}``) is taken again once each of them is done or failed there. Each
+    such backlog's stream is watched as an inbox is: its progress number is compared each
+    look (at most every :data:`LOOK_EVERY` s), and only when it moved are the records after
+    the fold read and folded. The baseline is taken before the read, so a child settled at
+    any moment is seen by that read or by the next look. A run that restarts reads the
+    other backlog whole at its first look.
+    """
+
+    def __init__(self, ledger: LedgerLike) -> None:
+        self.ledger = ledger
+        self.backlogs: dict[str, _Elsewhere] = {}
+        self.looked = -LOOK_EVERY
+
+    def item(self, backlog: str, child: str) -> ItemRecord | None:
+        """The child's item in ``backlog`` as last looked at (read now the first time that backlog is asked of)."""
+        w = self.backlogs.get(backlog)
+        if w is None:
+            w = self.backlogs[backlog] = _Elsewhere(self.ledger.task(backlog_stream_id(backlog)), BacklogFold(), -2)
+            self._look(w)
+        return w.fold.items.get(child)
+
+    def running(self, backlog: str) -> bool:
+        """Whether ``backlog``'s record holds a run started and not stopped (its children may still settle)."""
+        w = self.backlogs.get(backlog)
+        return w is not None and w.fold.run is not None and w.fold.stopped is None
+
+    def look(self) -> None:
+        """Fold what each watched backlog appended since the last look, where its stream moved."""
+        now = time.monotonic()
+        if not self.backlogs or now - self.looked < LOOK_EVERY:
+            return
+        self.looked = now
+        for w in self.backlogs.values():
+            self._look(w)
+
+    def _look(self, w: _Elsewhere) -> None:
+        size = self.ledger.backend.progress(w.task.stream)  # before the read: an append racing it moves it again
+        if size == w.size:
+            return
+        w.size = size
+        if size < 0:
+            return  # no such backlog yet: no child of it settled
+        for ev in w.task.events(since=w.fold.seq + 1):
+            w.fold.apply(ev)

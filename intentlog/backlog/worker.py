@@ -25,7 +25,7 @@ from typing import Any, Final
 from .._internal.procs import PROC_LOCKS, flock_writer
 from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
 from ..eventlog.canonical import dumps
-from ..idioms.errors import ChildrenPending, Suspended
+from ..idioms.errors import Suspended
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
@@ -47,6 +47,7 @@ from .messages import (
     Waiting,
 )  # fmt: skip
 from .model import BLOCKED, LedgerLike, StatusLike, blocking_reason, foreign_records, given_up, task_extras
+from .permanent import permanent_reason
 from .procs import boot_id, die_with_parent, host_name, start_time
 
 __all__ = [
@@ -275,8 +276,9 @@ def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
     """What an item whose step (or its resume) raised ``exc`` answers: waiting, stopped, exhausted, blocked, failed."""
     if isinstance(exc, Suspended):  # a sleep, a wait or a join released the worker: taken again when due
         return Waiting("waiting", item, exc.due(time.time(), event_poll=EVENT_POLL), exc.what, exc.event, exc.children)
-    if isinstance(exc, ChildrenPending):  # children failed: joining again cannot succeed, so no retry
-        return Failed("error", item, str(exc), True)
+    permanent = permanent_reason(exc)
+    if permanent is not None:  # a retry would raise it again (a usage error, failed children): no retry
+        return Failed("error", item, permanent, permanent=True)
     if isinstance(exc, Stopping):
         return Stopped("stopped", item, str(exc))
     if isinstance(exc, QuotaExhausted):

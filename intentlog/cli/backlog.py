@@ -84,7 +84,7 @@ def backlog_cmd(c: Ctx, name: str, as_json: bool) -> None:
         if r.children and "(children:" not in detail:
             told = ", ".join(f"{n} {s}" for s, n in r.children.items())
             detail = f"{detail}; children: {told}" if detail else f"children: {told}"
-        item = "  " * depth + ("+- " if depth else "") + r.item
+        item = "  " * depth + ("+- " if depth else "") + r.item + (f" (in backlog {r.backlog})" if r.backlog else "")
         rows.append([p(item), p(r.task), p(r.state), p(detail or "-"), p(c.hint(r.next_step))])
     if rows:
         print_table(["item", "task", "state", "why", "next step"], rows)

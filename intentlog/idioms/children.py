@@ -18,9 +18,17 @@ returns their results by id; otherwise it raises
 :class:`~intentlog.idioms.errors.ChildrenPending` naming each blocked child with its
 state and safe next step (from its own status), and records nothing.
 
+``task.spawn(child_id, payload, backlog=NAME)`` sends the child to the backlog ``NAME``:
+the name is recorded in the link (``task.child_spawned {child, payload, backlog}``) and the
+child is added as an item of that backlog (by the child id, once), run there by that
+backlog's own step and workers. A re-run naming another backlog for a spawned child is
+refused (nothing written); ``run=`` (the child run here) and ``backlog=`` exclude each
+other. Outside a runner the child is added to that backlog at once.
+
 Inside a runner's suspending context (:mod:`intentlog.idioms.suspend`; a backlog worker),
 each child is handed to the runner once its link is recorded (a backlog adds it as an
-item, by the child id, so a re-run adds nothing twice), and a join whose children have
+item, by the child id, of its own backlog or of the one the link names, so a re-run adds
+nothing twice), and a join whose children have
 not all returned raises :class:`~intentlog.idioms.errors.Suspended` naming them instead
 of waiting -- or, once every child not returned is settled without a result (a failed
 item), ``ChildrenPending`` naming those.
@@ -30,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
 
@@ -64,13 +72,22 @@ def _json(what: str, value: Any) -> Any:
 
 
 def spawn(
-    ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any = None, *, hand: bool = True
-) -> TaskStream:
+    ledger: TaskHandles, parent: TaskStream, child_id: str, payload: Any = None, *, hand: bool = True,
+    backlog: str | None = None,
+) -> TaskStream:  # fmt: skip
     """Record the link, then create the child (see the module docstring); the child's stream.
 
     ``hand``: give the child to the runner now (False: the caller does, with :func:`hand_over`).
+    ``backlog``: the backlog the child is an item of (None: the runner's own, if any).
     """
     check_task_id(child_id)
+    from ..backlog.model import BACKLOG_NAME_RE  # the backlog package imports this module
+
+    if backlog is not None and (not isinstance(backlog, str) or BACKLOG_NAME_RE.match(backlog) is None):
+        raise UsageError(
+            f"child {child_id!r} of task {parent.id!r}: backlog name {backlog!r} must be letters, digits, '_' or "
+            "'-' (no dot), starting with a letter or digit, at most 64 characters; nothing was written"
+        )
     if child_id.endswith(INBOX_SUFFIX):
         raise UsageError(
             f"child id {child_id!r} names an inbox (the stream {child_id[: -len(INBOX_SUFFIX)]!r}'s signals go to); "
@@ -84,6 +101,11 @@ def spawn(
         )
     if child_id == parent.id:
         raise UsageError(f"task {parent.id!r} cannot spawn itself; nothing was written")
+    if backlog is not None and hand is False:
+        raise UsageError(
+            f"child {child_id!r} of task {parent.id!r}: run= runs the child here and backlog= sends it to that "
+            "backlog's workers; give one of them; nothing was written"
+        )
     value = _json(f"the payload of child {child_id!r} of task {parent.id!r}", payload)
     child = ledger.task(child_id).stream
     with parent.mutex:
@@ -94,6 +116,14 @@ def spawn(
                     f"task {parent.id!r} spawned child {child_id!r} with another payload; a changed child needs a "
                     "new id; nothing was written"
                 )
+            was = state.current(parent).child_backlogs.get(child_id)
+            if was != backlog:
+                raise UsageError(
+                    f"task {parent.id!r} spawned child {child_id!r} "
+                    f"{'in backlog ' + repr(was) if was else 'with no backlog named'}, not "
+                    f"{'in backlog ' + repr(backlog) if backlog else 'with none'}; a child runs where it was "
+                    "first sent: spawn it as before, or the new work under a new id; nothing was written"
+                )
         else:
             theirs = idiom_state(child.events()).parent if child.exists() else None
             if child.exists() and theirs != parent.id:
@@ -101,20 +131,37 @@ def spawn(
                     f"task {child_id!r} already exists and was not spawned by {parent.id!r} (its parent: {theirs!r}); "
                     "pick another child id; nothing was written"
                 )
-            state.record(parent, CHILD_SPAWNED, {"child": child_id, "payload": value})
+            link = {"child": child_id, "payload": value}
+            if backlog is not None:
+                link["backlog"] = backlog
+            state.record(parent, CHILD_SPAWNED, link)
     _create(child, parent.id, value)
-    if hand:
-        hand_over(parent, child_id)
+    if hand or backlog is not None:
+        hand_over(parent, child_id, ledger)
     return child
 
 
-def hand_over(parent: TaskStream, child_id: str) -> None:
-    """Give a spawned child to the suspending runner, if any (a backlog adds it as an item); idempotent."""
+def hand_over(parent: TaskStream, child_id: str, ledger: TaskHandles | None = None) -> None:
+    """Give a spawned child to the suspending runner, if any (a backlog adds it as an item); idempotent.
+
+    With no runner, a child the link sends to a backlog is added to it here (``ledger``'s).
+    """
     r = runner()
+    with parent.mutex:
+        st = state.current(parent)
+        payload, where = st.children[child_id], st.child_backlogs.get(child_id)  # as recorded: the same on re-runs
     if r is not None:
-        with parent.mutex:
-            payload = state.current(parent).children[child_id]  # as recorded: the same on every re-run
         r.spawned(parent, child_id, payload)
+    elif where is not None and ledger is not None:
+        cast("_Backlogs", ledger).backlog(where).add_child(child_id, payload, parent=parent.id)
+
+
+class _Adds(Protocol):
+    def add_child(self, child_id: str, payload: Any, *, parent: str) -> object: ...
+
+
+class _Backlogs(Protocol):
+    def backlog(self, name: str) -> _Adds: ...
 
 
 def _create(child: TaskStream, parent_id: str, payload: Any) -> None:

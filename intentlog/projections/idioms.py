@@ -11,7 +11,8 @@ The kinds (all in intentlog's own ``task.`` namespace, so ``task.append`` refuse
 - ``task.event_awaited {event, deadline}``, ``task.event_received {event, id, payload,
   payload_hash, inbox_seq}``, ``task.event_timed_out {event, deadline}``: a wait for an
   external event, delivered through the task's inbox stream (``task.signalled`` there);
-- ``task.child_spawned {child, payload}`` and ``task.joined {children}`` in the parent,
+- ``task.child_spawned {child, payload[, backlog]}`` and ``task.joined {children}`` in the parent
+  (``backlog``: the backlog the child was sent to, when it is not the parent's own),
   ``task.spawned {parent, payload}`` and ``task.returned {result}`` in the child: child tasks.
 """
 
@@ -116,6 +117,8 @@ class IdiomState:
     sleeps: Mapping[str, Sleep] = field(default_factory=lambda: MappingProxyType({}))
     waits: Mapping[str, EventWait] = field(default_factory=lambda: MappingProxyType({}))
     children: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # child id -> payload
+    #: child id -> the backlog it was sent to (``task.child_spawned {backlog}``), for those sent to one
+    child_backlogs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     returned: bool = False
     result: Any = None
     parent: str | None = None  # the task that spawned this one
@@ -143,6 +146,7 @@ class IdiomFold:
         self.sleeps: dict[str, Sleep] = {}
         self.waits: dict[str, EventWait] = {}
         self.children: dict[str, Any] = {}
+        self.child_backlogs: dict[str, str] = {}
         self.returned = False
         self.result_value: Any = None
         self.parent: str | None = None
@@ -216,6 +220,8 @@ class IdiomFold:
             self._anomaly(ev, "a child without an id")
         elif child not in self.children:
             self.children[child] = d.get("payload")
+            if type(d.get("backlog")) is str:
+                self.child_backlogs[child] = d["backlog"]
 
     def _spawned_by(self, ev: Event, d: dict[str, Any]) -> None:
         parent = d.get("parent")
@@ -239,6 +245,7 @@ class IdiomFold:
             sleeps=MappingProxyType(dict(self.sleeps)),
             waits=MappingProxyType(dict(self.waits)),
             children=MappingProxyType(dict(self.children)),
+            child_backlogs=MappingProxyType(dict(self.child_backlogs)),
             returned=self.returned,
             result=self.result_value,
             parent=self.parent,

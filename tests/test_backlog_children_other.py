@@ -1,0 +1,194 @@
+"""Children in another backlog: ``task.spawn(child_id, payload, backlog=NAME)`` in a step makes the child an item
+of NAME, run by that backlog's own step on its workers; the parent's run is woken when they settle there.
+
+On a folder and on the object store (a real SeaweedFS), through the public API and the CLI.
+The provider's receipt log (outside the ledger) is the ground truth for each child's effect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backlog_chaos import receipt_counts
+from backlog_steps import serve
+
+import intentlog
+from intentlog.projections.idioms import idiom_state
+
+TESTS = Path(__file__).parent
+DOCS = ["alpha", "beta", "gamma"]
+WAIT = 120.0
+
+
+def parent(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """Sends one child per doc to the backlog ``payload['to']``, joins them, merges their summaries."""
+    for doc in payload["docs"]:
+        task.spawn(f"{payload['name']}-{doc}", {"doc": doc}, backlog=payload["to"])
+    results = task.join()
+    return {"merged": [results[k]["summary"] for k in sorted(results)]}
+
+
+def child(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """The other backlog's own step: one effect through the receipt-logging provider ($OTHER_FAIL: a bad input)."""
+    if os.environ.get("OTHER_FAIL") == payload["doc"]:
+        raise intentlog.UsageError(f"no summary for {payload['doc']}")  # permanent: failed at once, not retried
+    raw = task.effect("summarise", {"pkey": f"sum:{payload['doc']}"}, serve)
+    return {"summary": json.loads(raw)["served"]}
+
+
+@pytest.fixture(params=["folder", "store"])
+def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(tmp_path / "receipts.jsonl"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("OTHER_FAIL", raising=False)
+    if request.param == "folder":
+        return str(tmp_path / "ledger")
+    import s3_server
+
+    for k, v in s3_server.seaweed().env().items():
+        monkeypatch.setenv(k, v)
+    loc = s3_server.fresh_location()
+    return f"s3://{loc.bucket}/{loc.prefix}"
+
+
+def _cli(root: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "intentlog.cli", "--root", root, *args], capture_output=True, text=True, timeout=WAIT
+    )
+
+
+def _records(led: intentlog.Ledger, name: str, kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in led.backlog(name).task.events() if e.kind == kind]
+
+
+def _wait_for_record(led: intentlog.Ledger, name: str, kind: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not _records(led, name, kind):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{kind} never recorded in backlog {name!r}"
+        time.sleep(0.02)
+
+
+def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: str, tmp_path: Path) -> None:
+    led = intentlog.open(root)
+    led.backlog("fan").add("digest", {"docs": DOCS, "name": "o", "to": "sums"})
+    led.backlog("sums").add("own", {"doc": "own"})  # an item of its own beside the children it is sent
+    # the other backlog's run, in another process, with its own step; open until it is told to stop
+    other = subprocess.Popen(
+        [sys.executable, "-m", "intentlog.cli", "--root", root, "run", "sums", "--step",
+         "test_backlog_children_other:child", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_record(led, "sums", "backlog.run_started", other)
+        # until_idle: this run ends only once the parent is done (the children may settle in the open run)
+        view = led.backlog("fan").run(parent, workers=1, until_idle=True, poll=0.02)
+    finally:
+        other.send_signal(signal.SIGTERM)
+        out, err = other.communicate(timeout=WAIT)
+    assert other.returncode == 0, out + err
+    rows = {r.item: r for r in view.items}
+    assert rows["digest"].state == "done", view.to_json()
+    assert view.counts["done"] == 1 and sum(view.counts.values()) == 1  # the children are counted in their backlog
+    assert rows["digest"].children == {"done": 3}
+    for doc in DOCS:
+        r = rows[f"o-{doc}"]
+        assert (r.backlog, r.parent, r.state, r.task) == ("sums", "fan.item.digest", "done", f"o-{doc}")
+    res = [e.data["result"] for e in led.task("fan.item.digest").events() if e.kind == "item.returned"]
+    assert res == [{"merged": [f"sum:{d}" for d in DOCS]}]
+    # the record: the link names the backlog, the other backlog's item names the parent, the join names both
+    links = [e.data for e in led.task("fan.item.digest").events() if e.kind == "task.child_spawned"]
+    assert [(li["child"], li["backlog"]) for li in links] == [(f"o-{d}", "sums") for d in DOCS]
+    assert idiom_state(led.task("fan.item.digest").events()).child_backlogs == {f"o-{d}": "sums" for d in DOCS}
+    added = {a["item"]: a for a in _records(led, "sums", "backlog.item_added")}
+    assert all(added[f"o-{d}"]["parent"] == "fan.item.digest" and added[f"o-{d}"]["task"] == f"o-{d}" for d in DOCS)
+    assert "parent" not in added["own"]
+    assert not any(a["item"].startswith("o-") for a in _records(led, "fan", "backlog.item_added"))
+    sched = _records(led, "fan", "backlog.item_scheduled")
+    assert len(sched) == 1 and sched[0]["children"] == [f"o-{d}" for d in DOCS]
+    assert sched[0]["backlogs"] == {f"o-{d}": "sums" for d in DOCS} and sched[0]["failures"] == 0
+    done = {d["item"] for d in _records(led, "sums", "backlog.item_done")}
+    assert done == {"own", *(f"o-{d}" for d in DOCS)}  # run on the other backlog's workers, by its step
+    led.close()
+    assert receipt_counts(tmp_path / "receipts.jsonl") == {**{f"sum:{d}": 1 for d in DOCS}, "sum:own": 1}
+    shown = _cli(root, "backlog", "fan")
+    lines = shown.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("digest "))
+    assert "children: 3 done" in lines[at], shown.stdout
+    assert [line.split()[:5] for line in lines[at + 1 : at + 4]] == [
+        ["+-", f"o-{d}", "(in", "backlog", "sums)"] for d in DOCS
+    ]  # the tree: each child under its parent, with its backlog
+    js = json.loads(_cli(root, "backlog", "fan", "--json").stdout)
+    items = {i["item"]: i for i in js["items"]}
+    assert items["o-beta"]["backlog"] == "sums" and items["digest"]["backlog"] is None
+    verified = _cli(root, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_parent_waits_across_runs_until_the_other_backlog_is_run(root: str, tmp_path: Path) -> None:
+    led = intentlog.open(root)
+    fan = led.backlog("fan")
+    fan.add("digest", {"docs": DOCS, "name": "s", "to": "sums"})
+    # no run of the other backlog is open: this run ends idle with the parent waiting for its children
+    view = fan.run(parent, workers=1, until_idle=True, poll=0.02)
+    row = {r.item: r for r in view.items}["digest"]
+    assert row.state == "scheduled" and row.reason is not None and "3 child task(s)" in row.reason, view.to_json()
+    assert row.children == {"queued": 3}
+    assert receipt_counts(tmp_path / "receipts.jsonl") == {}
+    other = led.backlog("sums").run(child, workers=2, until_idle=True, poll=0.02)
+    assert other.counts["done"] == 3 and {r.parent for r in other.items} == {"fan.item.digest"}
+    view = fan.run(parent, workers=1, until_idle=True, poll=0.02)  # a new run reads the other backlog whole
+    assert {r.item: r for r in view.items}["digest"].state == "done", view.to_json()
+    res = [e.data["result"] for e in led.task("fan.item.digest").events() if e.kind == "item.returned"]
+    assert res == [{"merged": [f"sum:{d}" for d in DOCS]}]
+    assert len(_records(led, "fan", "backlog.item_scheduled")) == 1  # woken once, never re-suspended
+    led.close()
+    assert receipt_counts(tmp_path / "receipts.jsonl") == {f"sum:{d}": 1 for d in DOCS}
+
+
+def test_a_child_failed_in_the_other_backlog_fails_its_parent_at_once(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTHER_FAIL", "beta")
+    led = intentlog.open(root)
+    fan = led.backlog("fan")
+    fan.add("digest", {"docs": DOCS, "name": "f", "to": "sums"}, max_attempts=1)
+    fan.run(parent, workers=1, until_idle=True, poll=0.02)
+    other = led.backlog("sums").run(child, workers=2, until_idle=True, poll=0.02, backoff=0.01)
+    assert other.counts == {**other.counts, "done": 2, "failed": 1}
+    view = fan.run(parent, workers=1, until_idle=True, poll=0.02)
+    row = {r.item: r for r in view.items}["digest"]
+    assert row.state == "failed" and row.reason is not None, view.to_json()
+    assert "f-beta" in row.reason and "failed in backlog 'sums'" in row.reason
+    assert not any(r.item == "f-beta" for r in fan.fold().items.values())  # never added to the parent's backlog
+    led.close()
+
+
+def test_spawn_refuses_a_bad_or_changed_backlog_and_writes_nothing(tmp_path: Path) -> None:
+    with intentlog.open(tmp_path / "l") as led:
+        t = led.task("p")
+        t.spawn("c1", {"n": 1}, backlog="sums")
+        path = tmp_path / "l" / "tasks" / "p.jsonl"
+        before = path.read_bytes() if path.exists() else None
+        with pytest.raises(intentlog.UsageError, match="first sent"):
+            t.spawn("c1", {"n": 1}, backlog="other")  # a spawned child runs where it was first sent
+        with pytest.raises(intentlog.UsageError, match="first sent"):
+            t.spawn("c1", {"n": 1})
+        with pytest.raises(intentlog.UsageError, match="backlog name"):
+            t.spawn("c2", {"n": 2}, backlog="no.dots")
+        with pytest.raises(intentlog.UsageError, match="run= runs the child here"):
+            t.spawn("c3", {"n": 3}, backlog="sums", run=lambda c: 1)
+        assert before is None or path.read_bytes() == before
+        assert not led.task("c2").stream.exists() and not led.task("c3").stream.exists()
+        # outside a backlog run, the child is added to the backlog at once (once: a re-run adds nothing)
+        t.spawn("c1", {"n": 1}, backlog="sums")
+        added = [e.data for e in led.backlog("sums").task.events() if e.kind == "backlog.item_added"]
+        assert [(a["item"], a["parent"]) for a in added] == [("c1", "p")]
