@@ -358,6 +358,12 @@ class TaskStream:
         with self.mutex:
             return self._writer is not None and self._writer.is_open
 
+    @property
+    def lock_fd(self) -> int | None:
+        """On a folder, the descriptor through which this process holds the task's lock (None: not writing)."""
+        with self.mutex:
+            return None if self._writer is None else self._writer.lock_fd
+
     def live(self) -> WorkStateFold:
         """The work state kept current by this handle's own appends (opens the writer: the lock is held)."""
         self.open_writer()

@@ -9,7 +9,7 @@ import os
 import signal
 from typing import Final
 
-__all__ = ["PROC_LOCKS", "exit_text", "flock_holders", "flock_writer", "lock_key", "pid_alive"]
+__all__ = ["PROC_LOCKS", "exit_text", "flock_holders", "flock_writer", "holds_flock", "lock_key", "pid_alive"]
 
 #: Where Linux lists the file locks held: read to see a live writer without touching its lock.
 PROC_LOCKS: Final = "/proc/locks"
@@ -112,16 +112,43 @@ def _mine(key: str) -> bool:
     except OSError:
         return False
     for fd in fds:
-        try:
-            with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
-                info = f.read()
-        except OSError:  # closed meanwhile
-            continue
-        for line in info.splitlines():
-            parts = line.split()
-            if parts[:1] == ["lock:"] and parts[2:3] == ["FLOCK"] and parts[4:7] == ["WRITE", str(me), key]:
-                return True
+        held = _fd_locks(int(fd), me)
+        if held is not None and key in held:  # None: closed meanwhile
+            return True
     return False
+
+
+def _fd_locks(fd: int, me: int) -> list[str] | None:
+    """The ``/proc/locks`` names of the files descriptor ``fd`` of this process holds an exclusive ``flock`` on
+    (taken by ``me``); None when ``/proc/self/fdinfo`` cannot be read."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
+            info = f.read()
+    except OSError:
+        return None
+    held: list[str] = []
+    for line in info.splitlines():
+        # "lock:\t1: FLOCK  ADVISORY  WRITE 12345 fe:00:2148833 0 EOF" (only locks taken through this open file)
+        parts = line.split()
+        if parts[:1] == ["lock:"] and parts[2:3] == ["FLOCK"] and parts[4:6] == ["WRITE", str(me)] and len(parts) > 6:
+            held.append(parts[6])
+    return held
+
+
+def holds_flock(fd: int, st: os.stat_result) -> bool | None:
+    """Whether this process's descriptor ``fd`` holds the exclusive ``flock`` on the file ``st`` describes.
+
+    The kernel's word on one descriptor, read from ``/proc/self/fdinfo/FD``: a snapshot of
+    the locks taken through that open file, so exact (unlike ``/proc/locks``, which is
+    walked in pieces, see :func:`_read_table`) and small whatever the number of locks on
+    the host. A lock taken by another process (a parent before a fork) is not this
+    process's. None when ``/proc/self/fdinfo`` cannot be read (the caller asks
+    :func:`flock_writer` then).
+    """
+    held = _fd_locks(fd, os.getpid())
+    if held is None:
+        return None
+    return lock_key(st) in held
 
 
 def flock_writer(st: os.stat_result, table_path: str = PROC_LOCKS, *, mine: bool = False) -> int | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from .._internal.procs import PROC_LOCKS, flock_writer
+from .._internal.procs import PROC_LOCKS, flock_writer, holds_flock
 from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
 from ..eventlog.canonical import dumps
 from ..idioms.errors import Suspended
@@ -144,8 +144,11 @@ class ItemGate:
         """Raise :class:`LeaseLost` unless this process still holds the item task's lease.
 
         On a store the lease is the stream's epoch and the store fences the next put itself
-        (:func:`leases.holder`). On a folder the first check asks the kernel
-        (``/proc/locks``) and remembers the lock file's device and inode; later checks ask
+        (:func:`leases.holder`). On a folder the first check asks the kernel whether the
+        writer's own lock descriptor holds the ``flock`` on the file at the lock's path
+        (``/proc/self/fdinfo``: exact, and one small read however many locks the host
+        holds; ``/proc/locks`` where that cannot be read) and remembers the lock file's
+        device and inode; later checks ask
         only that the lock file is still that file and that this handle's writer is still
         open. That is the same fact: an ``flock`` is held by its open file until the file
         is closed or unlocked (only the writer's close does either), and an inode held open
@@ -168,10 +171,21 @@ class ItemGate:
             else:
                 if self.locked is not None and writing and (st.st_dev, st.st_ino) == self.locked:
                     return
-                try:
-                    holder = flock_writer(st, PROC_LOCKS, mine=writing)
-                except OSError:  # no /proc/locks here: the writer's own lock is all there is to ask
-                    holder = me if writing else None  # the writer checks its lock file before each sync
+                fd = self.task.stream.lock_fd if writing else None
+                held = None if fd is None else holds_flock(fd, st)
+                if held:  # the kernel's word on the writer's own descriptor: exact and small
+                    holder = me
+                elif held is not None:  # not through the writer's lock: who holds it, to say so
+                    try:
+                        other = flock_writer(st, PROC_LOCKS)
+                    except OSError:
+                        other = None
+                    holder = None if other == me else other  # another descriptor of ours is not this lease
+                else:
+                    try:
+                        holder = flock_writer(st, PROC_LOCKS, mine=writing)
+                    except OSError:  # no /proc/locks here: the writer's own lock is all there is to ask
+                        holder = me if writing else None  # the writer checks its lock file before each sync
         if holder != me or not writing:
             raise LeaseLost(
                 self.task.id, where, self.epoch,

@@ -39,6 +39,11 @@ class WriterLock:
     def held(self) -> bool:
         return self._fd is not None and self._pid == os.getpid()
 
+    @property
+    def fd(self) -> int | None:
+        """The descriptor this process locked through (None unless :attr:`held`): the kernel can be asked about it."""
+        return self._fd if self.held else None
+
     def acquire(self, wait: float, *, dir_fd: int | None = None) -> None:
         """Take the lock, waiting up to ``wait`` seconds, else raise :class:`TaskBusy`.
 

@@ -390,6 +390,11 @@ class FolderLease:
         """The descriptor on the stream's folder the lease reached it through."""
         return self._dir_fd
 
+    @property
+    def lock_fd(self) -> int | None:
+        """The descriptor holding the writer lock, in the process that took it (None elsewhere, or released)."""
+        return self._lock.fd
+
     def adopt(self, next_seq: int) -> None:
         """Set the record count found by a caller that scanned the stream (``lease(repair=True)``)."""
         with self._mutex:

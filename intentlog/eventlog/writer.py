@@ -176,6 +176,12 @@ class StreamWriter:
         """False in a forked child: the handle (and its lock) belong to the parent process."""
         return self._pid == os.getpid()
 
+    @property
+    def lock_fd(self) -> int | None:
+        """On a folder, the descriptor holding this writer's lock while open (None on a store, or closed)."""
+        lease = self._lease
+        return lease.lock_fd if isinstance(lease, FolderLease) else None
+
     def open(
         self,
         *,
