@@ -110,18 +110,6 @@ def _repoint_parent(evs: Events) -> Events:
     return evs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "verify and verify_bundle.py judge each stream alone (graph_idioms.on_spawned keeps the "
-        "parent of the stream it "
-        "reads): a task.spawned naming a parent whose stream has no task.child_spawned of this "
-        "child passes; closing it "
-        "needs a cross-stream rule (every task.spawned {parent} matched by the parent's "
-        "task.child_spawned {child} with "
-        "the same payload) in verify, check_bundle and the generated verify_bundle.py"
-    ),
-)
 def test_a_child_naming_a_parent_that_never_spawned_it_is_refused(fanned: Path, tmp_path: Path) -> None:
     assert _verdicts(fanned, tmp_path, "d-alpha", _repoint_parent) == (True, True, True)
 
@@ -133,15 +121,6 @@ def _forge_item_parent(evs: Events) -> Events:
     return evs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a backlog.item_added {item, task, parent} is checked only for its fields: nothing matches its parent against "
-        "the parent item task's task.child_spawned nor its task against the child's task.spawned {parent}; closing it "
-        "needs the same cross-stream rule as a child's task.spawned, applied to "
-        "backlog.item_added, in all three checkers"
-    ),
-)
 def test_a_child_item_added_under_a_parent_that_never_spawned_it_is_refused(fanned: Path, tmp_path: Path) -> None:
     assert _verdicts(fanned, tmp_path, "fan.backlog", _forge_item_parent) == (True, True, True)
 

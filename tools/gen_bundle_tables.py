@@ -26,6 +26,7 @@ from intentlog.bundle.receipts import BODY_FIELD, BODY_HASHES, HTTP_REQUEST_FORM
 from intentlog.eventlog.format import FORMAT, RESERVED_PREFIXES, Event
 from intentlog.heads.codec import HEADS_FORMAT
 from intentlog.projections.fields import FieldType
+from intentlog.projections.graph_links import LINK_RULES
 from intentlog.projections.graph_rules import GRAPH_RULES, MAX_DEDUP_WINDOW_S
 from intentlog.projections.schema import RULES
 from intentlog.projections.workstate import WORK_STATE_VERSION
@@ -126,6 +127,18 @@ def formats_block() -> list[str]:
     ]
 
 
+def _statement(statement: str) -> list[str]:
+    """A statement as implicitly joined string literals, each line within WIDTH, then a comma."""
+    out, line = [], ""
+    for w in statement.split(" "):
+        if line and 8 + len(line) + len(w) + 4 > WIDTH:
+            out.append(f"        {_q(line)}")
+            line = ""
+        line += w + " "
+    out.append(f"        {_q(line.rstrip())},")
+    return out
+
+
 def graph_rules_block() -> list[str]:
     out = [
         HEADER,
@@ -134,15 +147,24 @@ def graph_rules_block() -> list[str]:
     ]
     for rule in GRAPH_RULES:
         out.extend(["    (", f"        {_q(rule.name)},", f"        {_q(rule.kind)},"])
-        words, line = rule.statement.split(" "), ""
-        for w in words:  # the statement as implicitly joined string literals, each line within WIDTH
-            if line and 8 + len(line) + len(w) + 4 > WIDTH:
-                out.append(f"        {_q(line)}")
-                line = ""
-            line += w + " "
-        out.extend([f"        {_q(line.rstrip())},", "    ),"])
+        out.extend([*_statement(rule.statement), "    ),"])
     out.append(")")
     out.append(f"MAX_DEDUP_WINDOW_S = {MAX_DEDUP_WINDOW_S!r}")
+    return out
+
+
+def link_rules_block() -> list[str]:
+    out = [
+        HEADER,
+        "# the rules across streams: (name, the kinds whose records it judges, what must hold); Verifier.link_<name>",
+        "# checks each once every stream was read",
+        "LINK_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (",
+    ]
+    for rule in LINK_RULES:
+        kinds = "(" + ", ".join(_q(k) for k in rule.kinds) + ("," if len(rule.kinds) == 1 else "") + ")"
+        out.extend(["    (", f"        {_q(rule.name)},", f"        {kinds},"])
+        out.extend([*_statement(rule.statement), "    ),"])
+    out.append(")")
     return out
 
 
@@ -150,6 +172,7 @@ BLOCKS: Mapping[str, Callable[[], list[str]]] = {
     "formats": formats_block,
     "kinds": kinds_block,
     "graph_rules": graph_rules_block,
+    "link_rules": link_rules_block,
 }
 
 

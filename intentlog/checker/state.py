@@ -16,6 +16,7 @@ import orjson
 
 from .._internal.regular import NotRegular
 from ..eventlog.format import FORMAT
+from ..projections.graph_links import SpawnLinks
 from .report import ERROR, INFO, Problem
 from .seams import LedgerReads
 from .walk import CHUNK_SIZE, through_link
@@ -116,6 +117,7 @@ class CheckerState:
         self._stream: StreamFacts | None = None
         self.links: dict[str, str] = {}
         self._infos: dict[str, int] = {}  # code -> info findings of that code, listed or not
+        self.spawn_links = SpawnLinks()  # every stream's parent/child link records, judged once all are read
 
     # -- reporting ---------------------------------------------------------------------
 

@@ -85,6 +85,7 @@ class StreamChecks(CheckerState):
     def _read_stream(self, s: StreamFacts) -> None:
         task = s.task
         graph = TaskGraph(task)
+        self.spawn_links.begin(task)
         expected_seq: int | None = 0
         expected_prev: object = None
         bad_run: tuple[int, int, str] | None = None  # first unparseable line: (line, offset, reason)
@@ -273,6 +274,7 @@ class StreamChecks(CheckerState):
             self.add(ERROR, "shape", f"ts {ts!r} is not UTC like 2026-11-30T02:04:05.123456Z", **at)
         rule = rule_for(kind)
         if rule is None:
+            self.spawn_links.note(task, seq, kind, data)  # backlog.item_added: no shape rule, its link is judged
             if is_reserved(kind):
                 self.add(
                     INFO,
@@ -284,6 +286,8 @@ class StreamChecks(CheckerState):
             self._scan(data, task, seq, lineno, kind)
             return
         findings = check_shape(rule, data)
+        if not findings:
+            self.spawn_links.note(task, seq, kind, data)  # a link between streams, judged once all are read
         if not findings and rule.graph is not None:
             graph.extra["ts"] = ts  # rules that judge time (a provider dedup window) read the event's own ts
             findings.extend(table_findings(graph, kind, data))  # the graph rules table, before the event is folded

@@ -19,6 +19,7 @@ from ..eventlog.gclog import GC_LOG, GcDeletion
 from ..heads.codec import HEADS_FILE, StreamHead
 from .artifacts import ArtifactChecks
 from .folder import FolderReads
+from .links import LinkChecks
 from .report import ERROR, INFO, SEVERITIES, VerifyReport, abbr
 from .seams import LedgerReads, ObjectReads, SeamReads, StreamReads
 from .state import Progress
@@ -36,8 +37,8 @@ class ReadableLedger(Protocol):
 __all__ = ["verify", "verify_ledger", "verify_path", "verify_storage"]
 
 
-class Checker(StreamChecks, ArtifactChecks):
-    """A whole run: the stream checks, then the byte checks, over one shared state."""
+class Checker(StreamChecks, LinkChecks, ArtifactChecks):
+    """A whole run: the stream checks, the links between streams, then the byte checks, over one shared state."""
 
 
 def verify(
@@ -178,6 +179,7 @@ def _run(
                 ERROR, "heads", f"heads.json sealed this task at seq {h.seq} ({h.events} events), but its stream is "
                 "gone; restore it from a copy or git", task=task, seq=h.seq, digest=h.head,
             )
+    checker.check_spawn_links(present_set, gc_deleted, gc_problem is None)
     checked_set = set(checked)
     others = [t for t in present if t not in checked_set]
     checker.check_artifacts(others)
