@@ -56,6 +56,7 @@ from .readme import readme_text
 from .source import check_marker, inline_in, read_range, refuse_links
 from .staging import STAGING_SUFFIX, check_out, holds_bundle, remove_stale, same_bytes
 
+_LINK_KINDS: Final = frozenset({"task.spawned", "backlog.item_added"})  # records linking streams (graph_links)
 _MARKER: Final = orjson.dumps({"format": FORMAT, "hash": "blake3"}, option=orjson.OPT_SORT_KEYS) + b"\n"
 _GITATTRIBUTES: Final = (
     b"# an intentlog evidence bundle: hashes cover exact bytes; never rewrite line endings\n* -text\n"
@@ -143,6 +144,8 @@ class _Exporter:
         self.quarantined: dict[str, tuple[str, int, str]] = {}  # rel -> (digest, size, where)
         self.heads: dict[str, StreamHead] = {}
         self.states: dict[str, WorkState] = {}
+        #: the streams a link in an exported stream is judged against (a child's parent; a child item's parent and task)
+        self.linked: set[str] = set()
 
     def publish(self, rel: str, chunks: Iterable[bytes]) -> None:
         dest = self.staging / rel
@@ -197,6 +200,10 @@ class _Exporter:
     def collect(self, task: str, seq: int, kind: str, data: dict[str, Any]) -> None:
         """Every ref (checked inline bytes, or a digest whose blob must be exported), bare digest and repair file."""
         where = f"tasks/{task}.jsonl seq {seq} ({kind})"
+        if kind in _LINK_KINDS and type(data.get("parent")) is str:
+            self.linked.add(data["parent"])
+            if kind == "backlog.item_added" and type(data.get("task")) is str:
+                self.linked.add(data["task"])  # a child item: its link is judged against the child's record too
         walked: Any = data
         if kind == "stream.repaired":
             q = data.get("quarantined")
@@ -293,6 +300,9 @@ def export_bundle(
 ) -> ExportResult:
     """Export ``tasks`` (default: every task) of the ledger at ``root`` as an evidence bundle.
 
+    The streams an exported link is judged against come too, transitively: a child's
+    parent, a backlog child item's child and parent (``ExportResult.tasks`` names them).
+
     ``root`` is a ledger folder, ``s3://bucket/prefix`` (a ledger on an object store, read
     through its seams with the standard AWS settings: nothing is written there; the bundle
     is a local folder or tar like any other), or an open :class:`~intentlog.Ledger` (read
@@ -357,10 +367,18 @@ def export_bundle(
     os.mkdir(staging)
     try:
         ex = _Exporter(reads, staging, sealed)
-        for i, t in enumerate(names, 1):
-            ex.stream(t)
-            if progress is not None:
-                progress("streams", i, len(names))
+        names = list(names)
+        done: set[str] = set()
+        while len(done) < len(names):
+            # a link carries the streams it is judged against (transitively): a child its parent, a child item both
+            for t in names:
+                if t not in done:
+                    done.add(t)
+                    ex.stream(t)
+                    if progress is not None:
+                        progress("streams", len(done), len(names))
+            names += sorted(p for p in ex.linked if p in present and p not in done and p not in names)
+        names.sort()
         ex.objects([t for t in present if t not in set(names)])
         for name, path in logs.items():
             ex.publish(f"{RECEIPTS_DIR}/{name}", read_range(path, path.stat().st_size, follow=True))
