@@ -69,9 +69,12 @@ def _records(led: intentlog.Ledger, name: str, kind: str) -> list[dict[str, Any]
     return [e.data for e in led.backlog(name).task.events() if e.kind == kind]
 
 
-def _wait_for_record(led: intentlog.Ledger, name: str, kind: str, proc: subprocess.Popen[str]) -> None:
+def _wait_for_record(
+    led: intentlog.Ledger, name: str, kind: str, proc: subprocess.Popen[str], item: str | None = None
+) -> None:
+    """Until backlog ``name`` holds a ``kind`` record (of ``item``, if given), while ``proc`` runs."""
     deadline = time.monotonic() + WAIT
-    while not _records(led, name, kind):
+    while not [d for d in _records(led, name, kind) if item is None or d.get("item") == item]:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{kind} never recorded in backlog {name!r}"
         time.sleep(0.02)
@@ -91,12 +94,16 @@ def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: st
         _wait_for_record(led, "sums", "backlog.run_started", other)
         # until_idle: this run ends only once the parent is done (the children may settle in the open run)
         view = led.backlog("fan").run(parent, workers=1, until_idle=True, poll=0.02)
+        _wait_for_record(led, "sums", "backlog.item_done", other, "own")  # its own item too, before it is stopped
     finally:
         other.send_signal(signal.SIGTERM)
         out, err = other.communicate(timeout=WAIT)
     assert other.returncode == 0, out + err
+    assert {r.item: r.state for r in view.items}["digest"] == "done", view.to_json()
+    # the parent joins from its children's tasks; the other backlog records a child done a moment later, in its
+    # own stream: the tree is read once that run has ended
+    view = led.backlog("fan").view()
     rows = {r.item: r for r in view.items}
-    assert rows["digest"].state == "done", view.to_json()
     assert view.counts["done"] == 1 and sum(view.counts.values()) == 1  # the children are counted in their backlog
     assert rows["digest"].children == {"done": 3}
     for doc in DOCS:

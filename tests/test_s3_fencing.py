@@ -171,6 +171,9 @@ def test_two_processes_writing_one_stream_one_wins_the_other_is_refused(tmp_path
 def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path: Path) -> None:
     """Two processes that steal the lease from each other (take_over_after=0) append until fenced, then steal again.
 
+    Each goes on until it made 20 appends and one of the two was fenced at least once (an event
+    both see in the report files), so a slow start of one never ends the race before it began.
+
     Every append either lands (and is reported) or is refused with LeaseLost (nothing
     written): the stream is one intact chain holding exactly the reported appends, in order.
     """
@@ -182,14 +185,19 @@ def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path:
         open(sys.argv[1] + ".ready", "w").close()
         while not os.path.exists({str(go)!r}):
             time.sleep(0.001)
+        outs = [os.path.join(os.path.dirname(sys.argv[1]), n + ".out") for n in "ab"]
+
+        def done():  # at least 20 appends, and the lease taken from one of the two at least once
+            return written >= 20 and any(os.path.exists(o) and "fenced" in open(o).read() for o in outs)
+
         written = 0
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline and written < 60:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done():
             lease = streams.lease("t", wait=5, take_over_after=0)
             data = streams.read("t")
             prev = data.splitlines()[-1] if data else None
             try:
-                while written < 60:
+                while not done() and time.monotonic() < deadline:
                     line = chained(prev, lease.next_seq, {{"writer": sys.argv[2], "n": written}})
                     lease.append([line], expected_seq=lease.next_seq)
                     report(f"{{sys.argv[2]}} {{written}}")
@@ -205,7 +213,7 @@ def test_writers_taking_the_lease_from_each_other_never_fork_the_chain(tmp_path:
     procs = [_spawn(code, out, n, env) for out, n in zip(outs, "ab", strict=True)]
     _wait_ready(outs, procs)
     go.write_text("go")
-    assert [p.wait(90) for p in procs] == [0, 0]
+    assert [p.wait(180) for p in procs] == [0, 0]
     events = chain_of(ObjectStreams(s3_server.fresh_client(location)).read("t"))
     fenced = [out.read_text().count("fenced") for out in outs]
     assert sum(fenced) >= 1, "the writers did take the lease from each other"

@@ -62,6 +62,7 @@ import os, signal, sys, threading, intentlog
 ledger = intentlog.open(sys.argv[1])
 t = ledger.task("t")
 t.append("note", {"run": sys.argv[2]})
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Python, whatever the test runner ignores
 signal.raise_signal(signal.SIGINT)  # Ctrl-C, to this very thread (os.kill may hand it to a library thread)
 threading.Event().wait(60)  # KeyboardInterrupt unwinds the script here at the latest
 raise SystemExit("the interrupt was not delivered")

@@ -13,14 +13,13 @@ runner's own records in it (``lease.acquired``, ``lease.released``, ``quota.rese
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..eventlog.format import TASK_CREATED, Event
-from ..projections.backlogs import BACKLOG_SUFFIX
+from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX
 from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, taking_over
 from ..projections.workstate import RECONCILE_EFFECT
 
@@ -48,8 +47,6 @@ __all__ = [
     "task_extras",
 ]
 
-#: A backlog's name: no dot, so ``NAME.backlog`` and ``NAME.item.ITEM`` never collide across backlogs.
-BACKLOG_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 QUEUED: Final = "queued"
 SCHEDULED: Final = "scheduled"

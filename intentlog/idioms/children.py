@@ -45,7 +45,7 @@ import orjson
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
-from ..projections.backlogs import BACKLOG_SUFFIX
+from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX
 from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, idiom_state
 from ..stream import as_recorded
 from . import state
@@ -81,8 +81,6 @@ def spawn(
     ``backlog``: the backlog the child is an item of (None: the runner's own, if any).
     """
     check_task_id(child_id)
-    from ..backlog.model import BACKLOG_NAME_RE  # the backlog package imports this module
-
     if backlog is not None and (not isinstance(backlog, str) or BACKLOG_NAME_RE.match(backlog) is None):
         raise UsageError(
             f"child {child_id!r} of task {parent.id!r}: backlog name {backlog!r} must be letters, digits, '_' or "

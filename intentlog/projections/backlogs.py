@@ -8,6 +8,7 @@ completed instead of paying for them again -- so nothing may delete it. gc asks 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,10 +16,20 @@ from typing import Any, Final
 
 from ..eventlog.format import Event
 
-__all__ = ["BACKLOG_SUFFIX", "PACE_WINDOW", "BacklogPace", "PaceFold", "Running", "unfinished_item_tasks"]
+__all__ = [
+    "BACKLOG_NAME_RE",
+    "BACKLOG_SUFFIX",
+    "PACE_WINDOW",
+    "BacklogPace",
+    "PaceFold",
+    "Running",
+    "unfinished_item_tasks",
+]
 
 #: A backlog's own stream is the task ``NAME`` + this suffix.
 BACKLOG_SUFFIX: Final = ".backlog"
+#: A backlog's name: no dot, so ``NAME.backlog`` and ``NAME.item.ITEM`` never collide across backlogs.
+BACKLOG_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 
 def unfinished_item_tasks(events: Iterable[Event]) -> set[str]:
