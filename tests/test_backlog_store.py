@@ -159,7 +159,9 @@ def test_a_fenced_holder_stopped_then_continued_cannot_append_or_send(url: str, 
             os.kill(holder.pid, signal.SIGCONT)
             holder.kill()
             holder.wait()
-    assert holder.returncode == 3 and "refused LeaseLost" in out, (out, err)
+    assert holder.returncode == 3 and "refused LeaseLost" in out, (
+        out, err, view.to_json(), receipt_counts(tmp_path / "receipts.jsonl"), _keys(url), after_run
+    )
     assert _keys(url) == after_run  # the fenced holder stored nothing
     assert receipt_counts(tmp_path / "receipts.jsonl") == {"i0:0": 1, "i0:1": 1}  # and sent nothing
     assert view.counts["done"] == 1, view.to_json()
