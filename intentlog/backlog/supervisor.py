@@ -572,13 +572,18 @@ class Supervisor:
         An item another process held counts as running only while it is held, not settled or
         blocked in the record (what the other process did is read, never waited for), and its
         stream grew within ``inactivity`` (a holder this run can neither end nor fence, stalled
-        on another host, cannot progress without a person).
+        on another host, cannot progress without a person). On a store a stalled holder is never
+        a reason to end: the next dispatch fences it and takes the item, whichever of the two
+        looks saw the stall first.
         """
         if any(w.item for w in self.pool):
             return False
         now = time.monotonic()
+        fences = self.backlog.ledger.backend.fences
         for item, seen in list(self.watchdog.foreign.items()):
             if now - seen.progress >= self.watchdog.inactivity:
+                if fences:
+                    return False  # stalled, and fenced by the next dispatch (watch_foreign), which takes the item
                 continue  # stalled where this run cannot end it: not progressing
             rec = self.fold.items.get(item)
             if rec is None or self.schedule.is_settled(rec) or rec.blocked is not None:
