@@ -94,14 +94,15 @@ def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: st
         _wait_for_record(led, "sums", "backlog.run_started", other)
         # until_idle: this run ends only once the parent is done (the children may settle in the open run)
         view = led.backlog("fan").run(parent, workers=1, until_idle=True, poll=0.02)
-        _wait_for_record(led, "sums", "backlog.item_done", other, "own")  # its own item too, before it is stopped
+        for item in ("own", *(f"o-{d}" for d in DOCS)):  # every item recorded done there before it is stopped
+            _wait_for_record(led, "sums", "backlog.item_done", other, item)
     finally:
         other.send_signal(signal.SIGTERM)
         out, err = other.communicate(timeout=WAIT)
     assert other.returncode == 0, out + err
     assert {r.item: r.state for r in view.items}["digest"] == "done", view.to_json()
     # the parent joins from its children's tasks; the other backlog records a child done a moment later, in its
-    # own stream: the tree is read once that run has ended
+    # own stream: the tree is read once that run recorded them and ended
     view = led.backlog("fan").view()
     rows = {r.item: r for r in view.items}
     assert view.counts["done"] == 1 and sum(view.counts.values()) == 1  # the children are counted in their backlog
