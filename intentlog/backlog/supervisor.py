@@ -581,11 +581,11 @@ class Supervisor:
         now = time.monotonic()
         fences = self.backlog.ledger.backend.fences
         for item, seen in list(self.watchdog.foreign.items()):
-            if now - seen.progress >= self.watchdog.inactivity:
-                if fences:
-                    return False  # stalled, and fenced by the next dispatch (watch_foreign), which takes the item
-                continue  # stalled where this run cannot end it: not progressing
             rec = self.fold.items.get(item)
+            if now - seen.progress >= self.watchdog.inactivity:
+                if fences and rec is not None and not self.schedule.is_settled(rec) and rec.blocked is None:
+                    return False  # stalled, and fenced by the next dispatch (watch_foreign), which takes the item
+                continue  # stalled where this run cannot end it (or settled meanwhile): not progressing
             if rec is None or self.schedule.is_settled(rec) or rec.blocked is not None:
                 self.watchdog.mine(item)
             elif not leases.held_elsewhere(self.backlog.ledger.task(rec.task)):
