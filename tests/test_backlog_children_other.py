@@ -121,7 +121,8 @@ def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: st
     assert "parent" not in added["own"]
     assert not any(a["item"].startswith("o-") for a in _records(led, "fan", "backlog.item_added"))
     sched = _records(led, "fan", "backlog.item_scheduled")
-    assert len(sched) == 1 and sched[0]["children"] == [f"o-{d}" for d in DOCS]
+    # the first wait names all three (a parent woken early by the other backlog's stream may wait again for fewer)
+    assert sched and sched[0]["children"] == [f"o-{d}" for d in DOCS]
     assert sched[0]["backlogs"] == {f"o-{d}": "sums" for d in DOCS} and sched[0]["failures"] == 0
     done = {d["item"] for d in _records(led, "sums", "backlog.item_done")}
     assert done == {"own", *(f"o-{d}" for d in DOCS)}  # run on the other backlog's workers, by its step
