@@ -53,10 +53,7 @@ def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
         return str(tmp_path / "ledger")
     import s3_server
 
-    for k, v in s3_server.seaweed().env().items():
-        monkeypatch.setenv(k, v)
-    loc = s3_server.fresh_location()
-    return f"s3://{loc.bucket}/{loc.prefix}"
+    return s3_server.ledger_url(monkeypatch)
 
 
 def _cli(root: str, *args: str) -> subprocess.CompletedProcess[str]:
