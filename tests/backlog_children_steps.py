@@ -6,7 +6,7 @@ provider of :mod:`backlog_steps` (the ground truth) and returns its summary. Wit
 ``$CHILDREN_MEET`` (a folder) each child writes ``MEET/<doc>`` and waits for every sibling's
 file: they can only all get past it if they run at once. ``$CHILDREN_FAIL`` names a doc
 whose child raises. ``$CHILDREN_HOLD`` (a folder): the parent, once it has spawned every
-child, writes ``HOLD/spawned`` and waits for ``HOLD/go`` before it joins.
+child, writes ``HOLD/spawned`` (its worker's pid) and waits for ``HOLD/go`` before it joins.
 """
 
 from __future__ import annotations
@@ -37,13 +37,23 @@ def _touch(path: str) -> None:
     os.close(fd)
 
 
+def _mark(path: str) -> None:
+    """Write this process's pid to ``path`` at once whole (a temp file renamed): a reader sees all of it or none."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(str(os.getpid()))
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+
+
 def fanout(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
     if "docs" in payload:
         for doc in payload["docs"]:
             task.spawn(f"{payload['name']}-{doc}", {"doc": doc, "siblings": payload["docs"]})
         hold = os.environ.get("CHILDREN_HOLD")
         if hold:
-            _touch(os.path.join(hold, "spawned"))
+            _mark(os.path.join(hold, "spawned"))
             _wait_for(os.path.join(hold, "go"))
         results = task.join()
         return {"merged": [results[k]["summary"] for k in sorted(results)]}

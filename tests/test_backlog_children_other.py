@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,15 @@ def parent(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
     """Sends one child per doc to the backlog ``payload['to']``, joins them, merges their summaries."""
     for doc in payload["docs"]:
         task.spawn(f"{payload['name']}-{doc}", {"doc": doc}, backlog=payload["to"])
+    results = task.join()
+    return {"merged": [results[k]["summary"] for k in sorted(results)]}
+
+
+def parent_waiting_first(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """:func:`parent`, but it waits for the event ``go`` between its spawns and its join."""
+    for doc in payload["docs"]:
+        task.spawn(f"{payload['name']}-{doc}", {"doc": doc}, backlog=payload["to"])
+    task.wait_for_event("go")
     results = task.join()
     return {"merged": [results[k]["summary"] for k in sorted(results)]}
 
@@ -77,6 +87,29 @@ def _wait_for_record(
         time.sleep(0.02)
 
 
+def _assert_tree(view: intentlog.BacklogView, name: str) -> None:
+    """Every child the parent spawned there is listed under it, with its backlog, and counted (whether the parent
+    ever waited for it or not)."""
+    rows = {r.item: r for r in view.items}
+    assert rows["digest"].children == {"done": 3}, view.to_json()
+    for doc in DOCS:
+        r = rows[f"{name}-{doc}"]
+        assert (r.backlog, r.parent, r.state, r.task) == ("sums", "fan.item.digest", "done", f"{name}-{doc}")
+
+
+def _assert_tree_shown(root: str, name: str) -> None:
+    shown = _cli(root, "backlog", "fan")
+    lines = shown.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("digest "))
+    assert "children: 3 done" in lines[at], shown.stdout
+    assert [line.split()[:5] for line in lines[at + 1 : at + 4]] == [
+        ["+-", f"{name}-{d}", "(in", "backlog", "sums)"] for d in DOCS
+    ]  # the tree: each child under its parent, with its backlog
+    js = json.loads(_cli(root, "backlog", "fan", "--json").stdout)
+    items = {i["item"]: i for i in js["items"]}
+    assert items[f"{name}-beta"]["backlog"] == "sums" and items["digest"]["backlog"] is None
+
+
 def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: str, tmp_path: Path) -> None:
     led = intentlog.open(root)
     led.backlog("fan").add("digest", {"docs": DOCS, "name": "o", "to": "sums"})
@@ -102,8 +135,7 @@ def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: st
     # own stream: the tree is read once that run recorded them and ended
     view = led.backlog("fan").view()
     assert view.counts["done"] == 1 and sum(view.counts.values()) == 1  # the children are counted in their backlog
-    # the tree (each child under its parent, counted) is not asserted here: on a loaded machine it has shown a child
-    # of another backlog missing from it after both runs ended (counts 2 of 3); the record below is what holds
+    _assert_tree(view, "o")
     res = [e.data["result"] for e in led.task("fan.item.digest").events() if e.kind == "item.returned"]
     assert res == [{"merged": [f"sum:{d}" for d in DOCS]}]
     # the record: the link names the backlog, the other backlog's item names the parent, the join names both
@@ -115,13 +147,16 @@ def test_children_run_on_the_other_backlogs_workers_and_wake_the_parent(root: st
     assert "parent" not in added["own"]
     assert not any(a["item"].startswith("o-") for a in _records(led, "fan", "backlog.item_added"))
     sched = _records(led, "fan", "backlog.item_scheduled")
-    # the first wait names all three (a parent woken early by the other backlog's stream may wait again for fewer)
-    assert sched and sched[0]["children"] == [f"o-{d}" for d in DOCS]
-    assert sched[0]["backlogs"] == {f"o-{d}": "sums" for d in DOCS} and sched[0]["failures"] == 0
+    # each wait names the children not returned yet (a child may return before its parent joins; a parent woken
+    # early by the other backlog's stream waits again for fewer), each one in the backlog its link names
+    waits = [d for d in sched if "children" in d]
+    assert all(set(d["children"]) <= {f"o-{doc}" for doc in DOCS} for d in waits), waits
+    assert all(d["backlogs"] == {c: "sums" for c in d["children"]} and d["failures"] == 0 for d in waits), waits
     done = {d["item"] for d in _records(led, "sums", "backlog.item_done")}
     assert done == {"own", *(f"o-{d}" for d in DOCS)}  # run on the other backlog's workers, by its step
     led.close()
     assert receipt_counts(tmp_path / "receipts.jsonl") == {**{f"sum:{d}": 1 for d in DOCS}, "sum:own": 1}
+    _assert_tree_shown(root, "o")
     verified = _cli(root, "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
@@ -144,6 +179,35 @@ def test_a_parent_waits_across_runs_until_the_other_backlog_is_run(root: str, tm
     assert res == [{"merged": [f"sum:{d}" for d in DOCS]}]
     assert len(_records(led, "fan", "backlog.item_scheduled")) == 1  # woken once, never re-suspended
     led.close()
+    assert receipt_counts(tmp_path / "receipts.jsonl") == {f"sum:{d}": 1 for d in DOCS}
+
+
+def test_the_tree_lists_children_the_parent_never_waited_for(root: str, tmp_path: Path) -> None:
+    # children settled in the other backlog before their parent joins: the join returns at once, the parent never
+    # waits for them (no backlog.item_scheduled {children}); the tree still lists each one, from the parent's links
+    led = intentlog.open(root)
+    fan = led.backlog("fan")
+    fan.add("digest", {"docs": DOCS, "name": "w", "to": "sums"})
+    got: list[intentlog.BacklogView] = []
+    run = threading.Thread(target=lambda: got.append(fan.run(parent_waiting_first, until_idle=True, poll=0.02)))
+    run.start()
+    try:
+        deadline = time.monotonic() + WAIT
+        while not [d for d in _records(led, "fan", "backlog.item_scheduled") if d.get("event") == "go"]:
+            assert run.is_alive() and time.monotonic() < deadline, "the parent never waited for its event"
+            time.sleep(0.02)  # waiting for the record
+        other = led.backlog("sums").run(child, workers=2, until_idle=True, poll=0.02)
+        assert other.counts["done"] == 3, other.to_json()
+        led.signal("fan.item.digest", "go", {"ok": True})
+    finally:
+        run.join(timeout=WAIT)
+    assert not run.is_alive() and got, "the parent's run never ended"
+    assert {r.item: r.state for r in got[0].items}["digest"] == "done", got[0].to_json()
+    assert not [d for d in _records(led, "fan", "backlog.item_scheduled") if "children" in d]  # never waited
+    _assert_tree(got[0], "w")
+    _assert_tree(fan.view(), "w")
+    led.close()
+    _assert_tree_shown(root, "w")
     assert receipt_counts(tmp_path / "receipts.jsonl") == {f"sum:{d}": 1 for d in DOCS}
 
 

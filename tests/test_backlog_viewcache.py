@@ -100,6 +100,21 @@ def test_a_warm_view_reads_only_the_tasks_that_changed(
     assert warm["counts"]["failed"] == 3 and warm == _uncached(ledger, big)
 
 
+def test_a_warm_view_keeps_the_children_an_item_sent_to_another_backlog(
+    ledger: intentlog.Ledger, big: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = ledger.task(big.task_id("i03"))
+    t.spawn("kid", {"n": 1}, backlog="other")  # outside a run: added to that backlog at once
+    t.close()
+    cold = big.view(now=0)
+    rows = {r.item: r for r in cold.items}
+    assert rows["i03"].children == {"queued": 1} and (rows["kid"].backlog, rows["kid"].parent) == ("other", t.id)
+    seen = _count_folds(monkeypatch)
+    warm = big.view(now=0)
+    assert [x for x in seen if x.startswith("big.")] == []  # every item task from the cache, its links too
+    assert warm.to_json() == cold.to_json()
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "foreign", "malformed", "swapped"])
 def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(
     ledger: intentlog.Ledger, big: Any, damage: str, tmp_path: Path

@@ -33,7 +33,7 @@ A backlog worker runs each step inside :func:`~intentlog.idioms.suspend.suspendi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -171,16 +171,23 @@ async def arun_step(
 
 
 def children_elsewhere(
-    ledger: LedgerLike, recs: Sequence[ItemRecord], owner: Callable[[str], LeaseOwner | None], now: float
+    ledger: LedgerLike,
+    recs: Sequence[ItemRecord],
+    sent: Mapping[str, Mapping[str, str]],
+    owner: Callable[[str], LeaseOwner | None],
+    now: float,
 ) -> list[ItemView]:
-    """The rows of the children the items' tasks join that are items of another backlog, as that backlog says.
+    """The rows of the children the items' tasks sent to another backlog, as that backlog says.
 
-    Each such row names its ``backlog``; each other backlog is read once (its stream, and
-    the child tasks through the item cache).
+    ``sent``: each item task's links to another backlog (:attr:`~intentlog.backlog.model.TaskExtras.children_in`,
+    child id -> backlog), whether the item ever waited for them or not (children settled before their parent
+    joins are never waited for); the children its schedule waits for (``waits_in``) count too. Each such row
+    names its ``backlog``; each other backlog is read once (its stream, and the child tasks through the item
+    cache).
     """
     wanted: dict[str, list[str]] = {}
     for rec in recs:
-        for child, name in (rec.waits_in or {}).items():
+        for child, name in {**(rec.waits_in or {}), **sent.get(rec.task, {})}.items():
             wanted.setdefault(name, []).append(child)
     out: list[ItemView] = []
     for name, children in wanted.items():

@@ -161,7 +161,8 @@ class Backlog:
                 step = f"raise the budget: intentlog run {self.name} --step ... --quota ... (a larger budget)"
                 row = replace(row, reason=f"the last run stopped: {spent}", next_step=step)
             rows.append(row)
-        elsewhere = children_elsewhere(self.ledger, ordered, owner, now)
+        sent = {tid: it.extras.children_in for tid, it in got.items() if it.extras.children_in}
+        elsewhere = children_elsewhere(self.ledger, ordered, sent, owner, now)
         rows = with_children(rows, elsewhere)
         counts = {s: 0 for s in ITEM_STATES}
         for r in rows:

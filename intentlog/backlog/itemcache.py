@@ -50,7 +50,7 @@ __all__ = [
     "read_reservations", "read_returned_and_reserved",
 ]  # fmt: skip
 
-FORMAT: Final = b"intentlog-backlogitems/2"
+FORMAT: Final = b"intentlog-backlogitems/3"
 #: A backlog with fewer items than this is read whole and writes no cache file.
 MIN_ITEMS: Final = 64
 
@@ -132,7 +132,7 @@ def _encode(item: ItemTask) -> list[Any]:
     )
     return [
         [s.state, s.reason, s.next_step, s.next_operation],
-        [packed_lease, x.returned, x.last_ts, x.events, dict(x.reserved), x.foreign],
+        [packed_lease, x.returned, x.last_ts, x.events, dict(x.reserved), x.foreign, dict(x.children_in)],
         [[t, u] for t, u in item.reservations],
     ]
 
@@ -145,10 +145,12 @@ def _opt_str(v: object) -> str | None:
 
 def _decode(v: Any) -> ItemTask:
     """The entry's value, every field's type checked; ValueError/TypeError/KeyError for anything else."""
-    (state, reason, nxt, nop), (lease, returned, last_ts, n, reserved, foreign), res = v
+    (state, reason, nxt, nop), (lease, returned, last_ts, n, reserved, foreign, sent), res = v
     if type(state) is not str or type(nxt) is not str or type(nop) is not str or type(returned) is not bool:
         raise ValueError("bad entry")
-    if type(n) is not int or type(reserved) is not dict:
+    if type(n) is not int or type(reserved) is not dict or type(sent) is not dict:
+        raise ValueError("bad entry")
+    if not all(type(c) is str and type(b) is str for c, b in sent.items()):
         raise ValueError("bad entry")
     lr = None
     if lease is not None:
@@ -160,7 +162,8 @@ def _decode(v: Any) -> ItemTask:
         lr = LeaseRecord(epoch, pid, host, started, since, released)
     reservations = _reservations(res)
     totals = {str(k): float(u) for k, u in reserved.items()} if reserved else {}
-    extras = TaskExtras(lr, returned, None, totals, _opt_str(last_ts), n, _opt_str(foreign))  # no view shows the result
+    # no view shows the result
+    extras = TaskExtras(lr, returned, None, totals, _opt_str(last_ts), n, _opt_str(foreign), sent)
     return ItemTask(TaskSummary(state, _opt_str(reason), nxt, nop), extras, reservations)
 
 
@@ -172,7 +175,7 @@ def _reservations(res: Any) -> tuple[tuple[float, dict[str, float]], ...]:
 
 def _decode_start(v: Any) -> tuple[bool, tuple[tuple[float, dict[str, float]], ...]]:
     """Only whether the task returned and its reservations (what a run's start reads)."""
-    _, (_, returned, _, _, _, _), res = v
+    _, (_, returned, _, _, _, _, _), res = v
     if type(returned) is not bool:
         raise ValueError("bad entry")
     return returned, _reservations(res)

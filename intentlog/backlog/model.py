@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..eventlog.format import TASK_CREATED, Event
 from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX
+from ..projections.idioms import CHILD_SPAWNED
 from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, taking_over
 from ..projections.workstate import RECONCILE_EFFECT
 
@@ -290,6 +291,9 @@ class TaskExtras:
     events: int
     #: why the task's records are not its backlog's (:func:`foreign_records`); None when they are
     foreign: str | None = None
+    #: the children its task sent to another backlog (``task.child_spawned {child, backlog}``): child id -> backlog,
+    #: each as first recorded; the tree lists them under the item whether it ever waited for them or not
+    children_in: Mapping[str, str] = field(default_factory=dict)
 
 
 def task_extras(events: Iterable[Event], task_id: str | None = None) -> TaskExtras:
@@ -302,6 +306,8 @@ def task_extras(events: Iterable[Event], task_id: str | None = None) -> TaskExtr
     lease: LeaseRecord | None = None
     returned, result, last_ts, n = False, None, None, 0
     reserved: dict[str, float] = {}
+    children_in: dict[str, str] = {}
+    spawned: set[str] = set()
     ours: set[int] = set()
     foreign: str | None = None
     first_lease = True
@@ -324,9 +330,13 @@ def task_extras(events: Iterable[Event], task_id: str | None = None) -> TaskExtr
         elif ev.kind == "quota.reserved":
             for q, units in dict(d.get("units", {})).items():
                 reserved[q] = reserved.get(q, 0.0) + float(units)
+        elif ev.kind == CHILD_SPAWNED and type(d.get("child")) is str and d["child"] not in spawned:
+            spawned.add(d["child"])  # as the idiom state reads it: a child's first link is its link
+            if type(d.get("backlog")) is str:
+                children_in[d["child"]] = d["backlog"]
     if foreign is not None:
         returned, result = False, None
-    return TaskExtras(lease, returned, result, reserved, last_ts, n, foreign)
+    return TaskExtras(lease, returned, result, reserved, last_ts, n, foreign, children_in)
 
 
 @dataclass(frozen=True, slots=True)
