@@ -39,6 +39,12 @@ def misuse_step(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]
         raise intentlog.UsageError(MISUSE)
     if payload["kind"] == "wrong-type":  # a subclass of UsageError is as permanent
         list(task.events(since="start"))  # type: ignore[arg-type]
+    if payload["kind"] == "not-json":  # a value that is not exact JSON
+        task.value("v", lambda: {1, 2})
+    if payload["kind"] == "bad-id":  # a malformed child id
+        task.spawn("no/slashes", {})
+    if payload["kind"] == "reserved":  # a kind only intentlog writes
+        task.append("attempt.started", {})
     if payload["kind"] == "transient" and n < 2:
         raise RuntimeError(f"transient failure {n}")
     return {"calls": n}
@@ -101,3 +107,18 @@ def test_a_subclass_of_usage_error_raised_by_intentlog_is_as_permanent(calls: Pa
         row = view.items[0]
         assert row.state == "failed" and row.reason is not None and "WrongType" in row.reason, view.to_json()
     assert _runs(calls) == {"wrong": 1}
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("not-json", "NotSerializable"), ("bad-id", "InvalidTaskId"), ("reserved", "ReservedKind")],
+)
+def test_a_refusal_of_what_the_step_records_is_as_permanent(calls: Path, tmp_path: Path, kind: str, error: str) -> None:
+    with intentlog.open(tmp_path / "l") as led:
+        bl = led.backlog("jobs")
+        bl.add(kind, {"item": kind, "kind": kind}, max_attempts=3)
+        view = bl.run(misuse_step, workers=1, until_idle=True, poll=0.02, backoff=0.01, max_backoff=0.01)
+        row = view.items[0]
+        assert row.state == "failed" and row.reason is not None and error in row.reason, view.to_json()
+        assert "backlog.item_scheduled" not in [e.kind for e in bl.task.events()]  # no retry was ever scheduled
+    assert _runs(calls) == {kind: 1}  # the ground truth: the step ran once

@@ -9,8 +9,12 @@ which of them are *permanent*. Guarantees:
   ``max_attempts`` says;
 - permanent are: intentlog's :class:`~intentlog.errors.UsageError` and its subclasses
   (an argument intentlog refuses -- bad input or misuse -- is refused the same way on every
-  attempt), and :class:`~intentlog.idioms.errors.ChildrenPending` in a backlog (every child
-  the join waits for is settled and some failed: joining again cannot succeed);
+  attempt), the refusals of what a step records that the same step records again on every
+  attempt (:class:`~intentlog.errors.NotSerializable`: a value that is not exact JSON;
+  :class:`~intentlog.errors.InvalidTaskId`: a malformed task or child id;
+  :class:`~intentlog.errors.ReservedKind`: an event kind only intentlog writes), and
+  :class:`~intentlog.idioms.errors.ChildrenPending` in a backlog (every child the join waits
+  for is settled and some failed: joining again cannot succeed);
 - everything else a step raises is a failed attempt, retried after a backoff up to
   ``max_attempts`` (:meth:`intentlog.backlog.schedule.Schedule.failed_attempt`).
 """
@@ -19,13 +23,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..errors import UsageError
+from ..errors import InvalidTaskId, NotSerializable, ReservedKind, UsageError
 from ..idioms.errors import ChildrenPending
 
 __all__ = ["PERMANENT", "permanent_reason"]
 
 #: the exception types a retry would raise again
-PERMANENT: Final[tuple[type[BaseException], ...]] = (UsageError, ChildrenPending)
+PERMANENT: Final[tuple[type[BaseException], ...]] = (
+    UsageError, NotSerializable, InvalidTaskId, ReservedKind, ChildrenPending,
+)  # fmt: skip
 
 
 def permanent_reason(exc: BaseException) -> str | None:
