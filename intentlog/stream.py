@@ -358,6 +358,14 @@ class TaskStream:
         with self.mutex:
             return self._writer is not None and self._writer.is_open
 
+    def vouched(self) -> Checked | None:
+        """What this process's open writer vouches the stream's file holds now (its facts, last seq and head),
+        or None (no writer open, an object store, bytes it did not write): see ``StreamWriter.checked``."""
+        with self.mutex:
+            w = self._writer
+        got = w.checked() if w is not None and w.is_open else None
+        return got if isinstance(got, Checked) else None
+
     @property
     def lock_fd(self) -> int | None:
         """On a folder, the descriptor through which this process holds the task's lock (None: not writing)."""

@@ -205,6 +205,46 @@ def test_a_run_start_reads_only_the_tasks_that_changed(
     assert len(read_receipts(str(tmp_path / "receipts.jsonl"))) == 10  # nothing ran twice
 
 
+async def _astep(task: intentlog.Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """An ``async def`` step (lanes of one worker): one recorded value, one effect."""
+    async def size() -> int:
+        return len(payload["item"])
+
+    n = await task.avalue("n", size)
+    raw = await task.aeffect("e", {"pkey": payload["item"]}, _asend)
+    return {"n": n, "raw": raw.decode()}
+
+
+async def _asend(request: Any) -> bytes:
+    return b"ok"
+
+
+@pytest.mark.parametrize("in_flight", [1, 4], ids=["sync", "async-lanes"])
+def test_a_runs_closing_view_reads_no_task_its_workers_just_wrote(
+    ledger: intentlog.Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_flight: int
+) -> None:
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(tmp_path / "receipts.jsonl"))
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    from backlog_steps import step
+
+    b = ledger.backlog("big")
+    b.add_many([{"item": f"i{i:02d}", "payload": {"item": f"i{i:02d}"}, "max_attempts": 1} for i in range(N)])
+    seen = _count_folds(monkeypatch)  # in this process: the supervisor and its view (the workers fold their own)
+    view = b.run(step if in_flight == 1 else _astep, workers=2, until_idle=True, in_flight=in_flight)
+    assert view.counts["done"] == N
+    assert [x for x in seen if x.startswith("big.item.")] == []  # each task's line came from the worker that wrote it
+    fresh = _uncached(ledger, b)
+    assert [(r["item"], r["state"], r["task_state"], r["last_progress"]) for r in view.to_json()["items"]] == [
+        (r["item"], r["state"], r["task_state"], r["last_progress"]) for r in fresh["items"]
+    ]  # the lines the workers made say what a whole read says
+    t = ledger.task(b.task_id("i05"))
+    t.append("note.touched", {})  # a later append makes its line stale: read whole again
+    t.close()
+    seen.clear()
+    b.view()
+    assert [x for x in seen if x.startswith("big.item.")] == ["big.item.i05"]
+
+
 def _forge_cache(ledger: intentlog.Ledger, name: str, edit: Any) -> None:
     """Rewrite ``cache/backlog-NAME.json`` as anyone who can write ``cache/`` could: facts kept, digest recomputed."""
     p = ledger.root / "cache" / f"backlog-{name}.json"

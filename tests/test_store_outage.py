@@ -106,9 +106,18 @@ class Proxy:
 
 
 def _reset(s: socket.socket) -> None:
-    """Close with a reset (SO_LINGER 0): the peer sees ECONNRESET, as from a store that went away."""
+    """Close with a reset (SO_LINGER 0): the peer sees ECONNRESET, as from a store that went away.
+
+    The read side is shut first: a pump thread blocked in ``recv`` on it holds the socket, and
+    a close from this thread alone would not release it (no reset sent) until that ``recv``
+    returned -- never, for a client waiting for the answer to a request it sent before the
+    outage: it would hang until its own timeout instead of seeing the reset."""
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            s.shutdown(socket.SHUT_RD)  # wakes a recv blocked on it; sends nothing
+        except OSError:
+            pass
         s.close()
     except OSError:
         pass

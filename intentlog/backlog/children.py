@@ -187,7 +187,7 @@ def children_elsewhere(
     """
     wanted: dict[str, list[str]] = {}
     for rec in recs:
-        for child, name in {**(rec.waits_in or {}), **sent.get(rec.task, {})}.items():
+        for child, name in {**sent.get(rec.task, {}), **(rec.waits_in or {})}.items():  # in the order spawned
             wanted.setdefault(name, []).append(child)
     out: list[ItemView] = []
     for name, children in wanted.items():

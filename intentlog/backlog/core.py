@@ -39,7 +39,7 @@ from .children import children_elsewhere, with_children
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
 from .inflight import check_in_flight
-from .itemcache import read_item_task, read_items
+from .itemcache import read_item_task, read_items, remember
 from .model import (
     BACKLOG_NAME_RE,
     ITEM_STATES,
@@ -471,6 +471,8 @@ class Backlog:
             engine=engine_for(engine, workers), in_flight=in_flight, max_in_flight=max_in_flight,
         )  # fmt: skip
         sup.run()
+        # the lines of the item tasks its workers wrote last: the view below reads only the others whole
+        remember(self.ledger, self.name, sup.entries, {rec.task for rec in sup.fold.items.values()})
         return self.view()
 
 

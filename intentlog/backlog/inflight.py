@@ -51,7 +51,7 @@ from .children import arun_step
 from .messages import Answer, Grant, Reply, Reserve, Run, Spent, Stop, Stopped
 from .model import LedgerLike
 from .procs import die_with_parent
-from .worker import ItemGate, failure_answer, lease_item, record_result, release_item, resolve_step
+from .worker import ItemGate, failure_answer, lease_item, record_result, release_item, resolve_step, with_entry
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -227,6 +227,8 @@ class _Process:
                     return answer
                 # on the shared disk: the result joins the round's group commit; the release follows it
                 answer, released = await record(_result, task, run.item, run.backlog, epoch, value, whole=True)
+                if released:  # durable now: its view-cache line (display only) from what was written
+                    answer = await self.in_pool(with_entry, task, answer, whole=True)
                 return answer
             finally:
                 # even when cancelled: the lease released (or only the writer closed) before the lane answers

@@ -24,6 +24,11 @@ whole. Guarantees:
 - who holds each item task's lock is never cached: it is read from ``/proc/locks`` once
   per call (each task's lock file then only ``stat``'ed), else probed per task.
 
+A run's closing view reads no item task its workers just finished: the worker that wrote a
+task's last records makes its line from the events it holds (:func:`entry_written`, only
+when its writer vouches the file holds exactly them, durable), and the run adds those lines
+(:func:`remember`) before its view reads the rest.
+
 Deleting the file changes nothing but speed. A backlog of fewer than :data:`MIN_ITEMS`
 items writes no file (a read of a small backlog writes nothing).
 """
@@ -32,10 +37,10 @@ from __future__ import annotations
 
 import os
 import stat as _stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 
@@ -45,9 +50,12 @@ from ..projections.status import task_status
 from ..viewcache.store import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
 
+if TYPE_CHECKING:
+    from ..stream import TaskStream
+
 __all__ = [
-    "FORMAT", "MIN_ITEMS", "ItemTask", "Reservations", "TaskSummary", "fold_item", "read_item_task", "read_items",
-    "read_reservations", "read_returned_and_reserved",
+    "FORMAT", "MIN_ITEMS", "CacheEntry", "ItemTask", "Reservations", "TaskSummary", "entry_written", "fold_item",
+    "read_item_task", "read_items", "read_reservations", "read_returned_and_reserved", "remember",
 ]  # fmt: skip
 
 FORMAT: Final = b"intentlog-backlogitems/3"
@@ -55,6 +63,8 @@ FORMAT: Final = b"intentlog-backlogitems/3"
 MIN_ITEMS: Final = 64
 
 Facts = tuple[int, int, int, int, int]
+#: ``(task id, facts, encoded ItemTask)``: one line of the cache file
+CacheEntry = tuple[str, Facts, Any]
 T = TypeVar("T")
 #: ``(unix time, {quota: units})`` per ``quota.reserved``, in stream order.
 Reservations = tuple[tuple[float, dict[str, float]], ...]
@@ -179,6 +189,47 @@ def _decode_start(v: Any) -> tuple[bool, tuple[tuple[float, dict[str, float]], .
     if type(returned) is not bool:
         raise ValueError("bad entry")
     return returned, _reservations(res)
+
+
+def entry_written(stream: TaskStream, events: Sequence[Event]) -> CacheEntry | None:
+    """The cache entry of an item task its writer just wrote, from the events it holds in memory: no read.
+
+    ``events``: every event of the stream, in order (those read before the writer's last
+    appends, then those appends). The entry is made only when the writer vouches the file
+    holds exactly them (:meth:`~intentlog.stream.TaskStream.vouched`: its size is what the
+    writer wrote; the events' seqs run 0..n-1 and the last one is the writer's head), with
+    the file's facts as they are now, so a later append makes it stale like any entry.
+    None on an object store, or when anything does not match (the reader then reads the
+    task whole, as without it).
+    """
+    chk = stream.vouched()
+    if chk is None or not events or events[-1].digest != chk.head or events[-1].seq != len(events) - 1:
+        return None
+    if any(ev.seq != i for i, ev in enumerate(events)):
+        return None
+    facts = (chk.size, chk.ino, chk.dev, chk.mtime_ns, chk.ctime_ns)
+    return stream.id, facts, _encode(fold_item(stream.id, events))
+
+
+def remember(ledger: LedgerLike, backlog: str, entries: Iterable[Any], tasks: Collection[str]) -> None:
+    """Add the entries :func:`entry_written` made to the cache file of the backlog whose item tasks are ``tasks``.
+
+    Only an entry of one of ``tasks``, in the shape of a line, is kept (its value is checked
+    when used, as every line's); nothing for a backlog of fewer than :data:`MIN_ITEMS` items
+    or on an object store. An entry is used later only while its stream's facts are still
+    the ones it names.
+    """
+    got: dict[str, tuple[Facts, Any]] = {}
+    for entry in entries:  # what a slot sent
+        if type(entry) is tuple and len(entry) == 3 and entry[0] in tasks and type(entry[1]) is tuple:
+            facts = entry[1]
+            if len(facts) == 5 and all(type(x) is int for x in facts):
+                got[entry[0]] = (facts, entry[2])
+    if not got or len(tasks) < MIN_ITEMS or getattr(ledger.task(next(iter(got))).stream, "remote", None) is not None:
+        return
+    values = _load(ledger.root, backlog)
+    values.update(got)
+    _save(ledger.root, backlog, values)
 
 
 def _name(backlog: str) -> str:

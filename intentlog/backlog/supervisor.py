@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._internal.procs import exit_text
 from ..errors import IntentlogError
@@ -98,6 +98,8 @@ START_DEATHS = 5
 #: hundreds of items in flight answer many times a second, and each look costs a stat per item); never more
 #: than a tenth of the run's ``inactivity`` or ``max_duration``, so a short limit is still judged on time
 WATCH_EVERY = 0.25
+#: the view-cache lines a run keeps for its closing view (each a few hundred bytes)
+ENTRIES_KEPT: Final = 20_000
 
 
 class WorkersDie(IntentlogError):
@@ -158,6 +160,9 @@ class Supervisor:
         self.broker = QuotaBroker(self.journal, quotas, clock=clock)
         self.owner = RunOwner(self.journal, clock=clock)
         self.pool: list[_Worker] = []
+        #: the view-cache lines of the item tasks done in this run, as their workers left them (display only;
+        #: the first ENTRIES_KEPT: a few MB at most, the closing view reads the others whole)
+        self.entries: list[Any] = []
         #: why the run stops taking items and attempts (a signal's name, "idle", "quota"), once it does
         self.stopping: str | None = None
         #: workers in a row that exited before answering anything, and the last one's exit
@@ -454,6 +459,8 @@ class Supervisor:
         elif isinstance(msg, Done):
             self.journal.record("backlog.item_done", {"item": item, "task": rec.task})
             self.schedule.settled[item] = "done"
+            if msg.entry is not None and len(self.entries) < ENTRIES_KEPT:
+                self.entries.append(msg.entry)
         elif isinstance(msg, Blocked):
             self.journal.record(
                 "backlog.item_blocked",

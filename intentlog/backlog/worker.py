@@ -30,6 +30,7 @@ from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
 from .children import run_step
+from .itemcache import entry_written
 from .messages import (
     Answer,
     Blocked,
@@ -52,12 +53,14 @@ from .procs import boot_id, die_with_parent, host_name, start_time
 
 __all__ = [
     "ItemGate", "LeaseLost", "QuotaExhausted", "Stopping", "failure_answer", "lease_item", "record_result",
-    "release_item", "run_item", "units", "worker_main",
+    "release_item", "run_item", "units", "with_entry", "worker_main",
 ]  # fmt: skip
 
 Step = Callable[[Task, Any], Any]
 
 _PENDING_UNITS: dict[str, dict[str, float]] = {}
+#: per task id: the events :func:`record_result` wrote while not yet durable (for :func:`with_entry`)
+_WRITTEN: dict[str, list[Any]] = {}
 CALLS: Final = "calls"
 #: seconds to an item waiting for an event's fallback look (the run takes it again as soon as its inbox holds it)
 EVENT_POLL: Final = 10.0
@@ -280,10 +283,22 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
     result = _json_result(value)
     with task.batch():  # the result, its acceptance and the release share one sync
         task.append("item.returned", {"result": result, "epoch": epoch})
-        if task_status(task.events(), task_id=task.id).state == AWAITING_ACCEPTANCE:
-            task.accept(by=f"backlog {backlog}", note="the step returned")
-        task.stream.append("lease.released", {"epoch": epoch})
-    return Done("done", item, result)
+        evs = list(task.events())  # read once: whether it awaits acceptance, and the view's cache entry
+        if task_status(evs, task_id=task.id).state == AWAITING_ACCEPTANCE:
+            evs.append(task.accept(by=f"backlog {backlog}", note="the step returned"))
+        evs.append(task.stream.append("lease.released", {"epoch": epoch}))
+    entry = entry_written(task.stream, evs)
+    if entry is None:  # not durable yet (a lane's round syncs it): made once it is, by with_entry
+        _WRITTEN[task.id] = evs
+    return Done("done", item, result, entry)
+
+
+def with_entry(task: Task, answer: Answer) -> Answer:
+    """A lane's ``Done`` with its task's view-cache line, once the round made the result durable (writer open)."""
+    evs = _WRITTEN.pop(task.id, None)
+    if evs is None or not isinstance(answer, Done) or answer.entry is not None:
+        return answer
+    return answer._replace(entry=entry_written(task.stream, evs))
 
 
 def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
@@ -304,6 +319,7 @@ def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
 def release_item(task: Task, epoch: int, released: bool) -> None:
     """Record ``lease.released`` unless done already (a writer whose lock was lost writes nothing), then close."""
     _PENDING_UNITS.pop(task.id, None)
+    _WRITTEN.pop(task.id, None)
     stream = task.stream
     try:
         if stream.writing and not released and epoch:
