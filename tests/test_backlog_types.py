@@ -119,7 +119,9 @@ def test_the_messages_are_typed_records_that_read_as_their_wire_tuples() -> None
     from intentlog.backlog import messages as m
 
     done = m.Done("done", "x", {"n": 1})
-    assert done == ("done", "x", {"n": 1}) and done.item == "x" and done.result == {"n": 1}
+    # its optional last field (a view-cache line, display only) defaults to None: a plain 3-tuple reads as a Done
+    assert done == ("done", "x", {"n": 1}, None) and done.item == "x" and done.result == {"n": 1}
+    assert m.from_slot(("done", "x", {"n": 1})) == done
     assert pickle.loads(pickle.dumps(done)) == done and type(pickle.loads(pickle.dumps(done))) is m.Done
     # a plain tuple from an engine written against the tuples becomes its typed message
     assert type(m.from_slot(("blocked", "x", "awaiting_approval", "why", "cmd"))) is m.Blocked
@@ -142,7 +144,8 @@ def test_a_worker_answers_the_supervisor_with_typed_messages(tmp_path: Path) -> 
 
     sup.send(m.Grant("grant", 1.0))  # the reply to the one reservation the step's effect asks for
     answer = run_item(led.task("b.item.x"), worker, "x", "b", {}, step)
-    assert type(answer) is m.Done and answer == ("done", "x", '"ok"')
+    assert type(answer) is m.Done and answer[:3] == ("done", "x", '"ok"')
+    assert answer.entry is not None and answer.entry[0] == "b.item.x"  # the task's view-cache line, as written
     asked = sup.recv()
     assert type(asked) is m.Reserve and asked.item == "x" and asked.units == {"calls": 1.0}
     kinds = [e.kind for e in led.task("b.item.x").events()]

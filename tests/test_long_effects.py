@@ -71,16 +71,20 @@ def test_heartbeats_are_recorded_rate_limited_and_passed_to_the_progress_callbac
 
 
 def test_heartbeats_keep_a_slow_send_alive_past_the_inactivity_timeout(ledger: intentlog.Ledger) -> None:
-    """A send that takes 4x the inactivity timeout but beats more often than it completes normally."""
+    """A send that lasts 2.5x the inactivity timeout but beats every 50 ms completes normally.
+
+    The timeout (1 s) is 20 beats wide: a loaded machine that delays one beat by a tenth of a
+    second (which a 0.15 s timeout did not survive) still keeps it alive."""
     task = ledger.task("t")
 
     def send(request: Any) -> bytes:
-        for _ in range(8):
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:  # past the timeout by its own clock, however slow the beats
             time.sleep(0.05)
             heartbeat()
         return b"slow but alive"
 
-    assert task.effect("k", REQ, send, inactivity_timeout=0.15, progress_interval=0.1) == b"slow but alive"
+    assert task.effect("k", REQ, send, inactivity_timeout=1.0, progress_interval=0.1) == b"slow but alive"
     ledger.close()
     assert "attempt.timed_out" not in kinds(task) and "attempt.progress" in kinds(task)
     assert intentlog.open(ledger.root).task("t").work_state().calls["call-1"].stage == "completed"

@@ -1,9 +1,10 @@
 """The messages between the supervisor and its slots: one typed record per kind, shared by every engine.
 
 Each message is an immutable named tuple whose first field, ``kind``, is its wire tag
-(``Done("done", item, result)`` is the tuple ``("done", item, result)``), so a message
-pickles as itself, reads the same in any log, and an engine written against the tuples
-still interoperates (:func:`from_slot` turns a plain tuple into its typed message).
+(``Done("done", item, result)`` is the tuple ``("done", item, result, None)``: a last
+field with a default is optional on the wire), so a message pickles as itself, reads the
+same in any log, and an engine written against the tuples still interoperates
+(:func:`from_slot` turns a plain tuple into its typed message).
 
 Directions and order:
 
