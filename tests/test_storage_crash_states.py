@@ -354,7 +354,7 @@ def test_a_backlog_item(tmp_path: Path) -> None:
             return task.effect(KEY, REQUEST, send, interpret=orjson.loads)["answer"][:3]
 
         answer = run_item(led.task("t"), _NoQuota(), "x", "nb", {}, step, asks=False)  # type: ignore[arg-type]
-        assert answer == ("done", "x", "xxx"), answer
+        assert answer[:3] == ("done", "x", "xxx"), answer  # its view-cache line aside
         for e in led.task("t").events():
             if e.kind in ("attempt.started", "call.completed", "item.returned", "lease.released"):
                 _ack(rec, "t", e)
