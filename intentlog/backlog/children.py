@@ -180,14 +180,13 @@ def children_elsewhere(
     """The rows of the children the items' tasks sent to another backlog, as that backlog says.
 
     ``sent``: each item task's links to another backlog (:attr:`~intentlog.backlog.model.TaskExtras.children_in`,
-    child id -> backlog), whether the item ever waited for them or not (children settled before their parent
-    joins are never waited for); the children its schedule waits for (``waits_in``) count too. Each such row
-    names its ``backlog``; each other backlog is read once (its stream, and the child tasks through the item
-    cache).
+    child id -> backlog, in the order spawned), whether the item ever waited for them or not (children settled
+    before their parent joins are never waited for). Each such row names its ``backlog``; each other backlog is
+    read once (its stream, and the child tasks through the item cache).
     """
     wanted: dict[str, list[str]] = {}
     for rec in recs:
-        for child, name in {**sent.get(rec.task, {}), **(rec.waits_in or {})}.items():  # in the order spawned
+        for child, name in sent.get(rec.task, {}).items():
             wanted.setdefault(name, []).append(child)
     out: list[ItemView] = []
     for name, children in wanted.items():

@@ -203,9 +203,7 @@ def entry_written(stream: TaskStream, events: Sequence[Event]) -> CacheEntry | N
     task whole, as without it).
     """
     chk = stream.vouched()
-    if chk is None or not events or events[-1].digest != chk.head or events[-1].seq != len(events) - 1:
-        return None
-    if any(ev.seq != i for i, ev in enumerate(events)):
+    if chk is None or not events or events[-1].digest != chk.head or any(ev.seq != i for i, ev in enumerate(events)):
         return None
     facts = (chk.size, chk.ino, chk.dev, chk.mtime_ns, chk.ctime_ns)
     return stream.id, facts, _encode(fold_item(stream.id, events))
@@ -225,7 +223,7 @@ def remember(ledger: LedgerLike, backlog: str, entries: Iterable[Any], tasks: Co
             facts = entry[1]
             if len(facts) == 5 and all(type(x) is int for x in facts):
                 got[entry[0]] = (facts, entry[2])
-    if not got or len(tasks) < MIN_ITEMS or getattr(ledger.task(next(iter(got))).stream, "remote", None) is not None:
+    if not got or len(tasks) < MIN_ITEMS or not _files_here(ledger, next(iter(got))):
         return
     values = _load(ledger.root, backlog)
     values.update(got)
@@ -288,16 +286,20 @@ def read_returned_and_reserved(
     return _read(ledger, backlog, task_ids, _decode_start, lambda item: (item.extras.returned, item.reservations))
 
 
+def _files_here(ledger: LedgerLike, task_id: str) -> bool:
+    """Whether the ledger's streams are files here (a folder), the only ones the cache keeps facts of."""
+    return getattr(ledger.task(task_id).stream, "remote", None) is None
+
+
 def _read(
     ledger: LedgerLike, backlog: str, task_ids: Iterable[str], decode: Callable[[Any], T], of: Callable[[ItemTask], T]
 ) -> dict[str, T]:
     ids = list(task_ids)
     if not ids:
         return {}
-    layout = ledger.task(ids[0]).stream.layout
-    use = len(ids) >= MIN_ITEMS and getattr(ledger.task(ids[0]).stream, "remote", None) is None
-    if not use:
+    if len(ids) < MIN_ITEMS or not _files_here(ledger, ids[0]):
         return {tid: of(read_item_task(ledger, tid)) for tid in ids}
+    layout = ledger.task(ids[0]).stream.layout
     tasks = str(layout.tasks_dir)
     check_real_dir(layout.tasks_dir, what="task streams")  # the paths below are stat'ed inside it
     old = _load(ledger.root, backlog)

@@ -246,10 +246,9 @@ class BacklogFold:
             kids = d.get("children")
             it.waits_for = tuple(str(c) for c in kids) if isinstance(kids, list) and kids else None
             where = d.get("backlogs")
-            if isinstance(where, dict) and it.waits_for:
-                # every child ever waited for in another backlog (a parent woken early waits again for fewer):
-                # the tree lists them all; the schedule reads only those in waits_for
-                it.waits_in = {**(it.waits_in or {}), **{str(c): str(b) for c, b in where.items()}}
+            it.waits_in = (
+                {str(c): str(b) for c, b in where.items()} if isinstance(where, dict) and it.waits_for else None
+            )  # the tree lists every child sent elsewhere from the parent's links (TaskExtras.children_in)
             it.event = d.get("event") if isinstance(d.get("event"), str) else None
         elif kind == "backlog.item_blocked":
             it.blocked = (str(d.get("reason")), str(d.get("command")))
