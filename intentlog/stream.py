@@ -254,6 +254,8 @@ class TaskStream:
         self._fold: WorkStateFold | None = None
         #: what the last writer of this process checked, and its live fold then: the next open resumes from it
         self._checked: tuple[Checked | CheckedBytes, WorkStateFold] | None = None
+        #: the open writer's events as it read and appended them, when its opener asked to keep them
+        self._held: list[Event] | None = None
         self._running: set[str] = set()
         #: asked before every append of the open writer (see :class:`AppendGate`); given at open
         self.gate: AppendGate | None = None
@@ -271,12 +273,21 @@ class TaskStream:
     # -- the writer ----------------------------------------------------------------
 
     def open_writer(
-        self, *, accept_damage: bool = False, accept_resend: bool = False, gate: AppendGate | None = None
+        self,
+        *,
+        accept_damage: bool = False,
+        accept_resend: bool = False,
+        gate: AppendGate | None = None,
+        keep_events: bool = False,
     ) -> StreamWriter:
         """The open writer, opening it (lock, tail check, seal check) on first use.
 
         ``gate``, when given, is asked before every append from then until :meth:`close`
         (:class:`AppendGate`); it is kept only once the writer is open.
+        ``keep_events``: when this call opens the writer, it keeps every event its open
+        read and every event appended through it until :meth:`close`, for
+        :meth:`held_events` (a stream's events in memory for the writer's life: for short
+        tasks, such as a backlog item's).
         In a forked child a writer inherited from the parent is dropped without touching
         the parent's lock, and a new one opened: it takes the lock properly, so the child
         gets :class:`~intentlog.errors.TaskBusy` while the parent holds it.
@@ -286,6 +297,7 @@ class TaskStream:
             if w is not None and not w.owned:
                 w.abandon()
                 self._writer = self._fold = w = None
+                self._held = None
             if w is not None and w.is_open:
                 if gate is not None:
                     self.gate = gate
@@ -294,12 +306,19 @@ class TaskStream:
             resume = kept[0] if kept is not None and not accept_damage else None
             # replayed into folds[0]: the kept fold when resuming, until the writer says to start afresh
             folds = [kept[1] if kept is not None and resume is not None else WorkStateFold(self.id)]
+            # a resumed open replays only what was added: what it keeps is then incomplete, and never vouched for
+            held: list[Event] | None = [] if keep_events else None
 
             def restart() -> None:  # the whole stream is checked after all: its events into a fresh fold
                 folds[0] = WorkStateFold(self.id)
+                if held is not None:
+                    held.clear()
 
             def on_event(ev: Event) -> None:
                 folds[0].apply(ev)
+                # the record a repair writes at open is appended and then replayed: kept once
+                if held is not None and not (held and held[-1] == ev):
+                    held.append(ev)
 
             w = StreamWriter(
                 path=self.path,
@@ -320,7 +339,7 @@ class TaskStream:
                 restart=restart,
             )
             fold = folds[0]
-            self._writer, self._fold = w, fold
+            self._writer, self._fold, self._held = w, fold, held
             if gate is not None:
                 self.gate = gate
             return w
@@ -365,6 +384,25 @@ class TaskStream:
             w = self._writer
         got = w.checked() if w is not None and w.is_open else None
         return got if isinstance(got, Checked) else None
+
+    def held_events(self) -> list[Event] | None:
+        """Every event of the stream, from what this process's open writer read and appended: no read.
+
+        Only when the writer was opened with ``keep_events`` and it vouches the list is the
+        whole stream as it holds it: seqs 0..n-1 with n its next seq, the last one its
+        head (a resumed open, which replays only what was added, never is). Events
+        appended and not yet synced are in it, as a read of a folder stream sees them.
+        None otherwise: the caller reads the stream (:meth:`events`).
+        """
+        with self.mutex:
+            w, held = self._writer, self._held
+            if w is None or held is None or not w.is_open or len(held) != w.next_seq:
+                return None
+            if held and held[-1].digest != w.head:
+                return None
+            if any(ev.seq != i for i, ev in enumerate(held)):
+                return None
+            return list(held)
 
     @property
     def lock_fd(self) -> int | None:
@@ -447,7 +485,7 @@ class TaskStream:
         In a forked child it only closes the descriptors inherited from the parent.
         """
         with self.mutex:  # held until the lock is released: a thread waiting to append opens the next writer
-            w, fold, self._writer, self._fold = self._writer, self._fold, None, None
+            w, fold, self._writer, self._fold, self._held = self._writer, self._fold, None, None, None
             self.gate = None  # given with the writer, gone with it
             self._checked = None
             if w is not None:

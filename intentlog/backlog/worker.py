@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from .._internal.procs import PROC_LOCKS, flock_writer, holds_flock
 from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
+from ..eventlog import Event
 from ..eventlog.canonical import dumps
 from ..idioms.errors import Suspended
 from ..projections.status import AWAITING_ACCEPTANCE, task_status
@@ -217,8 +218,14 @@ def _ident() -> tuple[str, int | None, str | None]:
     return got
 
 
+def _events(task: Task) -> list[Event]:
+    """The item task's events: what its open writer holds (no read), or read from its stream."""
+    held = task.stream.held_events()
+    return held if held is not None else list(task.events())
+
+
 def _blocked(task: Task, item: str) -> Blocked | Failed | None:
-    return settled_by_a_person(task_status(task.events(), task_id=task.id), item)
+    return settled_by_a_person(task_status(_events(task), task_id=task.id), item)
 
 
 def settled_by_a_person(st: StatusLike, item: str) -> Blocked | Failed | None:
@@ -237,18 +244,20 @@ def settled_by_a_person(st: StatusLike, item: str) -> Blocked | Failed | None:
 def lease_item(task: Task, guard: ItemGate, item: str, backlog: str) -> Answer | int:
     """Take the item's lease (its task's writer lock) and say whether its step may run: the epoch, or the answer.
 
-    The task's stream is read once (the lease's epoch, whether it needs a person or was
-    given up, whether it already returned). ``lease.acquired`` is appended at the seq read and made durable
-    with the next durable record. With an answer (busy, blocked, done already) the lease
+    The task's events are looked at once (the lease's epoch, whether it needs a person or
+    was given up, whether it already returned), from what the writer's open read.
+    ``lease.acquired`` is appended at the seq read and made durable with the next durable
+    record. With an answer (busy, blocked, done already) the lease
     is left to :func:`release_item`.
     """
     stream = task.stream
     try:
-        writer = stream.open_writer(gate=guard)
+        # the writer keeps what it reads and appends: the item's later looks at its stream read nothing
+        writer = stream.open_writer(gate=guard, keep_events=True)
     except TaskBusy as exc:
         return Busy("busy", item, str(exc))
-    # a stream holding its creation record alone (a new item) has nothing more to read
-    evs = list(task.events()) if writer.next_seq > 1 else []
+    # a stream holding its creation record alone (a new item) has nothing more to look at
+    evs = _events(task) if writer.next_seq > 1 else []
     foreign = foreign_records(task.id, evs)
     if foreign is not None:  # never adopt a task the backlog did not start: nothing is written into it
         task.close()
@@ -283,7 +292,7 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
     result = _json_result(value)
     with task.batch():  # the result, its acceptance and the release share one sync
         task.append("item.returned", {"result": result, "epoch": epoch})
-        evs = list(task.events())  # read once: whether it awaits acceptance, and the view's cache entry
+        evs = _events(task)  # whether it awaits acceptance, and the view's cache entry: held by the writer
         if task_status(evs, task_id=task.id).state == AWAITING_ACCEPTANCE:
             evs.append(task.accept(by=f"backlog {backlog}", note="the step returned"))
         evs.append(task.stream.append("lease.released", {"epoch": epoch}))
