@@ -273,6 +273,15 @@ def _returned(ws: WorkState, idioms: IdiomState | None) -> bool:
     return idioms.returned if idioms is not None else ws.other_kinds.get(RETURNED, 0) > 0
 
 
+#: a backlog item task's result, recorded by the worker that ran its step
+ITEM_RETURNED: Final = "item.returned"
+
+
+def _item_returned(ws: WorkState) -> bool:
+    """A backlog item's step returned in this task (``item.returned``): it ran, whether or not it made a call."""
+    return ws.other_kinds.get(ITEM_RETURNED, 0) > 0
+
+
 def inbox_of(task_id: str, ws: WorkState) -> str | None:
     """The task whose inbox this stream is (``<task>.inbox`` holding signalled events), else None."""
     if task_id.endswith(INBOX_SUFFIX) and ws.other_kinds.get(SIGNALLED, 0) and not ws.calls:
@@ -341,6 +350,8 @@ def _why(
     if not ws.unresolved and _returned(ws, idioms):
         return COMPLETE, "returned its result with task.finish"
     if not ws.calls and not ws.compilations and (ops is None or (not ops.approvals and not ops.checkpoints)):
+        if _item_returned(ws):  # a step that returned without a call: it ran, nothing is left
+            return COMPLETE, "its backlog item's step returned (no call recorded)"
         return QUEUED, None
     if ws.unresolved:
         return INTERRUPTED, None
@@ -470,7 +481,7 @@ def next_step(
             return f"nothing to run: this is the inbox of task {box!r}; see it: {command(None, 'status', box)}"
         if ws.next_operation == CHECK_AND_ACCEPT and not _accepted_by_checkpoint(ws, ops):
             return f"check the results, then: intentlog accept {task_id}"
-        recorded = ws.calls or (ops is not None and (ops.checkpoints or ops.approvals))
+        recorded = ws.calls or _item_returned(ws) or (ops is not None and (ops.checkpoints or ops.approvals))
         return "nothing: the task is complete" if recorded else "run the script: nothing has been recorded yet"
     if not ws.unresolved:  # interrupted while it sleeps or waits for an event: the script continues it
         return RUN_SCRIPT
