@@ -20,6 +20,7 @@ def test_demo_from_a_relative_folder_passes_every_claim(
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(main, ["demo", *argv, "--json"], catch_exceptions=False)
     doc = json.loads(r.stdout)
+    assert "cases" in doc, f"the demo stopped: {r.stdout[-3000:]}"  # an error document names the step that broke
     failed = [
         (c["case"], x["claim"]) for c in doc["cases"] + doc["corruptions"] for x in c["claims"] if not x["passed"]
     ]

@@ -205,7 +205,7 @@ class _Process:
         disk = disk_of(task.stream)
         shared = disk.share(not run.asks)
         record = self.on_disk if shared else self.in_pool
-        epoch, released = 0, False
+        epoch, released, closed = 0, False, False
         with disk.using():
             try:
                 try:
@@ -227,12 +227,13 @@ class _Process:
                     return answer
                 # on the shared disk: the result joins the round's group commit; the release follows it
                 answer, released = await record(_result, task, run.item, run.backlog, epoch, value, whole=True)
-                if released:  # durable now: its view-cache line (display only) from what was written
-                    answer = await self.in_pool(with_entry, task, answer, whole=True)
+                if released:  # durable now: its view-cache line (display only) made and the writer closed, one job
+                    closed = True
+                    answer = await record(_entry_and_close, task, answer, epoch, whole=True, bare=True)
                 return answer
             finally:
                 # even when cancelled: the lease released (or only the writer closed) before the lane answers
-                if not (released and not shared):
+                if not closed and not (released and not shared):
                     await record(release_item, task, epoch or guard.epoch, released, whole=True, bare=True)
 
     async def in_pool(self, fn: Callable[..., Any], *args: Any, whole: bool = False, bare: bool = False) -> Any:
@@ -271,6 +272,16 @@ def _result(task: Task, item: str, backlog: str, epoch: int, value: Any) -> tupl
         return record_result(task, item, backlog, epoch, value), True
     except Exception as exc:  # a result that is not JSON, or its write failed: a failed run
         return failure_answer(task, item, exc), False
+
+
+def _entry_and_close(task: Task, answer: Answer, epoch: int) -> Answer:
+    """On the shared disk thread, once the result is durable: the answer with its view-cache line, the writer closed."""
+    try:
+        return with_entry(task, answer)
+    except Exception:  # the line is for display only: the view reads the task instead
+        return answer
+    finally:
+        release_item(task, epoch, True)
 
 
 def _finish(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Answer:
