@@ -55,12 +55,23 @@ def url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     return f"s3://{loc.bucket}/{loc.prefix}"
 
 
-def _first(url: str) -> subprocess.Popen[str]:
+def _first(url: str, gate: Path) -> subprocess.Popen[str]:
+    """The first run, its first send held at the gate (``$BACKLOG_GATE``): it runs until the test kills it."""
     args = [
         sys.executable, "-m", "intentlog.cli", "--root", url, "run", "g", "--step", "backlog_steps:step",
         "--workers", "1", "--until-idle", "--quota", "calls=2/1s",
     ]  # fmt: skip
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "BACKLOG_GATE": str(gate), "BACKLOG_GATE_KEYS": "*", "BACKLOG_GATE_AT": "before"}
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_at_gate(gate: Path, first: subprocess.Popen[str]) -> None:
+    """Until a send of the first run stands at the gate: that run is alive and holds an item."""
+    deadline = time.monotonic() + 120
+    while not any(p.suffix == ".waiting" for p in gate.iterdir()):
+        assert first.poll() is None, "the first run ended before any send reached the gate"
+        assert time.monotonic() < deadline, "no send of the first run reached the gate"
+        time.sleep(0.01)
 
 
 def _runs(url: str) -> list[dict[str, Any]]:
@@ -84,9 +95,13 @@ def test_a_second_host_is_refused_while_the_first_runs_and_takes_over_once_it_is
     url: str, tmp_path: Path
 ) -> None:
     _add(url, 6)
-    first = _first(url)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    first = _first(url, gate)
     try:
         _wait_for_run(url)
+        # held there, the first run cannot end before the second host has asked (a 3 s run outran a slow start)
+        _wait_at_gate(gate, first)
         second = subprocess.run([sys.executable, "-c", OTHER_HOST, url], capture_output=True, text=True, timeout=120)
         assert second.returncode == 3, second.stdout + second.stderr
         assert f"process {first.pid} on host" in second.stdout
@@ -94,6 +109,7 @@ def test_a_second_host_is_refused_while_the_first_runs_and_takes_over_once_it_is
     finally:
         first.send_signal(signal.SIGKILL)  # its workers die with it; its leases stay recorded as held
         first.wait()
+        (gate / "open").touch()  # nothing later waits (the third run's sends are not held)
     third = subprocess.run([sys.executable, "-c", OTHER_HOST, url], capture_output=True, text=True, timeout=300)
     # every item done, or blocked for a person where the killed run's attempt was in flight (never resent)
     assert third.returncode == 0 and third.stdout.split() == ["settled", "6"], third.stdout + third.stderr
