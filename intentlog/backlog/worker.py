@@ -60,8 +60,6 @@ __all__ = [
 Step = Callable[[Task, Any], Any]
 
 _PENDING_UNITS: dict[str, dict[str, float]] = {}
-#: per task id: the events :func:`record_result` wrote while not yet durable (for :func:`with_entry`)
-_WRITTEN: dict[str, list[Any]] = {}
 CALLS: Final = "calls"
 #: seconds to an item waiting for an event's fallback look (the run takes it again as soon as its inbox holds it)
 EVENT_POLL: Final = 10.0
@@ -296,18 +294,15 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
         if task_status(evs, task_id=task.id).state == AWAITING_ACCEPTANCE:
             evs.append(task.accept(by=f"backlog {backlog}", note="the step returned"))
         evs.append(task.stream.append("lease.released", {"epoch": epoch}))
-    entry = entry_written(task.stream, evs)
-    if entry is None:  # not durable yet (a lane's round syncs it): made once it is, by with_entry
-        _WRITTEN[task.id] = evs
-    return Done("done", item, result, entry)
+    # None while not durable yet (a lane's round syncs it): made once it is, by with_entry
+    return Done("done", item, result, entry_written(task.stream, evs))
 
 
 def with_entry(task: Task, answer: Answer) -> Answer:
     """A lane's ``Done`` with its task's view-cache line, once the round made the result durable (writer open)."""
-    evs = _WRITTEN.pop(task.id, None)
-    if evs is None or not isinstance(answer, Done) or answer.entry is not None:
+    if not isinstance(answer, Done) or answer.entry is not None:
         return answer
-    return answer._replace(entry=entry_written(task.stream, evs))
+    return answer._replace(entry=entry_written(task.stream, _events(task)))
 
 
 def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
@@ -328,7 +323,6 @@ def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
 def release_item(task: Task, epoch: int, released: bool) -> None:
     """Record ``lease.released`` unless done already (a writer whose lock was lost writes nothing), then close."""
     _PENDING_UNITS.pop(task.id, None)
-    _WRITTEN.pop(task.id, None)
     stream = task.stream
     try:
         if stream.writing and not released and epoch:
