@@ -256,6 +256,8 @@ class TaskStream:
         self._checked: tuple[Checked | CheckedBytes, WorkStateFold] | None = None
         #: the open writer's events as it read and appended them, when its opener asked to keep them
         self._held: list[Event] | None = None
+        #: what the last writer left as it closed (:meth:`left`)
+        self._left: tuple[list[Event], str] | None = None
         self._running: set[str] = set()
         #: asked before every append of the open writer (see :class:`AppendGate`); given at open
         self.gate: AppendGate | None = None
@@ -302,7 +304,7 @@ class TaskStream:
                 if gate is not None:
                     self.gate = gate
                 return w
-            kept, self._checked = self._checked, None
+            kept, self._checked, self._left = self._checked, None, None
             resume = kept[0] if kept is not None and not accept_damage else None
             # replayed into folds[0]: the kept fold when resuming, until the writer says to start afresh
             folds = [kept[1] if kept is not None and resume is not None else WorkStateFold(self.id)]
@@ -377,14 +379,6 @@ class TaskStream:
         with self.mutex:
             return self._writer is not None and self._writer.is_open
 
-    def vouched(self) -> Checked | None:
-        """What this process's open writer vouches the stream's file holds now (its facts, last seq and head),
-        or None (no writer open, an object store, bytes it did not write): see ``StreamWriter.checked``."""
-        with self.mutex:
-            w = self._writer
-        got = w.checked() if w is not None and w.is_open else None
-        return got if isinstance(got, Checked) else None
-
     def held_events(self) -> list[Event] | None:
         """Every event of the stream, from what this process's open writer read and appended: no read.
 
@@ -396,13 +390,22 @@ class TaskStream:
         """
         with self.mutex:
             w, held = self._writer, self._held
-            if w is None or held is None or not w.is_open or len(held) != w.next_seq:
+            if w is None or not w.is_open:
                 return None
-            if held and held[-1].digest != w.head:
-                return None
-            if any(ev.seq != i for i, ev in enumerate(held)):
-                return None
-            return list(held)
+            return _whole(held, w.next_seq, w.head)
+
+    def left(self) -> tuple[list[Event], str] | None:
+        """What this handle's last writer left, as it closed: every event of the stream, and the stream's stamp then.
+
+        Only when that writer was opened with ``keep_events``, held the whole stream (as
+        :meth:`held_events` vouches) and vouches for every stored byte of it
+        (``StreamWriter.left_stamp``: a folder's file facts as it let the lock go, a store's
+        segments up to its release). A later append by anyone changes the stream's stamp
+        (:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`), so the pair is a cache
+        line that goes stale like any. None otherwise, and once a writer opens again.
+        """
+        with self.mutex:
+            return self._left
 
     @property
     def lock_fd(self) -> int | None:
@@ -485,7 +488,8 @@ class TaskStream:
         In a forked child it only closes the descriptors inherited from the parent.
         """
         with self.mutex:  # held until the lock is released: a thread waiting to append opens the next writer
-            w, fold, self._writer, self._fold, self._held = self._writer, self._fold, None, None, None
+            w, fold, held = self._writer, self._fold, self._held
+            self._writer = self._fold = self._held = self._left = None
             self.gate = None  # given with the writer, gone with it
             self._checked = None
             if w is not None:
@@ -497,6 +501,9 @@ class TaskStream:
                 ck = w.last_checked
                 if ck is not None and fold is not None and ck.seq >= RESUME_FROM and w.owned:
                     self._checked = (ck, fold)  # the next open checks only what was added since
+                whole = _whole(held, ck.seq, ck.head) if ck is not None else None
+                if whole is not None and w.left_stamp is not None:
+                    self._left = (whole, w.left_stamp)
 
     # -- reading -------------------------------------------------------------------
 
@@ -517,6 +524,15 @@ class TaskStream:
         if self.writing:
             return os.getpid()
         return self.storage.lock_pid(self.id)  # a lease on a store names no pid
+
+
+def _whole(held: list[Event] | None, count: int, head: str | None) -> list[Event] | None:
+    """A copy of ``held`` when it is a whole stream of ``count`` events ending at ``head`` (seqs 0..count-1)."""
+    if held is None or len(held) != count or (held and held[-1].digest != head):
+        return None
+    if any(ev.seq != i for i, ev in enumerate(held)):
+        return None
+    return list(held)
 
 
 #: events a stream must hold for its checked state (and live fold) to be kept after its writer closes:

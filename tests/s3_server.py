@@ -15,6 +15,7 @@ the conformance probe must refuse.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import secrets
 import threading
@@ -137,3 +138,18 @@ class MemoryClient:
 
     def delete(self, key: str) -> None:
         self.objects.pop(key, None)
+
+
+class TaggedMemoryClient(MemoryClient):
+    """The in-process store naming each object by an ETag (the MD5 of its bytes, as SeaweedFS and S3 do)."""
+
+    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        return self.create(key, data), hashlib.md5(data).hexdigest()
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        data = self.get(key)
+        return None if data is None else (data, hashlib.md5(data).hexdigest())
+
+    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
+        for key, size in self.scan(folder, start_after):
+            yield key, size, hashlib.md5(self.objects[key]).hexdigest()

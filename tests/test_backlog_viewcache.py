@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +138,9 @@ def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(
                 src = by["big.item.i00"]
                 by["big.item.i60"] = ["big.item.i60", *src[1:]]
             elif damage == "malformed":  # the right facts, a value of the wrong shape
-                by["big.item.i61"][6] = {"state": "done"}
+                by["big.item.i61"][2] = {"state": "done"}
             else:  # the right facts, but another task's value: the facts of i62 with i01's (done) value
-                by["big.item.i62"][6] = by["big.item.i01"][6]
+                by["big.item.i62"][2] = by["big.item.i01"][2]
             write_lines(dfd, p.name, itemcache.FORMAT, [orjson.dumps(r) for r in by.values()])
     finally:
         os.close(dfd)
@@ -169,7 +171,7 @@ def test_a_run_start_never_records_what_only_the_cache_says(
         rows = [orjson.loads(x) for x in read_lines(dfd, p.name, itemcache.FORMAT) or []]
         for r in rows:
             if r[0] == "big.item.i63":  # leased and released, never returned: the cache now says it returned
-                r[6][1][1] = True
+                r[2][1][1] = True
         write_lines(dfd, p.name, itemcache.FORMAT, [orjson.dumps(r) for r in rows])
     finally:
         os.close(dfd)
@@ -274,8 +276,8 @@ def test_a_forged_cache_never_lets_a_run_spend_past_its_quota(
     b.view()  # the cache, filled
 
     def empty_reservations(r: list[Any]) -> None:
-        r[6][2] = []  # no quota.reserved in the task, says the cache
-        r[6][1][4] = {}
+        r[2][2] = []  # no quota.reserved in the task, says the cache
+        r[2][1][4] = {}
 
     _forge_cache(ledger, "q", empty_reservations)
     ids = [b.task_id(f"i{n:03d}") for n in range(N)]
@@ -299,10 +301,59 @@ def test_a_forged_cache_saying_not_returned_never_sends_a_returned_item_again(
     big.view(now=0)
 
     def not_returned(r: list[Any]) -> None:
-        r[6][1][1] = False
+        r[2][1][1] = False
 
     _forge_cache(ledger, "big", not_returned)
     view = big.run(step, until_idle=True, quota="calls=1000/1h")
     keys = sorted(r["key"] for r in read_receipts(str(receipts)))
     assert keys == sorted(f"i{i:02d}:0" for i in range(N - 10, N))  # the 10 never returned; none of the 60 again
     assert view.counts["done"] == N
+
+
+@pytest.mark.parametrize("in_flight", [1, 4], ids=["sync", "async-lanes"])
+def test_on_the_store_a_runs_closing_view_reads_no_task_its_workers_just_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_flight: int
+) -> None:
+    """The workers' lines checked by one LIST per task (the stream's stamp) instead of reading its segments."""
+    import s3_server
+
+    from intentlog.s3.streams import ObjectStreams
+
+    monkeypatch.setenv("BACKLOG_RECEIPTS", str(tmp_path / "receipts.jsonl"))
+    monkeypatch.setenv("BACKLOG_SLEEP", "0")
+    from backlog_steps import step
+
+    url = s3_server.ledger_url(monkeypatch)
+    n = 12  # a store keeps the lines of any backlog (no file to spare a small one)
+    with intentlog.open(url) as ledger:
+        b = ledger.backlog("big")
+        b.add_many([{"item": f"i{i:02d}", "payload": {"item": f"i{i:02d}"}, "max_attempts": 1} for i in range(n)])
+        seen = _count_folds(monkeypatch)  # in this process: the supervisor and its view
+        reads: list[str] = []
+        real_read = ObjectStreams.read
+
+        def reading(self: ObjectStreams, name: str, offset: int = 0) -> bytes:
+            reads.append(name)
+            return real_read(self, name, offset)
+
+        view = b.run(step if in_flight == 1 else _astep, workers=2, until_idle=True, in_flight=in_flight)
+        assert view.counts["done"] == n
+        assert [x for x in seen if x.startswith("big.item.")] == []  # each task's line came from its worker
+        monkeypatch.setattr(ObjectStreams, "read", reading)
+        again = b.view()
+        assert [x for x in reads if x.startswith("big.item.")] == [], "no item task's segments read"
+        # another process, nothing cached: every task read whole says what the workers' lines say
+        out = subprocess.run(
+            [sys.executable, "-m", "intentlog.cli", "--root", url, "backlog", "big", "--json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        key = ("item", "state", "task_state", "last_progress")
+        whole = [tuple(r[k] for k in key) for r in json.loads(out.stdout)["items"]]
+        assert [tuple(r[k] for k in key) for r in again.to_json()["items"]] == whole
+        t = ledger.task(b.task_id("i05"))
+        t.append("note.touched", {})  # a later append makes its line stale: read whole again
+        t.close()
+        seen.clear()
+        b.view()
+        assert [x for x in seen if x.startswith("big.item.")] == ["big.item.i05"]

@@ -10,6 +10,7 @@ object store (the in-process store, and the real SeaweedFS).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,8 +94,8 @@ def test_held_events_on_a_folder_are_the_stream_or_nothing(
 @settings(max_examples=30, deadline=None)
 @given(ops=OPS)
 def test_held_events_on_an_object_store_are_the_stream_or_nothing(ops: list[str]) -> None:
-    client = s3_server.MemoryClient()
-    _play(lambda: Ledger(Path("mem"), storage=on_client(client, write=False), location="mem://held"), ops)
+    client, where = s3_server.MemoryClient(), f"mem://held-{secrets.token_hex(4)}"  # task handles are per location
+    _play(lambda: Ledger(Path("mem"), storage=on_client(client, write=False), location=where), ops)
 
 
 def test_held_events_on_seaweedfs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,6 @@ in-process store for the property (hypothesis), where hundreds of histories are 
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import s3_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s3_server import MemoryClient
+from s3_server import TaggedMemoryClient as Tagged
 
 import intentlog
 from intentlog.checker import verify_ledger
@@ -29,21 +29,6 @@ from intentlog.errors import CorruptStream, LeaseLost, TaskBusy
 from intentlog.eventlog.remote import events_in
 from intentlog.ledger import Ledger
 from intentlog.s3 import ObjectLease, ObjectStreams, S3Client, on_client, parse_s3_url
-
-
-class Tagged(MemoryClient):
-    """The in-process store naming each object by an ETag (the MD5 of its bytes, as SeaweedFS and S3 do)."""
-
-    def create_tagged(self, key: str, data: bytes) -> tuple[bool, str | None]:
-        return self.create(key, data), hashlib.md5(data).hexdigest()
-
-    def get_tagged(self, key: str) -> tuple[bytes, str | None] | None:
-        data = self.get(key)
-        return None if data is None else (data, hashlib.md5(data).hexdigest())
-
-    def scan_tagged(self, folder: str, start_after: str | None = None) -> Iterator[tuple[str, int, str | None]]:
-        for key, size in self.scan(folder, start_after):
-            yield key, size, hashlib.md5(self.objects[key]).hexdigest()
 
 
 class Counting:

@@ -33,6 +33,7 @@ A backlog worker runs each step inside :func:`~intentlog.idioms.suspend.suspendi
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -197,7 +198,7 @@ def children_elsewhere(
         got = read_items(ledger, name, [rec.task for rec in there])
         for rec in there:
             it = got[rec.task]
-            row = item_view(name, rec, it.status, it.extras, owner=owner(rec.task), now=now)
+            row = item_view(name, rec, it.status, it.extras, owner=functools.partial(owner, rec.task), now=now)
             out.append(replace(row, backlog=name))
     return out
 

@@ -18,6 +18,7 @@ and item ``ITEM`` is done by the task ``nightly.item.ITEM``. Guarantees:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -156,7 +157,7 @@ class Backlog:
         spent = (f.stopped or {}).get("quota")  # the last run stopped at a spent budget: queued items wait for it
         for rec in ordered:
             it = got[rec.task]
-            row = item_view(self.name, rec, it.status, it.extras, owner=owner(rec.task), now=now)
+            row = item_view(self.name, rec, it.status, it.extras, owner=functools.partial(owner, rec.task), now=now)
             if spent and row.state == "queued":
                 step = f"raise the budget: intentlog run {self.name} --step ... --quota ... (a larger budget)"
                 row = replace(row, reason=f"the last run stopped: {spent}", next_step=step)

@@ -275,13 +275,9 @@ def _result(task: Task, item: str, backlog: str, epoch: int, value: Any) -> tupl
 
 
 def _entry_and_close(task: Task, answer: Answer, epoch: int) -> Answer:
-    """On the shared disk thread, once the result is durable: the answer with its view-cache line, the writer closed."""
-    try:
-        return with_entry(task, answer)
-    except Exception:  # the line is for display only: the view reads the task instead
-        return answer
-    finally:
-        release_item(task, epoch, True)
+    """On the shared disk thread, once the result is durable: the writer closed, the answer with its view-cache line."""
+    release_item(task, epoch, True)
+    return with_entry(task, answer)
 
 
 def _finish(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Answer:
@@ -290,11 +286,11 @@ def _finish(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Answ
     try:
         answer: Answer = record_result(task, item, backlog, epoch, value)
         released = True
-        return answer
     except Exception as exc:  # a result that is not JSON, or its write failed: a failed run
         return failure_answer(task, item, exc)
     finally:
         release_item(task, epoch, released)
+    return with_entry(task, answer)
 
 
 def lanes_main(ledger: LedgerLike, conns: Sequence[Connection], step: AsyncStep | str) -> None:

@@ -3,49 +3,54 @@
 A backlog's view and its supervisor's start need, per item task, its operator state (the
 one the tasks view shows: :func:`intentlog.projections.status.status_of`), the runner's
 records in it (:func:`intentlog.backlog.model.task_extras`) and its quota reservations.
-Reading every item task each time costs what the whole folder holds; this module keeps
-those values in a derived, deletable file under the ledger's ``cache/`` folder
-(``cache/backlog-NAME.json``, written with the view cache's own atomic, link-refusing
-helpers in :mod:`intentlog.viewcache.store`, never fsync'd), one line per item task with the
-file facts of its stream (size, inode, device, mtime_ns, ctime_ns) when it was last read
-whole. Guarantees:
+Reading every item task each time costs what the whole ledger holds; this module keeps
+those values as derived, deletable entries, one per item task with its stream's *stamp*
+(:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`: on a folder its file's size,
+inode, device, mtime_ns and ctime_ns; on an object store its segments' numbers, sizes and
+ETags, one LIST) when it was last read whole. On a folder they are a file under the
+ledger's ``cache/`` folder (``cache/backlog-NAME.json``, written with the view cache's own
+atomic, link-refusing helpers in :mod:`intentlog.viewcache.store`, never fsync'd); on a
+store, which has no such folder, this process's memory (the last few backlogs). Guarantees:
 
-- an entry is used only when its stream's facts are exactly the recorded ones; a missing,
+- an entry is used only when its stream's stamp is exactly the recorded one; a missing,
   corrupt (the file's digest fails), foreign, malformed or stale entry is ignored and the
-  task read whole again (the change time is in the facts: nothing can set it back);
-- the facts are taken *before* the read, so an append racing the read leaves an entry
+  task read whole again (a folder's stamp holds the change time: nothing can set it back;
+  a store's the ETags: a segment replaced by other bytes of its size has another);
+- the stamps are taken *before* the reads, so an append racing a read leaves an entry
   that no longer matches, never one that hides the append;
 - the cache never decides what is sent and is never read by ``verify``; a run's start
   re-reads a task whole before recording anything the cache says of it
   (:mod:`intentlog.backlog.supervisor`), and a run with a quota counts what was spent
   from the streams themselves (:func:`read_reservations`), never from the cache (anyone
-  who can write ``cache/`` can forge an entry with the stream's facts): the cached
+  who can write ``cache/`` can forge an entry with the stream's stamp): the cached
   reservations are for display only;
 - who holds each item task's lock is never cached: it is read from ``/proc/locks`` once
   per call (each task's lock file then only ``stat``'ed), else probed per task.
 
 A run's closing view reads no item task its workers just finished: the worker that wrote a
-task's last records makes its line from the events it holds (:func:`entry_written`, only
-when its writer vouches the file holds exactly them, durable), and the run adds those lines
-(:func:`remember`) before its view reads the rest.
+task's last records makes its line from the events it held as its writer closed
+(:func:`entry_left`, only when that writer vouches for every event and every stored byte),
+and the run adds those lines (:func:`remember`) before its view reads the rest: on a store
+the view then costs one LIST per such task instead of reading its segments.
 
-Deleting the file changes nothing but speed. A backlog of fewer than :data:`MIN_ITEMS`
-items writes no file (a read of a small backlog writes nothing).
+Deleting the file changes nothing but speed. On a folder, a backlog of fewer than
+:data:`MIN_ITEMS` items writes no file (a read of a small backlog writes nothing).
 """
 
 from __future__ import annotations
 
 import os
-import stat as _stat
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 
-from .._internal.nofollow import check_real_dir
 from ..eventlog.format import Event, parse_utc
+from ..eventlog.storage import NO_STREAM
 from ..projections.status import task_status
 from ..viewcache.store import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
@@ -54,17 +59,16 @@ if TYPE_CHECKING:
     from ..stream import TaskStream
 
 __all__ = [
-    "FORMAT", "MIN_ITEMS", "CacheEntry", "ItemTask", "Reservations", "TaskSummary", "entry_written", "fold_item",
+    "FORMAT", "MIN_ITEMS", "CacheEntry", "ItemTask", "Reservations", "TaskSummary", "entry_left", "fold_item",
     "read_item_task", "read_items", "read_reservations", "read_returned_and_reserved", "remember",
 ]  # fmt: skip
 
-FORMAT: Final = b"intentlog-backlogitems/3"
+FORMAT: Final = b"intentlog-backlogitems/4"  # /4: a stream's stamp, not its file facts
 #: A backlog with fewer items than this is read whole and writes no cache file.
 MIN_ITEMS: Final = 64
 
-Facts = tuple[int, int, int, int, int]
-#: ``(task id, facts, encoded ItemTask)``: one line of the cache file
-CacheEntry = tuple[str, Facts, Any]
+#: ``(task id, stream stamp, encoded ItemTask)``: one line of the cache
+CacheEntry = tuple[str, str, Any]
 T = TypeVar("T")
 #: ``(unix time, {quota: units})`` per ``quota.reserved``, in stream order.
 Reservations = tuple[tuple[float, dict[str, float]], ...]
@@ -191,86 +195,120 @@ def _decode_start(v: Any) -> tuple[bool, tuple[tuple[float, dict[str, float]], .
     return returned, _reservations(res)
 
 
-def entry_written(stream: TaskStream, events: Sequence[Event]) -> CacheEntry | None:
-    """The cache entry of an item task its writer just wrote, from the events it holds in memory: no read.
+def entry_left(stream: TaskStream) -> CacheEntry | None:
+    """The cache entry of an item task as its writer just left it, from the events it held: no read.
 
-    ``events``: every event of the stream, in order (those read before the writer's last
-    appends, then those appends). The entry is made only when the writer vouches the file
-    holds exactly them (:meth:`~intentlog.stream.TaskStream.vouched`: its size is what the
-    writer wrote; the events' seqs run 0..n-1 and the last one is the writer's head), with
-    the file's facts as they are now, so a later append makes it stale like any entry.
-    None on an object store, or when anything does not match (the reader then reads the
-    task whole, as without it).
+    Made only when the handle's last writer vouches for every event and every stored byte
+    (:meth:`~intentlog.stream.TaskStream.left`): a folder's file facts as it let the lock
+    go, a store's segments up to its release, as a stamp
+    (:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`), so a later append makes it
+    stale like any entry. None otherwise (the reader then reads the task whole).
     """
-    chk = stream.vouched()
-    if chk is None or not events or events[-1].digest != chk.head or any(ev.seq != i for i, ev in enumerate(events)):
+    got = stream.left()
+    if got is None:
         return None
-    facts = (chk.size, chk.ino, chk.dev, chk.mtime_ns, chk.ctime_ns)
-    return stream.id, facts, _encode(fold_item(stream.id, events))
+    events, stamp = got
+    return stream.id, stamp, _encode(fold_item(stream.id, events))
 
 
 def remember(ledger: LedgerLike, backlog: str, entries: Iterable[Any], tasks: Collection[str]) -> None:
-    """Add the entries :func:`entry_written` made to the cache file of the backlog whose item tasks are ``tasks``.
+    """Add the entries :func:`entry_left` made to the cache of the backlog whose item tasks are ``tasks``.
 
     Only an entry of one of ``tasks``, in the shape of a line, is kept (its value is checked
-    when used, as every line's); nothing for a backlog of fewer than :data:`MIN_ITEMS` items
-    or on an object store. An entry is used later only while its stream's facts are still
-    the ones it names.
+    when used, as every line's); a folder's file is not written for a backlog of fewer than
+    :data:`MIN_ITEMS` items. An entry is used later only while its stream's stamp is still
+    the one it names.
     """
-    got: dict[str, tuple[Facts, Any]] = {}
+    got: dict[str, tuple[str, Any]] = {}
     for entry in entries:  # what a slot sent
-        if type(entry) is tuple and len(entry) == 3 and entry[0] in tasks and type(entry[1]) is tuple:
-            facts = entry[1]
-            if len(facts) == 5 and all(type(x) is int for x in facts):
-                got[entry[0]] = (facts, entry[2])
-    if not got or len(tasks) < MIN_ITEMS or not _files_here(ledger, next(iter(got))):
+        if type(entry) is tuple and len(entry) == 3 and entry[0] in tasks and type(entry[1]) is str:
+            got[entry[0]] = (entry[1], entry[2])
+    place = _place(ledger, backlog, len(tasks))
+    if not got or place is None:
         return
-    values = _load(ledger.root, backlog)
+    values = place.load()
     values.update(got)
-    _save(ledger.root, backlog, values)
+    place.save(values)
 
 
-def _name(backlog: str) -> str:
-    return f"backlog-{backlog}.json"
+class _File:
+    """A folder ledger's cache file, ``cache/backlog-NAME.json`` (nothing when there is no ``cache/``)."""
 
+    def __init__(self, root: Path, backlog: str) -> None:
+        self.root, self.name = root, f"backlog-{backlog}.json"
 
-def _load(root: Path, backlog: str) -> dict[str, tuple[Facts, Any]]:
-    dfd = cache_dir(root, None, create=False)
-    if dfd is None:
-        return {}
-    try:
-        lines = read_lines(dfd, _name(backlog), FORMAT)
-    finally:
-        os.close(dfd)
-    out: dict[str, tuple[Facts, Any]] = {}
-    for line in lines or ():
-        try:
-            v = orjson.loads(line)
-        except orjson.JSONDecodeError:
+    def load(self) -> dict[str, tuple[str, Any]]:
+        dfd = cache_dir(self.root, None, create=False)
+        if dfd is None:
             return {}
-        if type(v) is list and len(v) == 7 and type(v[0]) is str:
-            f = (v[1], v[2], v[3], v[4], v[5])
-            if all(type(x) is int for x in f):
-                out[v[0]] = (f, v[6])
-    return out
+        try:
+            lines = read_lines(dfd, self.name, FORMAT)
+        finally:
+            os.close(dfd)
+        out: dict[str, tuple[str, Any]] = {}
+        for line in lines or ():
+            try:
+                v = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return {}
+            if type(v) is list and len(v) == 3 and type(v[0]) is str and type(v[1]) is str:
+                out[v[0]] = (v[1], v[2])
+        return out
+
+    def save(self, values: Mapping[str, tuple[str, Any]]) -> None:
+        dfd = cache_dir(self.root, None, create=False)  # cache/ is made with the ledger: a reader never makes it
+        if dfd is None:
+            return
+        try:
+            dumps = orjson.dumps
+            write_lines(dfd, self.name, FORMAT, [dumps([t, st, v]) for t, (st, v) in values.items()])
+        finally:
+            os.close(dfd)
 
 
-def _save(root: Path, backlog: str, values: Mapping[str, tuple[Facts, Any]]) -> None:
-    dfd = cache_dir(root, None, create=False)  # cache/ is made with the ledger: a reader never makes it
-    if dfd is None:
-        return
-    try:
-        dumps = orjson.dumps
-        write_lines(dfd, _name(backlog), FORMAT, [dumps([t, *f, v]) for t, (f, v) in values.items()])
-    finally:
-        os.close(dfd)
+#: per (ledger, backlog) of ledgers with no cache folder (an object store): this process's entries, the
+#: backlogs used longest ago dropped first
+_MEMORY: OrderedDict[tuple[str, str], dict[str, tuple[str, Any]]] = OrderedDict()
+_MEMORY_BACKLOGS: Final = 8
+_MEMORY_MUTEX = threading.Lock()
+
+
+class _Memory:
+    """This process's entries of one backlog of a ledger with no cache folder (an object store)."""
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
+
+    def load(self) -> dict[str, tuple[str, Any]]:
+        with _MEMORY_MUTEX:
+            got = _MEMORY.get(self.key)
+            if got is None:
+                return {}
+            _MEMORY.move_to_end(self.key)
+            return dict(got)
+
+    def save(self, values: Mapping[str, tuple[str, Any]]) -> None:
+        with _MEMORY_MUTEX:
+            _MEMORY[self.key] = dict(values)
+            _MEMORY.move_to_end(self.key)
+            while len(_MEMORY) > _MEMORY_BACKLOGS:
+                _MEMORY.popitem(last=False)
+
+
+def _place(ledger: LedgerLike, backlog: str, items: int) -> _File | _Memory | None:
+    """Where the backlog's entries are kept: a folder's cache file (None below :data:`MIN_ITEMS` items: a
+    small backlog is read whole), else this process's memory (a store, where a read whole costs requests)."""
+    backend = ledger.backend
+    if backend.row_files() is not None:
+        return _File(ledger.root, backlog) if items >= MIN_ITEMS else None
+    return _Memory((backend.key, backlog))
 
 
 def read_items(ledger: LedgerLike, backlog: str, task_ids: Iterable[str]) -> dict[str, ItemTask]:
-    """Each item task's :class:`ItemTask`, read whole only when its stream's facts changed since the cache.
+    """Each item task's :class:`ItemTask`, read whole only when its stream's stamp changed since the cache.
 
     Raises what a full read raises (:class:`~intentlog.errors.CorruptStream`) for a task
-    read whole. A ledger whose streams are not files here (an object store) is read whole.
+    read whole.
     """
     return _read(ledger, backlog, task_ids, _decode, lambda item: item)
 
@@ -286,46 +324,34 @@ def read_returned_and_reserved(
     return _read(ledger, backlog, task_ids, _decode_start, lambda item: (item.extras.returned, item.reservations))
 
 
-def _files_here(ledger: LedgerLike, task_id: str) -> bool:
-    """Whether the ledger's streams are files here (a folder), the only ones the cache keeps facts of."""
-    return getattr(ledger.task(task_id).stream, "remote", None) is None
-
-
 def _read(
     ledger: LedgerLike, backlog: str, task_ids: Iterable[str], decode: Callable[[Any], T], of: Callable[[ItemTask], T]
 ) -> dict[str, T]:
     ids = list(task_ids)
-    if not ids:
-        return {}
-    if len(ids) < MIN_ITEMS or not _files_here(ledger, ids[0]):
+    place = _place(ledger, backlog, len(ids)) if ids else None
+    if place is None:
         return {tid: of(read_item_task(ledger, tid)) for tid in ids}
-    layout = ledger.task(ids[0]).stream.layout
-    tasks = str(layout.tasks_dir)
-    check_real_dir(layout.tasks_dir, what="task streams")  # the paths below are stat'ed inside it
-    old = _load(ledger.root, backlog)
+    stamps = ledger.backend.streams.stamps(ids)  # taken before any read: an append meanwhile makes them stale
+    old = place.load()
     new = dict(old)  # the entries of tasks not asked for stay (each is checked when used)
     out: dict[str, T] = {}
     changed = False
-    join, stat_, is_reg = os.path.join, os.stat, _stat.S_ISREG
     for tid in ids:
-        try:
-            st = stat_(join(tasks, tid + ".jsonl"))
-        except FileNotFoundError:
-            out[tid] = of(_no_stream())
-            continue
-        facts = (st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns) if is_reg(st.st_mode) else None
-        cached = old.get(tid)
-        if facts is not None and cached is not None and cached[0] == facts:
+        stamp, cached = stamps[tid], old.get(tid)
+        if stamp is not None and cached is not None and cached[0] == stamp:
             try:
                 out[tid] = decode(cached[1])
                 continue
             except (ValueError, TypeError, KeyError):
                 pass
+        if stamp == NO_STREAM:
+            out[tid] = of(_no_stream())
+            continue
         item = fold_item(tid, ledger.task(tid).events())
         changed = True
-        if facts is not None:
-            new[tid] = (facts, _encode(item))
+        if stamp is not None:
+            new[tid] = (stamp, _encode(item))
         out[tid] = of(item)
     if changed:
-        _save(ledger.root, backlog, new)
+        place.save(new)
     return out

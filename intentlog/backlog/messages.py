@@ -106,7 +106,7 @@ class Done(NamedTuple):
     kind: Literal["done"]
     item: str
     result: Any
-    #: the item task's view-cache line as its writer left it (:func:`intentlog.backlog.itemcache.entry_written`),
+    #: the item task's view-cache line as its writer left it (:func:`intentlog.backlog.itemcache.entry_left`),
     #: or None; derived, never used to decide anything
     entry: Any = None
 

@@ -13,7 +13,7 @@ runner's own records in it (``lease.acquired``, ``lease.released``, ``quota.rese
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -416,12 +416,14 @@ def item_view(
     st: StatusLike | None,
     extras: TaskExtras | None,
     *,
-    owner: LeaseOwner | None,
+    owner: Callable[[], LeaseOwner | None],
     now: float,
 ) -> ItemView:
     """The item's state from the backlog's record, its task's operator state (``status_of``) and its lease.
 
-    ``owner``: who holds the item task's lease now. A holder that runs, or that cannot be
+    ``owner()``: who holds the item task's lease now, asked only when the record leaves the
+    state open (never for an item that returned: on a store that is a request or more per
+    task). A holder that runs, or that cannot be
     told from here (another host), shows the item *running* -- a send in flight is never
     shown blocked; where the task waits for a person, the step names the command that
     takes the lease over (``--take-over-after 0``) for once that process is gone. A holder
@@ -449,10 +451,11 @@ def item_view(
         why = rec.failed if rec.failed is not None else (st.reason if st is not None else None)
         return view(ITEM_FAILED, why, f"nothing: the item failed; see intentlog log {rec.task}")
     blocking = blocking_reason(st)
-    if owner is not None and owner.alive is not False:
-        holder = _holder(owner, extras.lease if extras is not None else None)
+    holds = owner()
+    if holds is not None and holds.alive is not False:
+        holder = _holder(holds, extras.lease if extras is not None else None)
         step = "wait: a worker is running it"
-        if owner.alive is None:
+        if holds.alive is None:
             who = f"process {holder['pid']} on {holder['host']}" if holder["pid"] is not None else "its holder"
             then = "intentlog run takes it over once its stream stands still"
             if blocking is not None:
@@ -461,7 +464,7 @@ def item_view(
         return view(RUNNING, "a worker holds the item's task", step, holder)
     if blocking is not None:
         state, reason, step = blocking
-        if owner is not None:  # its holder ended with the lease held: the person's command takes it over
+        if holds is not None:  # its holder ended with the lease held: the person's command takes it over
             step = taking_over(step)
         return view(state, reason, f"{step}; then: {unblock}")
     if rec.blocked is not None:

@@ -31,7 +31,7 @@ from ..projections.status import AWAITING_ACCEPTANCE, task_status
 from ..task import Task
 from . import leases
 from .children import run_step
-from .itemcache import entry_written
+from .itemcache import entry_left
 from .messages import (
     Answer,
     Blocked,
@@ -294,15 +294,17 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
         if task_status(evs, task_id=task.id).state == AWAITING_ACCEPTANCE:
             evs.append(task.accept(by=f"backlog {backlog}", note="the step returned"))
         evs.append(task.stream.append("lease.released", {"epoch": epoch}))
-    # None while not durable yet (a lane's round syncs it): made once it is, by with_entry
-    return Done("done", item, result, entry_written(task.stream, evs))
+    return Done("done", item, result)  # its view-cache line is made once the writer closed: with_entry
 
 
 def with_entry(task: Task, answer: Answer) -> Answer:
-    """A lane's ``Done`` with its task's view-cache line, once the round made the result durable (writer open)."""
+    """A ``Done`` with its task's view-cache line, made from what the writer left as it closed (no read)."""
     if not isinstance(answer, Done) or answer.entry is not None:
         return answer
-    return answer._replace(entry=entry_written(task.stream, _events(task)))
+    try:
+        return answer._replace(entry=entry_left(task.stream))
+    except Exception:  # the line is for display only: the view reads the task instead
+        return answer
 
 
 def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
@@ -346,6 +348,7 @@ def run_item(
     """
     guard = ItemGate(task, conn, 0, item, asks)  # its epoch is read once the lock is held
     epoch, released = 0, False
+    answer: Answer
     try:
         leased = lease_item(task, guard, item, backlog)
         if not isinstance(leased, int):
@@ -355,11 +358,11 @@ def run_item(
         value = run_step(task, backlog, item, step, payload)
         answer = record_result(task, item, backlog, epoch, value)
         released = True
-        return answer
     except Exception as exc:
         return failure_answer(task, item, exc)
     finally:
         release_item(task, epoch or guard.epoch, released)
+    return with_entry(task, answer)
 
 
 def worker_main(ledger: LedgerLike, conn: Connection, step: Step | str) -> None:

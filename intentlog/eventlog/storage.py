@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Final, Protocol
 
 from .._internal import fsops
 from .._internal.fsutil import drop_dead_temp_names, fsync_dir, makedirs_durable, publish_bytes, write_all
@@ -47,6 +47,8 @@ from .reader import MAX_LINE, open_stream
 
 __all__ = [
     "DEFAULT_TAKE_OVER_AFTER",
+    "NO_STREAM",
+    "file_stamp",
     "FolderLease",
     "FolderStreams",
     "StreamIO",
@@ -65,6 +67,19 @@ SUFFIX = ".jsonl"
 _CHUNK = 1 << 20
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+#: The stamp of a stream that does not exist (:meth:`StreamStorage.stamps`).
+NO_STREAM: Final = "-"
+
+
+def file_stamp(size: int, ino: int, dev: int, mtime_ns: int, ctime_ns: int) -> str:
+    """A folder stream's stamp (:meth:`StreamStorage.stamps`) from its file's facts.
+
+    The change time is in because ``os.utime`` (or ``cp -p``) can put an edited file's
+    mtime back; nothing can set its ctime.
+    """
+    return f"f{size}.{ino}.{dev}.{mtime_ns}.{ctime_ns}"
 
 
 class StreamLease(Protocol):
@@ -98,6 +113,12 @@ class StreamLease(Protocol):
 
     def release(self) -> None:
         """Give the lease up (idempotent); records appended with ``sync=False`` stay appended, not synced."""
+
+    @property
+    def left_stamp(self) -> str | None:
+        """Once released: the stream's stamp (:meth:`StreamStorage.stamps`) as this lease left it, when the lease
+        knows it with no request (a store's, whose release is a segment); None otherwise (a folder's writer makes
+        it from its own check)."""
 
     def abandon(self) -> None:
         """In a forked child: drop the parent's lease, neither releasing it nor writing through it."""
@@ -139,6 +160,17 @@ class StreamStorage(Protocol):
 
     def names(self) -> list[str]:
         """Every stream's name, sorted (names that are not task ids are not streams)."""
+
+    def stamps(self, names: Sequence[str]) -> dict[str, str | None]:
+        """Per stream, a short text naming its stored bytes as the storage shows them now, none read.
+
+        Equal stamps mean the stream is as it was (a folder: its file's size, inode, device,
+        mtime and ctime; a store: its segments' numbers, sizes and ETags, one listing). For
+        derived caches to be matched against, never a proof against anyone who can write
+        the storage. :data:`NO_STREAM` for a stream that does not exist; None for one that
+        is not a regular file (a link), or a storage that cannot tell (a store whose client
+        gives no ETags).
+        """
 
 
 class StreamIO(Protocol):
@@ -330,6 +362,32 @@ class FolderStreams:
         ids = (n[: -len(SUFFIX)] for n in entries if n.endswith(SUFFIX))
         return sorted(i for i in ids if TASK_ID_RE.match(i))  # a stray file is verify's to report
 
+    def stamps(self, names: Sequence[str]) -> dict[str, str | None]:
+        """See :meth:`StreamStorage.stamps`: one ``stat`` per stream inside the folder, never through a link."""
+        out: dict[str, str | None] = dict.fromkeys(names)
+        if not names:
+            return out
+        try:
+            if not self.in_root:
+                check_real_dir(self.directory, what="task streams")
+            dfd = self._open_dir()
+        except FileNotFoundError:
+            return dict.fromkeys(names, NO_STREAM)  # no folder yet: no stream
+        except OSError as exc:
+            raise ledger_os_error(self.directory, "reading the streams' facts", exc) from exc
+        try:
+            for name in names:
+                try:
+                    st = os.stat(check_task_id(name) + SUFFIX, dir_fd=dfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    out[name] = NO_STREAM
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out[name] = file_stamp(st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
+        finally:
+            os.close(dfd)
+        return out
+
 
 def _joined(records: Sequence[bytes]) -> bytes:
     """The records as stored lines; a record that is not one line of bytes is refused (nothing written)."""
@@ -492,6 +550,11 @@ class FolderLease:
         """A part-written tail is the next writer's to repair: this lease appends no further."""
         self._broken = f"{type(exc).__name__}: {exc}"
         return LedgerError(f"{self.path}: append failed: {exc.strerror or exc}; lease the stream again")
+
+    @property
+    def left_stamp(self) -> None:
+        """A folder's lease makes none: its writer does, from what it checked and appended."""
+        return None
 
     def abandon(self) -> None:
         """In a forked child: close the inherited descriptors, leaving the parent's lock alone."""

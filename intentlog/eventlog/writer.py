@@ -82,7 +82,7 @@ from .damage import (
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .reader import MAX_LINE, StreamScan
 from .remote import tail_of
-from .storage import FolderLease, FolderStreams, StreamLease, StreamStorage, ledger_os_error
+from .storage import FolderLease, FolderStreams, StreamLease, StreamStorage, file_stamp, ledger_os_error
 
 # SealedHead and quarantine_plan are damage.py's; named here too for task.py and the tests that import them from here
 __all__ = ["SealedHead", "StreamWriter", "fdatasync", "quarantine_plan"]
@@ -154,6 +154,9 @@ class StreamWriter:
         self.resumed = False
         #: what :meth:`checked` said as the last :meth:`close` let the stream go (None: nothing to resume from)
         self.last_checked: Checked | CheckedBytes | None = None
+        #: the stream's stamp as the last :meth:`close` left it, when this writer vouches for every byte of it
+        #: (:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`; None otherwise)
+        self.left_stamp: str | None = None
         self._poisoned: str | None = None
         self._batch_depth: dict[int, int] = {}  # per thread: a batch defers only its own thread's syncs
         self._mutex = threading.RLock()
@@ -626,14 +629,19 @@ class StreamWriter:
             self.abandon()
             return
         with self._mutex:
-            self.last_checked = None
+            self.last_checked = self.left_stamp = None
+            lease, ck = self._lease, None
             try:
-                pending = self._lease is not None and self._lease.dirty
+                pending = lease is not None and lease.dirty
                 if self._poisoned is None and pending:
                     self.sync()  # a store's buffered group is put here (no request when none): a failure raises
-                self.last_checked = self.checked()  # still under the lock, everything synced
+                self.last_checked = ck = self.checked()  # still under the lock, everything synced
             finally:
                 self._close_lease()
+            if isinstance(ck, Checked):  # the file as this writer left it (closing writes nothing into it)
+                self.left_stamp = file_stamp(ck.size, ck.ino, ck.dev, ck.mtime_ns, ck.ctime_ns)
+            elif ck is not None:  # a store's release segment is the last: known once it is created
+                self.left_stamp = lease.left_stamp if lease is not None else None
 
 
 def _after_fork_in_child() -> None:

@@ -327,6 +327,9 @@ class _LogStorage:
     def names(self) -> list[str]:
         return self.streams.names()
 
+    def stamps(self, names: Sequence[str]) -> dict[str, str | None]:
+        return self.streams.stamps(names)
+
 
 def log_writer(storage: ObjectStorage, *, wait: float, take_over_after: float | None = None) -> StreamWriter:
     """The gc log's writer, open: its lease held (:class:`GcRefused` when another gc or keep holds it).

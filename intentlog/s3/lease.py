@@ -70,6 +70,8 @@ class LeaseHost(Protocol):
 
     def tail(self, name: str) -> Segment: ...
 
+    def known_stamp(self, name: str, last: Segment) -> str | None: ...
+
 
 # -- the leases this process holds: released at its end, kept alive by its heartbeat ---------------
 
@@ -190,6 +192,7 @@ class ObjectLease:
         self._beat_mutex = threading.Lock()
         self._beats = 0
         self._beat: str | None = None  # the heartbeat object standing now
+        self._released: Segment | None = None  # the release segment this lease created
         if lives_with_process:
             _register(self)
 
@@ -350,12 +353,24 @@ class ObjectLease:
             try:
                 created, tag = self._streams.put_segment(segment_key(self.name, mark.seg), mark.encode())
                 if created:
+                    self._released = mark
                     self._streams.remember(self.name, mark, b"", len(mark.encode()), tag)
                     self._streams.checkpoint_after(self.name, mark)
             except LedgerError:
                 # the lease stays recorded as held: another process takes it over (take_over_after), this
                 # one at its next lease of the stream at once -- it knows no writer of its own holds it
                 _give_up(self._holder)
+
+    @property
+    def left_stamp(self) -> str | None:
+        """Once released: the stream's stamp as this lease left it (its release segment the last), no request.
+
+        None before the release, after a lost or failed one, or when the handle no longer
+        keeps every segment from 0 with its ETag (:meth:`ObjectStreams.known_stamp`).
+        """
+        with self._mutex:
+            mark = self._released
+        return None if mark is None else self._streams.known_stamp(self.name, mark)
 
     def __enter__(self) -> ObjectLease:
         return self

@@ -212,21 +212,24 @@ class StoreLedgerStorage:
             seen = _seen.get(key)
         if seen is not None and now - seen[0] < STORE_POLL:
             return seen[1]
+        return self._tail_seen(stream.id, now)[0]
+
+    def _tail_seen(self, name: str, now: float) -> tuple[int, bool]:
+        """The stream's tail segment number (-1: no stream) and whether it is held, read now; the number kept as
+        :meth:`progress`'s answer for :data:`STORE_POLL` s (a supervisor asks both of an item it hands out)."""
         try:
-            value = int(self.storage.streams.tail(stream.id).seg)
+            tail = self.storage.streams.tail(name)
+            value, held = int(tail.seg), bool(tail.held)
         except FileNotFoundError:
-            value = -1
+            value, held = -1, False
         with _seen_lock:
-            _seen[key] = (now, value)
-        return value
+            _seen[(self.location, name)] = (now, value)
+        return value, held
 
     def held_elsewhere(self, stream: TaskStream) -> bool:
         if stream.writing:
             return False
-        try:
-            return bool(self.storage.streams.tail(stream.id).held)
-        except FileNotFoundError:
-            return False
+        return self._tail_seen(stream.id, time.monotonic())[1]
 
     def fence(self, stream: TaskStream) -> int | None:
         """Take the stream's lease at once and give it back; the epoch taken.

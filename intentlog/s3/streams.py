@@ -50,9 +50,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
+from blake3 import blake3
 
 from ..errors import CorruptStream, LedgerError, TaskBusy, UsageError
 from ..eventlog.format import TASK_ID_RE, check_task_id
+from ..eventlog.storage import NO_STREAM
 from .bounds import SealReader, seal_refusal
 from .client import ObjectClient, TaggedClient
 from .holder import Holder, this_process
@@ -70,7 +72,7 @@ from .segments import (
     segment_key,
 )
 
-__all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Segment"]
+__all__ = ["CHECKPOINT_EVERY", "GC_HOLDER", "ObjectLease", "ObjectStreams", "Segment", "listing_stamp"]
 
 #: A checkpoint object is created after every segment whose number is a multiple of this.
 CHECKPOINT_EVERY = 64
@@ -80,6 +82,17 @@ _WATCH = 1.0
 _READERS = 8
 #: a lease whose holder token starts so is gc's: never taken over by a writer (a retired stream keeps it as its tail)
 GC_HOLDER = "gc-"
+
+
+def listing_stamp(listing: Sequence[tuple[int, int, str | None]]) -> str | None:
+    """A stream's stamp from the ``(number, size, ETag)`` of every segment it has, in order: the count, then
+    128 bits of BLAKE3 over the listing (:data:`~intentlog.eventlog.storage.NO_STREAM`: no segment; None: one
+    without an ETag)."""
+    if not listing:
+        return NO_STREAM
+    if any(tag is None for _, _, tag in listing):
+        return None
+    return f"s{len(listing)}.{blake3(orjson.dumps(listing)).hexdigest(length=16)}"
 
 
 class ObjectStreams:
@@ -438,6 +451,32 @@ class ObjectStreams:
 
     def names(self) -> list[str]:
         return [n for n in self.client.folders("tasks") if TASK_ID_RE.match(n)]
+
+    def stamps(self, names: Sequence[str]) -> dict[str, str | None]:
+        """See :meth:`StreamStorage.stamps <intentlog.eventlog.storage.StreamStorage.stamps>`: one LIST per stream
+        (its segments' numbers, sizes and ETags, several streams listed at once); None for every stream when the
+        client gives no ETags (a segment replaced by other bytes of its size would look the same)."""
+        for name in names:
+            check_task_id(name)
+        if not self._tagged or not names:
+            return dict.fromkeys(names)
+        if len(names) == 1:
+            return {names[0]: listing_stamp(self._listing(names[0], None))}
+        with ThreadPoolExecutor(min(_READERS, len(names))) as pool:
+            got = list(pool.map(lambda n: listing_stamp(self._listing(n, None)), names))
+        return dict(zip(names, got, strict=True))
+
+    def known_stamp(self, name: str, last: Segment) -> str | None:
+        """The stamp of ``name`` as this handle knows it ends at ``last`` (a segment it just created), no request.
+
+        Only when the segments this handle keeps of it run from 0 to ``last`` without a gap,
+        each with its ETag: those before this handle's lease were checked against a listing
+        (or read) when it leased, the rest it created. None otherwise.
+        """
+        run = self._cache.get(name)
+        if not run or run[-1].head != last or any(p.head.seg != i or p.tag is None for i, p in enumerate(run)):
+            return None
+        return listing_stamp([(p.head.seg, p.size, p.tag) for p in run])
 
     def _exists(self, name: str) -> bool:
         return self.client.get(segment_key(name, 0)) is not None
