@@ -256,7 +256,7 @@ class TaskStream:
         self._checked: tuple[Checked | CheckedBytes, WorkStateFold] | None = None
         #: the open writer's events as it read and appended them, when its opener asked to keep them
         self._held: list[Event] | None = None
-        #: what the last writer left as it closed (:meth:`left`)
+        #: what the last writer left as it closed (:meth:`take_left`)
         self._left: tuple[list[Event], str] | None = None
         self._running: set[str] = set()
         #: asked before every append of the open writer (see :class:`AppendGate`); given at open
@@ -394,7 +394,7 @@ class TaskStream:
                 return None
             return _whole(held, w.next_seq, w.head)
 
-    def left(self) -> tuple[list[Event], str] | None:
+    def take_left(self) -> tuple[list[Event], str] | None:
         """What this handle's last writer left, as it closed: every event of the stream, and the stream's stamp then.
 
         Only when that writer was opened with ``keep_events``, held the whole stream (as
@@ -402,10 +402,12 @@ class TaskStream:
         (``StreamWriter.left_stamp``: a folder's file facts as it let the lock go, a store's
         segments up to its release). A later append by anyone changes the stream's stamp
         (:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`), so the pair is a cache
-        line that goes stale like any. None otherwise, and once a writer opens again.
+        line that goes stale like any. Given once (the events are not kept past it); None
+        otherwise, and once a writer opens again.
         """
         with self.mutex:
-            return self._left
+            left, self._left = self._left, None
+            return left
 
     @property
     def lock_fd(self) -> int | None:
@@ -503,7 +505,7 @@ class TaskStream:
                     self._checked = (ck, fold)  # the next open checks only what was added since
                 whole = _whole(held, ck.seq, ck.head) if ck is not None else None
                 if whole is not None and w.left_stamp is not None:
-                    self._left = (whole, w.left_stamp)
+                    self._left = (held, w.left_stamp)  # the writer is gone: nothing appends to that list again
 
     # -- reading -------------------------------------------------------------------
 

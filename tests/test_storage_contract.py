@@ -38,14 +38,22 @@ from intentlog.errors import (
     TaskBusy,
     UsageError,
 )
-from intentlog.eventlog.storage import FolderStreams, StreamStorage
+from intentlog.eventlog.storage import NO_STREAM, FolderStreams, StreamStorage
 from intentlog.s3 import ObjectArtifacts, ObjectStreams
 
 
 class StreamBackend:
-    def __init__(self, open_: Callable[[], StreamStorage], failing: Callable[[], AbstractContextManager[None]]) -> None:
+    def __init__(
+        self,
+        open_: Callable[[], StreamStorage],
+        failing: Callable[[], AbstractContextManager[None]],
+        *,
+        stamps: bool = True,
+    ) -> None:
         self.open = open_
         self.failing_writes = failing
+        #: whether the storage can stamp its streams (a store whose client gives no ETags cannot)
+        self.stamps = stamps
 
 
 class ObjectBackend:
@@ -112,8 +120,13 @@ def _s3_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBacken
 
 
 def _memory_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamBackend:
-    memory = s3_server.MemoryClient()
+    memory = s3_server.TaggedMemoryClient()
     return StreamBackend(lambda: ObjectStreams(memory), _s3_failing(monkeypatch, memory))
+
+
+def _untagged_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamBackend:
+    memory = s3_server.MemoryClient()
+    return StreamBackend(lambda: ObjectStreams(memory), _s3_failing(monkeypatch, memory), stamps=False)
 
 
 def _memory_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBackend:
@@ -122,7 +135,10 @@ def _memory_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectBa
 
 
 # "s3": a real SeaweedFS (tests/s3_server.py); "memory": the same code over an in-process fencing store
-STREAM_BACKENDS = {"folder": _folder_streams, "s3": _s3_streams, "memory": _memory_streams}
+# (naming objects by ETag, as S3 does; "memory-untagged": a store that gives none)
+STREAM_BACKENDS = {
+    "folder": _folder_streams, "s3": _s3_streams, "memory": _memory_streams, "memory-untagged": _untagged_streams,
+}  # fmt: skip
 OBJECT_BACKENDS = {"folder": _folder_objects, "s3": _s3_objects, "memory": _memory_objects}
 
 
@@ -150,6 +166,34 @@ def _filled(backend: StreamBackend, name: str = "t") -> StreamStorage:
 
 
 # -- streams ------------------------------------------------------------------------------
+
+
+def test_a_stamp_names_the_stored_bytes_and_changes_with_them(streams: StreamBackend) -> None:
+    s, other = streams.open(), streams.open()
+    if not streams.stamps:  # it cannot tell: never a stamp, never one left
+        _filled(streams)
+        assert s.stamps(["t", "u"]) == {"t": None, "u": None}
+        return
+    assert s.stamps(["t"]) == {"t": NO_STREAM}
+    _filled(streams)
+    got = s.stamps(["t", "u"])
+    assert got["u"] == NO_STREAM and got["t"] not in (None, NO_STREAM)
+    assert other.stamps(["t"]) == {"t": got["t"]} and other.read("t") == STORED
+    assert s.stamps(["t"]) == {"t": got["t"]}, "a read changes nothing"
+    with other.lease("t") as lease:
+        lease.append([b"{}"], expected_seq=3)
+    after = s.stamps(["t"])["t"]
+    assert after not in (None, got["t"]), "an append through another handle changes it"
+    with s.lease("t") as lease:
+        assert s.read("t").endswith(b"{}\n{}\n")  # what a writer does: it reads the stream it leased
+        lease.append([b"{}"], expected_seq=4)
+    left = lease.left_stamp
+    if isinstance(s, FolderStreams):
+        assert left is None  # a folder's writer makes its own, from what it checked and appended
+    else:
+        assert left == other.stamps(["t"])["t"] != after, "the stamp a store's lease leaves is what a LIST gives"
+
+
 
 
 def test_a_created_stream_is_empty_listed_and_not_created_twice(streams: StreamBackend) -> None:

@@ -2,7 +2,7 @@
 
 ``StreamStorage.stamps`` is what a derived cache (a backlog's item lines) is matched against:
 equal stamps must mean the stream is as it was, on a folder (file facts) and on an object store
-(segments' numbers, sizes and ETags, one LIST). ``TaskStream.left`` is what a backlog worker makes
+(segments' numbers, sizes and ETags, one LIST). ``TaskStream.take_left`` is what a backlog worker makes
 its item's line from as its writer closes: every event and the stamp, no read. Whatever it gives
 must be exactly what a read and a fresh ``stamps`` give from another handle.
 """
@@ -68,18 +68,21 @@ def test_a_writer_leaves_the_stamp_and_events_a_fresh_look_gives(opener: Opener)
     with task.batch():
         task.append("note", {"n": 2})
         task.append("note", {"n": 3})
-    assert task.stream.left() is None, "nothing left while the writer is open"
+    assert task.stream.take_left() is None, "nothing left while the writer is open"
     task.close()
-    left = task.stream.left()
+    left = task.stream.take_left()
     assert left is not None
     events, stamp = left
     assert events == list(b.task("t").events())
     assert stamp == _stamp(b, "t"), "the stamp it vouches for is what another handle sees"
+    assert task.stream.take_left() is None, "given once: the events are not kept past it"
+    task.stream.open_writer(keep_events=True)
+    task.close()
     task.stream.open_writer()
-    assert task.stream.left() is None, "gone once a writer opens again"
+    assert task.stream.take_left() is None, "gone once a writer opens again"
     task.append("note", {"n": 4})
     task.close()
-    assert task.stream.left() is None, "a writer that did not keep its events leaves nothing"
+    assert task.stream.take_left() is None, "a writer that did not keep its events leaves nothing"
     assert stamp != _stamp(b, "t")
 
 
@@ -94,7 +97,7 @@ def test_a_resumed_writer_leaves_nothing(opener: Opener) -> None:
     w = task.stream.open_writer(keep_events=True)
     task.append("note", {"n": "more"})
     task.close()
-    assert w.resumed and task.stream.left() is None
+    assert w.resumed and task.stream.take_left() is None
 
 
 def test_a_folder_stream_rewritten_in_place_has_another_stamp(tmp_path: Path) -> None:
@@ -137,4 +140,4 @@ def test_a_store_without_etags_gives_no_stamp_and_its_writer_leaves_none() -> No
     task.stream.open_writer(keep_events=True)
     task.append("note", {"n": 1})
     task.close()
-    assert _stamp(ledger, "t") is None and task.stream.left() is None
+    assert _stamp(ledger, "t") is None and task.stream.take_left() is None

@@ -199,12 +199,12 @@ def entry_left(stream: TaskStream) -> CacheEntry | None:
     """The cache entry of an item task as its writer just left it, from the events it held: no read.
 
     Made only when the handle's last writer vouches for every event and every stored byte
-    (:meth:`~intentlog.stream.TaskStream.left`): a folder's file facts as it let the lock
+    (:meth:`~intentlog.stream.TaskStream.take_left`): a folder's file facts as it let the lock
     go, a store's segments up to its release, as a stamp
     (:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`), so a later append makes it
     stale like any entry. None otherwise (the reader then reads the task whole).
     """
-    got = stream.left()
+    got = stream.take_left()
     if got is None:
         return None
     events, stamp = got
