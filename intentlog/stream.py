@@ -390,9 +390,9 @@ class TaskStream:
         """
         with self.mutex:
             w, held = self._writer, self._held
-            if w is None or not w.is_open:
+            if w is None or not w.is_open or held is None or not _is_whole(held, w.next_seq, w.head):
                 return None
-            return _whole(held, w.next_seq, w.head)
+            return list(held)
 
     def take_left(self) -> tuple[list[Event], str] | None:
         """What this handle's last writer left, as it closed: every event of the stream, and the stream's stamp then.
@@ -503,9 +503,9 @@ class TaskStream:
                 ck = w.last_checked
                 if ck is not None and fold is not None and ck.seq >= RESUME_FROM and w.owned:
                     self._checked = (ck, fold)  # the next open checks only what was added since
-                whole = _whole(held, ck.seq, ck.head) if ck is not None else None
-                if whole is not None and w.left_stamp is not None:
-                    self._left = (held, w.left_stamp)  # the writer is gone: nothing appends to that list again
+                stamp = w.left_stamp
+                if held is not None and ck is not None and stamp is not None and _is_whole(held, ck.seq, ck.head):
+                    self._left = (held, stamp)  # the writer is gone: nothing appends to that list again
 
     # -- reading -------------------------------------------------------------------
 
@@ -528,13 +528,11 @@ class TaskStream:
         return self.storage.lock_pid(self.id)  # a lease on a store names no pid
 
 
-def _whole(held: list[Event] | None, count: int, head: str | None) -> list[Event] | None:
-    """A copy of ``held`` when it is a whole stream of ``count`` events ending at ``head`` (seqs 0..count-1)."""
-    if held is None or len(held) != count or (held and held[-1].digest != head):
-        return None
-    if any(ev.seq != i for i, ev in enumerate(held)):
-        return None
-    return list(held)
+def _is_whole(held: list[Event], count: int, head: str | None) -> bool:
+    """Whether ``held`` is a whole stream of ``count`` events ending at ``head`` (seqs 0..count-1)."""
+    if len(held) != count or (held and held[-1].digest != head):
+        return False
+    return all(ev.seq == i for i, ev in enumerate(held))
 
 
 #: events a stream must hold for its checked state (and live fold) to be kept after its writer closes:
