@@ -31,6 +31,7 @@ from ..errors import IntentlogError, UsageError
 from ..eventlog.canonical import dumps, redact_value
 from ..eventlog.format import TASK_ID_RE, Event
 from ..eventlog.redaction import scrub_text, shape_spans
+from ..eventlog.storage import NO_STREAM
 from ..ledgerstorage import LeaseOwner
 from ..projections.backlogs import BacklogPace, PaceFold, Running
 from ..projections.idioms import SPAWNED
@@ -327,8 +328,12 @@ class Backlog:
                         )
                     if h is None:
                         new[e["item"]] = e
+                # a task whose stamp says it has no stream holds no record to refuse: not read (on a store, the
+                # stamps of all the new items are listed at once, one LIST each, where a read is two)
+                stamps = self.ledger.backend.streams.stamps([e["task"] for e in new.values()])
                 for e in new.values():
-                    self._refuse_taken(e["item"], e["task"], e.get("parent"))
+                    if stamps[e["task"]] != NO_STREAM:
+                        self._refuse_taken(e["item"], e["task"], e.get("parent"))
                     if "parent" in e:
                         _inherit(e, f)
                 self._fold = None  # until the appends below are all in the fold

@@ -276,7 +276,7 @@ def _result(task: Task, item: str, backlog: str, epoch: int, value: Any) -> tupl
 
 def _entry_and_close(task: Task, answer: Answer, epoch: int) -> Answer:
     """On the shared disk thread, once the result is durable: the writer closed, the answer with its view-cache line."""
-    release_item(task, epoch, True)
+    release_item(task, epoch, True, for_entry=True)
     return with_entry(task, answer)
 
 
@@ -289,7 +289,7 @@ def _finish(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Answ
     except Exception as exc:  # a result that is not JSON, or its write failed: a failed run
         return failure_answer(task, item, exc)
     finally:
-        release_item(task, epoch, released)
+        release_item(task, epoch, released, for_entry=released)
     return with_entry(task, answer)
 
 

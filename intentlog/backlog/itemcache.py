@@ -233,7 +233,6 @@ def remember(ledger: LedgerLike, backlog: str, entries: Iterable[Any], tasks: Co
 
 class _File:
     """A folder ledger's cache file, ``cache/backlog-NAME.json`` (nothing when there is no ``cache/``)."""
-
     def __init__(self, root: Path, backlog: str) -> None:
         self.root, self.name = root, f"backlog-{backlog}.json"
 
@@ -274,7 +273,12 @@ _MEMORY_MUTEX = threading.Lock()
 
 
 class _Memory:
-    """This process's entries of one backlog of a ledger with no cache folder (an object store)."""
+    """This process's entries of one backlog of a ledger with no cache folder (an object store).
+
+    A process that views once (``intentlog backlog``) pays a LIST per task for stamps it
+    never uses again; a run's start pays one LIST for a task with no stream yet, where a
+    read is two, and its closing view one for each task its workers finished.
+    """
 
     def __init__(self, key: tuple[str, str]) -> None:
         self.key = key
@@ -347,10 +351,16 @@ def _read(
         if stamp == NO_STREAM:
             out[tid] = of(_no_stream())
             continue
-        item = fold_item(tid, ledger.task(tid).events())
-        changed = True
-        if stamp is not None:
+        task = ledger.task(tid)
+        item = fold_item(tid, task.events())
+        # a stream this process writes may hold records its storage does not yet (a store's buffered batch,
+        # whose put may still fail): what was read is not what its stamp names, so no entry is made of it
+        if stamp is not None and not task.stream.writing:
             new[tid] = (stamp, _encode(item))
+            changed = True
+        elif tid in new:
+            del new[tid]
+            changed = True
         out[tid] = of(item)
     if changed:
         place.save(new)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ..eventlog.format import TASK_CREATED, Event
 from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX
 from ..projections.idioms import CHILD_SPAWNED
-from ..projections.status import AWAITING_APPROVAL, FAILED, PAUSED_FOR_REVIEW, taking_over
+from ..projections.status import AWAITING_APPROVAL, FAILED, ITEM_RETURNED, PAUSED_FOR_REVIEW, taking_over
 from ..projections.workstate import RECONCILE_EFFECT
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ def task_extras(events: Iterable[Event], task_id: str | None = None) -> TaskExtr
                     ours.add(lease.epoch)
         elif ev.kind == "lease.released" and lease is not None and d.get("epoch") == lease.epoch:
             lease = LeaseRecord(lease.epoch, lease.pid, lease.host, lease.start_time, lease.since, True)
-        elif ev.kind == "item.returned" and (task_id is None or (type(d.get("epoch")) is int and d["epoch"] in ours)):
+        elif ev.kind == ITEM_RETURNED and (task_id is None or (type(d.get("epoch")) is int and d["epoch"] in ours)):
             returned, result = True, d.get("result")
         elif ev.kind == "quota.reserved":
             for q, units in dict(d.get("units", {})).items():

@@ -27,7 +27,7 @@ from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
 from ..eventlog import Event
 from ..eventlog.canonical import dumps
 from ..idioms.errors import Suspended
-from ..projections.status import AWAITING_ACCEPTANCE, task_status
+from ..projections.status import AWAITING_ACCEPTANCE, ITEM_RETURNED, task_status
 from ..task import Task
 from . import leases
 from .children import run_step
@@ -289,7 +289,7 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
     """Record the step's JSON result, the task's acceptance and the lease's release under one sync."""
     result = _json_result(value)
     with task.batch():  # the result, its acceptance and the release share one sync
-        task.append("item.returned", {"result": result, "epoch": epoch})
+        task.append(ITEM_RETURNED, {"result": result, "epoch": epoch})
         evs = _events(task)  # whether it awaits acceptance, and the view's cache entry: held by the writer
         if task_status(evs, task_id=task.id).state == AWAITING_ACCEPTANCE:
             evs.append(task.accept(by=f"backlog {backlog}", note="the step returned"))
@@ -322,8 +322,12 @@ def failure_answer(task: Task, item: str, exc: BaseException) -> Answer:
     return _blocked(task, item) or Failed("error", item, f"{type(exc).__name__}: {exc}")
 
 
-def release_item(task: Task, epoch: int, released: bool) -> None:
-    """Record ``lease.released`` unless done already (a writer whose lock was lost writes nothing), then close."""
+def release_item(task: Task, epoch: int, released: bool, *, for_entry: bool = False) -> None:
+    """Record ``lease.released`` unless done already (a writer whose lock was lost writes nothing), then close.
+
+    ``for_entry``: the caller makes the item's view-cache line next (:func:`with_entry`), from
+    what the writer left; otherwise that is dropped (the task handle outlives the item).
+    """
     _PENDING_UNITS.pop(task.id, None)
     stream = task.stream
     try:
@@ -333,7 +337,11 @@ def release_item(task: Task, epoch: int, released: bool) -> None:
             except IntentlogError:
                 pass  # a writer whose lock was lost (or whose write failed) writes nothing more
     finally:
-        task.close()
+        try:
+            task.close()
+        finally:
+            if not for_entry:
+                stream.take_left()
 
 
 def run_item(
@@ -361,7 +369,7 @@ def run_item(
     except Exception as exc:
         return failure_answer(task, item, exc)
     finally:
-        release_item(task, epoch or guard.epoch, released)
+        release_item(task, epoch or guard.epoch, released, for_entry=released)
     return with_entry(task, answer)
 
 

@@ -140,20 +140,13 @@ class ObjectStreams:
         self._create(name, records)
 
     def _create(self, name: str, records: Sequence[bytes]) -> Segment:
-        made = self._create_if_absent(name, records)
-        if made is None:
-            raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
-        return made
-
-    def _create_if_absent(self, name: str, records: Sequence[bytes]) -> Segment | None:
-        """Segment 0 holding ``records``, created (kept in the cache: the stream's tail, known); None: it exists."""
         check_task_id(name)
         recs = checked_records(records)
         head = Segment("create", 0, 0, 0, 0, "", len(recs), sum(len(r) + 1 for r in recs))
         body = head.encode(recs)
         created, tag = self.put_segment(segment_key(name, 0), body)
         if not created:
-            return None
+            raise LedgerError(f"{self.where(name)}: the stream exists already; lease it to append")
         self._cache.put(name, [Part(head, body[body.index(b"\n") + 1 :], len(body), tag)])
         return head
 
@@ -211,13 +204,6 @@ class ObjectStreams:
         moved = False  # whether the state changed while watched: its holder is alive
         made: Segment | None = None  # the stream's creation, just put by this writer: its tail, known
         sealed = False  # whether the seals were checked (once: after gc's refusal, before any put)
-        if create is not None and self._cache.get(name) is None:
-            # a stream this handle never saw is most often new (a backlog's item, a script's task): its creation
-            # is tried first, after the seals (a sealed stream that is gone is never created again), which
-            # spares the two LISTs that find no tail; one that exists costs a refused create, then is leased below
-            self.check_seal(name)
-            sealed = True
-            made = self._create_if_absent(name, [create()])
         while True:
             try:
                 tail, made = made or self.tail(name), None
