@@ -233,6 +233,7 @@ def remember(ledger: LedgerLike, backlog: str, entries: Iterable[Any], tasks: Co
 
 class _File:
     """A folder ledger's cache file, ``cache/backlog-NAME.json`` (nothing when there is no ``cache/``)."""
+
     def __init__(self, root: Path, backlog: str) -> None:
         self.root, self.name = root, f"backlog-{backlog}.json"
 
