@@ -101,6 +101,15 @@ def check_record(ledger: intentlog.Ledger, backlog: str, receipts: Path, items: 
         assert len(res) == 1 and res[0].data["result"] == {"served": [f"{row.item}:{j}" for j in range(effects)]}
 
 
+def _signal(pid: int, sig: int) -> bool:
+    """Send ``sig`` to ``pid``; False when the process ended since it was listed (nothing to hit: roll again)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def kill_at_random(
     sup: subprocess.Popen[bytes],
     rng: random.Random,
@@ -135,10 +144,10 @@ def kill_at_random(
             did["sup_kill"] += 1
             return
         if pids and roll < p_kill:
-            os.kill(rng.choice(pids), signal.SIGKILL)
-            did["worker_kill"] += 1
+            if _signal(rng.choice(pids), signal.SIGKILL):
+                did["worker_kill"] += 1
         elif pids and roll < p_stop and not stopped:
             pid = rng.choice(pids)
-            os.kill(pid, signal.SIGSTOP)
-            stopped.append(pid)
-            did["worker_stop"] += 1
+            if _signal(pid, signal.SIGSTOP):
+                stopped.append(pid)
+                did["worker_stop"] += 1
