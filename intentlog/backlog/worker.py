@@ -290,16 +290,15 @@ def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -
     result = _json_result(value)
     with task.batch():  # the result, its acceptance and the release share one sync
         task.append(ITEM_RETURNED, {"result": result, "epoch": epoch})
-        evs = _events(task)  # whether it awaits acceptance, and the view's cache entry: held by the writer
-        if task_status(evs, task_id=task.id).state == AWAITING_ACCEPTANCE:
-            evs.append(task.accept(by=f"backlog {backlog}", note="the step returned"))
-        evs.append(task.stream.append("lease.released", {"epoch": epoch}))
+        if task_status(_events(task), task_id=task.id).state == AWAITING_ACCEPTANCE:  # held by the writer
+            task.accept(by=f"backlog {backlog}", note="the step returned")
+        task.stream.append("lease.released", {"epoch": epoch})
     return Done("done", item, result)  # its view-cache line is made once the writer closed: with_entry
 
 
 def with_entry(task: Task, answer: Answer) -> Answer:
     """A ``Done`` with its task's view-cache line, made from what the writer left as it closed (no read)."""
-    if not isinstance(answer, Done) or answer.entry is not None:
+    if not isinstance(answer, Done):
         return answer
     try:
         return answer._replace(entry=entry_left(task.stream))
