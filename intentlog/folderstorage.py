@@ -204,10 +204,6 @@ class FolderLedgerStorage:
     def fences(self) -> bool:
         return False  # a lock cannot be taken from its holder: a stalled one is ended on its own host
 
-    @property
-    def lease_round_trips(self) -> bool:
-        return False  # files and locks on this host's disk
-
     def lease_holder(self, stream: TaskStream) -> int | None:
         lock = stream.path.with_name(stream.path.name + ".lock")
         try:

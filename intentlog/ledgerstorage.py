@@ -189,11 +189,3 @@ class LedgerStorage(TaskStorage, Protocol):
     def fences(self) -> bool:
         """Whether a stalled lease can be taken from its holder on any host (a store), not only ended here."""
         ...
-
-    @property
-    def lease_round_trips(self) -> bool:
-        """Whether taking a stream's lease is round trips to a service (a store), not a wait on this host's disk.
-
-        Such a lease is not taken on a thread that does other streams' record work meanwhile.
-        """
-        ...

@@ -145,18 +145,7 @@ def test_a_failed_sync_of_one_stream_fails_its_effect_alone(
     assert bad.stream.path.read_bytes().startswith(bad_bytes)
 
 
-# -- a backlog's items in flight: a folder's lease on the shared disk thread ------------------
-
-
-def _logged(log: Path, what: str, fn: Any) -> Any:
-    """``fn`` that first appends ``what``, the item and the running thread's name to ``log`` (a forked worker's too)."""
-
-    def wrapped(task: Any, *args: Any) -> Any:
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(json.dumps([what, task.id, threading.current_thread().name]) + "\n")
-        return fn(task, *args)
-
-    return wrapped
+# -- a backlog's items in flight: the shared disk thread never waits on a sync itself ------------
 
 
 async def _one_effect(task: intentlog.Task, payload: Any) -> Any:
@@ -167,54 +156,53 @@ async def _one_effect(task: intentlog.Task, payload: Any) -> Any:
     return {"ok": payload}
 
 
-def test_a_folder_lease_of_an_item_in_flight_runs_on_the_shared_disk_and_syncs_with_its_attempt(
+def test_items_in_flight_sync_three_times_each_and_never_on_the_shared_disk_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No pool thread and no sync of its own for a lease: its ``lease.acquired`` is durable with the attempt's start.
+    """A lease adds no sync of its own, and no sync (a new stream's creation included) runs on the shared thread.
 
-    Each item's lease is taken by the thread that records its result (the process's shared
-    disk thread), and the item's stream is synced three times, no more: the attempt's
-    start (with the lease before it), the observation (with the interpretation), the result
-    with the release.
+    Each item's stream is synced three times: the attempt's start (with the lease's
+    ``lease.acquired`` before it), the observation (with the interpretation), the result
+    with the release. Every ``fsync`` and ``fdatasync`` of the run runs outside the
+    process's shared disk thread, which does every item's record work: a sync there would
+    make every other item in flight wait for it (on a slow disk, one after another).
     """
-    import intentlog.backlog.inflight as inflight
+    from intentlog._internal import fsops
 
-    log = tmp_path / "threads.jsonl"
     syncs = tmp_path / "syncs.jsonl"
-    real_sync = writer._fdatasync
+    real_fdatasync, real_fsync = writer._fdatasync, fsops.fsync
 
-    def logged_sync(fd: int) -> None:
-        real_sync(fd)
-        with open(syncs, "a", encoding="utf-8") as f:
-            f.write(json.dumps([os.fstat(fd).st_ino, os.fstat(fd).st_size]) + "\n")
+    def logged(real: Any, what: str) -> Any:
+        def sync(fd: int) -> None:
+            real(fd)
+            st = os.fstat(fd)
+            with open(syncs, "a", encoding="utf-8") as f:
+                f.write(json.dumps([what, st.st_ino, st.st_size, threading.current_thread().name]) + "\n")
 
-    monkeypatch.setattr(inflight, "lease_item", _logged(log, "lease", inflight.lease_item))
-    monkeypatch.setattr(inflight, "record_result", _logged(log, "result", inflight.record_result))
-    monkeypatch.setattr(writer, "_fdatasync", logged_sync)
+        return sync
+
+    monkeypatch.setattr(writer, "_fdatasync", logged(real_fdatasync, "fdatasync"))
+    monkeypatch.setattr(fsops, "fsync", logged(real_fsync, "fsync"))
     root = tmp_path / "led"
     ledger = intentlog.open(root)
     b = ledger.backlog("fly")
     items = [f"i{n}" for n in range(12)]
     b.add_many([{"item": i, "payload": n} for n, i in enumerate(items)])
+    syncs.unlink()  # the run's syncs only
     view = b.run(_one_effect, workers=1, in_flight=6, until_idle=True)
     assert view.counts["done"] == len(items)
     ledger.close()
 
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
-    threads = {(what, task): name for what, task, name in rows}
-    assert len(threads) == 2 * len(items), rows
-    for i in items:
-        task = f"fly.item.{i}"
-        assert threads[("lease", task)] == threads[("result", task)] == "intentlog-disk-shared", rows
     synced = [json.loads(line) for line in syncs.read_text().splitlines()]
+    assert {name for *_, name in synced}.isdisjoint({"intentlog-disk-shared"}), synced
+    assert sum(1 for what, *_ in synced if what == "fsync") >= 2 * len(items)  # each new stream: file and folder
     for i in items:
         path = root / "tasks" / f"fly.item.{i}.jsonl"
-        sizes = [size for ino, size in synced if ino == os.stat(path).st_ino]
+        sizes = [size for what, ino, size, _ in synced if what == "fdatasync" and ino == os.stat(path).st_ino]
         lines = path.read_bytes().splitlines(keepends=True)
         kinds_ = [json.loads(line)["kind"] for line in lines]
         ends = [sum(len(x) for x in lines[: n + 1]) for n in range(len(lines))]
-        # the attempt's start, the observation (with what follows it), the result
         assert len(sizes) == 3, (i, sizes, kinds_)
+        assert kinds_.index("lease.acquired") < kinds_.index("attempt.started")
         assert sizes[0] == ends[kinds_.index("attempt.started")] and sizes[-1] == ends[-1], (i, sizes, kinds_)
         assert sizes[1] >= ends[kinds_.index("attempt.observed")], (i, sizes, kinds_)
-        assert kinds_.index("lease.acquired") < kinds_.index("attempt.started")

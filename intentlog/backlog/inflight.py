@@ -16,10 +16,7 @@ same messages as a one-item worker (:mod:`intentlog.backlog.messages`), plus
   synced side by side in sync threads, each item answered after its own stream's sync:
   one thread does the Python work instead of one per item, and the ``fdatasync`` calls
   still overlap in the kernel. With a quota (its gate waits for a grant) an item keeps a
-  disk thread of its own. A folder's lease is taken on the shared disk thread too (it
-  waits only on the disk; its ``lease.acquired`` waits, deferred, for the attempt's
-  sync); a store's lease (several requests), and every lease of a run with a quota, in
-  a pool thread;
+  disk thread of its own. The lease is taken in a pool thread;
 - **its own quota answer**: with a quota, the gate (in the disk thread) sends ``Reserve``
   on the lane and waits for the reply the loop routes to it; with none, it only looks at
   whether the supervisor told the lane "stop";
@@ -193,14 +190,13 @@ class _Process:
     async def item(self, lane: _Lane, run: Run) -> Answer:
         """One item: lease, the step (awaited here), the result and the release, each record job off the loop.
 
-        With no quota to ask for (the gate never waits), its record work -- a folder's
-        lease, every effect step, its result and its release -- runs on the process's shared
-        disk thread, whose group commit syncs the streams of every item that reached a
-        durable point together side by side (:mod:`intentlog.effects.disk`). With a quota
-        (the gate waits for the supervisor's grant) the item keeps a disk thread of its own
-        and its result runs in a pool thread, so one item's wait holds no other back. A
-        store's lease (several requests), and every lease of a run with a quota, is taken
-        in a pool thread.
+        Its lease is taken in a pool thread (taking a lock waits on the disk). With no quota
+        to ask for (the gate never waits), the rest of its record work -- every effect step,
+        its result and its release -- runs on the process's shared disk thread, whose group
+        commit syncs the streams of every item that reached a durable point together side by
+        side (:mod:`intentlog.effects.disk`). With a quota (the gate waits for the
+        supervisor's grant) the item keeps a disk thread of its own and its result runs in a
+        pool thread, so one item's wait holds no other back.
         A cancel reaching it while record work runs for it waits for that work to end
         (a lease taken is released; a result being recorded is recorded and answered).
         """
@@ -213,15 +209,8 @@ class _Process:
         with disk.using():
             try:
                 try:
-                    leased: Answer | int
-                    if shared and not self.ledger.backend.lease_round_trips:
-                        # a lease that waits only on this host's disk (a folder's): on the shared disk thread
-                        # with the rest of the item's record work, answered as it ran (its lease.acquired
-                        # waits, deferred, for the attempt's sync); no hand-off to a pool thread and back
-                        args = (task, guard, run.item, run.backlog)
-                        leased = await self.on_disk(lease_item, *args, bare=True, durable=False)
-                    else:  # a store's lease is round trips; with a quota the item keeps its own threads
-                        leased = await self.in_pool(lease_item, task, guard, run.item, run.backlog)
+                    # in a pool thread always: taking a lock and reading the kernel's locks wait on the disk
+                    leased: Answer | int = await self.in_pool(lease_item, task, guard, run.item, run.backlog)
                     if not isinstance(leased, int):
                         return leased
                     epoch = leased
@@ -253,14 +242,11 @@ class _Process:
         work = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
         return await _uncut(work, whole)
 
-    async def on_disk(
-        self, fn: Callable[..., Any], *args: Any, whole: bool = False, bare: bool = False, durable: bool = True
-    ) -> Any:
+    async def on_disk(self, fn: Callable[..., Any], *args: Any, whole: bool = False, bare: bool = False) -> Any:
         """``fn(*args)`` on the task's (shared) disk thread, answered once what it wrote is durable; a cancel
-        as :meth:`in_pool` (``bare``: outside the stream's batch, for work that opens or closes the writer;
-        ``durable=False``: answered as soon as it ran, its deferred records synced by a later job)."""
+        as :meth:`in_pool` (``bare``: outside the stream's batch, for work that opens or closes the writer)."""
         disk = disk_of(args[0].stream)
-        work = disk.call(functools.partial(fn, *args), bare=bare, durable=durable)
+        work = disk.call(functools.partial(fn, *args), bare=bare)
         return await _uncut(work, whole)
 
 

@@ -77,11 +77,9 @@ class Job:
         error: BaseException | None = None,
         future: asyncio.Future[Any] | None = None,
         bare: bool = False,
-        durable: bool = True,
     ) -> None:
         self.fn, self.steps, self.answer, self.error = fn, steps, answer, error
         self.bare = bare  # run outside the stream's batch (it opens or closes the writer itself)
-        self.durable = durable  # answered after a sync covering what it wrote (False: as soon as it ran)
         self.end = False  # on the shared disk thread: the disk is left, its stream's batch ends
         self.future = future
         self.loop = future.get_loop() if future is not None else None
@@ -224,17 +222,14 @@ class Disk:
             raise RuntimeError("the disk thread is not running")
         jobs.put(job)
 
-    def call(self, fn: Callable[[], Any], *, bare: bool = False, durable: bool = True) -> asyncio.Future[Any]:
+    def call(self, fn: Callable[[], Any], *, bare: bool = False) -> asyncio.Future[Any]:
         """Run ``fn`` in the disk thread; the future resolves once what it wrote is durable.
 
         ``bare``: run it outside the stream's batch (a function that opens the writer with a
         gate of its own, or closes it): what it appends is synced by its own appends.
-        ``durable=False``: the future resolves as soon as ``fn`` ran, with no sync for it: for
-        work whose records wait, deferred, for the next durable record (a lease's
-        ``lease.acquired``), which the next job's sync covers.
         """
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        job = Job(fn, future=fut, bare=bare, durable=durable)
+        job = Job(fn, future=fut, bare=bare)
         _cancel_with(fut, job)
         self.post(job)
         return fut
@@ -284,9 +279,6 @@ class Disk:
                         continue
                     batched = True
                 job.run()
-                if not job.durable:  # answered as it is: what it wrote waits for a later job's sync
-                    job.deliver()
-                    continue
                 parked.append(job)
 
     def _flush(self, task: TaskStream, parked: list[Job], ready: deque[Job]) -> None:
@@ -434,9 +426,6 @@ class _Shared:
                     continue
                 held[disk] = cm
             job.run()
-            if not job.durable:  # answered as it is: what it wrote waits for a later job's sync
-                job.deliver()
-                continue
             written.setdefault(disk, []).append(entry)
 
     def _sync(self, jobs: list[tuple[Disk, TaskStream, Job]]) -> None:

@@ -167,10 +167,6 @@ class StoreLedgerStorage:
     def fences(self) -> bool:
         return True  # every append is a conditional create of the next segment: a taken lease cannot append
 
-    @property
-    def lease_round_trips(self) -> bool:
-        return True  # every lease, read and sync is a request to the store
-
     def lease_holder(self, stream: TaskStream) -> int | None:
         return os.getpid() if stream.writing else None
 
