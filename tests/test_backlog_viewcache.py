@@ -75,9 +75,9 @@ def _count_folds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = itemcache.fold_item
 
-    def counting(task_id: str, events: Any) -> Any:
+    def counting(task_id: str, events: Any, status: Any = None) -> Any:
         seen.append(task_id)
-        return real(task_id, events)
+        return real(task_id, events, status)
 
     monkeypatch.setattr(itemcache, "fold_item", counting)
     return seen

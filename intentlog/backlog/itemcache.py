@@ -51,7 +51,7 @@ import orjson
 
 from ..eventlog.format import Event, parse_utc
 from ..eventlog.storage import NO_STREAM
-from ..projections.status import task_status
+from ..projections.status import StatusFold, TaskStatus, task_status
 from ..viewcache.store import cache_dir, read_lines, write_lines
 from .model import LeaseRecord, LedgerLike, TaskExtras, task_extras
 
@@ -94,10 +94,11 @@ class ItemTask:
     reservations: tuple[tuple[float, dict[str, float]], ...]
 
 
-def fold_item(task_id: str, events: Iterable[Event]) -> ItemTask:
-    """An item task's :class:`ItemTask` from its events (pure)."""
+def fold_item(task_id: str, events: Iterable[Event], status: TaskStatus | None = None) -> ItemTask:
+    """An item task's :class:`ItemTask` from its events (pure); ``status``: their :func:`task_status`, when the
+    caller folded them already."""
     evs = list(events)
-    st = task_status(evs, task_id=task_id)
+    st = status if status is not None else task_status(evs, task_id=task_id)
     res = _reserved_in(evs)
     return ItemTask(TaskSummary(st.state, st.reason, st.next_step, st.next_operation), task_extras(evs, task_id), res)
 
@@ -195,7 +196,7 @@ def _decode_start(v: Any) -> tuple[bool, tuple[tuple[float, dict[str, float]], .
     return returned, _reservations(res)
 
 
-def entry_left(stream: TaskStream) -> CacheEntry | None:
+def entry_left(stream: TaskStream, fold: StatusFold | None = None) -> CacheEntry | None:
     """The cache entry of an item task as its writer just left it, from the events it held: no read.
 
     Made only when the handle's last writer vouches for every event and every stored byte
@@ -203,12 +204,14 @@ def entry_left(stream: TaskStream) -> CacheEntry | None:
     go, a store's segments up to its release, as a stamp
     (:meth:`~intentlog.eventlog.storage.StreamStorage.stamps`), so a later append makes it
     stale like any entry. None otherwise (the reader then reads the task whole).
+    ``fold``: the caller's status fold of the task, used when it folded exactly those events.
     """
     got = stream.take_left()
     if got is None:
         return None
     events, stamp = got
-    return stream.id, stamp, _encode(fold_item(stream.id, events))
+    status = fold.status() if fold is not None and fold.folded(events) else None
+    return stream.id, stamp, _encode(fold_item(stream.id, events, status))
 
 
 def remember(ledger: LedgerLike, backlog: str, entries: Iterable[Any], tasks: Collection[str]) -> None:

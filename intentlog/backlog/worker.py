@@ -27,7 +27,7 @@ from ..errors import IntentlogError, LeaseLost, NotSent, TaskBusy
 from ..eventlog import Event
 from ..eventlog.canonical import dumps
 from ..idioms.errors import Suspended
-from ..projections.status import AWAITING_ACCEPTANCE, ITEM_RETURNED, task_status
+from ..projections.status import AWAITING_ACCEPTANCE, ITEM_RETURNED, StatusFold, task_status
 from ..task import Task
 from . import leases
 from .children import run_step
@@ -60,6 +60,8 @@ __all__ = [
 Step = Callable[[Task, Any], Any]
 
 _PENDING_UNITS: dict[str, dict[str, float]] = {}
+#: per item task: the status fold its result was recorded with, for its view-cache line (:func:`with_entry`)
+_RESULT_FOLDS: dict[str, StatusFold] = {}
 CALLS: Final = "calls"
 #: seconds to an item waiting for an event's fallback look (the run takes it again as soon as its inbox holds it)
 EVENT_POLL: Final = 10.0
@@ -91,6 +93,7 @@ class ItemGate:
     def __init__(self, task: Task, conn: Connection, epoch: int, item: str, asks: bool = True) -> None:
         self.task, self.conn, self.epoch, self.item, self.asks = task, conn, epoch, item, asks
         self.locked: tuple[int, int] | None = None  # (dev, inode) of the lock file the kernel says we hold
+        self._lock_path: str | None = None  # a folder's lock file, named once
         self.deadline: float | None = None  # when the last grant lapses, on this process's monotonic clock
 
     def admit(self, kind: str, data: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -108,7 +111,8 @@ class ItemGate:
             raise Stopping(f"item {self.item!r}: the runner is stopping; the attempt did not start")
         if isinstance(answer, Spent):
             raise QuotaExhausted(f"item {self.item!r}: {answer.reason}; the attempt did not start")
-        self.check_lease()
+        if self.asks:  # the grant was waited for: the lease is checked again after the wait
+            self.check_lease()
         return (("quota.reserved", {"epoch": self.epoch, "units": want, "call": data.get("call")}),)
 
     def sending(self, call: str, attempt: int) -> None:
@@ -142,6 +146,11 @@ class ItemGate:
         # no quota: the supervisor's only word is "stop", sent unasked once the run stops
         return self.conn.recv() if self.conn.poll() else Grant("grant")
 
+    def _name_lock(self) -> str:
+        path = self.task.path
+        self._lock_path = str(path.with_name(path.name + ".lock"))
+        return self._lock_path
+
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` unless this process still holds the item task's lease.
 
@@ -160,12 +169,11 @@ class ItemGate:
         me = os.getpid()
         writing = self.task.stream.writing
         st: os.stat_result | None = None
-        where = str(self.task.path)
         if self.task.ledger.backend.fences:
+            where = str(self.task.path)
             holder = leases.holder(self.task)
         else:
-            lock = self.task.path.with_name(self.task.path.name + ".lock")
-            where = str(lock)
+            lock = where = self._lock_path or self._name_lock()
             try:
                 st = os.stat(lock, follow_symlinks=False)
             except OSError:  # the lock file is gone: it excludes no one, whoever locked it
@@ -288,20 +296,29 @@ def lease_item(task: Task, guard: ItemGate, item: str, backlog: str) -> Answer |
 def record_result(task: Task, item: str, backlog: str, epoch: int, value: Any) -> Done:
     """Record the step's JSON result, the task's acceptance and the lease's release under one sync."""
     result = _json_result(value)
+    fold = StatusFold(task.id)  # one fold, for the acceptance and then for the view-cache line
     with task.batch():  # the result, its acceptance and the release share one sync
         task.append(ITEM_RETURNED, {"result": result, "epoch": epoch})
-        if task_status(_events(task), task_id=task.id).state == AWAITING_ACCEPTANCE:  # held by the writer
+        for ev in _events(task):  # held by the writer (no read) when it holds the whole stream
+            fold.apply(ev)
+        if fold.status().state == AWAITING_ACCEPTANCE:
             task.accept(by=f"backlog {backlog}", note="the step returned")
         task.stream.append("lease.released", {"epoch": epoch})
+    held = task.stream.held_events()
+    if held is not None and fold.folded(held[: fold.count]):  # what was appended since, folded on
+        for ev in held[fold.count :]:
+            fold.apply(ev)
+        _RESULT_FOLDS[task.id] = fold
     return Done("done", item, result)  # its view-cache line is made once the writer closed: with_entry
 
 
 def with_entry(task: Task, answer: Answer) -> Answer:
     """A ``Done`` with its task's view-cache line, made from what the writer left as it closed (no read)."""
+    fold = _RESULT_FOLDS.pop(task.id, None)
     if not isinstance(answer, Done):
         return answer
     try:
-        return answer._replace(entry=entry_left(task.stream))
+        return answer._replace(entry=entry_left(task.stream, fold))
     except Exception:  # the line is for display only: the view reads the task instead
         return answer
 
@@ -328,6 +345,8 @@ def release_item(task: Task, epoch: int, released: bool, *, for_entry: bool = Fa
     what the writer left; otherwise that is dropped (the task handle outlives the item).
     """
     _PENDING_UNITS.pop(task.id, None)
+    if not for_entry:
+        _RESULT_FOLDS.pop(task.id, None)
     stream = task.stream
     try:
         if stream.writing and not released and epoch:

@@ -83,6 +83,7 @@ __all__ = [
     "status_of",
     "task_next_operation",
     "task_status",
+    "StatusFold",
     "taking_over",
 ]
 
@@ -575,15 +576,45 @@ def task_status(
     ``evidence``: the caller's check of a checkpoint's evidence against the store; the
     checkpoint that counts is then the one :func:`intentlog.checkpoints.latest_checkpoint` returns.
     """
-    fold = WorkStateFold(task_id)
-    ops_fold = OperatorFold()
-    idioms = IdiomFold()
+    fold = StatusFold(task_id)
     for ev in events:
         fold.apply(ev)
-        ops_fold.apply(ev)
-        idioms.apply(ev)
-    ws = fold.result()
-    return status_of(task_id, ws, ops_fold.result(ws, evidence=evidence), running=running, idioms=idioms.result())
+    return fold.status(running=running, evidence=evidence)
+
+
+class StatusFold:
+    """:func:`task_status` fed one event at a time: :meth:`status` after any prefix, the fold going on after it.
+
+    ``count`` and ``last`` (the last event's digest) name the prefix folded, so a caller
+    handed a list of events can tell whether this fold is of exactly that list.
+    """
+
+    __slots__ = ("_idioms", "_ops", "_task_id", "_ws", "count", "last")
+
+    def __init__(self, task_id: str) -> None:
+        self._task_id = task_id
+        self._ws = WorkStateFold(task_id)
+        self._ops = OperatorFold()
+        self._idioms = IdiomFold()
+        self.count = 0
+        self.last: str | None = None
+
+    def apply(self, ev: Event) -> None:
+        self._ws.apply(ev)
+        self._ops.apply(ev)
+        self._idioms.apply(ev)
+        self.count += 1
+        self.last = ev.digest
+
+    def folded(self, events: list[Event]) -> bool:
+        """Whether this fold is of exactly ``events`` (their number and the last one's digest)."""
+        return self.count == len(events) and (self.last if events else None) == (events[-1].digest if events else None)
+
+    def status(self, *, running: bool = False, evidence: EvidenceCheck | None = None) -> TaskStatus:
+        """The operator view of the events folded so far (more may be folded afterwards)."""
+        ws = self._ws.result()
+        ops = self._ops.result(ws, evidence=evidence)
+        return status_of(self._task_id, ws, ops, running=running, idioms=self._idioms.result())
 
 
 def status_of(
