@@ -229,6 +229,32 @@ def test_a_child_failed_in_the_other_backlog_fails_its_parent_at_once(
     led.close()
 
 
+def test_a_plain_join_of_a_child_failed_in_its_backlog_is_answered_at_once(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script (no runner) that sent children to a backlog and joins them, waiting: the one that backlog failed is
+    named at once, with the backlog's reason, instead of the join polling to its deadline and calling it queued."""
+    monkeypatch.setenv("OTHER_FAIL", "beta")
+    led = intentlog.open(root)
+    script = led.task("script")
+    for doc in DOCS:
+        script.spawn(f"s-{doc}", {"doc": doc}, backlog="sums")  # added to the backlog at once, outside a runner
+    other = led.backlog("sums").run(child, workers=2, until_idle=True, poll=0.02, backoff=0.01)
+    assert other.counts == {**other.counts, "done": 2, "failed": 1}
+    before = [e.kind for e in script.events()]
+    with pytest.raises(intentlog.ChildrenPending) as got:
+        script.join(wait=3600.0)  # a join that polled to its deadline would hold this test for an hour
+    assert [c for c, _, _ in got.value.blocked] == ["s-beta"], got.value
+    (_, state, step), = got.value.blocked
+    assert state.startswith("failed in backlog 'sums': UsageError: no summary for beta"), state
+    assert "spawn the work under a new child id" in step
+    assert [e.kind for e in script.events()] == before  # nothing joined, nothing written
+    # the two that returned are joined once the failed one is left out
+    joined = script.join(["s-alpha", "s-gamma"])
+    assert joined == {"s-alpha": {"summary": "sum:alpha"}, "s-gamma": {"summary": "sum:gamma"}}
+    led.close()
+
+
 def test_spawn_refuses_a_bad_or_changed_backlog_and_writes_nothing(tmp_path: Path) -> None:
     with intentlog.open(tmp_path / "l") as led:
         t = led.task("p")

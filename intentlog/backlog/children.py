@@ -39,7 +39,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..idioms import state
-from ..idioms.children import finish
+from ..idioms.children import finish, settled_child
 from ..idioms.suspend import suspending
 from .itemcache import read_items
 from .model import (
@@ -128,13 +128,8 @@ class BacklogChildren:
                     payload = state.current(parent).children[cid]
                 self.spawned(parent, cid, payload)
                 waiting = True
-            elif rec.failed is not None:
-                out.append(
-                    (cid, f"failed in backlog {name!r}: {rec.failed}",
-                     f"nothing runs it again: spawn the work under a new child id (intentlog log {cid} shows it)")
-                )  # fmt: skip
-            elif rec.done:  # done in the backlog, no result in its task (removed since): it never returns one
-                out.append((cid, f"done in backlog {name!r} with no result in its task", f"intentlog log {cid}"))
+            elif rec.failed is not None or rec.done:  # done with no result in its task (removed since): none comes
+                out.append(settled_child(cid, name, rec.failed))
             else:
                 waiting = True
         return None if waiting else out

@@ -45,7 +45,7 @@ import orjson
 from ..errors import NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
-from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX
+from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, settled_items
 from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, idiom_state
 from ..stream import as_recorded
 from . import state
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ..stream import TaskStream
     from .events import TaskHandles
 
-__all__ = ["finish", "hand_over", "join", "spawn"]
+__all__ = ["finish", "hand_over", "join", "settled_child", "spawn"]
 
 _pause = time.sleep
 _ITEM_INFIX = ".item."  # a backlog's item task is NAME.item.ITEM (intentlog.backlog.model.item_task_id)
@@ -203,6 +203,38 @@ def _blocked(ledger: TaskHandles, child_id: str) -> tuple[str, str]:
     return said, "run the child's script to its end: it returns its result with task.finish(result)"
 
 
+def settled_child(child_id: str, backlog: str, failed: str | None) -> tuple[str, str, str]:
+    """A child its backlog settled with no result in its task -- ``failed`` (the reason), or else done -- as
+    ``(id, state, next step)`` for :class:`ChildrenPending`: it never returns one."""
+    if failed is not None:
+        return (
+            child_id, f"failed in backlog {backlog!r}: {failed}",
+            f"nothing runs it again: spawn the work under a new child id (intentlog log {child_id} shows it)",
+        )  # fmt: skip
+    return child_id, f"done in backlog {backlog!r} with no result in its task", f"intentlog log {child_id}"
+
+
+def _settled_in_backlogs(
+    ledger: TaskHandles, parent: TaskStream, pending: list[str]
+) -> dict[str, tuple[str, str, str]]:
+    """The pending children sent to a backlog (``spawn(..., backlog=)``) that it settled with no result, read
+    from each such backlog's own record once."""
+    with parent.mutex:
+        where = state.current(parent).child_backlogs
+    by_backlog: dict[str, list[str]] = {}
+    for cid in pending:
+        if cid in where:
+            by_backlog.setdefault(where[cid], []).append(cid)
+    out: dict[str, tuple[str, str, str]] = {}
+    for name, cids in by_backlog.items():
+        stream = ledger.task(f"{name}{BACKLOG_SUFFIX}").stream
+        if not stream.exists():
+            continue
+        for cid, failed in settled_items(stream.events(), cids).items():
+            out[cid] = settled_child(cid, name, failed)
+    return out
+
+
 def join(
     ledger: TaskHandles, parent: TaskStream, children: Iterable[str] | None = None, *, wait: float = 0.0,
     poll: float = 1.0,
@@ -234,6 +266,9 @@ def join(
             if failed is None:
                 raise Suspended(parent.id, children=pending)
             raise ChildrenPending(parent.id, failed)
+        settled = _settled_in_backlogs(ledger, parent, pending)
+        if len(settled) == len(pending):  # none of them can return any more: no use waiting
+            raise ChildrenPending(parent.id, [settled[c] for c in pending])
         if time.monotonic() >= deadline:
-            raise ChildrenPending(parent.id, [(c, *_blocked(ledger, c)) for c in pending])
+            raise ChildrenPending(parent.id, [settled.get(c) or (c, *_blocked(ledger, c)) for c in pending])
         _pause(min(poll, max(0.01, deadline - time.monotonic())))

@@ -23,6 +23,7 @@ __all__ = [
     "BacklogPace",
     "PaceFold",
     "Running",
+    "settled_items",
     "unfinished_item_tasks",
 ]
 
@@ -46,6 +47,25 @@ def unfinished_item_tasks(events: Iterable[Event]) -> set[str]:
         elif ev.kind in ("backlog.item_done", "backlog.item_failed"):
             finished.add(item)
     return {t for item, t in task_of.items() if item not in finished}
+
+
+def settled_items(events: Iterable[Event], items: Iterable[str]) -> dict[str, str | None]:
+    """Of ``items``, each the backlog recorded failed (its reason) or else done (None); the rest are left out.
+
+    Both are final: nothing in a backlog's record runs a failed or done item again.
+    """
+    wanted = set(items)
+    failed: dict[str, str] = {}
+    done: set[str] = set()
+    for ev in events:
+        item = ev.data.get("item")
+        if not isinstance(item, str) or item not in wanted:
+            continue
+        if ev.kind == "backlog.item_failed":
+            failed[item] = str(ev.data.get("reason"))
+        elif ev.kind == "backlog.item_done":
+            done.add(item)
+    return {i: failed.get(i) for i in wanted if i in failed or i in done}
 
 
 #: seconds of the record the rate is counted over (the items settled within it, before the view's ``now``)
