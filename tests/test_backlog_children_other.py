@@ -182,6 +182,34 @@ def test_a_parent_waits_across_runs_until_the_other_backlog_is_run(root: str, tm
     assert receipt_counts(tmp_path / "receipts.jsonl") == {f"sum:{d}": 1 for d in DOCS}
 
 
+def test_a_parent_run_until_idle_ends_when_the_other_backlogs_supervisor_was_killed(root: str, tmp_path: Path) -> None:
+    """The other backlog's run is open in its record, but its supervisor was killed (SIGKILL): no live run can
+    settle the children, so the parent's run ends idle with the parent waiting, as with no run open (it waited
+    forever)."""
+    led = intentlog.open(root)
+    led.backlog("sums").add("warm", {"doc": "warm"})  # the backlog exists; its step refuses this one (no receipt)
+    step = "test_backlog_children_other:child"
+    other = subprocess.Popen(
+        [sys.executable, "-m", "intentlog.cli", "--root", root, "run", "sums", "--step", step],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OTHER_FAIL": "warm"},
+    )  # fmt: skip
+    try:
+        _wait_for_record(led, "sums", "backlog.run_started", other)
+    finally:
+        other.kill()
+        other.communicate()
+    assert not _records(led, "sums", "backlog.run_stopped")  # its run is left open in the record
+    fan = led.backlog("fan")
+    fan.add("digest", {"docs": DOCS, "name": "k", "to": "sums"})
+    led.close()
+    run = _cli(root, "run", "fan", "--step", "test_backlog_children_other:parent", "--until-idle")  # ends, or times out
+    assert "Traceback" not in run.stderr, run.stderr
+    with intentlog.open(root) as led:
+        row = {r.item: r for r in led.backlog("fan").view().items}["digest"]
+        assert row.state == "scheduled" and row.children == {"queued": 3}, row
+        assert receipt_counts(tmp_path / "receipts.jsonl") == {}
+
+
 def test_the_tree_lists_children_the_parent_never_waited_for(root: str, tmp_path: Path) -> None:
     # children settled in the other backlog before their parent joins: the join returns at once, the parent never
     # waits for them (no backlog.item_scheduled {children}); the tree still lists each one, from the parent's links

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import IntentlogError
@@ -36,7 +36,7 @@ from .procs import boot_id, host_name, start_time
 if TYPE_CHECKING:
     from .journal import Journal
 
-__all__ = ["BEAT", "FRESH", "STALE", "BacklogBusy", "RunOwner"]
+__all__ = ["BEAT", "FRESH", "STALE", "BacklogBusy", "RunOwner", "holder_gone"]
 
 #: seconds between a run's heartbeats
 BEAT: Final = 1.5
@@ -48,6 +48,23 @@ STALE: Final = 6.0
 _NOT_THE_HOLDERS: Final = frozenset({"backlog.item_added", "backlog.item_unblocked"})
 #: the tokens of the runs going on in this process (an open run of this pid not here ended without its record)
 _RUNNING: set[str] = set()
+
+
+def holder_gone(run: Mapping[str, Any]) -> bool | None:
+    """Whether an open run's holder (its ``backlog.run_started`` data) is gone, as this machine can tell.
+
+    True: it ran on this machine since its boot and its process is gone (its pid free or
+    reused, or it was this process's and ended without recording its end). False: it runs.
+    None: it ran on another machine or before this boot; only its records can tell (a
+    live run records a heartbeat every :data:`BEAT` s).
+    """
+    me = boot_id()
+    if me is None or run.get("boot_id") != me or run.get("host") != host_name():
+        return None
+    pid = int(run.get("pid", -1))
+    if pid == os.getpid():
+        return run.get("run") not in _RUNNING
+    return start_time(pid) != run.get("start_time")
 
 
 class BacklogBusy(IntentlogError):
@@ -118,20 +135,10 @@ class RunOwner:
     def _gone(self, other: dict[str, Any]) -> bool:
         """The open run's holder ran on this machine since its boot and is gone (its pid free or reused, or it
         was this process's and ended without recording it)."""
-        return self._here(other) and not self._alive_here(other)
+        return holder_gone(other) is True
 
     def _alive_here(self, other: dict[str, Any]) -> bool:
-        if not self._here(other):
-            return False
-        pid = int(other.get("pid", -1))
-        if pid == os.getpid():
-            return other.get("run") in _RUNNING
-        return start_time(pid) == other.get("start_time")
-
-    @staticmethod
-    def _here(other: dict[str, Any]) -> bool:
-        me = boot_id()
-        return me is not None and other.get("boot_id") == me and other.get("host") == host_name()
+        return holder_gone(other) is False
 
     def _holder_wrote(self, seq: int) -> bool:
         """Whether a record other than an add or an unblock follows ``seq`` in the backlog stream."""

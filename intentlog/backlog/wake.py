@@ -16,11 +16,12 @@ record.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from ..projections.idioms import INBOX_SUFFIX, inbox_signals
 from .model import BacklogFold, backlog_stream_id
+from .runlease import STALE, holder_gone
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -88,6 +89,8 @@ class _Elsewhere:
     task: Task
     fold: BacklogFold
     size: int
+    #: on this process's monotonic clock: when its stream was first looked at or last seen to move
+    moved: float = field(default_factory=time.monotonic)
 
 
 class ChildrenWatch:
@@ -116,9 +119,21 @@ class ChildrenWatch:
         return w.fold.items.get(child)
 
     def running(self, backlog: str) -> bool:
-        """Whether ``backlog``'s record holds a run started and not stopped (its children may still settle)."""
+        """Whether ``backlog`` has a live run (its children may still settle there without a person).
+
+        Its record holds a run started and not stopped, and that run's holder is not gone:
+        on this machine its process runs (pid and start time); from another machine, its
+        stream moved within :data:`~.runlease.STALE` s on this process's clock (a live run
+        records a heartbeat every :data:`~.runlease.BEAT` s). A supervisor killed with its
+        run open is no reason to wait.
+        """
         w = self.backlogs.get(backlog)
-        return w is not None and w.fold.run is not None and w.fold.stopped is None
+        if w is None or w.fold.run is None or w.fold.stopped is not None:
+            return False
+        gone = holder_gone(w.fold.run)
+        if gone is not None:
+            return not gone
+        return time.monotonic() - w.moved < STALE
 
     def look(self) -> None:
         """Fold what each watched backlog appended since the last look, where its stream moved."""
@@ -133,7 +148,7 @@ class ChildrenWatch:
         size = self.ledger.backend.progress(w.task.stream)  # before the read: an append racing it moves it again
         if size == w.size:
             return
-        w.size = size
+        w.size, w.moved = size, time.monotonic()
         if size < 0:
             return  # no such backlog yet: no child of it settled
         for ev in w.task.events(since=w.fold.seq + 1):
