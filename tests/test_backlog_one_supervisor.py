@@ -321,3 +321,22 @@ def test_a_run_of_this_process_that_ended_without_its_record_is_taken_over_at_on
     runs = [e.data for e in b.task.events() if e.kind == "backlog.run_started"]
     assert len(runs) == 2 and runs[1]["took_over"]["run"] == live.token
     b.task.close()
+
+
+def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -> None:
+    """``holder_gone``: this machine's pid and start time say gone or alive; another machine, or a record whose
+    pid is not a positive int (edited), is unknown (None: only the stream's movement can tell), never an error."""
+    import os
+
+    from intentlog.backlog.procs import boot_id, host_name, start_time
+    from intentlog.backlog.runlease import holder_gone
+
+    here = {"boot_id": boot_id(), "host": host_name()}
+    parent = os.getppid()
+    assert holder_gone({**here, "pid": parent, "start_time": start_time(parent), "run": "x"}) is False
+    assert holder_gone({**here, "pid": parent, "start_time": -1, "run": "x"}) is True  # the pid was reused
+    assert holder_gone({**here, "pid": os.getpid(), "start_time": 0, "run": "not-this-process's"}) is True
+    assert holder_gone({**here, "boot_id": "another-boot", "pid": parent, "start_time": 1}) is None
+    assert holder_gone({**here, "host": "elsewhere", "pid": parent, "start_time": 1}) is None
+    for pid in ("12", None, 0, -5, 1.5, True):
+        assert holder_gone({**here, "pid": pid, "start_time": 1}) is None, pid

@@ -55,13 +55,15 @@ def holder_gone(run: Mapping[str, Any]) -> bool | None:
 
     True: it ran on this machine since its boot and its process is gone (its pid free or
     reused, or it was this process's and ended without recording its end). False: it runs.
-    None: it ran on another machine or before this boot; only its records can tell (a
-    live run records a heartbeat every :data:`BEAT` s).
+    None: it ran on another machine or before this boot, or its record names no pid; only
+    its records can tell (a live run records a heartbeat every :data:`BEAT` s).
     """
     me = boot_id()
     if me is None or run.get("boot_id") != me or run.get("host") != host_name():
         return None
-    pid = int(run.get("pid", -1))
+    pid = run.get("pid")
+    if type(pid) is not int or pid <= 0:  # a record edited or written by something else: not this machine's word
+        return None
     if pid == os.getpid():
         return run.get("run") not in _RUNNING
     return start_time(pid) != run.get("start_time")
