@@ -161,3 +161,25 @@ def test_children_on_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
         parent.spawn("c1", {"doc": 1})
         assert parent.join() == {"c1": 42, "c2": 7}
         assert _kinds(parent).count(CHILD_SPAWNED) == 2
+
+
+def test_a_child_that_returns_between_the_joins_two_reads_is_joined_not_called_done_without_result(
+    ledger: intentlog.Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain join reads each child, then the backlog a child was sent to. A child that returns in between (its
+    task's result first, then its backlog records it done) is joined with its result on the next read, never
+    reported "done in backlog ... with no result"."""
+    parent = ledger.task("p")
+    parent.spawn("c", {"n": 1}, backlog="kids")  # added to the backlog at once: nothing runs it here
+    real = children_mod.settled_items
+
+    def child_returns_meanwhile(events: object, items: object) -> dict[str, str | None]:
+        monkeypatch.setattr(children_mod, "settled_items", real)
+        kid = ledger.task("c")
+        kid.finish({"done": True})  # the child's own result, then its backlog's record of it
+        kid.close()
+        return {"c": None}  # as the backlog's record read now says: done
+
+    monkeypatch.setattr(children_mod, "settled_items", child_returns_meanwhile)
+    assert parent.join(wait=60.0) == {"c": {"done": True}}
+    assert [e.kind for e in parent.events()][-1] == JOINED

@@ -235,6 +235,12 @@ def _settled_in_backlogs(
     return out
 
 
+def _returned_since(ledger: TaskHandles, children: list[str]) -> bool:
+    """Whether one of ``children``, read as not returned, has returned since (a child records its result in its
+    own task before its backlog records it done, so a read of the backlog can be newer than the child's)."""
+    return any(idiom_state(ledger.task(c).stream.events()).returned for c in children)
+
+
 def join(
     ledger: TaskHandles, parent: TaskStream, children: Iterable[str] | None = None, *, wait: float = 0.0,
     poll: float = 1.0,
@@ -265,8 +271,12 @@ def join(
             failed = r.failed(parent, pending)
             if failed is None:
                 raise Suspended(parent.id, children=pending)
+            if _returned_since(ledger, [c for c, _, _ in failed]):
+                continue  # one returned between the two reads (its backlog then recorded it done): read again
             raise ChildrenPending(parent.id, failed)
         settled = _settled_in_backlogs(ledger, parent, pending)
+        if settled and _returned_since(ledger, list(settled)):
+            continue
         if len(settled) == len(pending):  # none of them can return any more: no use waiting
             raise ChildrenPending(parent.id, [settled[c] for c in pending])
         if time.monotonic() >= deadline:
