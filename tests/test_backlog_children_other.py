@@ -17,11 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from backlog_chaos import receipt_counts
 from backlog_steps import serve
 
 import intentlog
+from intentlog.backlog import ItemTaskTaken
 from intentlog.projections.idioms import idiom_state
 
 TESTS = Path(__file__).parent
@@ -281,6 +283,71 @@ def test_a_plain_join_of_a_child_failed_in_its_backlog_is_answered_at_once(
     joined = script.join(["s-alpha", "s-gamma"])
     assert joined == {"s-alpha": {"summary": "sum:alpha"}, "s-gamma": {"summary": "sum:gamma"}}
     led.close()
+
+
+def _boom(task: intentlog.Task, payload: dict[str, Any]) -> None:
+    raise ValueError("the plain item fails")
+
+
+def test_a_plain_item_of_the_childs_id_is_not_the_child(root: str) -> None:
+    """A plain item ``c`` (its task ``kids.item.c``) failed in backlog ``kids`` kept a child ``c`` from being added
+    there: the join must not report the child as failed in that backlog (it never ran there), and a runner's join
+    names the refusal instead of the plain item's failure."""
+    from intentlog.backlog.children import BacklogChildren
+
+    led = intentlog.open(root)
+    kids = led.backlog("kids")
+    kids.add("c", {"n": 1}, max_attempts=1)
+    assert kids.run(_boom, workers=1, until_idle=True, poll=0.02).counts["failed"] == 1
+    script = led.task("script")
+    with pytest.raises(ItemTaskTaken):
+        script.spawn("c", {"n": 2}, backlog="kids")  # the parent's link is written first: the child stays pending
+    with pytest.raises(intentlog.ChildrenPending) as got:
+        script.join(["c"])
+    (cid, state, _), = got.value.blocked
+    assert cid == "c" and "failed in backlog" not in state and "plain item fails" not in state, state
+    with pytest.raises(ItemTaskTaken):  # a runner adds it again, and is refused again: never "failed"
+        BacklogChildren(led, "script-backlog").failed(script.stream, ["c"])
+    led.close()
+
+
+def test_a_plain_join_reads_no_backlog_it_cannot_trust(tmp_path: Path) -> None:
+    """A damaged backlog stream, or a link (re-chained by an editor) naming a path instead of a backlog: a plain join
+    still answers with the child pending (verify names the damage), and writes nothing."""
+    from test_provider_dedup import folder_bytes, rechain
+
+    root = tmp_path / "l"
+    with intentlog.open(root) as led:
+        script = led.task("script")
+        script.spawn("c1", {"n": 1}, backlog="sums")
+        script.spawn("c2", {"n": 2}, backlog="sums")
+    stream = root / "tasks" / "sums.backlog.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    assert b'"item":"c1"' in lines[2] and len(lines) == 4  # created, the backlog's checkpoint, c1, c2
+    lines[2] = lines[2].replace(b'"c1"', b'"c9"')  # an edit in the middle: the chain breaks there
+    stream.write_bytes(b"".join(lines))
+    before = folder_bytes(root)
+    with intentlog.open(root) as led:
+        with pytest.raises(intentlog.ChildrenPending) as got:
+            led.task("script").join()
+        assert sorted(c for c, _, _ in got.value.blocked) == ["c1", "c2"]
+    assert folder_bytes(root) == before
+    # the parent's own link edited to name '../etc' and its chain rewritten: no backlog is read by that name
+    path = root / "tasks" / "script.jsonl"
+    evs = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    for ev in evs:
+        if ev["kind"] == "task.child_spawned" and ev["data"]["child"] == "c1":
+            ev["data"]["backlog"] = "../etc"
+    rechain(path, evs)
+    before = folder_bytes(root)
+    with intentlog.open(root) as led:
+        st = idiom_state(led.task("script").events())
+        assert "c1" in st.children and "c1" not in st.child_backlogs
+        assert any("'../etc'" in a for a in st.anomalies), st.anomalies
+        with pytest.raises(intentlog.ChildrenPending) as got:
+            led.task("script").join()
+        assert sorted(c for c, _, _ in got.value.blocked) == ["c1", "c2"]
+    assert folder_bytes(root) == before
 
 
 def test_spawn_refuses_a_bad_or_changed_backlog_and_writes_nothing(tmp_path: Path) -> None:

@@ -340,3 +340,29 @@ def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -
     assert holder_gone({**here, "host": "elsewhere", "pid": parent, "start_time": 1}) is None
     for pid in ("12", None, 0, -5, 1.5, True):
         assert holder_gone({**here, "pid": pid, "start_time": 1}) is None, pid
+
+
+def test_a_run_is_never_judged_gone_by_its_own_process_once_its_start_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment ``backlog.run_started`` is durable, a reader in the same process (another backlog's parent run
+    asking whether this one may still settle children) sees its holder alive, not gone."""
+    import intentlog
+    from intentlog.backlog.journal import Journal
+    from intentlog.backlog.runlease import holder_gone
+
+    seen: list[bool | None] = []
+    record = Journal.record
+
+    def record_and_ask(self: Journal, kind: str, data: dict[str, Any]) -> Any:
+        ev = record(self, kind, data)
+        if kind == "backlog.run_started":
+            seen.append(holder_gone(ev.data))
+        return ev
+
+    monkeypatch.setattr(Journal, "record", record_and_ask)
+    with intentlog.open(tmp_path / "l") as led:
+        b = led.backlog("solo")
+        b.add("a", {"n": 1})
+        assert b.run(lambda task, payload: payload, workers=1, until_idle=True, poll=0.02).counts["done"] == 1
+    assert seen == [False]

@@ -123,7 +123,7 @@ class BacklogChildren:
             if f is None:
                 f = folds[name] = self.handle(name).fold()
             rec = f.items.get(cid)
-            if rec is None:
+            if rec is None or rec.task != cid:  # not an item yet, or its id taken by another task (adding refuses)
                 with parent.mutex:
                     payload = state.current(parent).children[cid]
                 self.spawned(parent, cid, payload)

@@ -123,11 +123,15 @@ class RunOwner:
             sleep(0.2)
         if other is not None:
             self.took_over = {k: other.get(k) for k in ("pid", "host", "start_time", "run")}
-        self.journal.record(
-            "backlog.run_started",
-            {**ident, "run": self.token, **({"took_over": self.took_over} if self.took_over else {})},
-        )
-        _RUNNING.add(self.token)
+        _RUNNING.add(self.token)  # before the record: a reader in this process never sees it open and gone
+        try:
+            self.journal.record(
+                "backlog.run_started",
+                {**ident, "run": self.token, **({"took_over": self.took_over} if self.took_over else {})},
+            )
+        except BaseException:
+            _RUNNING.discard(self.token)
+            raise
         self.landed = self.clock()
 
     def end(self) -> None:

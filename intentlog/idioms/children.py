@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
 
-from ..errors import NotSerializable, UsageError
+from ..errors import IntentlogError, NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
 from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, settled_items
@@ -228,9 +228,11 @@ def _settled_in_backlogs(
     out: dict[str, tuple[str, str, str]] = {}
     for name, cids in by_backlog.items():
         stream = ledger.task(f"{name}{BACKLOG_SUFFIX}").stream
-        if not stream.exists():
+        try:
+            settled = settled_items(stream.events(), cids) if stream.exists() else {}
+        except IntentlogError:  # a damaged backlog stream says nothing here (verify and repair name it)
             continue
-        for cid, failed in settled_items(stream.events(), cids).items():
+        for cid, failed in settled.items():
             out[cid] = settled_child(cid, name, failed)
     return out
 

@@ -50,22 +50,29 @@ def unfinished_item_tasks(events: Iterable[Event]) -> set[str]:
 
 
 def settled_items(events: Iterable[Event], items: Iterable[str]) -> dict[str, str | None]:
-    """Of ``items``, each the backlog recorded failed (its reason) or else done (None); the rest are left out.
+    """Of ``items`` -- spawned children, each an item whose task is itself -- each the backlog recorded failed (its
+    reason) or else done (None); the rest are left out.
 
-    Both are final: nothing in a backlog's record runs a failed or done item again.
+    Both are final: nothing in a backlog's record runs a failed or done item again. An
+    item of the same id done by another task (a plain item ``NAME.item.ID``, which kept the
+    child from being added) is not the child: it is left out.
     """
     wanted = set(items)
+    mine: set[str] = set()
     failed: dict[str, str] = {}
     done: set[str] = set()
     for ev in events:
         item = ev.data.get("item")
         if not isinstance(item, str) or item not in wanted:
             continue
-        if ev.kind == "backlog.item_failed":
+        if ev.kind == "backlog.item_added":
+            if ev.data.get("task") == item:
+                mine.add(item)
+        elif ev.kind == "backlog.item_failed":
             failed[item] = str(ev.data.get("reason"))
         elif ev.kind == "backlog.item_done":
             done.add(item)
-    return {i: failed.get(i) for i in wanted if i in failed or i in done}
+    return {i: failed.get(i) for i in wanted & mine if i in failed or i in done}
 
 
 #: seconds of the record the rate is counted over (the items settled within it, before the view's ``now``)

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ..eventlog.format import Event
+from .backlogs import BACKLOG_NAME_RE
 
 __all__ = [
     "CHILD_SPAWNED",
@@ -220,8 +221,11 @@ class IdiomFold:
             self._anomaly(ev, "a child without an id")
         elif child not in self.children:
             self.children[child] = d.get("payload")
-            if type(d.get("backlog")) is str:
-                self.child_backlogs[child] = d["backlog"]
+            where = d.get("backlog")
+            if type(where) is str and BACKLOG_NAME_RE.match(where):
+                self.child_backlogs[child] = where
+            elif where is not None:  # an edited record: no backlog named so is read (its stream's path from it)
+                self._anomaly(ev, f"child {child!r} sent to {where!r}, not a backlog name")
 
     def _spawned_by(self, ev: Event, d: dict[str, Any]) -> None:
         parent = d.get("parent")
