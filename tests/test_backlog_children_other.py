@@ -23,7 +23,7 @@ from backlog_chaos import receipt_counts
 from backlog_steps import serve
 
 import intentlog
-from intentlog.backlog import ItemTaskTaken
+from intentlog.backlog import Backlog, ItemTaskTaken
 from intentlog.projections.idioms import idiom_state
 
 TESTS = Path(__file__).parent
@@ -289,7 +289,7 @@ def _boom(task: intentlog.Task, payload: dict[str, Any]) -> None:
     raise ValueError("the plain item fails")
 
 
-def test_a_plain_item_of_the_childs_id_is_not_the_child(root: str) -> None:
+def test_a_plain_item_of_the_childs_id_is_not_the_child(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A plain item ``c`` (its task ``kids.item.c``) failed in backlog ``kids`` kept a child ``c`` from being added
     there: the join must not report the child as failed in that backlog (it never ran there), and a runner's join
     names the refusal instead of the plain item's failure."""
@@ -300,14 +300,70 @@ def test_a_plain_item_of_the_childs_id_is_not_the_child(root: str) -> None:
     kids.add("c", {"n": 1}, max_attempts=1)
     assert kids.run(_boom, workers=1, until_idle=True, poll=0.02).counts["failed"] == 1
     script = led.task("script")
-    with pytest.raises(ItemTaskTaken):
-        script.spawn("c", {"n": 2}, backlog="kids")  # the parent's link is written first: the child stays pending
+    # the link landed while the plain item was being added (the spawn's check before it saw no item 'c')
+    with monkeypatch.context() as m:
+        m.setattr(Backlog, "check_child", lambda *a, **k: None)
+        with pytest.raises(ItemTaskTaken):
+            script.spawn("c", {"n": 2}, backlog="kids")  # the parent's link is written first: the child stays pending
     with pytest.raises(intentlog.ChildrenPending) as got:
         script.join(["c"])
     (cid, state, _), = got.value.blocked
     assert cid == "c" and "failed in backlog" not in state and "plain item fails" not in state, state
     with pytest.raises(ItemTaskTaken):  # a runner adds it again, and is refused again: never "failed"
         BacklogChildren(led, "script-backlog").failed(script.stream, ["c"])
+    led.close()
+
+
+def _ledger_state(led: intentlog.Ledger, root: str) -> object:
+    """What a refused spawn must leave as it was: the folder's bytes, or on a store each stream's records."""
+    from test_provider_dedup import folder_bytes
+
+    if not root.startswith("s3://"):
+        return folder_bytes(Path(root))
+    return {t: [e.digest for e in led.task(t).events()] for t in led.task_ids()}
+
+
+def test_a_child_its_backlog_refuses_leaves_no_link(root: str) -> None:
+    """``task.spawn(..., backlog=NAME)`` of a child its backlog refuses -- the id is a plain item's, or the payload
+    holds a credential -- raises and writes nothing: no parent link to a child that could never be added (the
+    parent's join would wait for it forever), no child stream."""
+    led = intentlog.open(root)
+    led.backlog("kids").add("c", {"n": 1})
+    script = led.task("script")
+    script.checkpoint("begun")
+    before = _ledger_state(led, root)
+    with pytest.raises(ItemTaskTaken, match="'kids' item 'c' is done by task 'kids.item.c'"):
+        script.spawn("c", {"n": 2}, backlog="kids")
+    with pytest.raises(intentlog.UsageError, match="holds a credential"):
+        script.spawn("d", {"api_key": "sk-abc"}, backlog="kids")
+    assert _ledger_state(led, root) == before
+    assert idiom_state(script.events()).children == {} and not led.task("c").stream.exists()
+    script.spawn("e", {"n": 3}, backlog="kids")  # a child the backlog takes is still added, its read reused
+    assert [r["item"] for r in _records(led, "kids", "backlog.item_added")] == ["c", "e"]
+    led.close()
+
+
+def _spawns_or_answers(task: intentlog.Task, payload: dict[str, Any]) -> Any:
+    if "child" not in payload:
+        return payload["n"]
+    task.spawn(payload["child"], {"n": 9})
+    return task.join()
+
+
+def test_a_step_spawning_a_child_its_backlog_refuses_fails_at_once_with_no_link(root: str) -> None:
+    """Inside a run, a step's spawn of a child its own backlog refuses (the id is a plain item's) fails the parent
+    item at once -- every attempt would be refused the same way -- and records no link in the parent's task."""
+    led = intentlog.open(root)
+    b = led.backlog("jobs")
+    b.add("c", {"n": 1}, max_attempts=5)
+    b.add("p", {"child": "c"}, max_attempts=5)
+    view = b.run(_spawns_or_answers, workers=1, until_idle=True, poll=0.02)
+    rows = {r.item: r for r in view.items}
+    assert rows["c"].state == "done", rows["c"]
+    assert rows["p"].state == "failed" and "ItemTaskTaken" in (rows["p"].reason or ""), rows["p"]
+    assert rows["p"].failures == 1, rows["p"]  # at once, not after five attempts
+    assert idiom_state(led.task(b.task_id("p")).events()).children == {}
+    assert not led.task("c").stream.exists()
     led.close()
 
 

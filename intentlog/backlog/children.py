@@ -73,6 +73,8 @@ class _Adds(Protocol):
 
     def add_child(self, child_id: str, payload: Any, *, parent: str) -> ItemRecord: ...
 
+    def check_child(self, child_id: str, payload: Any, *, parent: str) -> None: ...
+
     def fold(self) -> BacklogFold: ...
 
 
@@ -103,6 +105,10 @@ class BacklogChildren:
         """The backlog the child is an item of: the one its link names, else this item's."""
         with parent.mutex:
             return state.current(parent).child_backlogs.get(child_id, self.name)
+
+    def check(self, parent: TaskStream, child_id: str, payload: Any, backlog: str | None) -> None:
+        """What adding the child to its backlog (``backlog``, else this item's) would refuse, raised now."""
+        self.handle(backlog or self.name).check_child(child_id, payload, parent=parent.id)
 
     def spawned(self, parent: TaskStream, child_id: str, payload: Any) -> None:
         """Add the child as an item of its backlog (a no-op when it is one already)."""

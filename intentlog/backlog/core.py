@@ -27,7 +27,7 @@ from typing import Any
 
 from .._internal.args import check_seconds
 from .._internal.digest import digest_bytes
-from ..errors import IntentlogError, UsageError
+from ..errors import UsageError
 from ..eventlog.canonical import dumps, redact_value
 from ..eventlog.format import TASK_ID_RE, Event
 from ..eventlog.redaction import scrub_text, shape_spans
@@ -40,6 +40,7 @@ from . import leases
 from .children import children_elsewhere, with_children
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
+from .errors import BacklogTaken, ItemTaskTaken, PayloadChanged, StillBlocked
 from .inflight import check_in_flight
 from .itemcache import read_item_task, read_items, remember
 from .model import (
@@ -64,22 +65,6 @@ from .supervisor import Supervisor
 _OPTIONS = ("priority", "not_before", "max_attempts", "inactivity", "max_duration")
 
 __all__ = ["Backlog", "BacklogTaken", "BacklogView", "ItemTaskTaken", "PayloadChanged", "StillBlocked"]
-
-
-class PayloadChanged(IntentlogError, ValueError):
-    """An item id was added again with another payload: an item id names one payload forever."""
-
-
-class ItemTaskTaken(IntentlogError, ValueError):
-    """A new item's task already holds records the backlog did not write: the item is not added."""
-
-
-class BacklogTaken(IntentlogError, ValueError):
-    """The backlog's stream (``NAME.backlog``) is a task no backlog wrote: nothing is added, run or unblocked there."""
-
-
-class StillBlocked(IntentlogError):
-    """``unblock`` was asked while the item's task still needs a person (the reason holds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,13 +204,46 @@ class Backlog:
         ``max_attempts`` and limits. Called by a step's ``task.spawn`` inside a run
         (:mod:`intentlog.backlog.children`); the same child again writes nothing.
         """
+        return self._add_entries([self._child_entry(child_id, payload, parent)])[0]
+
+    def check_child(self, child_id: str, payload: Any, *, parent: str) -> None:
+        """Raise what :meth:`add_child` would refuse for this child now, reading the backlog once; writes nothing.
+
+        ``task.spawn`` asks this before it records the parent's link: a child the backlog
+        refuses (its id another task's item, the item added with another payload, a
+        credential in the payload, a stream no backlog wrote) leaves no link to a child that
+        could never be added. The fold read here is kept: an add right after reuses it while
+        the stream's count and head are unchanged (checked under the lock, as always).
+        """
+        entry = self._child_entry(child_id, payload, parent)
+        f = self.fold()
+        self._refuse_foreign(f)
+        old = f.items.get(child_id)
+        if old is not None:
+            self._refuse_other(entry, old.task, old.payload_hash)
+        self._fold = f
+
+    def _child_entry(self, child_id: str, payload: Any, parent: str) -> dict[str, Any]:
         if child_id == self.stream_id or child_id.startswith(f"{self.name}.item."):
             raise UsageError(
                 f"backlog {self.name!r}: child id {child_id!r} names one of the backlog's own tasks; spawn the child "
                 "under an id of its own; nothing was added to the backlog"
             )
-        entry = self._entry(child_id, payload, None, None, None, None, None, task=child_id, parent=parent)
-        return self._add_entries([entry])[0]
+        return self._entry(child_id, payload, None, None, None, None, None, task=child_id, parent=parent)
+
+    def _refuse_other(self, e: dict[str, Any], task: str, payload_hash: str | None) -> None:
+        """The refusal of entry ``e`` for an item id already added for ``task`` with ``payload_hash``."""
+        if task != e["task"]:
+            raise ItemTaskTaken(
+                f"backlog {self.name!r} item {e['item']!r} is done by task {task!r}, not {e['task']!r}: "
+                "an item id names one task; spawn the child under another id; nothing was written"
+            )
+        if payload_hash is not None and payload_hash != e["payload_hash"]:
+            raise PayloadChanged(
+                f"backlog {self.name!r} item {e['item']!r} was added with payload {payload_hash}, not "
+                f"{e['payload_hash']}; an item id names one payload: add the new payload under a new id; "
+                "nothing was written"
+            )
 
     def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[ItemRecord]:
         """Add many items under one lock and one sync: each a mapping of :meth:`add`'s arguments.
@@ -315,17 +333,7 @@ class Backlog:
                     seen = new.get(e["item"])
                     h = old.payload_hash if old is not None else seen["payload_hash"] if seen is not None else None
                     was = old.task if old is not None else seen["task"] if seen is not None else e["task"]
-                    if was != e["task"]:
-                        raise ItemTaskTaken(
-                            f"backlog {self.name!r} item {e['item']!r} is done by task {was!r}, not {e['task']!r}: "
-                            "an item id names one task; spawn the child under another id; nothing was written"
-                        )
-                    if h is not None and h != e["payload_hash"]:
-                        raise PayloadChanged(
-                            f"backlog {self.name!r} item {e['item']!r} was added with payload {h}, not "
-                            f"{e['payload_hash']}; an item id names one payload: add the new payload under a new id; "
-                            "nothing was written"
-                        )
+                    self._refuse_other(e, was, h)
                     if h is None:
                         new[e["item"]] = e
                 # a task whose stamp says it has no stream holds no record to refuse: not read (on a store, the

@@ -12,7 +12,11 @@ which of them are *permanent*. Guarantees:
   attempt), the refusals of what a step records that the same step records again on every
   attempt (:class:`~intentlog.errors.NotSerializable`: a value that is not exact JSON;
   :class:`~intentlog.errors.InvalidTaskId`: a malformed task or child id;
-  :class:`~intentlog.errors.ReservedKind`: an event kind only intentlog writes), and
+  :class:`~intentlog.errors.ReservedKind`: an event kind only intentlog writes), a
+  backlog's refusal of a child the step spawns (:class:`~intentlog.backlog.ItemTaskTaken`:
+  its id is another task's item; :class:`~intentlog.backlog.PayloadChanged`: the item was
+  added with another payload; :class:`~intentlog.backlog.BacklogTaken`: the backlog's
+  stream is not a backlog's), and
   :class:`~intentlog.idioms.errors.ChildrenPending` in a backlog (every child the join waits
   for is settled and some failed: joining again cannot succeed);
 - everything else a step raises is a failed attempt, retried after a backoff up to
@@ -25,12 +29,14 @@ from typing import Final
 
 from ..errors import InvalidTaskId, NotSerializable, ReservedKind, UsageError
 from ..idioms.errors import ChildrenPending
+from .errors import BacklogTaken, ItemTaskTaken, PayloadChanged
 
 __all__ = ["PERMANENT", "permanent_reason"]
 
 #: the exception types a retry would raise again
 PERMANENT: Final[tuple[type[BaseException], ...]] = (
-    UsageError, NotSerializable, InvalidTaskId, ReservedKind, ChildrenPending,
+    UsageError, NotSerializable, InvalidTaskId, ReservedKind, ChildrenPending, ItemTaskTaken, PayloadChanged,
+    BacklogTaken,
 )  # fmt: skip
 
 

@@ -106,6 +106,7 @@ def spawn(
         )
     value = _json(f"the payload of child {child_id!r} of task {parent.id!r}", payload)
     child = ledger.task(child_id).stream
+    target: _Adds | None = None  # the backlog handle a new link was checked against (no runner)
     with parent.mutex:
         spawned = state.current(parent).children
         if child_id in spawned:
@@ -129,20 +130,43 @@ def spawn(
                     f"task {child_id!r} already exists and was not spawned by {parent.id!r} (its parent: {theirs!r}); "
                     "pick another child id; nothing was written"
                 )
+            target = _refusals(ledger, parent, child_id, value, backlog, hand)
             link = {"child": child_id, "payload": value}
             if backlog is not None:
                 link["backlog"] = backlog
             state.record(parent, CHILD_SPAWNED, link)
     _create(child, parent.id, value)
     if hand or backlog is not None:
-        hand_over(parent, child_id, ledger)
+        hand_over(parent, child_id, ledger, target)
     return child
 
 
-def hand_over(parent: TaskStream, child_id: str, ledger: TaskHandles | None = None) -> None:
+def _refusals(
+    ledger: TaskHandles, parent: TaskStream, child_id: str, value: Any, backlog: str | None, hand: bool
+) -> _Adds | None:
+    """Raise, before the link is recorded, what the child's runner or backlog would refuse when handed it.
+
+    A link once recorded names its child forever: one its backlog refuses (the id another
+    task's item, a credential in the payload...) would wait in every join for a child
+    that is never added. Returns the backlog handle asked (no runner): the add reuses its read.
+    """
+    r = runner()
+    if r is not None and (hand or backlog is not None):
+        r.check(parent, child_id, value, backlog)
+    elif r is None and backlog is not None:
+        target = cast("_Backlogs", ledger).backlog(backlog)
+        target.check_child(child_id, value, parent=parent.id)
+        return target
+    return None
+
+
+def hand_over(
+    parent: TaskStream, child_id: str, ledger: TaskHandles | None = None, target: _Adds | None = None
+) -> None:
     """Give a spawned child to the suspending runner, if any (a backlog adds it as an item); idempotent.
 
-    With no runner, a child the link sends to a backlog is added to it here (``ledger``'s).
+    With no runner, a child the link sends to a backlog is added to it here (``ledger``'s,
+    or ``target``: that backlog's handle, already read).
     """
     r = runner()
     with parent.mutex:
@@ -151,11 +175,13 @@ def hand_over(parent: TaskStream, child_id: str, ledger: TaskHandles | None = No
     if r is not None:
         r.spawned(parent, child_id, payload)
     elif where is not None and ledger is not None:
-        cast("_Backlogs", ledger).backlog(where).add_child(child_id, payload, parent=parent.id)
+        (target or cast("_Backlogs", ledger).backlog(where)).add_child(child_id, payload, parent=parent.id)
 
 
 class _Adds(Protocol):
     def add_child(self, child_id: str, payload: Any, *, parent: str) -> object: ...
+
+    def check_child(self, child_id: str, payload: Any, *, parent: str) -> None: ...
 
 
 class _Backlogs(Protocol):

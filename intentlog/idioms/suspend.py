@@ -31,6 +31,11 @@ _SUSPENDING: ContextVar[bool] = ContextVar("intentlog_idioms_suspending", defaul
 class ChildRunner(Protocol):
     """Where a suspending runner runs the children its steps spawn (a backlog: as its items)."""
 
+    def check(self, parent: TaskStream, child_id: str, payload: Any, backlog: str | None) -> None:
+        """Before the child's link is recorded: raise what the runner would refuse when handed it (it writes
+        nothing), so that a refused child leaves no link. ``backlog``: the one the spawn names, if any."""
+        ...
+
     def spawned(self, parent: TaskStream, child_id: str, payload: Any) -> None:
         """The child's link is recorded and its stream created: make sure it runs (idempotent by ``child_id``)."""
         ...
