@@ -332,7 +332,7 @@ def test_a_child_its_backlog_refuses_leaves_no_link(root: str) -> None:
     script = led.task("script")
     script.checkpoint("begun")
     before = _ledger_state(led, root)
-    with pytest.raises(ItemTaskTaken, match="'kids' item 'c' is done by task 'kids.item.c'"):
+    with pytest.raises(ItemTaskTaken, match=r"'kids' item 'c' is done by task 'kids\.item\.c'"):
         script.spawn("c", {"n": 2}, backlog="kids")
     with pytest.raises(intentlog.UsageError, match="holds a credential"):
         script.spawn("d", {"api_key": "sk-abc"}, backlog="kids")
