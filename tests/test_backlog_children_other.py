@@ -343,6 +343,26 @@ def test_a_child_its_backlog_refuses_leaves_no_link(root: str) -> None:
     led.close()
 
 
+def test_a_fan_out_reads_the_childs_backlog_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step spawning many children into one backlog reads that backlog once, not once per child: the check
+    before each link and each add reuse the handle's fold while the stream is unchanged."""
+    from intentlog.backlog.children import BacklogChildren
+    from intentlog.idioms.suspend import suspending
+
+    led = intentlog.open(tmp_path / "l")
+    led.backlog("kids").add_many([{"item": f"x{i}", "payload": i} for i in range(20)])
+    reads = []
+    real = Backlog.fold
+    monkeypatch.setattr(Backlog, "fold", lambda self, *a: reads.append(self.name) or real(self, *a))
+    script = led.task("script")
+    with suspending(BacklogChildren(led, "jobs")):
+        for i in range(6):
+            script.spawn(f"c{i}", {"n": i}, backlog="kids")
+    assert reads == ["kids"], reads
+    assert len(_records(led, "kids", "backlog.item_added")) == 26
+    led.close()
+
+
 def _spawns_or_answers(task: intentlog.Task, payload: dict[str, Any]) -> Any:
     if "child" not in payload:
         return payload["n"]

@@ -212,11 +212,13 @@ class Backlog:
         ``task.spawn`` asks this before it records the parent's link: a child the backlog
         refuses (its id another task's item, the item added with another payload, a
         credential in the payload, a stream no backlog wrote) leaves no link to a child that
-        could never be added. The fold read here is kept: an add right after reuses it while
-        the stream's count and head are unchanged (checked under the lock, as always).
+        could never be added. The backlog is read once per handle: a handle that added or
+        checked before uses its fold (items are never taken out of a backlog, so an older
+        fold misses only items added since, which the add itself refuses under the lock); an
+        add right after reuses the fold while the stream's count and head are unchanged.
         """
         entry = self._child_entry(child_id, payload, parent)
-        f = self.fold()
+        f = self._fold if self._fold is not None else self.fold()
         self._refuse_foreign(f)
         old = f.items.get(child_id)
         if old is not None:
