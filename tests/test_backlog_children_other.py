@@ -363,6 +363,46 @@ def test_a_fan_out_reads_the_childs_backlog_once(tmp_path: Path, monkeypatch: py
     led.close()
 
 
+def _refuse(task: intentlog.Task, payload: Any) -> None:
+    raise intentlog.UsageError("not this one")  # a permanent error: the item fails at once
+
+
+def test_a_waiting_join_reads_a_stream_again_only_once_it_changed(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain ``join(wait=...)`` polls: each poll takes the stamps of the children and their backlog, and reads
+    only the streams whose stamp changed -- standing still, each is read once, not once per poll -- and a change
+    is seen at the next poll (the children failing in their backlog ends the wait at once)."""
+    from intentlog.idioms import children as children_mod
+    from intentlog.stream import TaskStream
+
+    led = intentlog.open(root)
+    led.backlog("kids").add_many([{"item": f"x{i}", "payload": i} for i in range(10)])
+    script = led.task("script")
+    kids = [f"c{i}" for i in range(3)]
+    for c in kids:
+        script.spawn(c, {"n": c}, backlog="kids")
+    reads: list[str] = []
+    real = TaskStream.events
+    monkeypatch.setattr(TaskStream, "events", lambda self, *a, **k: reads.append(self.id) or real(self, *a, **k))
+    before_run: list[str] = []
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 4:
+            before_run.extend(reads)
+            led.backlog("kids").run(_refuse, workers=1, until_idle=True, poll=0.02)
+
+    monkeypatch.setattr(children_mod, "_pause", pause)
+    with pytest.raises(intentlog.ChildrenPending) as got:
+        script.join(wait=3600.0, poll=0.01)
+    assert len(pauses) == 4, pauses  # the run's record ended the wait at the next poll
+    assert sorted(c for c, _, _ in got.value.blocked) == kids
+    assert all("failed in backlog 'kids'" in st for _, st, _ in got.value.blocked), got.value.blocked
+    watched = [r for r in before_run if r in {*kids, "kids.backlog"}]
+    assert sorted(watched) == sorted([*kids, "kids.backlog"]), watched  # four polls, one read of each
+    led.close()
+
+
 def _spawns_or_answers(task: intentlog.Task, payload: dict[str, Any]) -> Any:
     if "child" not in payload:
         return payload["n"]

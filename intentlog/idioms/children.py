@@ -36,9 +36,10 @@ item), ``ChildrenPending`` naming those.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import orjson
 
@@ -46,7 +47,7 @@ from ..errors import IntentlogError, NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
 from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, settled_items
-from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, idiom_state
+from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, IdiomState, idiom_state
 from ..stream import as_recorded
 from . import state
 from .errors import ChildrenPending, Suspended
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["finish", "hand_over", "join", "settled_child", "spawn"]
 
 _pause = time.sleep
+_T = TypeVar("_T")
 _ITEM_INFIX = ".item."  # a backlog's item task is NAME.item.ITEM (intentlog.backlog.model.item_task_id)
 
 
@@ -240,27 +242,73 @@ def settled_child(child_id: str, backlog: str, failed: str | None) -> tuple[str,
     return child_id, f"done in backlog {backlog!r} with no result in its task", f"intentlog log {child_id}"
 
 
-def _settled_in_backlogs(
-    ledger: TaskHandles, parent: TaskStream, pending: list[str]
-) -> dict[str, tuple[str, str, str]]:
-    """The pending children sent to a backlog (``spawn(..., backlog=)``) that it settled with no result, read
-    from each such backlog's own record once."""
+class _Reads:
+    """One join's reads of the streams it polls: each read again only once its stamp changed.
+
+    A poll takes the stamps of the streams it may read (one ``stat`` each on a folder, one
+    LIST each on a store; :meth:`~intentlog.eventlog.storage.StreamStorage.stamps`) before
+    reading any of them: an append racing a read changes the stamp again, so the next poll
+    reads it. A stream whose stamp is unchanged answers what was projected from it last; one
+    with no stamp (a link, a storage that cannot tell) is read every time. A join waiting
+    for a backlog of 50,000 items reads it once, not once per poll.
+    """
+
+    def __init__(self, ledger: TaskHandles) -> None:
+        streams = getattr(getattr(ledger, "backend", None), "streams", None)
+        self._stamps: Callable[[Sequence[str]], dict[str, str | None]] | None = getattr(streams, "stamps", None)
+        self._now: dict[str, str | None] = {}
+        self._kept: dict[str, tuple[str, Any]] = {}
+
+    def look(self, names: Iterable[str]) -> None:
+        """Take the stamps of ``names`` now, before any of them is read."""
+        wanted = list(dict.fromkeys(names))
+        self._now = self._stamps(wanted) if self._stamps is not None and wanted else {}
+
+    def project(self, stream: TaskStream, fn: Callable[[TaskStream], _T]) -> _T:
+        """``fn(stream)``, or what it answered at this stream's stamp before."""
+        stamp = self._now.get(stream.id)
+        kept = self._kept.get(stream.id)
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return cast("_T", kept[1])
+        value = fn(stream)
+        if stamp is not None:
+            self._kept[stream.id] = (stamp, value)
+        return value
+
+
+def _child_backlogs(parent: TaskStream) -> dict[str, str]:
     with parent.mutex:
-        where = state.current(parent).child_backlogs
+        return dict(state.current(parent).child_backlogs)
+
+
+def _settled_in_backlogs(
+    ledger: TaskHandles, where: dict[str, str], pending: list[str], reads: _Reads
+) -> dict[str, tuple[str, str, str]]:
+    """The pending children sent to a backlog (``spawn(..., backlog=)``, ``where``: child -> backlog) that it
+    settled with no result, read from each such backlog's own record once (again once it changed)."""
     by_backlog: dict[str, list[str]] = {}
     for cid in pending:
         if cid in where:
             by_backlog.setdefault(where[cid], []).append(cid)
     out: dict[str, tuple[str, str, str]] = {}
     for name, cids in by_backlog.items():
-        stream = ledger.task(f"{name}{BACKLOG_SUFFIX}").stream
+        # pending only shrinks in one join: what was settled of the ids first asked holds for fewer
         try:
-            settled = settled_items(stream.events(), cids) if stream.exists() else {}
+            settled = reads.project(ledger.task(f"{name}{BACKLOG_SUFFIX}").stream, functools.partial(_settled, cids))
         except IntentlogError:  # a damaged backlog stream says nothing here (verify and repair name it)
             continue
-        for cid, failed in settled.items():
-            out[cid] = settled_child(cid, name, failed)
+        for cid in cids:
+            if cid in settled:
+                out[cid] = settled_child(cid, name, settled[cid])
     return out
+
+
+def _settled(items: list[str], stream: TaskStream) -> dict[str, str | None]:
+    return settled_items(stream.events(), items) if stream.exists() else {}
+
+
+def _idiom_state(stream: TaskStream) -> IdiomState:
+    return idiom_state(stream.events())
 
 
 def _returned_since(ledger: TaskHandles, children: list[str]) -> bool:
@@ -280,11 +328,17 @@ def join(
     if stray:
         raise UsageError(f"task {parent.id!r} never spawned {stray}; join only its children; nothing was written")
     deadline = time.monotonic() + wait
+    where = _child_backlogs(parent)
+    reads = _Reads(ledger)
+    polls = wait > 0 and runner() is None  # stamps pay only for a second look
+    results: dict[str, Any] = {}  # a child's first task.returned is its result for good
     while True:
-        results: dict[str, Any] = {}
+        waiting = [c for c in ids if c not in results]
+        if polls:
+            reads.look([*waiting, *{f"{where[c]}{BACKLOG_SUFFIX}" for c in waiting if c in where}])
         pending: list[str] = []
-        for cid in ids:
-            st = idiom_state(ledger.task(cid).stream.events())
+        for cid in waiting:
+            st = reads.project(ledger.task(cid).stream, _idiom_state)
             if st.returned:
                 results[cid] = st.result
             else:
@@ -293,7 +347,7 @@ def join(
             with parent.mutex:
                 if tuple(ids) not in state.current(parent).joined:  # a re-run's join records nothing more
                     state.record(parent, JOINED, {"children": ids})
-            return results
+            return {c: results[c] for c in ids}
         r = runner()
         if r is not None:  # a runner's children: suspend while any may return, never poll for them here
             failed = r.failed(parent, pending)
@@ -302,7 +356,7 @@ def join(
             if _returned_since(ledger, [c for c, _, _ in failed]):
                 continue  # one returned between the two reads (its backlog then recorded it done): read again
             raise ChildrenPending(parent.id, failed)
-        settled = _settled_in_backlogs(ledger, parent, pending)
+        settled = _settled_in_backlogs(ledger, where, pending, reads)
         if settled and _returned_since(ledger, list(settled)):
             continue
         if len(settled) == len(pending):  # none of them can return any more: no use waiting
