@@ -403,10 +403,16 @@ def test_a_waiting_join_reads_a_stream_again_only_once_it_changed(root: str, mon
     led.close()
 
 
+def _child_here(child: intentlog.Task) -> int:
+    with open(os.environ["BACKLOG_RECEIPTS"], "a") as f:  # the child's effect, seen outside the ledger
+        f.write(f"{child.id}\n")
+    return 42
+
+
 def _spawns_or_answers(task: intentlog.Task, payload: dict[str, Any]) -> Any:
     if "child" not in payload:
         return payload["n"]
-    task.spawn(payload["child"], {"n": 9})
+    task.spawn(payload["child"], {"n": 9}, run=_child_here if payload.get("here") else None)
     return task.join()
 
 
@@ -417,13 +423,16 @@ def test_a_step_spawning_a_child_its_backlog_refuses_fails_at_once_with_no_link(
     b = led.backlog("jobs")
     b.add("c", {"n": 1}, max_attempts=5)
     b.add("p", {"child": "c"}, max_attempts=5)
+    b.add("q", {"child": "c", "here": True}, max_attempts=5)  # run= here: the child is handed over once it returned
     view = b.run(_spawns_or_answers, workers=1, until_idle=True, poll=0.02)
     rows = {r.item: r for r in view.items}
     assert rows["c"].state == "done", rows["c"]
-    assert rows["p"].state == "failed" and "ItemTaskTaken" in (rows["p"].reason or ""), rows["p"]
-    assert rows["p"].failures == 1, rows["p"]  # at once, not after five attempts
-    assert idiom_state(led.task(b.task_id("p")).events()).children == {}
+    for item in ("p", "q"):
+        assert rows[item].state == "failed" and "ItemTaskTaken" in (rows[item].reason or ""), rows[item]
+        assert rows[item].failures == 1, rows[item]  # at once, not after five attempts
+        assert idiom_state(led.task(b.task_id(item)).events()).children == {}
     assert not led.task("c").stream.exists()
+    assert not Path(os.environ["BACKLOG_RECEIPTS"]).exists()  # the run= child never ran
     led.close()
 
 

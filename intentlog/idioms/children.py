@@ -132,7 +132,7 @@ def spawn(
                     f"task {child_id!r} already exists and was not spawned by {parent.id!r} (its parent: {theirs!r}); "
                     "pick another child id; nothing was written"
                 )
-            target = _refusals(ledger, parent, child_id, value, backlog, hand)
+            target = _refusals(ledger, parent, child_id, value, backlog)
             link = {"child": child_id, "payload": value}
             if backlog is not None:
                 link["backlog"] = backlog
@@ -143,9 +143,7 @@ def spawn(
     return child
 
 
-def _refusals(
-    ledger: TaskHandles, parent: TaskStream, child_id: str, value: Any, backlog: str | None, hand: bool
-) -> _Adds | None:
+def _refusals(ledger: TaskHandles, parent: TaskStream, child_id: str, value: Any, backlog: str | None) -> _Adds | None:
     """Raise, before the link is recorded, what the child's runner or backlog would refuse when handed it.
 
     A link once recorded names its child forever: one its backlog refuses (the id another
@@ -153,9 +151,9 @@ def _refusals(
     that is never added. Returns the backlog handle asked (no runner): the add reuses its read.
     """
     r = runner()
-    if r is not None and (hand or backlog is not None):
+    if r is not None:  # a run= child too: it is handed to the runner once it returned
         r.check(parent, child_id, value, backlog)
-    elif r is None and backlog is not None:
+    elif backlog is not None:
         target = cast("_Backlogs", ledger).backlog(backlog)
         target.check_child(child_id, value, parent=parent.id)
         return target
