@@ -355,11 +355,18 @@ def test_a_fan_out_reads_the_childs_backlog_once(tmp_path: Path, monkeypatch: py
     real = Backlog.fold
     monkeypatch.setattr(Backlog, "fold", lambda self, *a: reads.append(self.name) or real(self, *a))
     script = led.task("script")
-    with suspending(BacklogChildren(led, "jobs")):
+    runner = BacklogChildren(led, "jobs")  # one step's runner: one handle per backlog
+    with suspending(runner):
         for i in range(6):
             script.spawn(f"c{i}", {"n": i}, backlog="kids")
     assert reads == ["kids"], reads
     assert len(_records(led, "kids", "backlog.item_added")) == 26
+    # another process adds a plain item 'c9' between two spawns: the next check sees the stream changed
+    with intentlog.open(tmp_path / "l") as other:
+        other.backlog("kids").add("c9", {"plain": True})
+    with suspending(runner), pytest.raises(ItemTaskTaken):
+        script.spawn("c9", {"n": 9}, backlog="kids")
+    assert "c9" not in idiom_state(script.events()).children and not led.task("c9").stream.exists()
     led.close()
 
 

@@ -104,6 +104,8 @@ class Backlog:
         self.stream_id = backlog_stream_id(name)
         #: the fold as this handle last wrote it: reused while the stream's count and head match it
         self._fold: BacklogFold | None = None
+        #: the stream's stamp when ``_fold`` was the whole stream (None: unknown), for :meth:`check_child`
+        self._stamp: str | None = None
 
     def __repr__(self) -> str:
         return f"<Backlog {self.name!r} in {str(self.ledger.root)!r}>"
@@ -212,18 +214,27 @@ class Backlog:
         ``task.spawn`` asks this before it records the parent's link: a child the backlog
         refuses (its id another task's item, the item added with another payload, a
         credential in the payload, a stream no backlog wrote) leaves no link to a child that
-        could never be added. The backlog is read once per handle: a handle that added or
-        checked before uses its fold (items are never taken out of a backlog, so an older
-        fold misses only items added since, which the add itself refuses under the lock); an
-        add right after reuses the fold while the stream's count and head are unchanged.
+        could never be added. The backlog is read again only when its stamp (one ``stat`` on
+        a folder, one LIST on a store) changed since this handle last read or wrote it whole:
+        a step spawning many children into a quiet backlog reads it once. Another process can
+        still add the same item id between this check and the add: the add, under the lock,
+        refuses it then.
         """
         entry = self._child_entry(child_id, payload, parent)
-        f = self._fold if self._fold is not None else self.fold()
+        stamp = self._stamp_now()  # before the read: an append racing it changes the stamp again
+        f = self._fold
+        if f is None or stamp is None or stamp != self._stamp:
+            self._fold = None  # until the read below is whole
+            f = self.fold()
+            self._stamp = stamp
         self._refuse_foreign(f)
         old = f.items.get(child_id)
         if old is not None:
             self._refuse_other(entry, old.task, old.payload_hash)
         self._fold = f
+
+    def _stamp_now(self) -> str | None:
+        return self.ledger.backend.streams.stamps([self.stream_id])[self.stream_id]
 
     def _child_entry(self, child_id: str, payload: Any, parent: str) -> dict[str, Any]:
         if child_id == self.stream_id or child_id.startswith(f"{self.name}.item."):
@@ -326,7 +337,7 @@ class Backlog:
                 f = self._fold
                 # the hash chain's head names every record before it: the same count and head are the same stream
                 if f is None or f.seq != w.next_seq - 1 or f.head != w.head:
-                    self._fold = None
+                    self._fold = self._stamp = None
                     f = self.fold()
                 self._refuse_foreign(f)
                 new: dict[str, dict[str, Any]] = {}
@@ -353,7 +364,7 @@ class Backlog:
                             self._created(t)
                         for e in new.values():
                             f.apply(t.append("backlog.item_added", e))
-                self._fold = f
+                self._fold, self._stamp = f, self._stamp_now()  # under the lock: the stamp of this fold's stream
                 return [dataclasses.replace(f.items[e["item"]]) for e in entries]
             finally:
                 t.close()  # a running supervisor waits for this lock
