@@ -340,6 +340,24 @@ def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -
     assert holder_gone({**here, "host": "elsewhere", "pid": parent, "start_time": 1}) is None
     for pid in ("12", None, 0, -5, 1.5, True):
         assert holder_gone({**here, "pid": pid, "start_time": 1}) is None, pid
+    assert holder_gone({**here, "pid": parent, "start_time": None, "run": "x"}) is None  # which process: unknown
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()  # reaped: its pid is free
+    assert holder_gone({**here, "pid": done.pid, "start_time": None, "run": "x"}) is True
+    # a supervisor SIGKILLed and not reaped yet (a zombie: its parent has not waited, or a container's pid 1
+    # never does) has ended: /proc still shows its start time
+    z = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    started = start_time(z.pid)
+    os.kill(z.pid, signal.SIGKILL)
+
+    def state() -> bytes:
+        raw = Path(f"/proc/{z.pid}/stat").read_bytes()
+        return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3]
+
+    _wait_for(lambda: state() == b"Z", "the killed process to be a zombie")
+    assert start_time(z.pid) == started
+    assert holder_gone({**here, "pid": z.pid, "start_time": started, "run": "x"}) is True
+    z.wait()
 
 
 def test_a_run_is_never_judged_gone_by_its_own_process_once_its_start_is_durable(

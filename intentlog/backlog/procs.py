@@ -65,13 +65,14 @@ def end_holder(pid: int, started: int | None, *, wait: float = 5.0) -> bool:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         st = start_time(pid)  # a zombie (dead, not reaped by its parent yet) has ended too
-        if st is None or st != started or _zombie(pid):
+        if st is None or st != started or zombie(pid):
             return True
         time.sleep(0.01)
     return False
 
 
-def _zombie(pid: int) -> bool:
+def zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended, though its parent has not reaped it yet (or it is gone): state ``Z``."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()

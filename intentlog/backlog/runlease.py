@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import IntentlogError
-from .procs import boot_id, host_name, start_time
+from .procs import boot_id, host_name, start_time, zombie
 
 if TYPE_CHECKING:
     from .journal import Journal
@@ -53,10 +53,11 @@ _RUNNING: set[str] = set()
 def holder_gone(run: Mapping[str, Any]) -> bool | None:
     """Whether an open run's holder (its ``backlog.run_started`` data) is gone, as this machine can tell.
 
-    True: it ran on this machine since its boot and its process is gone (its pid free or
-    reused, or it was this process's and ended without recording its end). False: it runs.
-    None: it ran on another machine or before this boot, or its record names no pid; only
-    its records can tell (a live run records a heartbeat every :data:`BEAT` s).
+    True: it ran on this machine since its boot and its process is gone (its pid free,
+    reused or a zombie not reaped yet, or it was this process's and ended without recording
+    its end). False: it runs. None: it ran on another machine or before this boot, or its
+    record names no pid or no start time; only its records can tell (a live run records a
+    heartbeat every :data:`BEAT` s).
     """
     me = boot_id()
     if me is None or run.get("boot_id") != me or run.get("host") != host_name():
@@ -66,7 +67,13 @@ def holder_gone(run: Mapping[str, Any]) -> bool | None:
         return None
     if pid == os.getpid():
         return run.get("run") not in _RUNNING
-    return start_time(pid) != run.get("start_time")
+    st = start_time(pid)
+    if st is None or zombie(pid):  # no process of that pid, or one that ended and waits to be reaped
+        return True
+    started = run.get("start_time")
+    if type(started) is not int:  # which process the record meant cannot be told
+        return None
+    return st != started
 
 
 class BacklogBusy(IntentlogError):
