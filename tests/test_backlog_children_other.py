@@ -335,7 +335,9 @@ def test_a_child_its_backlog_refuses_leaves_no_link(root: str) -> None:
     with pytest.raises(ItemTaskTaken, match=r"'kids' item 'c' is done by task 'kids\.item\.c'"):
         script.spawn("c", {"n": 2}, backlog="kids")
     with pytest.raises(intentlog.UsageError, match="holds a credential"):
-        script.spawn("d", {"api_key": "sk-abc"}, backlog="kids")
+        script.spawn("d", {"api_key": "sk-abc"}, backlog="kids")  # by its name
+    with pytest.raises(intentlog.UsageError, match=r"holds a credential at \$\.note"):
+        script.spawn("d", {"note": "call me with Bearer abcdefghijklmnop123456"}, backlog="kids")  # by its shape
     assert _ledger_state(led, root) == before
     assert idiom_state(script.events()).children == {} and not led.task("c").stream.exists()
     script.spawn("e", {"n": 3}, backlog="kids")  # a child the backlog takes is still added, its read reused
@@ -441,6 +443,49 @@ def test_a_step_spawning_a_child_its_backlog_refuses_fails_at_once_with_no_link(
     assert not led.task("c").stream.exists()
     assert not Path(os.environ["BACKLOG_RECEIPTS"]).exists()  # the run= child never ran
     led.close()
+
+
+def _two_children(task: intentlog.Task, payload: dict[str, Any]) -> Any:
+    task.spawn("c1", {"n": 1}, backlog="sums")
+    task.spawn("c2", {"n": 2}, backlog="sums")
+    return task.join()
+
+
+def test_a_damaged_or_edited_other_backlog_neither_stops_the_parents_run_nor_its_view(tmp_path: Path) -> None:
+    """The children's backlog stream edited in the middle: the parents' run still runs and ends (the parent's
+    attempts fail naming the damaged stream) and its view still shows; a parent's link edited to name ``../etc``
+    or ``a.b`` names no backlog the view reads."""
+    from test_provider_dedup import rechain
+
+    from intentlog.backlog.model import task_extras
+
+    root = tmp_path / "l"
+    with intentlog.open(root) as led:
+        led.backlog("fan").add("p", {}, max_attempts=2)
+        led.backlog("fan").run(_two_children, workers=1, until_idle=True, poll=0.02)
+    stream = root / "tasks" / "sums.backlog.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"c1"', b'"c9"')
+    stream.write_bytes(b"".join(lines))
+    with intentlog.open(root) as led:
+        view = led.backlog("fan").run(_two_children, workers=1, until_idle=True, poll=0.02)
+        row = {r.item: r for r in view.items}["p"]
+        assert row.state == "failed" and "sums.backlog.jsonl" in (row.reason or ""), row
+        assert [r.item for r in led.backlog("fan").view().items] == ["p"]  # the damaged backlog's rows left out
+    stream.write_bytes(b"")  # gone: the edited links below must not send the view anywhere else
+    stream.unlink()
+    path = root / "tasks" / "fan.item.p.jsonl"
+    for bad in ("../etc", "a.b"):
+        evs = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+        for ev in evs:
+            if ev["kind"] == "task.child_spawned":
+                ev["data"]["backlog"] = bad
+        rechain(path, evs)
+        with intentlog.open(root) as led:
+            assert task_extras(led.task("fan.item.p").events()).children_in == {}, bad  # the link names no backlog
+            assert [(r.item, r.backlog) for r in led.backlog("fan").view().items] == [("p", None)], bad
+        done = _cli(str(root), "backlog", "fan")
+        assert done.returncode == 0 and "fan.item.p" in done.stdout, (bad, done.stderr)
 
 
 def test_a_plain_join_reads_no_backlog_it_cannot_trust(tmp_path: Path) -> None:

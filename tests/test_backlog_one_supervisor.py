@@ -125,6 +125,33 @@ def _open_run_elsewhere(b: Any) -> None:
     t.close()
 
 
+def test_adds_are_no_sign_of_life_of_a_run_elsewhere_its_heartbeat_is(ledger: Any, monkeypatch: Any) -> None:
+    """A parent's run watching another backlog whose open run is another machine's judges it live by that run's
+    own records within STALE s: items others add (a producer adding every second) are no sign of life."""
+    import types
+
+    from intentlog.backlog import wake
+
+    clock = [time.monotonic()]
+    monkeypatch.setattr(wake, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    b = ledger.backlog("sums")
+    b.add("x", 1)
+    _open_run_elsewhere(b)
+    watch = wake.ChildrenWatch(ledger)
+    assert watch.item("sums", "x") is not None and watch.running("sums")
+    for n in range(3):  # STALE s and more pass, with an add every second or so
+        clock[0] += STALE / 2
+        b.add(f"y{n}", n)
+        watch.look()
+    assert not watch.running("sums")
+    t = b.task
+    t.stream.append("backlog.run_alive", {"run": "r0"})  # the holder's heartbeat
+    t.close()
+    clock[0] += 1.0
+    watch.look()
+    assert watch.running("sums")
+
+
 def test_an_open_run_elsewhere_that_stands_still_is_taken_over_after_the_stale_time(ledger: Any) -> None:
     b = ledger.backlog("g")
     b.add("a", {"item": "a"})

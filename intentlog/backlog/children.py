@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from ..errors import IntentlogError
 from ..idioms import state
 from ..idioms.children import finish, settled_child
 from ..idioms.suspend import suspending
@@ -193,8 +194,11 @@ def children_elsewhere(
     out: list[ItemView] = []
     for name, children in wanted.items():
         f = BacklogFold()
-        for ev in ledger.task(backlog_stream_id(name)).events():
-            f.apply(ev)
+        try:
+            for ev in ledger.task(backlog_stream_id(name)).events():
+                f.apply(ev)
+        except IntentlogError:  # a damaged backlog shows none of its rows here (verify and repair name it)
+            continue
         there = [f.items[c] for c in dict.fromkeys(children) if c in f.items]
         got = read_items(ledger, name, [rec.task for rec in there])
         for rec in there:

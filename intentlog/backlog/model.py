@@ -331,8 +331,8 @@ def task_extras(events: Iterable[Event], task_id: str | None = None) -> TaskExtr
                 reserved[q] = reserved.get(q, 0.0) + float(units)
         elif ev.kind == CHILD_SPAWNED and type(d.get("child")) is str and d["child"] not in spawned:
             spawned.add(d["child"])  # as the idiom state reads it: a child's first link is its link
-            if type(d.get("backlog")) is str:
-                children_in[d["child"]] = d["backlog"]
+            if type(d.get("backlog")) is str and BACKLOG_NAME_RE.match(d["backlog"]) is not None:
+                children_in[d["child"]] = d["backlog"]  # an edited name ('../etc') names no backlog to read
     if foreign is not None:
         returned, result = False, None
     return TaskExtras(lease, returned, result, reserved, last_ts, n, foreign, children_in)

@@ -44,8 +44,8 @@ BEAT: Final = 1.5
 FRESH: Final = 3.5
 #: seconds a starting run watches an open run elsewhere without a record of it before taking it over
 STALE: Final = 6.0
-#: what others write while a run is open: not the holder's records
-_NOT_THE_HOLDERS: Final = frozenset({"backlog.item_added", "backlog.item_unblocked"})
+#: what others write while a run is open: not the holder's records (no proof its holder lives)
+NOT_THE_HOLDERS: Final = frozenset({"backlog.item_added", "backlog.item_unblocked"})
 #: the tokens of the runs going on in this process (an open run of this pid not here ended without its record)
 _RUNNING: set[str] = set()
 
@@ -155,7 +155,7 @@ class RunOwner:
 
     def _holder_wrote(self, seq: int) -> bool:
         """Whether a record other than an add or an unblock follows ``seq`` in the backlog stream."""
-        return any(ev.kind not in _NOT_THE_HOLDERS for ev in self.journal.backlog.task.events(since=seq + 1))
+        return any(ev.kind not in NOT_THE_HOLDERS for ev in self.journal.backlog.task.events(since=seq + 1))
 
     def mine(self) -> bool:
         """Under the lease: whether the last ``run_started`` is still this run's (sets :attr:`lost` otherwise)."""

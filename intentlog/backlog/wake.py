@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from ..errors import IntentlogError
 from ..projections.idioms import INBOX_SUFFIX, inbox_signals
 from .model import BacklogFold, backlog_stream_id
-from .runlease import STALE, holder_gone
+from .runlease import NOT_THE_HOLDERS, STALE, holder_gone
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -122,10 +123,11 @@ class ChildrenWatch:
         """Whether ``backlog`` has a live run (its children may still settle there without a person).
 
         Its record holds a run started and not stopped, and that run's holder is not gone:
-        on this machine its process runs (pid and start time); from another machine, its
-        stream moved within :data:`~.runlease.STALE` s on this process's clock (a live run
-        records a heartbeat every :data:`~.runlease.BEAT` s). A supervisor killed with its
-        run open is no reason to wait.
+        on this machine its process runs (pid, start time, not a zombie); from another
+        machine, a record other than an add or an unblock (anyone's) landed within
+        :data:`~.runlease.STALE` s on this process's clock (a live run records a heartbeat
+        every :data:`~.runlease.BEAT` s). A supervisor killed with its run open is no reason
+        to wait.
         """
         w = self.backlogs.get(backlog)
         if w is None or w.fold.run is None or w.fold.stopped is not None:
@@ -148,8 +150,13 @@ class ChildrenWatch:
         size = self.ledger.backend.progress(w.task.stream)  # before the read: an append racing it moves it again
         if size == w.size:
             return
-        w.size, w.moved = size, time.monotonic()
+        w.size = size
         if size < 0:
             return  # no such backlog yet: no child of it settled
-        for ev in w.task.events(since=w.fold.seq + 1):
-            w.fold.apply(ev)
+        try:
+            for ev in w.task.events(since=w.fold.seq + 1):
+                w.fold.apply(ev)
+                if ev.kind not in NOT_THE_HOLDERS:  # an add or an unblock, anyone's, says nothing of its run
+                    w.moved = time.monotonic()
+        except IntentlogError:
+            return  # a damaged backlog settles nothing more here (verify and repair name it); read again once it moves

@@ -65,12 +65,18 @@ _ITEM_INFIX = ".item."  # a backlog's item task is NAME.item.ITEM (intentlog.bac
 
 
 def _json(what: str, value: Any) -> Any:
+    """``value`` as the record holds it (credentials replaced): the re-run compares the same."""
+    return as_recorded(_plain_json(what, value))
+
+
+def _plain_json(what: str, value: Any) -> Any:
+    """``value`` as JSON gives it back, credentials still in it (for a check that refuses them)."""
     try:
         raw = dumps(value)
     except NotSerializable as exc:
         why = str(exc).split(": ", 1)[-1]
         raise NotSerializable(f"{what} is not exact JSON ({why}); nothing was written", path=exc.path) from exc
-    return as_recorded(orjson.loads(raw))  # as the record holds it: the re-run compares the same
+    return orjson.loads(raw)
 
 
 def spawn(
@@ -106,7 +112,8 @@ def spawn(
             f"child {child_id!r} of task {parent.id!r}: run= runs the child here and backlog= sends it to that "
             "backlog's workers; give one of them; nothing was written"
         )
-    value = _json(f"the payload of child {child_id!r} of task {parent.id!r}", payload)
+    given = _plain_json(f"the payload of child {child_id!r} of task {parent.id!r}", payload)
+    value = as_recorded(given)
     child = ledger.task(child_id).stream
     target: _Adds | None = None  # the backlog handle a new link was checked against (no runner)
     with parent.mutex:
@@ -132,7 +139,7 @@ def spawn(
                     f"task {child_id!r} already exists and was not spawned by {parent.id!r} (its parent: {theirs!r}); "
                     "pick another child id; nothing was written"
                 )
-            target = _refusals(ledger, parent, child_id, value, backlog)
+            target = _refusals(ledger, parent, child_id, given, backlog)  # a credential in it is refused there
             link = {"child": child_id, "payload": value}
             if backlog is not None:
                 link["backlog"] = backlog
