@@ -338,6 +338,10 @@ def test_a_child_its_backlog_refuses_leaves_no_link(root: str) -> None:
         script.spawn("d", {"api_key": "sk-abc"}, backlog="kids")  # by its name
     with pytest.raises(intentlog.UsageError, match=r"holds a credential at \$\.note"):
         script.spawn("d", {"note": "call me with Bearer abcdefghijklmnop123456"}, backlog="kids")  # by its shape
+    for cid in ("ghp_" + "a1B2c3D4e5" * 4, "AKIAIOSFODNN7EXAMPLE"):  # an id a record would redact
+        for where in (None, "kids"):
+            with pytest.raises(intentlog.UsageError, match="shape of a credential"):
+                script.spawn(cid, {"n": 3}, backlog=where)
     assert _ledger_state(led, root) == before
     assert idiom_state(script.events()).children == {} and not led.task("c").stream.exists()
     script.spawn("e", {"n": 3}, backlog="kids")  # a child the backlog takes is still added, its read reused

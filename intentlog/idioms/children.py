@@ -107,6 +107,11 @@ def spawn(
         )
     if child_id == parent.id:
         raise UsageError(f"task {parent.id!r} cannot spawn itself; nothing was written")
+    if as_recorded(child_id) != child_id:  # the link would record it redacted: a link to no task
+        raise UsageError(
+            f"child id of task {parent.id!r}: the id has the shape of a credential, which every record replaces "
+            "with '[REDACTED]'; pick an id that names the work, not a key; nothing was written"
+        )
     if backlog is not None and hand is False:
         raise UsageError(
             f"child {child_id!r} of task {parent.id!r}: run= runs the child here and backlog= sends it to that "
