@@ -376,6 +376,32 @@ def test_a_fan_out_reads_the_childs_backlog_once(tmp_path: Path, monkeypatch: py
     led.close()
 
 
+def test_a_join_names_the_next_step_of_a_child_waiting_in_its_backlog_or_never_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child sent to a backlog that has not returned: the join's hint is to run that backlog when the child is an
+    item there, and to re-run the parent's script when the add was lost (a crash between the link and the add) --
+    never "run the child's script", which has none."""
+    led = intentlog.open(tmp_path / "l")
+    script = led.task("script")
+    script.spawn("c1", {"n": 1}, backlog="kids")
+    with monkeypatch.context() as m:  # the process dies after the link and the child's stream, before the add
+        m.setattr(Backlog, "add_child", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            script.spawn("c2", {"n": 2}, backlog="kids")
+    with pytest.raises(intentlog.ChildrenPending) as got:
+        script.join()
+    said = {c: (state, step) for c, state, step in got.value.blocked}
+    assert "in backlog 'kids'" in said["c1"][0] and "intentlog run kids --step" in said["c1"][1], said
+    assert said["c2"] == (
+        "not an item of backlog 'kids' yet",
+        "re-run the parent's script: its spawn adds the child to that backlog, once",
+    ), said
+    script.spawn("c2", {"n": 2}, backlog="kids")  # the re-run adds it
+    assert [r["item"] for r in _records(led, "kids", "backlog.item_added")] == ["c1", "c2"]
+    led.close()
+
+
 def _refuse(task: intentlog.Task, payload: Any) -> None:
     raise intentlog.UsageError("not this one")  # a permanent error: the item fails at once
 

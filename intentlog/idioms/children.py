@@ -46,7 +46,7 @@ import orjson
 from ..errors import IntentlogError, NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
-from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, settled_items
+from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, children_there, settled_items
 from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, IdiomState, idiom_state
 from ..stream import as_recorded
 from . import state
@@ -227,8 +227,8 @@ def finish(task: TaskStream, result: Any) -> Any:
         return value
 
 
-def _blocked(ledger: TaskHandles, child_id: str) -> tuple[str, str]:
-    """A child's state and safe next step, from its own status."""
+def _blocked(ledger: TaskHandles, child_id: str, backlog: str | None = None) -> tuple[str, str]:
+    """A child's state and safe next step, from its own status (and, sent to ``backlog``, from that backlog's)."""
     from ..projections.status import task_status
 
     child = ledger.task(child_id).stream
@@ -238,7 +238,27 @@ def _blocked(ledger: TaskHandles, child_id: str) -> tuple[str, str]:
     said = st.state + (f" ({st.reason})" if st.reason else "")
     if st.state in ("running", "failed", "awaiting approval", "paused for review"):
         return said, st.next_step
+    if backlog is not None:
+        return _waiting_in(ledger, child_id, backlog, said)
     return said, "run the child's script to its end: it returns its result with task.finish(result)"
+
+
+def _waiting_in(ledger: TaskHandles, child_id: str, backlog: str, said: str) -> tuple[str, str]:
+    """A child sent to ``backlog`` that has not returned: an item there (its step runs it), or not added yet."""
+    stream = ledger.task(f"{backlog}{BACKLOG_SUFFIX}").stream
+    try:
+        added = children_there(stream.events(), [child_id])[0] if stream.exists() else set()
+    except IntentlogError:
+        return said, f"intentlog verify: the stream of backlog {backlog!r} cannot be read"
+    if child_id in added:
+        return (
+            f"{said} in backlog {backlog!r}",
+            f"run that backlog: intentlog run {backlog} --step MODULE:FUNCTION (its step runs the child)",
+        )
+    return (
+        f"not an item of backlog {backlog!r} yet",
+        "re-run the parent's script: its spawn adds the child to that backlog, once",
+    )
 
 
 def settled_child(child_id: str, backlog: str, failed: str | None) -> tuple[str, str, str]:
@@ -372,5 +392,7 @@ def join(
         if len(settled) == len(pending):  # none of them can return any more: no use waiting
             raise ChildrenPending(parent.id, [settled[c] for c in pending])
         if time.monotonic() >= deadline:
-            raise ChildrenPending(parent.id, [settled.get(c) or (c, *_blocked(ledger, c)) for c in pending])
+            raise ChildrenPending(
+                parent.id, [settled.get(c) or (c, *_blocked(ledger, c, where.get(c))) for c in pending]
+            )
         _pause(min(poll, max(0.01, deadline - time.monotonic())))

@@ -23,6 +23,7 @@ __all__ = [
     "BacklogPace",
     "PaceFold",
     "Running",
+    "children_there",
     "settled_items",
     "unfinished_item_tasks",
 ]
@@ -57,6 +58,12 @@ def settled_items(events: Iterable[Event], items: Iterable[str]) -> dict[str, st
     item of the same id done by another task (a plain item ``NAME.item.ID``, which kept the
     child from being added) is not the child: it is left out.
     """
+    return children_there(events, items)[1]
+
+
+def children_there(events: Iterable[Event], items: Iterable[str]) -> tuple[set[str], dict[str, str | None]]:
+    """Of ``items`` (spawned children), those the backlog added as child items (their task is themselves), and of
+    those the settled ones as :func:`settled_items` gives them."""
     wanted = set(items)
     mine: set[str] = set()
     failed: dict[str, str] = {}
@@ -72,7 +79,7 @@ def settled_items(events: Iterable[Event], items: Iterable[str]) -> dict[str, st
             failed[item] = str(ev.data.get("reason"))
         elif ev.kind == "backlog.item_done":
             done.add(item)
-    return {i: failed.get(i) for i in wanted & mine if i in failed or i in done}
+    return mine, {i: failed.get(i) for i in wanted & mine if i in failed or i in done}
 
 
 #: seconds of the record the rate is counted over (the items settled within it, before the view's ``now``)
