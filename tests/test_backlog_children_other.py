@@ -340,8 +340,10 @@ def test_a_child_its_backlog_refuses_leaves_no_link(root: str) -> None:
         script.spawn("d", {"note": "call me with Bearer abcdefghijklmnop123456"}, backlog="kids")  # by its shape
     for cid in ("ghp_" + "a1B2c3D4e5" * 4, "AKIAIOSFODNN7EXAMPLE"):  # an id a record would redact
         for where in (None, "kids"):
-            with pytest.raises(intentlog.UsageError, match="shape of a credential"):
+            with pytest.raises(intentlog.UsageError, match="child id has the shape of a credential"):
                 script.spawn(cid, {"n": 3}, backlog=where)
+            with pytest.raises(intentlog.UsageError, match="parent id has the shape of a credential"):
+                led.task(cid).spawn("c7", {"n": 3}, backlog=where)
     assert _ledger_state(led, root) == before
     assert idiom_state(script.events()).children == {} and not led.task("c").stream.exists()
     script.spawn("e", {"n": 3}, backlog="kids")  # a child the backlog takes is still added, its read reused
@@ -399,6 +401,15 @@ def test_a_join_names_the_next_step_of_a_child_waiting_in_its_backlog_or_never_a
     ), said
     script.spawn("c2", {"n": 2}, backlog="kids")  # the re-run adds it
     assert [r["item"] for r in _records(led, "kids", "backlog.item_added")] == ["c1", "c2"]
+    with monkeypatch.context() as m:  # lost again, and then a plain item 'c3' takes the id: it can never be added
+        m.setattr(Backlog, "add_child", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            script.spawn("c3", {"n": 3}, backlog="kids")
+    led.backlog("kids").add("c3", {"plain": True})
+    with pytest.raises(intentlog.ChildrenPending) as got:
+        script.join(["c3"])
+    (_, state, step), = got.value.blocked
+    assert "its item 'c3' is task 'kids.item.c3'" in state and "another child id" in step, (state, step)
     led.close()
 
 
@@ -481,10 +492,13 @@ def _two_children(task: intentlog.Task, payload: dict[str, Any]) -> Any:
     return task.join()
 
 
-def test_a_damaged_or_edited_other_backlog_neither_stops_the_parents_run_nor_its_view(tmp_path: Path) -> None:
-    """The children's backlog stream edited in the middle: the parents' run still runs and ends (the parent's
-    attempts fail naming the damaged stream) and its view still shows; a parent's link edited to name ``../etc``
-    or ``a.b`` names no backlog the view reads."""
+@pytest.mark.parametrize("damage", ["chain broken", "re-chained with a malformed field"])
+def test_a_damaged_or_edited_other_backlog_neither_stops_the_parents_run_nor_its_view(
+    tmp_path: Path, damage: str
+) -> None:
+    """The children's backlog stream edited in the middle (its chain broken, or re-chained with a field no backlog
+    writes): the parents' run still runs and ends (the parent's attempts fail naming the damage) and its view still
+    shows; a parent's link edited to name ``../etc`` or ``a.b`` names no backlog the view reads."""
     from test_provider_dedup import rechain
 
     from intentlog.backlog.model import task_extras
@@ -494,16 +508,22 @@ def test_a_damaged_or_edited_other_backlog_neither_stops_the_parents_run_nor_its
         led.backlog("fan").add("p", {}, max_attempts=2)
         led.backlog("fan").run(_two_children, workers=1, until_idle=True, poll=0.02)
     stream = root / "tasks" / "sums.backlog.jsonl"
-    lines = stream.read_bytes().splitlines(keepends=True)
-    lines[2] = lines[2].replace(b'"c1"', b'"c9"')
-    stream.write_bytes(b"".join(lines))
+    if damage == "chain broken":
+        lines = stream.read_bytes().splitlines(keepends=True)
+        lines[2] = lines[2].replace(b'"c1"', b'"c9"')
+        stream.write_bytes(b"".join(lines))
+        said = "sums.backlog.jsonl"
+    else:
+        evs = [orjson.loads(x) for x in stream.read_bytes().splitlines()]
+        evs[2]["data"]["priority"] = "high"
+        rechain(stream, evs)
+        said = "MalformedRecord"
     with intentlog.open(root) as led:
         view = led.backlog("fan").run(_two_children, workers=1, until_idle=True, poll=0.02)
         row = {r.item: r for r in view.items}["p"]
-        assert row.state == "failed" and "sums.backlog.jsonl" in (row.reason or ""), row
+        assert row.state == "failed" and said in (row.reason or ""), row
         assert [r.item for r in led.backlog("fan").view().items] == ["p"]  # the damaged backlog's rows left out
-    stream.write_bytes(b"")  # gone: the edited links below must not send the view anywhere else
-    stream.unlink()
+    stream.unlink()  # gone: the edited links below must not send the view anywhere else
     path = root / "tasks" / "fan.item.p.jsonl"
     for bad in ("../etc", "a.b"):
         evs = [orjson.loads(x) for x in path.read_bytes().splitlines()]

@@ -152,6 +152,35 @@ def test_adds_are_no_sign_of_life_of_a_run_elsewhere_its_heartbeat_is(ledger: An
     assert watch.running("sums")
 
 
+def test_a_look_at_another_backlog_that_fails_to_read_reads_again_at_the_next(ledger: Any, monkeypatch: Any) -> None:
+    """A read of the other backlog that fails (a store's segment retired under the listing, a damaged line) is
+    tried again at the next look, though the stream did not move since: a child settled there is never missed."""
+    from intentlog.backlog import wake
+    from intentlog.errors import CorruptStream
+
+    b = ledger.backlog("sums")
+    b.add("x", 1)
+    watch = wake.ChildrenWatch(ledger)
+    assert not watch.item("sums", "x").done
+    t = b.task
+    t.stream.append("backlog.item_done", {"item": "x"})  # the child settles there, the run's last record
+    t.close()
+    w = watch.backlogs["sums"]
+    real, failed = w.task.events, []
+
+    def once_broken(*a: Any, **k: Any) -> Any:
+        if not failed:
+            failed.append(1)
+            raise CorruptStream("sums", 3, "a listed segment is missing")
+        return real(*a, **k)
+
+    monkeypatch.setattr(w.task, "events", once_broken)
+    for _ in range(2):
+        watch.looked = -1e9
+        watch.look()
+    assert failed and watch.item("sums", "x").done
+
+
 def test_an_open_run_elsewhere_that_stands_still_is_taken_over_after_the_stale_time(ledger: Any) -> None:
     b = ledger.backlog("g")
     b.add("a", {"item": "a"})
@@ -385,6 +414,27 @@ def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -
     assert start_time(z.pid) == started
     assert holder_gone({**here, "pid": z.pid, "start_time": started, "run": "x"}) is True
     z.wait()
+    # a live process whose main thread exited (its other threads run) shows 'Z' for its leader too: not gone
+    beat = Path(f"/tmp/intentlog-leader-{os.getpid()}")
+    beat.unlink(missing_ok=True)
+    code = (
+        "import ctypes, sys, threading, time\n"
+        "def work():\n"
+        "    while True:\n"
+        "        open(sys.argv[1], 'a').write('.'); time.sleep(0.01)\n"
+        "threading.Thread(target=work).start()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    z = subprocess.Popen([sys.executable, "-c", code, str(beat)])
+    try:
+        _wait_for(lambda: state() == b"Z", "the main thread to exit")
+        size = beat.stat().st_size
+        _wait_for(lambda: beat.stat().st_size > size, "its other thread to write on")
+        assert holder_gone({**here, "pid": z.pid, "start_time": start_time(z.pid), "run": "x"}) is False
+    finally:
+        z.kill()
+        z.wait()
+        beat.unlink(missing_ok=True)
 
 
 def test_a_run_is_never_judged_gone_by_its_own_process_once_its_start_is_durable(

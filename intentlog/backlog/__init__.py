@@ -13,6 +13,7 @@ from ..errors import LeaseLost
 from .core import Backlog, BacklogTaken, BacklogView, ItemTaskTaken, PayloadChanged, StillBlocked
 from .dask_engine import DaskEngine
 from .engines import Engine, LocalEngine
+from .errors import MalformedRecord
 from .model import ITEM_STATES, ItemView
 from .quota import Quota, parse_quota
 from .runlease import BacklogBusy
@@ -32,6 +33,7 @@ __all__ = [
     "ItemView",
     "LeaseLost",
     "LocalEngine",
+    "MalformedRecord",
     "PayloadChanged",
     "Quota",
     "QuotaExhausted",

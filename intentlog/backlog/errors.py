@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import IntentlogError
 
-__all__ = ["BacklogTaken", "ItemTaskTaken", "PayloadChanged", "StillBlocked"]
+__all__ = ["BacklogTaken", "ItemTaskTaken", "MalformedRecord", "PayloadChanged", "StillBlocked"]
 
 
 class PayloadChanged(IntentlogError, ValueError):
@@ -26,3 +26,8 @@ class BacklogTaken(IntentlogError, ValueError):
 
 class StillBlocked(IntentlogError):
     """``unblock`` was asked while the item's task still needs a person (the reason holds)."""
+
+
+class MalformedRecord(IntentlogError, ValueError):
+    """A backlog record whose data is not what a backlog writes (a field missing or of another type): the
+    stream was edited, its hash chain rewritten. Nothing is written; its folder's bytes stay as they are."""

@@ -23,6 +23,7 @@ from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX
 from ..projections.idioms import CHILD_SPAWNED
 from ..projections.status import AWAITING_APPROVAL, FAILED, ITEM_RETURNED, PAUSED_FOR_REVIEW, taking_over
 from ..projections.workstate import RECONCILE_EFFECT
+from .errors import MalformedRecord
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
@@ -210,6 +211,16 @@ class BacklogFold:
     run: dict[str, Any] | None = None
 
     def apply(self, ev: Event) -> None:
+        """Fold one record; :class:`~intentlog.backlog.errors.MalformedRecord` for data no backlog writes."""
+        try:
+            self._apply(ev)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedRecord(
+                f"backlog record seq {ev.seq} ({ev.kind!r}) is not one a backlog writes ({type(exc).__name__}: "
+                f"{exc}): the stream was edited; restore it from a copy or git (intentlog verify checks the rest)"
+            ) from exc
+
+    def _apply(self, ev: Event) -> None:
         self.seq = ev.seq
         self.head = ev.digest
         d = ev.data

@@ -72,13 +72,22 @@ def end_holder(pid: int, started: int | None, *, wait: float = 5.0) -> bool:
 
 
 def zombie(pid: int) -> bool:
-    """Whether ``pid`` has ended, though its parent has not reaped it yet (or it is gone): state ``Z``."""
+    """Whether ``pid`` has ended, though its parent has not reaped it yet (or it is gone): state ``Z``.
+
+    A process whose main thread exited while other threads run shows ``Z`` for its leader
+    too: it has ended only when no thread but the leader is left (``/proc/PID/task``).
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return True
-    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] == b"Z"
+    if raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] != b"Z":
+        return False
+    try:
+        return all(tid == str(pid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return True
 
 
 def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int] | None:

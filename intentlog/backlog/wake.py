@@ -150,8 +150,8 @@ class ChildrenWatch:
         size = self.ledger.backend.progress(w.task.stream)  # before the read: an append racing it moves it again
         if size == w.size:
             return
-        w.size = size
         if size < 0:
+            w.size = size
             return  # no such backlog yet: no child of it settled
         try:
             for ev in w.task.events(since=w.fold.seq + 1):
@@ -159,4 +159,5 @@ class ChildrenWatch:
                 if ev.kind not in NOT_THE_HOLDERS:  # an add or an unblock, anyone's, says nothing of its run
                     w.moved = time.monotonic()
         except IntentlogError:
-            return  # a damaged backlog settles nothing more here (verify and repair name it); read again once it moves
+            return  # damaged, or a segment retired under the read: nothing settles here; the next look reads again
+        w.size = size

@@ -107,11 +107,12 @@ def spawn(
         )
     if child_id == parent.id:
         raise UsageError(f"task {parent.id!r} cannot spawn itself; nothing was written")
-    if as_recorded(child_id) != child_id:  # the link would record it redacted: a link to no task
-        raise UsageError(
-            f"child id of task {parent.id!r}: the id has the shape of a credential, which every record replaces "
-            "with '[REDACTED]'; pick an id that names the work, not a key; nothing was written"
-        )
+    for what, tid in (("child id", child_id), ("parent id", parent.id)):
+        if as_recorded(tid) != tid:  # the links would record it redacted: a link to no task
+            raise UsageError(
+                f"a child of task {parent.id!r}: the {what} has the shape of a credential, which every record "
+                "replaces with '[REDACTED]'; pick an id that names the work, not a key; nothing was written"
+            )
     if backlog is not None and hand is False:
         raise UsageError(
             f"child {child_id!r} of task {parent.id!r}: run= runs the child here and backlog= sends it to that "
@@ -247,13 +248,18 @@ def _waiting_in(ledger: TaskHandles, child_id: str, backlog: str, said: str) -> 
     """A child sent to ``backlog`` that has not returned: an item there (its step runs it), or not added yet."""
     stream = ledger.task(f"{backlog}{BACKLOG_SUFFIX}").stream
     try:
-        added = children_there(stream.events(), [child_id])[0] if stream.exists() else set()
+        added, _, taken = children_there(stream.events() if stream.exists() else (), [child_id])
     except IntentlogError:
         return said, f"intentlog verify: the stream of backlog {backlog!r} cannot be read"
     if child_id in added:
         return (
             f"{said} in backlog {backlog!r}",
             f"run that backlog: intentlog run {backlog} --step MODULE:FUNCTION (its step runs the child)",
+        )
+    if child_id in taken:
+        return (
+            f"never added to backlog {backlog!r}: its item {child_id!r} is task {taken[child_id]!r}'s",
+            "the child can never run there: spawn the work under another child id, and join the others by id",
         )
     return (
         f"not an item of backlog {backlog!r} yet",

@@ -61,11 +61,15 @@ def settled_items(events: Iterable[Event], items: Iterable[str]) -> dict[str, st
     return children_there(events, items)[1]
 
 
-def children_there(events: Iterable[Event], items: Iterable[str]) -> tuple[set[str], dict[str, str | None]]:
-    """Of ``items`` (spawned children), those the backlog added as child items (their task is themselves), and of
-    those the settled ones as :func:`settled_items` gives them."""
+def children_there(
+    events: Iterable[Event], items: Iterable[str]
+) -> tuple[set[str], dict[str, str | None], dict[str, str]]:
+    """Of ``items`` (spawned children): those the backlog added as child items (their task is themselves); of
+    those the settled ones as :func:`settled_items` gives them; and those whose item id another task holds (item
+    id -> that task: a plain item ``NAME.item.ID`` keeps the child from ever being added)."""
     wanted = set(items)
     mine: set[str] = set()
+    others: dict[str, str] = {}
     failed: dict[str, str] = {}
     done: set[str] = set()
     for ev in events:
@@ -75,11 +79,13 @@ def children_there(events: Iterable[Event], items: Iterable[str]) -> tuple[set[s
         if ev.kind == "backlog.item_added":
             if ev.data.get("task") == item:
                 mine.add(item)
+            elif item not in mine:
+                others.setdefault(item, str(ev.data.get("task")))
         elif ev.kind == "backlog.item_failed":
             failed[item] = str(ev.data.get("reason"))
         elif ev.kind == "backlog.item_done":
             done.add(item)
-    return mine, {i: failed.get(i) for i in wanted & mine if i in failed or i in done}
+    return mine, {i: failed.get(i) for i in wanted & mine if i in failed or i in done}, others
 
 
 #: seconds of the record the rate is counted over (the items settled within it, before the view's ``now``)
