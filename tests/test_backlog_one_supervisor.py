@@ -181,6 +181,25 @@ def test_a_look_at_another_backlog_that_fails_to_read_reads_again_at_the_next(le
     assert failed and watch.item("sums", "x").done
 
 
+def test_a_run_with_a_long_poll_still_beats_within_its_beat(ledger: Any, monkeypatch: Any) -> None:
+    """``run(poll=30)``: the supervisor never waits longer than a beat between heartbeats, or a parent's run on
+    another machine (and a new run's start) would judge it gone after STALE s while it runs."""
+    from intentlog.backlog.runlease import BEAT
+    from intentlog.backlog.supervisor import Supervisor
+
+    waits: list[float] = []
+    real = Supervisor.ready
+    monkeypatch.setattr(Supervisor, "ready", lambda self, timeout: waits.append(timeout) or real(self, timeout))
+    b = ledger.backlog("slow")
+    b.add("x", 1)
+    assert b.run(_one, workers=1, until_idle=True, poll=30.0).counts["done"] == 1
+    assert waits and max(waits) <= BEAT < STALE, waits
+
+
+def _one(task: intentlog.Task, payload: Any) -> int:
+    return 1
+
+
 def test_an_open_run_elsewhere_that_stands_still_is_taken_over_after_the_stale_time(ledger: Any) -> None:
     b = ledger.backlog("g")
     b.add("a", {"item": "a"})

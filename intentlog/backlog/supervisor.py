@@ -79,7 +79,7 @@ from .messages import (
 from .model import BacklogFold, BacklogLike, ItemRecord
 from .procs import boot_id, end_holder, host_name, start_time
 from .quota import Quota
-from .runlease import RunOwner
+from .runlease import BEAT, RunOwner
 from .schedule import Schedule
 from .watchdog import Watchdog
 
@@ -263,7 +263,7 @@ class Supervisor:
             self.spawn()
             if self.stopping is not None:
                 return
-            ready = self.ready(self.poll)
+            ready = self.ready(min(self.poll, BEAT))  # a poll longer than a beat would look dead to others (STALE)
             # one sync for what this turn records: each record is also derivable from the
             # item tasks (a lost one is found again at the next start), except quota
             # grants, which are recorded by the worker in its task before its attempt
