@@ -154,10 +154,16 @@ def test_adds_are_no_sign_of_life_of_a_run_elsewhere_its_heartbeat_is(ledger: An
 
 def test_a_look_at_another_backlog_that_fails_to_read_reads_again_at_the_next(ledger: Any, monkeypatch: Any) -> None:
     """A read of the other backlog that fails (a store's segment retired under the listing, a damaged line) is
-    tried again at the next look, though the stream did not move since: a child settled there is never missed."""
+    tried again a beat later, though the stream did not move since: a child settled there is never missed, and a
+    damaged stream is not read at every look."""
+    import types
+
     from intentlog.backlog import wake
+    from intentlog.backlog.runlease import BEAT
     from intentlog.errors import CorruptStream
 
+    clock = [time.monotonic()]
+    monkeypatch.setattr(wake, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     b = ledger.backlog("sums")
     b.add("x", 1)
     watch = wake.ChildrenWatch(ledger)
@@ -166,19 +172,22 @@ def test_a_look_at_another_backlog_that_fails_to_read_reads_again_at_the_next(le
     t.stream.append("backlog.item_done", {"item": "x"})  # the child settles there, the run's last record
     t.close()
     w = watch.backlogs["sums"]
-    real, failed = w.task.events, []
+    real, reads = w.task.events, []
 
     def once_broken(*a: Any, **k: Any) -> Any:
-        if not failed:
-            failed.append(1)
+        reads.append(1)
+        if len(reads) == 1:
             raise CorruptStream("sums", 3, "a listed segment is missing")
         return real(*a, **k)
 
     monkeypatch.setattr(w.task, "events", once_broken)
-    for _ in range(2):
+    seen = []
+    for step in (0.0, BEAT / 2, BEAT / 2):  # the failed read, half a beat later nothing read, a beat later read
+        clock[0] += step
         watch.looked = -1e9
         watch.look()
-    assert failed and watch.item("sums", "x").done
+        seen.append((len(reads), watch.item("sums", "x").done))
+    assert seen == [(1, False), (1, False), (2, True)], seen
 
 
 def test_a_run_with_a_long_poll_still_beats_within_its_beat(ledger: Any, monkeypatch: Any) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 from ..errors import IntentlogError
 from ..projections.idioms import INBOX_SUFFIX, inbox_signals
 from .model import BacklogFold, backlog_stream_id
-from .runlease import NOT_THE_HOLDERS, STALE, holder_gone
+from .runlease import BEAT, NOT_THE_HOLDERS, STALE, holder_gone
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -92,6 +92,8 @@ class _Elsewhere:
     size: int
     #: on this process's monotonic clock: when its stream was first looked at or last seen to move
     moved: float = field(default_factory=time.monotonic)
+    #: when its last read failed (None: it did not): read again a beat later, moved or not
+    failed: float | None = None
 
 
 class ChildrenWatch:
@@ -147,6 +149,8 @@ class ChildrenWatch:
             self._look(w)
 
     def _look(self, w: _Elsewhere) -> None:
+        if w.failed is not None and time.monotonic() - w.failed < BEAT:
+            return  # a damaged stream is not read again at every look
         size = self.ledger.backend.progress(w.task.stream)  # before the read: an append racing it moves it again
         if size == w.size:
             return
@@ -159,5 +163,7 @@ class ChildrenWatch:
                 if ev.kind not in NOT_THE_HOLDERS:  # an add or an unblock, anyone's, says nothing of its run
                     w.moved = time.monotonic()
         except IntentlogError:
-            return  # damaged, or a segment retired under the read: nothing settles here; the next look reads again
-        w.size = size
+            # damaged, or a segment retired under the read: nothing settles here; read again a beat later
+            w.failed = time.monotonic()
+            return
+        w.size, w.failed = size, None
