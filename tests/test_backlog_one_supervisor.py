@@ -465,6 +465,42 @@ def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -
         beat.unlink(missing_ok=True)
 
 
+_FORKS_THEN_WAITS = """
+import multiprocessing, sys, time
+from pathlib import Path
+
+def worker(go):
+    while not Path(go).exists():
+        time.sleep(0.01)
+    from intentlog.backlog.procs import die_with_parent
+    die_with_parent()
+    Path(go + ".alive").write_text("")  # only a worker that outlived its supervisor gets here
+    time.sleep(600)
+
+if __name__ == "__main__":
+    p = multiprocessing.get_context("fork").Process(target=worker, args=(sys.argv[1],), daemon=True)
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_worker_whose_supervisor_died_before_it_asked_to_die_with_it_ends_itself(tmp_path: Path) -> None:
+    """The supervisor SIGKILLed between a worker's fork and its ``die_with_parent``: no death signal comes, and the
+    worker, holding both ends of its own pipe, would wait forever; it ends itself instead."""
+    from intentlog.backlog.procs import zombie
+
+    go = tmp_path / "go"
+    sup = subprocess.Popen([sys.executable, "-c", _FORKS_THEN_WAITS, str(go)], stdout=subprocess.PIPE, text=True)
+    assert sup.stdout is not None
+    pid = int(sup.stdout.readline())
+    sup.kill()
+    sup.wait()
+    go.write_text("")
+    _wait_for(lambda: zombie(pid), "the orphaned worker to end")
+    assert not (tmp_path / "go.alive").exists()
+
+
 def test_a_run_is_never_judged_gone_by_its_own_process_once_its_start_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

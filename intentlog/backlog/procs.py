@@ -8,6 +8,7 @@ process for the life of the machine. A holder is ended only when all three still
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import socket
@@ -103,9 +104,17 @@ def flock_holders(table_path: str = PROC_LOCKS) -> dict[str, int] | None:
 
 
 def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (a worker never outlives its supervisor)."""
+    """Ask Linux to SIGKILL this process when its parent dies (a worker never outlives its supervisor).
+
+    A parent that died before the ask took hold (between the fork and this call) sends no
+    signal: a process started by :mod:`multiprocessing` whose parent is then gone ends
+    itself here (it would otherwise wait forever on a pipe whose other end it holds too).
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os.kill(os.getpid(), signal.SIGKILL)
