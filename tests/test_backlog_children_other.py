@@ -394,7 +394,8 @@ def test_a_join_names_the_next_step_of_a_child_waiting_in_its_backlog_or_never_a
     with pytest.raises(intentlog.ChildrenPending) as got:
         script.join()
     said = {c: (state, step) for c, state, step in got.value.blocked}
-    assert "in backlog 'kids'" in said["c1"][0] and "intentlog run kids --step" in said["c1"][1], said
+    run = f"intentlog --root {tmp_path / 'l'} run kids --step MODULE:FUNCTION"  # runs as pasted from any folder
+    assert "in backlog 'kids'" in said["c1"][0] and run in said["c1"][1], said
     assert said["c2"] == (
         "not an item of backlog 'kids' yet",
         "re-run the parent's script: its spawn adds the child to that backlog, once",

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import s3_server
@@ -171,15 +172,15 @@ def test_a_child_that_returns_between_the_joins_two_reads_is_joined_not_called_d
     reported "done in backlog ... with no result"."""
     parent = ledger.task("p")
     parent.spawn("c", {"n": 1}, backlog="kids")  # added to the backlog at once: nothing runs it here
-    real = children_mod.settled_items
+    real = children_mod.children_there
 
-    def child_returns_meanwhile(events: object, items: object) -> dict[str, str | None]:
-        monkeypatch.setattr(children_mod, "settled_items", real)
+    def child_returns_meanwhile(events: object, items: object) -> Any:
+        monkeypatch.setattr(children_mod, "children_there", real)
         kid = ledger.task("c")
         kid.finish({"done": True})  # the child's own result, then its backlog's record of it
         kid.close()
-        return {"c": None}  # as the backlog's record read now says: done
+        return {"c"}, {"c": None}, {}  # as the backlog's record read now says: an item of it, done
 
-    monkeypatch.setattr(children_mod, "settled_items", child_returns_meanwhile)
+    monkeypatch.setattr(children_mod, "children_there", child_returns_meanwhile)
     assert parent.join(wait=60.0) == {"c": {"done": True}}
     assert [e.kind for e in parent.events()][-1] == JOINED

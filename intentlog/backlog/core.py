@@ -104,8 +104,10 @@ class Backlog:
         self.stream_id = backlog_stream_id(name)
         #: the fold as this handle last wrote it: reused while the stream's count and head match it
         self._fold: BacklogFold | None = None
-        #: the stream's stamp when ``_fold`` was the whole stream (None: unknown), for :meth:`check_child`
+        #: the stream's stamp when ``_fold`` was the whole stream (None: unknown), kept once :meth:`check_child`
+        #: was asked of this handle (a plain add takes none)
         self._stamp: str | None = None
+        self._checks = False
 
     def __repr__(self) -> str:
         return f"<Backlog {self.name!r} in {str(self.ledger.root)!r}>"
@@ -221,6 +223,7 @@ class Backlog:
         refuses it then.
         """
         entry = self._child_entry(child_id, payload, parent)
+        self._checks = True
         stamp = self._stamp_now()  # before the read: an append racing it changes the stamp again
         f = self._fold
         if f is None or stamp is None or stamp != self._stamp:
@@ -364,7 +367,8 @@ class Backlog:
                             self._created(t)
                         for e in new.values():
                             f.apply(t.append("backlog.item_added", e))
-                self._fold, self._stamp = f, self._stamp_now()  # under the lock: the stamp of this fold's stream
+                # under the lock: the stamp of this fold's stream, for the next check (one stat, one LIST on a store)
+                self._fold, self._stamp = f, (self._stamp_now() if self._checks else None)
                 return [dataclasses.replace(f.items[e["item"]]) for e in entries]
             finally:
                 t.close()  # a running supervisor waits for this lock

@@ -38,15 +38,16 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import orjson
 
+from .._internal.commands import complete, hint_root
 from ..errors import IntentlogError, NotSerializable, UsageError
 from ..eventlog.canonical import dumps
 from ..eventlog.format import check_task_id
-from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, children_there, settled_items
+from ..projections.backlogs import BACKLOG_NAME_RE, BACKLOG_SUFFIX, children_there
 from ..projections.idioms import CHILD_SPAWNED, INBOX_SUFFIX, JOINED, RETURNED, SPAWNED, IdiomState, idiom_state
 from ..stream import as_recorded
 from . import state
@@ -228,8 +229,11 @@ def finish(task: TaskStream, result: Any) -> Any:
         return value
 
 
-def _blocked(ledger: TaskHandles, child_id: str, backlog: str | None = None) -> tuple[str, str]:
-    """A child's state and safe next step, from its own status (and, sent to ``backlog``, from that backlog's)."""
+def _blocked(
+    ledger: TaskHandles, child_id: str, backlog: str | None = None, there: Mapping[str, _There | None] | None = None
+) -> tuple[str, str]:
+    """A child's state and safe next step, from its own status (and, sent to ``backlog``, from what that backlog's
+    record says of it: ``there``, by backlog, as :func:`_backlogs_there` read it)."""
     from ..projections.status import task_status
 
     child = ledger.task(child_id).stream
@@ -240,17 +244,15 @@ def _blocked(ledger: TaskHandles, child_id: str, backlog: str | None = None) -> 
     if st.state in ("running", "failed", "awaiting approval", "paused for review"):
         return said, st.next_step
     if backlog is not None:
-        return _waiting_in(ledger, child_id, backlog, said)
+        return _waiting_in(child_id, backlog, said, (there or {}).get(backlog))
     return said, "run the child's script to its end: it returns its result with task.finish(result)"
 
 
-def _waiting_in(ledger: TaskHandles, child_id: str, backlog: str, said: str) -> tuple[str, str]:
+def _waiting_in(child_id: str, backlog: str, said: str, there: _There | None) -> tuple[str, str]:
     """A child sent to ``backlog`` that has not returned: an item there (its step runs it), or not added yet."""
-    stream = ledger.task(f"{backlog}{BACKLOG_SUFFIX}").stream
-    try:
-        added, _, taken = children_there(stream.events() if stream.exists() else (), [child_id])
-    except IntentlogError:
+    if there is None:
         return said, f"intentlog verify: the stream of backlog {backlog!r} cannot be read"
+    added, _, taken = there
     if child_id in added:
         return (
             f"{said} in backlog {backlog!r}",
@@ -317,30 +319,47 @@ def _child_backlogs(parent: TaskStream) -> dict[str, str]:
         return dict(state.current(parent).child_backlogs)
 
 
-def _settled_in_backlogs(
+#: what a backlog's record says of the children sent to it (:func:`~intentlog.projections.backlogs.children_there`)
+_There = tuple[set[str], dict[str, str | None], dict[str, str]]
+
+
+def _backlogs_there(
     ledger: TaskHandles, where: dict[str, str], pending: list[str], reads: _Reads
-) -> dict[str, tuple[str, str, str]]:
-    """The pending children sent to a backlog (``spawn(..., backlog=)``, ``where``: child -> backlog) that it
-    settled with no result, read from each such backlog's own record once (again once it changed)."""
+) -> dict[str, _There | None]:
+    """Per backlog the pending children were sent to (``where``: child -> backlog), what its record says of them,
+    read once (again once it changed); None for a backlog whose stream cannot be read (verify names it)."""
     by_backlog: dict[str, list[str]] = {}
     for cid in pending:
         if cid in where:
             by_backlog.setdefault(where[cid], []).append(cid)
-    out: dict[str, tuple[str, str, str]] = {}
+    out: dict[str, _There | None] = {}
     for name, cids in by_backlog.items():
-        # pending only shrinks in one join: what was settled of the ids first asked holds for fewer
+        # pending only shrinks in one join: what was read of the ids first asked holds for fewer
         try:
-            settled = reads.project(ledger.task(f"{name}{BACKLOG_SUFFIX}").stream, functools.partial(_settled, cids))
-        except IntentlogError:  # a damaged backlog stream says nothing here (verify and repair name it)
-            continue
-        for cid in cids:
-            if cid in settled:
-                out[cid] = settled_child(cid, name, settled[cid])
+            out[name] = reads.project(ledger.task(f"{name}{BACKLOG_SUFFIX}").stream, functools.partial(_there, cids))
+        except IntentlogError:
+            out[name] = None
     return out
 
 
-def _settled(items: list[str], stream: TaskStream) -> dict[str, str | None]:
-    return settled_items(stream.events(), items) if stream.exists() else {}
+def _settled_in(where: dict[str, str], pending: list[str], there: dict[str, _There | None]) -> dict[str, Any]:
+    """The pending children their backlog settled with no result, as :func:`settled_child` gives each."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for cid in pending:
+        got = there.get(where.get(cid, ""))
+        if got is not None and cid in got[1]:
+            out[cid] = settled_child(cid, where[cid], got[1][cid])
+    return out
+
+
+def _there(items: list[str], stream: TaskStream) -> _There:
+    return children_there(stream.events() if stream.exists() else (), items)
+
+
+def _pending(parent: TaskStream, blocked: Sequence[tuple[str, str, str]]) -> ChildrenPending:
+    """:class:`ChildrenPending` with each next step's ``intentlog`` command given this ledger's ``--root``."""
+    root = hint_root(parent.layout.location)
+    return ChildrenPending(parent.id, [(c, state, complete(step, root)) for c, state, step in blocked])
 
 
 def _idiom_state(stream: TaskStream) -> IdiomState:
@@ -391,14 +410,14 @@ def join(
                 raise Suspended(parent.id, children=pending)
             if _returned_since(ledger, [c for c, _, _ in failed]):
                 continue  # one returned between the two reads (its backlog then recorded it done): read again
-            raise ChildrenPending(parent.id, failed)
-        settled = _settled_in_backlogs(ledger, where, pending, reads)
+            raise _pending(parent, failed)
+        there = _backlogs_there(ledger, where, pending, reads)
+        settled = _settled_in(where, pending, there)
         if settled and _returned_since(ledger, list(settled)):
             continue
         if len(settled) == len(pending):  # none of them can return any more: no use waiting
-            raise ChildrenPending(parent.id, [settled[c] for c in pending])
+            raise _pending(parent, [settled[c] for c in pending])
         if time.monotonic() >= deadline:
-            raise ChildrenPending(
-                parent.id, [settled.get(c) or (c, *_blocked(ledger, c, where.get(c))) for c in pending]
-            )
+            blocked = [settled.get(c) or (c, *_blocked(ledger, c, where.get(c), there)) for c in pending]
+            raise _pending(parent, blocked)
         _pause(min(poll, max(0.01, deadline - time.monotonic())))
