@@ -407,7 +407,7 @@ def test_a_run_of_this_process_that_ended_without_its_record_is_taken_over_at_on
     b.task.close()
 
 
-def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -> None:
+def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record(tmp_path: Path) -> None:
     """``holder_gone``: this machine's pid and start time say gone or alive; another machine, or a record whose
     pid is not a positive int (edited), is unknown (None: only the stream's movement can tell), never an error."""
     import os
@@ -443,8 +443,7 @@ def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -
     assert holder_gone({**here, "pid": z.pid, "start_time": started, "run": "x"}) is True
     z.wait()
     # a live process whose main thread exited (its other threads run) shows 'Z' for its leader too: not gone
-    beat = Path(f"/tmp/intentlog-leader-{os.getpid()}")
-    beat.unlink(missing_ok=True)
+    beat = tmp_path / "beat"
     code = (
         "import ctypes, sys, threading, time\n"
         "def work():\n"
@@ -455,14 +454,13 @@ def test_an_open_runs_holder_is_judged_gone_alive_or_unknown_from_its_record() -
     )
     z = subprocess.Popen([sys.executable, "-c", code, str(beat)])
     try:
-        _wait_for(lambda: state() == b"Z", "the main thread to exit")
+        _wait_for(lambda: state() == b"Z" and beat.exists(), "the main thread to exit, the other to write")
         size = beat.stat().st_size
         _wait_for(lambda: beat.stat().st_size > size, "its other thread to write on")
         assert holder_gone({**here, "pid": z.pid, "start_time": start_time(z.pid), "run": "x"}) is False
     finally:
         z.kill()
         z.wait()
-        beat.unlink(missing_ok=True)
 
 
 _FORKS_THEN_WAITS = """
