@@ -523,3 +523,39 @@ def test_a_run_is_never_judged_gone_by_its_own_process_once_its_start_is_durable
         b.add("a", {"n": 1})
         assert b.run(lambda task, payload: payload, workers=1, until_idle=True, poll=0.02).counts["done"] == 1
     assert seen == [False]
+
+
+def test_a_stopping_run_keeps_beating_through_its_grace(tmp_path: Path) -> None:
+    """SIGTERM with ``--grace 120`` while an effect is in flight: while the run waits for it, it still shows it
+    holds the backlog (``backlog.run_alive`` after ``backlog.run_stopping``), or a run started on another machine
+    would judge it gone after STALE s and take the backlog while its worker still sends."""
+    root = tmp_path / "ledger"
+    _add(root, 1)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**_env(tmp_path), "BACKLOG_GATE": str(gate)}  # the send is held after its receipt until the gate opens
+    sup = subprocess.Popen([*_run(root, "--grace", "120")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stream = root / "tasks" / "g.backlog.jsonl"
+
+    def beat_after_stopping() -> bool:
+        with intentlog.open(root) as led:
+            kinds = [e.kind for e in led.backlog("g").task.events()]
+        return "backlog.run_stopping" in kinds and "backlog.run_alive" in kinds[kinds.index("backlog.run_stopping") :]
+
+    try:
+        wait_at_gate(str(gate), "i0:0")
+        sup.send_signal(signal.SIGTERM)
+        _wait_for(lambda: b"backlog.run_stopping" in stream.read_bytes(), "the run stopping")
+        _wait_for(beat_after_stopping, "a heartbeat during the grace", limit=4 * STALE)
+        open_gate(str(gate))
+        sup.communicate(timeout=60)
+        assert sup.returncode == 0
+    finally:
+        open_gate(str(gate))
+        sup.kill()
+        sup.wait()
+    assert [r["key"] for r in read_receipts(str(tmp_path / "receipts.jsonl"))] == ["i0:0"]
+    with intentlog.open(root) as led:
+        b = led.backlog("g")
+        assert [e.kind for e in b.task.events()][-1] == "backlog.run_stopped"
+        assert b.view().items[0].state == "done"

@@ -615,7 +615,12 @@ class Supervisor:
         if signalled and self.owner.lost is None:
             self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
         while any(w.item for w in self.pool) and time.monotonic() < deadline:
-            ready = wait([w.conn for w in self.pool if w.item], timeout=self.poll)
+            # still the backlog's holder while its items finish: a run elsewhere must not judge it gone (STALE)
+            try:
+                self.heartbeat()
+            except (IntentlogError, OSError):
+                pass  # unreachable past OUTAGE: it grants nothing more (not fresh), and still ends its workers
+            ready = wait([w.conn for w in self.pool if w.item], timeout=min(self.poll, BEAT))
             for w in list(self.pool):
                 if w.conn in ready:
                     self.receive(w)
