@@ -14,6 +14,12 @@ A step is what a LangGraph superstep writes: one ``put`` (a checkpoint whose one
 channel holds ``--value-bytes`` of text) then one ``put_writes`` of two writes. Reads are
 ``get_tuple`` of the latest checkpoint (with its pending writes), and of a checkpoint by id.
 
+A thread whose nodes call tools (``--tool-steps``, intentlog only: SQLite has no effects):
+each step is a ``put``, one ``task.effect`` recorded in the thread's task, then a
+``put_writes``; the saver folds what the effect appended before its next write. The
+figure is ms per step over the first and the last tenth of the thread, and their ratio:
+near 1 when a step's cost does not grow with the thread.
+
 The machine is usually shared and noisy: each figure is the median of ``--rounds``
 rounds; in each round the two savers run back to back, alternating which goes first, on
 fresh files, and the ratio is taken within the round (then the median of the ratios).
@@ -81,6 +87,25 @@ def run_gets(saver: BaseCheckpointSaver[Any], thread: str, ids: list[str], n: in
     return t1 - t0, time.perf_counter() - t1
 
 
+def run_tool_steps(steps: int, value: str, where: Path) -> tuple[float, float]:
+    """ms per step (put, a tool's effect in the thread's task, put_writes) over the first and last tenth."""
+    saver = IntentlogSaver(where / "ledger")
+    config: dict[str, Any] = {"configurable": {"thread_id": "tools", "checkpoint_ns": ""}}
+    task = saver.task("tools")
+    tenth = max(1, steps // 10)
+    marks: list[float] = []
+    for i in range(steps):
+        if i in (0, tenth, steps - tenth):
+            marks.append(time.perf_counter())
+        cp = _checkpoint(i, value)
+        config = saver.put(config, cp, {"source": "loop", "step": i, "parents": {}}, {"messages": i + 1, "step": i + 1})
+        task.effect(f"tool-{i}", {"step": i}, lambda request: b"ok")
+        saver.put_writes(config, [("messages", f"w{i}"), ("step", i)], f"task-{i}")
+    end = time.perf_counter()
+    saver.close()
+    return (marks[1] - marks[0]) * 1e3 / tenth, (end - marks[2]) * 1e3 / tenth
+
+
 def intentlog_saver(where: Path) -> tuple[BaseCheckpointSaver[Any], Callable[[], None]]:
     saver = IntentlogSaver(where / "ledger")
     return saver, saver.close
@@ -107,9 +132,10 @@ def main() -> None:
     parser.add_argument("--gets", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--value-bytes", type=int, default=1024)
+    parser.add_argument("--tool-steps", type=int, default=1500)
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.gets, args.rounds = 60, 200, 3
+        args.steps, args.gets, args.rounds, args.tool_steps = 60, 200, 3, 300
     value = "x" * args.value_bytes
     rates: dict[str, dict[str, list[float]]] = {n: {"put": [], "latest": [], "by_id": []} for n in SAVERS}
     ratios: dict[str, list[float]] = {"put": [], "latest": [], "by_id": []}
@@ -138,6 +164,18 @@ def main() -> None:
     print(f"{'':28} {'intentlog':>12} {'sqlite':>12} {'intentlog/sqlite':>17}")
     for k, label in labels.items():
         print(f"{label:28} {med(rates['intentlog'][k]):12.1f} {med(rates['sqlite'][k]):12.1f} {med(ratios[k]):16.2f}x")
+    firsts, lasts = [], []
+    for _ in range(args.rounds):
+        where = Path(tempfile.mkdtemp(prefix="bench-lg-tools-"))
+        try:
+            first, last = run_tool_steps(args.tool_steps, value, where)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        firsts.append(first)
+        lasts.append(last)
+    print(f"\na thread of {args.tool_steps} steps, each with a tool's effect in the thread's task (intentlog); medians")
+    print(f"ms per step, first tenth {med(firsts):.2f}, last tenth {med(lasts):.2f}: "
+          f"last/first {med([b / a for a, b in zip(firsts, lasts, strict=True)]):.2f}x")
 
 
 if __name__ == "__main__":

@@ -517,8 +517,18 @@ class TaskStream:
 
         On an object store the stream is read whole through :meth:`StreamStorage.read` and
         every line checked (any bad line is :class:`~intentlog.errors.CorruptStream`, a store
-        keeps no torn tails).
+        keeps no torn tails). While this handle's writer is open, events from ``since`` on
+        are read from the writer's nearest mark instead, on either storage: only the bytes
+        after it, which must chain to the writer's own head
+        (:meth:`~intentlog.eventlog.writer.StreamWriter.events_since`); the bytes before
+        were checked by its open or appended by it. A follower of its own stream reads
+        what was added, not the whole stream each time.
         """
+        w = self._writer
+        if w is not None and since > 0:
+            got = w.events_since(since)
+            if got is not None:
+                return iter(got)
         return self.storage.task_events(self.id, since)
 
     def writer_pid(self) -> int | None:

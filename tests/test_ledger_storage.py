@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ledger.py", "if storage is None:  # the choice itself"): "the choice",
     # the line codec of a stream read whole is a module named eventlog/remote.py (imported, not asked)
     ("eventlog/gclog.py", "from .remote import events_in"): "a module name",
-    ("eventlog/writer.py", "from .remote import tail_of"): "a module name",
+    ("eventlog/writer.py", "from .remote import events_in, tail_of"): "a module name",
     ("checker/seams.py", "from ..eventlog.remote import events_in"): "a module name",
     # verify --fix on a folder only: the command refuses it on a store before anything is read
     ("cli/verify_export.py", "if ledger.storage is None:"): "a command's refusal",

@@ -42,10 +42,11 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from blake3 import blake3
 
@@ -81,7 +82,7 @@ from .damage import (
 )
 from .format import FORMAT, TASK_CREATED, Event, check_kind, encode_data, encode_line, new_stream_id, utc_now
 from .reader import MAX_LINE, StreamScan
-from .remote import tail_of
+from .remote import events_in, tail_of
 from .storage import FolderLease, FolderStreams, StreamLease, StreamStorage, file_stamp, ledger_os_error
 
 # SealedHead and quarantine_plan are damage.py's; named here too for task.py and the tests that import them from here
@@ -89,6 +90,10 @@ __all__ = ["SealedHead", "StreamWriter", "fdatasync", "quarantine_plan"]
 
 #: Every writer alive in this process, so a forked child can reset their thread locks.
 _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
+
+#: an open writer marks where every this-many-th event it appends starts (:meth:`StreamWriter.events_since`
+#: reads at most this many events before the first one asked for)
+MARK_EVERY: Final = 32
 
 
 def fdatasync(fd: int) -> None:
@@ -149,6 +154,9 @@ class StreamWriter:
         #: checked prefix a later open in this process compares before it trusts those bytes again
         self._hasher: Any = None
         self._size = 0
+        #: (seq, byte offset, prev) of every :data:`MARK_EVERY`-th event this open appended, and of where the
+        #: stream ended at the open: :meth:`events_since` reads from the nearest one (empty: not known)
+        self._marks: list[tuple[int, int, str | None]] = []
         self._facts: SealFacts | None = None  # what the open's check saw that the seal check needs
         #: whether the last open checked only the bytes after what this process had checked before
         self.resumed = False
@@ -226,9 +234,11 @@ class StreamWriter:
                 resume = None
                 if restart is not None:
                     restart()
+            self._marks = []
             if self._store is not None:
                 ck = resume if isinstance(resume, CheckedBytes) else None
                 self._open_remote(self._store, wait, replay, take_over_after, ck, restart)
+                self._mark_end()
                 return
             folder_ck = resume if isinstance(resume, Checked) else None
             try:
@@ -244,6 +254,11 @@ class StreamWriter:
             except BaseException:
                 self._close_lease()
                 raise
+            self._mark_end()
+
+    def _mark_end(self) -> None:
+        """The stream's end as the open left it: the first mark :meth:`events_since` may read from."""
+        self._marks = [(self._seq, self._size, self._head)] if self._hasher is not None else []
 
     def _open_remote(
         self,
@@ -527,6 +542,8 @@ class StreamWriter:
             ev = Event(self._seq, kind, stamp, self._head, data, digest_bytes(line))
             self._last_len = len(line)
             if self._hasher is not None:
+                if self._seq % MARK_EVERY == 0 and self._marks:
+                    self._marks.append((self._seq, self._size, self._head))
                 self._hasher.update(line)
                 self._size += len(line)
             self._seq += 1
@@ -534,6 +551,56 @@ class StreamWriter:
             if self._on_event is not None:
                 self._on_event(ev)
             return ev
+
+    def events_since(self, since: int) -> list[Event] | None:
+        """The stream's events from seq ``since`` on, read from this open writer's nearest mark; or None.
+
+        Only while this process holds the stream (its writer open, not poisoned): the bytes
+        before a mark were checked by the open or appended through it, so only those after
+        it are read (through the lease: the writer's descriptor on a folder, its cached
+        segments on a store) and checked, at most :data:`MARK_EVERY` events before
+        ``since``. They must chain from the mark to exactly this writer's head and size;
+        anything else (bytes another process wrote or cut) gives None, and the caller reads
+        the stream whole, which judges them as always. None too when no mark is at or
+        before ``since`` (an event older than the open). Bytes before the mark edited in
+        place while this writer holds the stream are not read here: the next open, any
+        other reader and ``intentlog verify`` find them.
+        """
+        with self._mutex:
+            if self._lease is None or self._poisoned is not None or not self.owned or not self._marks:
+                return None
+            if since >= self._seq:
+                return []
+            i = bisect_right(self._marks, since, key=lambda m: m[0]) - 1
+            if i < 0:
+                return None
+            seq, offset, prev = self._marks[i]
+            try:
+                data = self._bytes_from(offset)
+            except OSError:
+                return None
+            if len(data) != self._size - offset:
+                return None
+            try:
+                events = list(events_in(data, str(self.path), since, resume=(0, seq, prev)))
+            except CorruptStream:
+                return None
+            if not events or events[-1].seq != self._seq - 1 or events[-1].digest != self._head:
+                return None
+            return events
+
+    def _bytes_from(self, offset: int) -> bytes:
+        """The stream's bytes from ``offset`` to its end, through this writer's lease."""
+        if self._store is not None:
+            return self._store.read(self._name, offset)
+        fd = self._fd
+        if fd is None:
+            raise OSError("the writer's descriptor is closed")
+        parts, pos = [], offset
+        while chunk := os.pread(fd, 1 << 20, pos):
+            parts.append(chunk)
+            pos += len(chunk)
+        return b"".join(parts)
 
     def _refuse_poisoned(self) -> None:
         """A poisoned writer refuses: a fenced one with :class:`LeaseLost` again, any other with StreamPoisoned."""
@@ -630,6 +697,7 @@ class StreamWriter:
             return
         with self._mutex:
             self.last_checked = self.left_stamp = None
+            self._marks = []
             lease, ck = self._lease, None
             try:
                 pending = lease is not None and lease.dirty
