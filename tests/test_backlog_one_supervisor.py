@@ -559,3 +559,123 @@ def test_a_stopping_run_keeps_beating_through_its_grace(tmp_path: Path) -> None:
         b = led.backlog("g")
         assert [e.kind for e in b.task.events()][-1] == "backlog.run_stopped"
         assert b.view().items[0].state == "done"
+
+
+def test_a_run_taken_over_writes_nothing_more_in_the_backlog(ledger: Any) -> None:
+    """Whatever the run taken over goes on deciding (an item done, a holder ended, a retry) is not recorded: the
+    backlog is the new run's from its start, and the new run finds it all again in the item tasks."""
+    b = ledger.backlog("g")
+    b.add("a", {"item": "a"})
+    journal = Journal(b)
+    owner = RunOwner(journal)
+    owner.start({"pid": os.getpid()})
+    assert journal.record("backlog.item_blocked", {"item": "a", "task": "g.item.a", "reason": "r"}) is not None
+    b.task.close()
+    b.task.stream.append("backlog.run_started", {"pid": 4242, "host": "elsewhere", "run": "r1"})  # the take-over
+    b.task.stream.append("backlog.run_stopped", {"reason": "idle", "ended": [], "quota": None})
+    b.task.close()
+    before = b.task.stream.path.read_bytes()
+    assert journal.record("backlog.item_done", {"item": "a", "task": "g.item.a"}) is None
+    journal.close()
+    assert b.task.stream.path.read_bytes() == before
+    owner.end()
+
+
+def test_no_grant_outlives_the_run_s_hold_on_its_backlog() -> None:
+    """A grant is given only while the run stays fresh for the grant's whole validity: a run that stood still
+    between its freshness check and the grant (a VM paused, a debugger) grants nothing, reserves nothing."""
+    from intentlog.backlog.quota import GRANT_VALID
+
+    mono, wall = _Clock(), _Clock()
+    broker = QuotaBroker(_Rec(), (parse_quota("calls=3/10s"),), clock=mono, wall=wall)  # type: ignore[arg-type]
+    until = mono.t + 3.5  # the last heartbeat landed now: fresh for FRESH s
+    broker.asked("i0")
+    mono.t += 3.5 - GRANT_VALID / 2  # stood still after the check: fresh for less than a grant's validity
+    assert broker.answer("i0", {"calls": 1.0}, until=until) is None
+    assert broker.book.used(broker.quotas[0], mono.t) == 0
+    broker.asked("i1")
+    got = broker.answer("i1", {"calls": 1.0}, until=mono.t + GRANT_VALID + 1.0)
+    assert type(got) is m.Grant and got.valid <= GRANT_VALID + 1e-9
+
+
+def _sup_with_full_disk(root: Path, flag: Path) -> list[str]:
+    code = (
+        "import errno, os, sys\n"
+        "from intentlog.stream import TaskStream\n"
+        "real, flag = TaskStream.append, sys.argv[1]\n"
+        "def append(self, kind, *a, **kw):\n"
+        "    if str(self.path).endswith('.backlog.jsonl') and os.path.exists(flag):\n"
+        "        raise OSError(errno.ENOSPC, 'No space left on device', str(self.path))\n"
+        "    return real(self, kind, *a, **kw)\n"
+        "TaskStream.append = append\n"
+        "from intentlog.cli import main\n"
+        "sys.argv = ['intentlog'] + sys.argv[2:]\n"
+        "main()\n"
+    )
+    return [sys.executable, "-c", code, str(flag), *_run(root, "--grace", "120")[3:]]
+
+
+@pytest.mark.parametrize("how", ["INT_INT", "INT_TERM", "TERM_TERM", "full_disk"])
+def test_a_stop_that_cannot_wait_ends_its_workers_and_the_process(tmp_path: Path, how: str) -> None:
+    """A second signal during the grace ends the grace now; a stop whose record cannot be written (disk full)
+    still ends its workers. Either way the process exits (it hung at exit joining a worker that ignores
+    SIGTERM, holding the backlog's lock) and the effect in flight is paid once."""
+    root = tmp_path / "ledger"
+    _add(root, 1)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**_env(tmp_path), "BACKLOG_GATE": str(gate)}  # the send is held after its receipt until the gate opens
+    flag = tmp_path / "full"
+    cmd = _sup_with_full_disk(root, flag) if how == "full_disk" else [*_run(root, "--grace", "120")]
+    sup = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stream = root / "tasks" / "g.backlog.jsonl"
+    try:
+        wait_at_gate(str(gate), "i0:0")
+        if how == "full_disk":
+            flag.touch()
+            sup.send_signal(signal.SIGTERM)
+        else:
+            first, second = (getattr(signal, "SIG" + s) for s in how.split("_"))
+            sup.send_signal(first)
+            _wait_for(lambda: b"backlog.run_stopping" in stream.read_bytes(), "the run stopping")
+            sup.send_signal(second)
+        _, err = sup.communicate(timeout=90)  # the gate stays closed: only the stop itself can end the run
+    finally:
+        open_gate(str(gate))
+        sup.kill()
+        sup.wait()
+    assert sup.returncode >= 0, f"killed by its own signal ({sup.returncode}): {err[-400:]}"
+    with intentlog.open(root) as led:
+        b = led.backlog("g")
+        kinds = [e.kind for e in b.task.events()]
+        if how == "full_disk":
+            assert "No space left on device" in err
+            assert "backlog.run_stopped" not in kinds
+        else:
+            stopped = [e.data for e in b.task.events() if e.kind == "backlog.run_stopped"]
+            assert kinds[-1] == "backlog.run_stopped" and [x["item"] for x in stopped[-1]["ended"]] == ["i0"]
+        assert b.view().items[0].state == "blocked"  # its send's outcome unknown: a person decides, never a resend
+    assert [r["key"] for r in read_receipts(str(tmp_path / "receipts.jsonl"))] == ["i0:0"]
+    r = subprocess.run(_run(root), env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert "being written by process" not in r.stderr  # the backlog's lock went with the process
+
+
+def test_a_run_found_taken_over_only_as_it_ends_fails_saying_so(ledger: Any, monkeypatch: Any) -> None:
+    """Taken over while it stood still past its grace, a run learns it only at its end: it records no end and
+    fails with BacklogTakenOver (it returned its view as if it had run the backlog to its end)."""
+    from intentlog.backlog.supervisor import BacklogTakenOver, Supervisor
+
+    b = ledger.backlog("late")
+    b.add("x", 1)
+    real = Supervisor.shutdown
+
+    def taken_then_shutdown(self: Any) -> None:
+        self.journal.close()
+        b.task.stream.append("backlog.run_started", {"pid": 4242, "host": "elsewhere", "run": "r9"})
+        b.task.close()
+        real(self)
+
+    monkeypatch.setattr(Supervisor, "shutdown", taken_then_shutdown)
+    with pytest.raises(BacklogTakenOver, match="taken over by process 4242 on host 'elsewhere'"):
+        b.run(_one, workers=1, until_idle=True)
+    assert [e.kind for e in b.task.events()][-1] == "backlog.run_started"  # the other run's start, nothing after

@@ -59,14 +59,20 @@ class QuotaBroker:
         """A reservation for ``item`` reached the supervisor now (the one its next grant answers)."""
         self.asked_at[item] = self.clock()
 
-    def answer(self, item: str, want: dict[str, float]) -> Grant | Spent | None:
+    def answer(self, item: str, want: dict[str, float], *, until: float | None = None) -> Grant | Spent | None:
         """Grant ``want`` now (reserved), refuse it for good, or None: the worker waits for the window.
 
         A grant is valid for the time the reservation waited here plus :data:`~.quota.GRANT_VALID`,
         which the worker counts from when it asked (before this process saw the request, on
         its own clock): its deadline is never later than :data:`~.quota.GRANT_VALID` after the grant.
+        ``until`` (this clock): when the run stops being shown to hold its backlog (its last
+        heartbeat plus ``FRESH``); no grant is given that could still be used then -- read
+        on the same clock reading as the grant, so a run that stood still since it last
+        looked (a paused VM) grants nothing once another could have taken its backlog.
         """
         now = self.clock()
+        if until is not None and now + GRANT_VALID >= until:
+            return None  # the worker waits: the next heartbeat (or the run's end) decides
         blocked = self.book.check(want, now)
         if blocked is None:
             self.book.reserve(want, now)

@@ -34,17 +34,33 @@ class Journal:
         self.last_close = 0.0
         #: the backlog stream's size when this process last let its lock go (-1: unknown)
         self.closed_size = -1
+        #: the token of the run that records here (set once its start is recorded): nothing is recorded
+        #: once the backlog's last start is another run's
+        self.run: str | None = None
 
-    def record(self, kind: str, data: dict[str, Any]) -> Event:
+    def ours(self) -> bool:
+        """Under the lock: whether the backlog's last ``run_started`` is this journal's run's (True before one)."""
+        if self.run is None:
+            return True
+        self.backlog.task.stream.open_writer()  # what is read next is the whole stream
+        self.refresh()
+        last = self.fold.run
+        return last is not None and last.get("run") == self.run
+
+    def record(self, kind: str, data: dict[str, Any]) -> Event | None:
         """Append to the backlog stream; decisions and ends of holders are durable on return.
 
         The rest (:data:`LAZY`: an item done or blocked, a worker that died, a quota wait)
         may ride in the open batch, synced within about a second: each of them is found
-        again in the item tasks at the next start if a crash loses it.
+        again in the item tasks at the next start if a crash loses it. None, and nothing
+        written, once another run started on the backlog (this one was taken over): from
+        its start the backlog is that run's, which finds all of it again in the item tasks.
         """
         durable = kind not in LAZY
         if self.batching:
             self.begin()
+        if not self.ours():
+            return None
         ev = self.backlog.task.stream.append(kind, data, sync=durable)
         if ev.seq == self.fold.seq + 1:
             self.fold.apply(ev)

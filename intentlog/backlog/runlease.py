@@ -139,6 +139,7 @@ class RunOwner:
         except BaseException:
             _RUNNING.discard(self.token)
             raise
+        self.journal.run = self.token  # from here the journal records only while the backlog is this run's
         self.landed = self.clock()
 
     def end(self) -> None:
@@ -159,13 +160,10 @@ class RunOwner:
 
     def mine(self) -> bool:
         """Under the lease: whether the last ``run_started`` is still this run's (sets :attr:`lost` otherwise)."""
-        if self.lost is None:
-            self.journal.backlog.task.stream.open_writer()
-            self.journal.refresh()
+        if self.lost is None and not self.journal.ours():
             run = self.journal.fold.run
-            if run is None or run.get("run") != self.token:
-                who = "another process" if run is None else f"process {run.get('pid')} on host {run.get('host')!r}"
-                self.lost = f"backlog {self.journal.backlog.name!r} was taken over by {who}; this run stopped"
+            who = "another process" if run is None else f"process {run.get('pid')} on host {run.get('host')!r}"
+            self.lost = f"backlog {self.journal.backlog.name!r} was taken over by {who}; this run stopped"
         return self.lost is None
 
     def beat(self) -> None:
@@ -173,6 +171,10 @@ class RunOwner:
         if self.lost is None and self.clock() - self.landed >= BEAT and self.mine():
             self.journal.record("backlog.run_alive", {"run": self.token})
             self.landed = self.clock()
+
+    def fresh_until(self) -> float:
+        """On this run's clock: when it stops being shown to hold its backlog (-inf once taken over)."""
+        return self.landed + FRESH if self.lost is None else float("-inf")
 
     def fresh(self) -> bool:
         """Whether this run may grant now: it holds the backlog and its last heartbeat is younger than FRESH."""

@@ -165,6 +165,8 @@ class Supervisor:
         self.entries: list[Any] = []
         #: why the run stops taking items and attempts (a signal's name, "idle", "quota"), once it does
         self.stopping: str | None = None
+        #: SIGTERMs and SIGINTs received: the first stops the run within its grace, a second ends the grace now
+        self.signals = 0
         #: workers in a row that exited before answering anything, and the last one's exit
         self.start_deaths, self.last_death = 0, ""
         #: what ends the run with an error once it is shut down (workers dying at start, the lease lost)
@@ -189,7 +191,9 @@ class Supervisor:
         old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            self.stopping = signal.Signals(signum).name
+            self.signals += 1
+            if self.stopping is None:
+                self.stopping = signal.Signals(signum).name
 
         leases.claim_stale(self.backlog.task)  # on a store: a SIGKILLed supervisor's lease, taken back
         me = os.getpid()
@@ -212,12 +216,14 @@ class Supervisor:
             self.scan_items()
             self.loop()
         finally:
-            for s, h in old.items():
-                signal.signal(s, h)
             try:
-                self.shutdown()
+                self.shutdown()  # still under this run's handlers: a second signal ends the grace, never the run
             finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
                 self.owner.end()
+        if self.failure is None and self.owner.lost is not None:  # found only at the end (past its grace)
+            self.failure = BacklogTakenOver(self.owner.lost)
         if self.failure is not None:
             raise self.failure
 
@@ -433,7 +439,8 @@ class Supervisor:
         item, want = w.waiting
         if self.stopping is None and not self.owner.fresh():
             return  # not shown to hold the backlog now: it waits (a run taken over has stopped granting)
-        reply = Stop("stop") if self.stopping is not None else self.broker.answer(item, want)
+        until = self.owner.fresh_until()
+        reply = Stop("stop") if self.stopping is not None else self.broker.answer(item, want, until=until)
         if reply is None:
             return  # the window is full: it waits
         w.conn.send(reply)
@@ -603,29 +610,45 @@ class Supervisor:
         return self.schedule.waits_for_a_person(set(self.watchdog.foreign))
 
     def shutdown(self) -> None:
-        """Stop taking items; let running ones reach their next attempt or end within the grace; record it."""
-        self.journal.end()
-        self.journal.batching = False
+        """Stop taking items; let running ones reach their next attempt or end within the grace; record it.
+
+        A second SIGTERM or SIGINT ends the grace at once. Whatever happens meanwhile (a record
+        that cannot be written: a full disk), every worker is ended before this returns or
+        raises: the items still held are ended as a grace that ran out ends them.
+        """
         why = self.stopping or ("quota" if self.broker.exhausted else "idle")
         signalled = self.stopping is not None
         deadline = time.monotonic() + (self.grace if signalled else 5.0)
+        signals = self.signals
         if self.stopping is None:
             self.stopping = why  # a worker asking for a grant from here on is told to stop
-        self.tell_stop()  # before the record says so: whoever reads "stopping" finds every worker told
-        if signalled and self.owner.lost is None:
-            self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
-        while any(w.item for w in self.pool) and time.monotonic() < deadline:
-            # still the backlog's holder while its items finish: a run elsewhere must not judge it gone (STALE)
-            try:
-                self.heartbeat()
-            except (IntentlogError, OSError):
-                pass  # unreachable past OUTAGE: it grants nothing more (not fresh), and still ends its workers
-            ready = wait([w.conn for w in self.pool if w.item], timeout=min(self.poll, BEAT))
-            for w in list(self.pool):
-                if w.conn in ready:
-                    self.receive(w)
-            self.grant_waiting()
-            self.journal.release()  # as on every turn: a grace longer than a store's stale limit keeps the lease
+        try:
+            self.journal.end()
+            self.journal.batching = False
+            self.tell_stop()  # before the record says so: whoever reads "stopping" finds every worker told
+            if signalled and self.owner.lost is None:
+                self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
+            while any(w.item for w in self.pool) and time.monotonic() < deadline and self.signals == signals:
+                # still the backlog's holder while its items finish: a run elsewhere must not judge it gone (STALE)
+                try:
+                    self.heartbeat()
+                except (IntentlogError, OSError):
+                    pass  # unreachable past OUTAGE: it grants nothing more (not fresh), and still ends its workers
+                ready = wait([w.conn for w in self.pool if w.item], timeout=min(self.poll, BEAT))
+                for w in list(self.pool):
+                    if w.conn in ready:
+                        self.receive(w)
+                self.grant_waiting()
+                self.journal.release()  # as on every turn: a grace longer than a store's stale limit keeps the lease
+        finally:
+            ended = self.end_workers()
+        self.journal.end()
+        if self.owner.mine():  # under the lease: a run taken over never records the end of the next one's
+            self.journal.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.broker.exhausted})
+        self.backlog.task.close()
+
+    def end_workers(self) -> list[dict[str, Any]]:
+        """Idle workers told to quit, the others ended (by pid and start time), every pipe closed; who was ended."""
         ended: list[dict[str, Any]] = []
         for w in self.pool:
             if w.item is None:
@@ -636,17 +659,21 @@ class Supervisor:
         procs: dict[int, list[_Worker]] = {}
         for w in self.pool:
             procs.setdefault(id(w.proc), []).append(w)
-        for lanes in procs.values():
-            proc = lanes[0].proc
-            if all(w.item is None for w in lanes):
-                proc.join(timeout=2.0)
-            if proc.is_alive() and proc.pid is not None:
-                end_holder(proc.pid, proc.started)
-                ended.extend({"item": w.item, "pid": proc.pid} for w in lanes if w.item is not None)
-        self.pool.clear()
-        self.selector.close()
-        self.engine.close()
-        self.journal.end()
-        if self.owner.mine():  # under the lease: a run taken over never records the end of the next one's
-            self.journal.record("backlog.run_stopped", {"reason": why, "ended": ended, "quota": self.broker.exhausted})
-        self.backlog.task.close()
+        try:
+            for lanes in procs.values():
+                proc = lanes[0].proc
+                if all(w.item is None for w in lanes):
+                    proc.join(timeout=2.0)
+                if proc.is_alive() and proc.pid is not None:
+                    end_holder(proc.pid, proc.started)
+                    ended.extend({"item": w.item, "pid": proc.pid} for w in lanes if w.item is not None)
+        finally:
+            for w in self.pool:
+                try:
+                    w.conn.close()
+                except OSError:
+                    pass
+            self.pool.clear()
+            self.selector.close()
+            self.engine.close()
+        return ended
