@@ -521,8 +521,8 @@ class TaskStream:
         are read from the writer's nearest mark instead, on either storage: only the bytes
         after it, which must chain to the writer's own head
         (:meth:`~intentlog.eventlog.writer.StreamWriter.events_since`); the bytes before
-        were checked by its open or appended by it. A follower of its own stream reads
-        what was added, not the whole stream each time.
+        were checked by its open or appended by it; the events are those there when called.
+        A follower of its own stream reads what was added, not the whole stream each time.
         """
         w = self._writer
         if w is not None and since > 0:

@@ -40,6 +40,7 @@ outcome, a lock file replaced -- poisons the writer: every later append refuses.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import weakref
 from bisect import bisect_right
@@ -94,6 +95,8 @@ _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
 #: an open writer marks where every this-many-th event it appends starts (:meth:`StreamWriter.events_since`
 #: reads at most this many events before the first one asked for)
 MARK_EVERY: Final = 32
+#: at most this many bytes after a mark are read into memory by :meth:`StreamWriter.events_since`
+MAX_SPAN: Final = 1 << 20
 
 
 def fdatasync(fd: int) -> None:
@@ -562,12 +565,19 @@ class StreamWriter:
         ``since``. They must chain from the mark to exactly this writer's head and size;
         anything else (bytes another process wrote or cut) gives None, and the caller reads
         the stream whole, which judges them as always. None too when no mark is at or
-        before ``since`` (an event older than the open). Bytes before the mark edited in
-        place while this writer holds the stream are not read here: the next open, any
-        other reader and ``intentlog verify`` find them.
+        before ``since`` (an event older than the open), when more than :data:`MAX_SPAN`
+        bytes follow it (the whole read streams them in constant memory), and on a folder
+        unless the stream's path still names this writer's file, of exactly its size,
+        inside a real folder (a file replaced, removed or reached through a link is the
+        whole read's to judge). Bytes before the mark edited in place while this writer
+        holds the stream are not read here: the next open, any other reader and
+        ``intentlog verify`` find them. The events are those there when called (a list),
+        not those appended while the caller iterates.
         """
         with self._mutex:
             if self._lease is None or self._poisoned is not None or not self.owned or not self._marks:
+                return None
+            if not self._still_its_file():
                 return None
             if since >= self._seq:
                 return []
@@ -575,6 +585,8 @@ class StreamWriter:
             if i < 0:
                 return None
             seq, offset, prev = self._marks[i]
+            if self._size - offset > MAX_SPAN:
+                return None
             try:
                 data = self._bytes_from(offset)
             except OSError:
@@ -588,6 +600,22 @@ class StreamWriter:
             if not events or events[-1].seq != self._seq - 1 or events[-1].digest != self._head:
                 return None
             return events
+
+    def _still_its_file(self) -> bool:
+        """On a folder: the stream's path, in a real folder, names this writer's file, of the size it wrote."""
+        fd = self._fd
+        if self._store is not None:
+            return True  # a held lease: the store's stream is what this writer appended, read through its cache
+        if fd is None:
+            return False
+        try:
+            if not self.in_root:
+                check_real_dir(self.path.parent, what="task streams")
+            at, mine = os.lstat(self.path), os.fstat(fd)
+        except (OSError, IntentlogError):
+            return False
+        same = (at.st_dev, at.st_ino) == (mine.st_dev, mine.st_ino)
+        return same and stat.S_ISREG(at.st_mode) and mine.st_size == self._size
 
     def _bytes_from(self, offset: int) -> bytes:
         """The stream's bytes from ``offset`` to its end, through this writer's lease."""
