@@ -222,3 +222,20 @@ def test_a_span_longer_than_max_span_is_read_whole_in_constant_memory(
         monkeypatch.setattr(task.stream.storage, "task_events", lambda tid, s: calls.append(s) or real(tid, s))
         got = [e.seq for e in task.events(since=3)]
         assert got == list(range(3, task.stream.next_seq)) and calls == [3]
+
+
+def test_a_long_open_writer_keeps_only_the_marks_it_can_read_from(tmp_path: Path) -> None:
+    """20,000 events appended in one open: the marks kept stay bounded, and reads near the end and far behind it
+    still answer exactly what the whole read does."""
+    from intentlog.eventlog.writer import _MARKS_KEPT
+
+    with intentlog.open(tmp_path) as ledger:
+        task = ledger.task("t")
+        with task.batch():
+            for i in range(20_000):
+                task.append("note", {"n": i})
+        writer = task.stream._writer
+        assert writer is not None and len(writer._marks) <= _MARKS_KEPT + 1
+        n = task.stream.next_seq
+        for since in (n - 5, n - 3 * MARK_EVERY, 10, n // 2):
+            assert [(e.seq, e.digest) for e in task.events(since=since)] == _whole(task, since), since

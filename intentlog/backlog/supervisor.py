@@ -628,7 +628,8 @@ class Supervisor:
             self.tell_stop()  # before the record says so: whoever reads "stopping" finds every worker told
             if signalled and self.owner.lost is None:
                 self.journal.record("backlog.run_stopping", {"signal": self.stopping, "grace": self.grace})
-            while any(w.item for w in self.pool) and time.monotonic() < deadline and self.signals == signals:
+            # a signal beyond the one that stopped the run (or two before it) ends the grace now
+            while any(w.item for w in self.pool) and time.monotonic() < deadline and self.signals == signals < 2:
                 # still the backlog's holder while its items finish: a run elsewhere must not judge it gone (STALE)
                 try:
                     self.heartbeat()

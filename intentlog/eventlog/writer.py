@@ -97,6 +97,8 @@ _WRITERS: weakref.WeakSet[StreamWriter] = weakref.WeakSet()
 MARK_EVERY: Final = 32
 #: at most this many bytes after a mark are read into memory by :meth:`StreamWriter.events_since`
 MAX_SPAN: Final = 1 << 20
+#: marks an open writer keeps before it drops those too far behind its end to be read from
+_MARKS_KEPT: Final = 512
 
 
 def fdatasync(fd: int) -> None:
@@ -547,6 +549,8 @@ class StreamWriter:
             if self._hasher is not None:
                 if self._seq % MARK_EVERY == 0 and self._marks:
                     self._marks.append((self._seq, self._size, self._head))
+                    if len(self._marks) > _MARKS_KEPT:  # a mark more than MAX_SPAN behind the end is never read from
+                        self._marks = [m for m in self._marks if self._size - m[1] <= MAX_SPAN] or self._marks[-1:]
                 self._hasher.update(line)
                 self._size += len(line)
             self._seq += 1
