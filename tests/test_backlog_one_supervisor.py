@@ -585,12 +585,13 @@ def test_no_grant_outlives_the_run_s_hold_on_its_backlog() -> None:
     """A grant is given only while the run stays fresh for the grant's whole validity: a run that stood still
     between its freshness check and the grant (a VM paused, a debugger) grants nothing, reserves nothing."""
     from intentlog.backlog.quota import GRANT_VALID
+    from intentlog.backlog.runlease import FRESH
 
     mono, wall = _Clock(), _Clock()
     broker = QuotaBroker(_Rec(), (parse_quota("calls=3/10s"),), clock=mono, wall=wall)  # type: ignore[arg-type]
-    until = mono.t + 3.5  # the last heartbeat landed now: fresh for FRESH s
+    until = mono.t + FRESH  # the last heartbeat landed now
     broker.asked("i0")
-    mono.t += 3.5 - GRANT_VALID / 2  # stood still after the check: fresh for less than a grant's validity
+    mono.t += FRESH - GRANT_VALID / 2  # stood still after the check: fresh for less than a grant's validity
     assert broker.answer("i0", {"calls": 1.0}, until=until) is None
     assert broker.book.used(broker.quotas[0], mono.t) == 0
     broker.asked("i1")

@@ -625,14 +625,9 @@ class StreamWriter:
         """The stream's bytes from ``offset`` to its end, through this writer's lease."""
         if self._store is not None:
             return self._store.read(self._name, offset)
-        fd = self._fd
-        if fd is None:
+        if self._fd is None:
             raise OSError("the writer's descriptor is closed")
-        parts, pos = [], offset
-        while chunk := os.pread(fd, 1 << 20, pos):
-            parts.append(chunk)
-            pos += len(chunk)
-        return b"".join(parts)
+        return b"".join(chunks_from(self.path, offset, limit=MAX_SPAN + 1, fd=self._fd))
 
     def _refuse_poisoned(self) -> None:
         """A poisoned writer refuses: a fenced one with :class:`LeaseLost` again, any other with StreamPoisoned."""
