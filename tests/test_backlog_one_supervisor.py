@@ -680,3 +680,70 @@ def test_a_run_found_taken_over_only_as_it_ends_fails_saying_so(ledger: Any, mon
     with pytest.raises(BacklogTakenOver, match="taken over by process 4242 on host 'elsewhere'"):
         b.run(_one, workers=1, until_idle=True)
     assert [e.kind for e in b.task.events()][-1] == "backlog.run_started"  # the other run's start, nothing after
+
+
+_LATE_ADD = """
+import sys
+import intentlog
+from intentlog.errors import TaskBusy
+root, item = sys.argv[1], sys.argv[2]
+with intentlog.open(root) as led:
+    b = led.backlog("g")
+    try:
+        led.task(b.stream_id, wait=0).stream.open_writer()  # does the run hold the backlog's lock now?
+    except TaskBusy:
+        print("busy")
+    else:
+        led.task(b.stream_id).close()
+        b.add(item, {"item": item})  # the run is stopped in its end here: this add cannot race it
+        print("added")
+"""
+
+
+def test_an_idle_end_holds_the_backlog_from_its_last_look_to_its_record(
+    ledger_root: Path, monkeypatch: Any, tmp_path: Path
+) -> None:
+    """An item added after an until-idle run judged itself idle, before it recorded its end, was left queued.
+
+    The add is made from another process at the one point between the two (the run ending
+    its workers). The run now holds the backlog's lock from its last look to its
+    ``run_stopped``: the add waits for the end, so every item added before the end was run.
+    Every turn lets the lock go here, as a run's turns do once a second.
+    """
+    from backlog_steps import noop
+
+    from intentlog.backlog.supervisor import Supervisor
+
+    env = _env(tmp_path)
+    tried: list[str] = []
+    end_workers = Supervisor.end_workers
+
+    def late_add(self: Supervisor) -> list[dict[str, Any]]:
+        if not tried:
+            out = subprocess.run(
+                [sys.executable, "-c", _LATE_ADD, str(ledger_root), "late"], env=env, capture_output=True,
+                text=True, timeout=120,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            tried.append(out.stdout.strip())
+        return end_workers(self)
+
+    monkeypatch.setattr(Supervisor, "end_workers", late_add)
+    release = Journal.release
+    # every turn lets the lock go, as a turn does once a second: a run's last look can follow a release
+    monkeypatch.setattr(Journal, "release", lambda self, now=False: release(self, now=True))
+    with intentlog.open(ledger_root) as led:
+        led.backlog("g").add("first", {"item": "first"})
+        led.backlog("g").run(noop, workers=1, until_idle=True, poll=0.02)
+    assert tried == ["busy"]  # the run held the backlog through its end
+    _add_late = subprocess.run(
+        [sys.executable, "-c", _LATE_ADD, str(ledger_root), "late"], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert _add_late.stdout.strip() == "added"
+    with intentlog.open(ledger_root) as led:
+        evs = list(led.backlog("g").task.events())
+    stopped = [e.seq for e in evs if e.kind == "backlog.run_stopped"]
+    settled = {e.data["item"] for e in evs if e.kind == "backlog.item_done" and e.seq < stopped[-1]}
+    added_before = {e.data["item"] for e in evs if e.kind == "backlog.item_added" and e.seq < stopped[-1]}
+    assert added_before == settled == {"first"}

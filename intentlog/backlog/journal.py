@@ -42,7 +42,7 @@ class Journal:
         """Under the lock: whether the backlog's last ``run_started`` is this journal's run's (True before one)."""
         if self.run is None:
             return True
-        self.backlog.task.stream.open_writer()  # what is read next is the whole stream
+        self.hold()  # what is read next is the whole stream
         self.refresh()
         last = self.fold.run
         return last is not None and last.get("run") == self.run
@@ -75,6 +75,10 @@ class Journal:
             es = ExitStack()
             es.enter_context(self.backlog.task.batch())
             self.batch = es
+
+    def hold(self) -> None:
+        """Take the backlog's lock now: ``add`` and ``unblock`` wait until the next :meth:`release` or :meth:`close`."""
+        self.backlog.task.stream.open_writer()
 
     def end(self) -> None:
         """Sync what the open batch holds (the backlog's lock stays held)."""

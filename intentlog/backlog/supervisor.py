@@ -287,7 +287,10 @@ class Supervisor:
             if self.broker.exhausted is not None and not any(w.item for w in self.pool):
                 return
             if self.until_idle and self.idle():
-                self.journal.refresh()  # an item added meanwhile (by another process) is run before it is idle
+                # the last look is made under the backlog's lock, held to the end's record: an item added
+                # before ``run_stopped`` is run by this run, one added after it waits for the next
+                self.journal.hold()
+                self.journal.refresh()
                 if self.idle():
                     return
 

@@ -433,6 +433,9 @@ class FolderLease:
         self._broken: str | None = None
         self._mutex = threading.RLock()
         self._next = next_seq
+        st = os.fstat(fd)
+        #: the file this lease appends to: an inode held open is never reused
+        self._ident = (st.st_dev, st.st_ino)
 
     # -- what the folder's stream writer needs besides the contract ---------------------
 
@@ -517,13 +520,15 @@ class FolderLease:
         return self._next
 
     def _check_lock(self) -> None:
-        """Refuse to write or sync once the lock file is not the one this lease locked.
+        """Refuse to write or sync once the lock file is not the one this lease locked, or the stream file not its own.
 
         Asked before a group's first write (so a lease that stopped excluding others
         writes nothing into a stream another holder now appends to) and again after the
         write, before the sync: a writer that took a new lock file before this write is
         seen there, one that takes it after reads this line when it opens. Either way no
-        two holders both make a record durable as theirs, so no two both reach a send.
+        two holders both make a record durable as theirs, so no two both reach a send. A
+        stream file renamed over or removed (a restore, a checkout) is refused the same way:
+        what this lease appended after it would be in a file no reader opens.
         """
         if not self._lock.is_current(dir_fd=self._dir_fd):
             self._broken = "the lock file was removed or replaced"
@@ -532,6 +537,23 @@ class FolderLease:
                 "so another process may be writing the stream; nothing more is made durable through this "
                 "writer: open the task again (and never delete *.lock files of a live ledger)"
             )
+        if not self._is_current():
+            self._broken = "the stream file was removed or replaced"
+            raise LedgerError(
+                f"{self.path}: the task's stream file was removed or replaced while this writer held it "
+                "(a restore, a checkout, a copy renamed over it), so what it appends no reader would find; "
+                "nothing more is written through this writer and the file at the path is left as it is: "
+                "open the task again to go on from that file"
+            )
+
+    def _is_current(self) -> bool:
+        """Whether the file at the stream's path is still the one this lease appends to."""
+        try:
+            now = os.stat(self.path.name if self._dir_fd is not None else self.path, dir_fd=self._dir_fd,
+                          follow_symlinks=False)  # fmt: skip
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == self._ident
 
     def sync(self) -> None:
         with self._mutex:

@@ -1,0 +1,77 @@
+"""A writer whose stream file was removed or replaced under it appends nothing more, so it never sends.
+
+The writer appends through the descriptor it opened. Once ``tasks/ID.jsonl`` is renamed
+over (a restore, a ``git checkout`` of an evidence folder, an editor's save) or removed,
+that descriptor names a file no reader will ever open: every later append would be made
+"durable" where nobody finds it, and an effect would send with its intent recorded
+nowhere. The writer compares the file at its path with its own before each group's first
+write and before each sync, as it does its lock file; the provider's own receipt log is
+the ground truth, and the file at the path keeps exactly the bytes it was given.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intentlog
+from intentlog.errors import IntentlogError
+
+
+def _provider(receipts: Path) -> Any:
+    def send(req: Any) -> bytes:
+        with open(receipts, "ab") as f:
+            f.write(b"sent\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return b"ok"
+
+    return send
+
+
+@pytest.mark.parametrize("how", ["replaced", "removed"])
+def test_a_writer_whose_stream_file_went_away_never_sends_and_leaves_the_new_file_alone(
+    tmp_path: Path, how: str
+) -> None:
+    root, receipts = tmp_path / "l", tmp_path / "receipts"
+    t = intentlog.open(root).task("t")
+    t.append("note.first", {})
+    t.append("note.second", {})  # the writer is open: its lock held, its descriptor on tasks/t.jsonl
+    path = root / "tasks" / "t.jsonl"
+    if how == "replaced":  # a restore of the stream as it was (a copy renamed over it)
+        shutil.copyfile(path, tmp_path / "copy")
+        os.replace(tmp_path / "copy", path)
+        before: bytes | None = path.read_bytes()
+    else:
+        os.unlink(path)
+        before = None
+    with pytest.raises(IntentlogError, match="stream file was removed or replaced"):
+        t.effect("pay", {"amount": 1}, _provider(receipts))
+    assert not receipts.exists()  # the provider was never asked
+    with pytest.raises(IntentlogError, match="removed or replaced"):  # nor is anything more written
+        t.append("note.after", {})
+    t.close()
+    assert (path.read_bytes() if path.exists() else None) == before  # the file at the path: its bytes unchanged
+    if before is not None:  # and the next writer opens it as it is and goes on from it
+        again = intentlog.open(root).task("t")
+        assert [e.kind for e in again.events()][-2:] == ["note.first", "note.second"]
+        again.append("note.third", {})
+        again.close()
+
+
+def test_a_batch_whose_stream_file_is_replaced_before_its_sync_makes_nothing_durable_there(tmp_path: Path) -> None:
+    root = tmp_path / "l"
+    t = intentlog.open(root).task("t")
+    t.append("note.first", {})
+    path = root / "tasks" / "t.jsonl"
+    with pytest.raises(IntentlogError, match="stream file was removed or replaced"), t.batch():
+        t.append("note.in_batch", {})  # written to the descriptor, not yet synced
+        shutil.copyfile(path, tmp_path / "copy")
+        os.replace(tmp_path / "copy", path)  # replaced before the batch's sync
+    t.close()
+    kinds = [e.kind for e in intentlog.open(root).task("t").events()]
+    assert kinds[-1] == "note.in_batch"  # the copy holds what was written before it was made, nothing after
