@@ -75,3 +75,47 @@ def test_a_batch_whose_stream_file_is_replaced_before_its_sync_makes_nothing_dur
     t.close()
     kinds = [e.kind for e in intentlog.open(root).task("t").events()]
     assert kinds[-1] == "note.in_batch"  # the copy holds what was written before it was made, nothing after
+
+
+def test_a_stream_file_replaced_while_the_intent_syncs_is_never_sent(tmp_path: Path, monkeypatch: Any) -> None:
+    """The replace lands inside the intent's ``fdatasync``: the check after the sync refuses the send."""
+    import intentlog.eventlog.writer as writer
+
+    root, receipts = tmp_path / "l", tmp_path / "receipts"
+    t = intentlog.open(root).task("t")
+    t.append("note.first", {})
+    path = root / "tasks" / "t.jsonl"
+    shutil.copyfile(path, tmp_path / "backup")  # a backup taken earlier: what a restore puts back
+    before = path.read_bytes()
+    real = writer._fdatasync
+
+    def replaced_while_syncing(fd: int) -> None:
+        if (tmp_path / "backup").exists():
+            os.replace(tmp_path / "backup", path)
+        real(fd)
+
+    monkeypatch.setattr(writer, "_fdatasync", replaced_while_syncing)
+    with pytest.raises(IntentlogError, match="removed or replaced"):
+        t.effect("pay", {"amount": 1}, _provider(receipts))
+    assert not receipts.exists()
+    t.close()
+    assert path.read_bytes() == before
+    again = intentlog.open(root).task("t")
+    again.effect("pay", {"amount": 1}, _provider(receipts))  # what the message says to do: sent once in all
+    again.close()
+    assert receipts.read_bytes().count(b"sent") == 1
+
+
+def test_a_tasks_folder_moved_aside_and_restored_stops_the_writer(tmp_path: Path) -> None:
+    root, receipts = tmp_path / "l", tmp_path / "receipts"
+    t = intentlog.open(root).task("t")
+    t.append("note.first", {})
+    shutil.copytree(root / "tasks", tmp_path / "backup")
+    os.rename(root / "tasks", root / "tasks.old")  # a restore of the whole folder of streams
+    shutil.copytree(tmp_path / "backup", root / "tasks")
+    before = (root / "tasks" / "t.jsonl").read_bytes()
+    with pytest.raises(IntentlogError, match="removed or replaced"):
+        t.effect("pay", {"amount": 1}, _provider(receipts))
+    assert not receipts.exists()
+    t.close()
+    assert (root / "tasks" / "t.jsonl").read_bytes() == before

@@ -514,6 +514,7 @@ class FolderLease:
                 self._check_lock()
                 self._io.sync(fd)
                 self._dirty = False
+                self._check_lock()  # replaced while it synced: the caller must not act on this record
         except OSError as exc:
             raise self._fail(exc) from exc
         self._next += count
@@ -547,10 +548,14 @@ class FolderLease:
             )
 
     def _is_current(self) -> bool:
-        """Whether the file at the stream's path is still the one this lease appends to."""
+        """Whether the file at the stream's path is still the one this lease appends to, in the folder at its path."""
         try:
             now = os.stat(self.path.name if self._dir_fd is not None else self.path, dir_fd=self._dir_fd,
                           follow_symlinks=False)  # fmt: skip
+            if self._dir_fd is not None:  # ``tasks/`` itself moved aside and another put in its place (a restore)
+                there, mine = os.stat(self.path.parent, follow_symlinks=False), os.fstat(self._dir_fd)
+                if (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+                    return False
         except OSError:
             return False
         return (now.st_dev, now.st_ino) == self._ident
@@ -567,6 +572,7 @@ class FolderLease:
             except OSError as exc:
                 raise self._fail(exc) from exc
             self._dirty = False
+            self._check_lock()  # replaced while it synced: the caller must not act on what it synced
 
     def _fail(self, exc: OSError) -> LedgerError:
         """A part-written tail is the next writer's to repair: this lease appends no further."""
