@@ -747,3 +747,30 @@ def test_an_idle_end_holds_the_backlog_from_its_last_look_to_its_record(
     settled = {e.data["item"] for e in evs if e.kind == "backlog.item_done" and e.seq < stopped[-1]}
     added_before = {e.data["item"] for e in evs if e.kind == "backlog.item_added" and e.seq < stopped[-1]}
     assert added_before == settled == {"first"}
+
+
+def test_the_end_waits_for_its_workers_to_quit_together_not_one_after_another(ledger: Any, monkeypatch: Any) -> None:
+    """Idle workers are told to quit at once and waited for against one deadline: the end (under the backlog's
+    lock when the run ends idle) waits ``QUIT_WAIT`` in all, not that much per worker process."""
+    from itertools import pairwise
+    from multiprocessing.process import BaseProcess
+
+    from backlog_steps import noop
+
+    from intentlog.backlog import supervisor
+
+    asked: list[float] = []
+    join = BaseProcess.join
+
+    def counted(self: BaseProcess, timeout: float | None = None) -> None:
+        if timeout is not None:
+            asked.append(timeout)
+        join(self, timeout)
+
+    monkeypatch.setattr(BaseProcess, "join", counted)
+    b = ledger.backlog("g")
+    b.add_many([{"item": f"i{k}", "payload": {"item": f"i{k}"}} for k in range(4)])
+    b.run(noop, workers=4, until_idle=True, poll=0.02)
+    assert len(asked) >= 4  # each worker process was waited for
+    assert max(asked) <= supervisor.QUIT_WAIT
+    assert all(a > b for a, b in pairwise(asked))  # against one deadline: each waits only what is left

@@ -98,6 +98,9 @@ START_DEATHS = 5
 #: hundreds of items in flight answer many times a second, and each look costs a stat per item); never more
 #: than a tenth of the run's ``inactivity`` or ``max_duration``, so a short limit is still judged on time
 WATCH_EVERY = 0.25
+#: seconds the run's end waits, all its idle worker processes together, for them to quit before ending them
+#: (the backlog's lock is held meanwhile when the run ends idle)
+QUIT_WAIT: Final = 2.0
 #: the view-cache lines a run keeps for its closing view (each a few hundred bytes)
 ENTRIES_KEPT: Final = 20_000
 
@@ -663,11 +666,12 @@ class Supervisor:
         procs: dict[int, list[_Worker]] = {}
         for w in self.pool:
             procs.setdefault(id(w.proc), []).append(w)
+        deadline = time.monotonic() + QUIT_WAIT  # told to quit together, waited for together
         try:
             for lanes in procs.values():
                 proc = lanes[0].proc
                 if all(w.item is None for w in lanes):
-                    proc.join(timeout=2.0)
+                    proc.join(timeout=max(0.0, deadline - time.monotonic()))
                 if proc.is_alive() and proc.pid is not None:
                     end_holder(proc.pid, proc.started)
                     ended.extend({"item": w.item, "pid": proc.pid} for w in lanes if w.item is not None)
