@@ -553,7 +553,8 @@ class FolderLease:
             now = os.stat(self.path.name if self._dir_fd is not None else self.path, dir_fd=self._dir_fd,
                           follow_symlinks=False)  # fmt: skip
             if self._dir_fd is not None:  # ``tasks/`` itself moved aside and another put in its place (a restore)
-                there, mine = os.stat(self.path.parent, follow_symlinks=False), os.fstat(self._dir_fd)
+                # followed: a ledger's root may be reached through a link; the folder it names now is compared
+                there, mine = os.stat(self.path.parent), os.fstat(self._dir_fd)
                 if (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
                     return False
         except OSError:
