@@ -17,20 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_lock_replaced import _provider  # the provider's own receipt log: the ground truth of what was sent
 
 import intentlog
 from intentlog.errors import IntentlogError
-
-
-def _provider(receipts: Path) -> Any:
-    def send(req: Any) -> bytes:
-        with open(receipts, "ab") as f:
-            f.write(b"sent\n")
-            f.flush()
-            os.fsync(f.fileno())
-        return b"ok"
-
-    return send
 
 
 @pytest.mark.parametrize("how", ["replaced", "removed"])

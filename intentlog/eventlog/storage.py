@@ -433,9 +433,9 @@ class FolderLease:
         self._broken: str | None = None
         self._mutex = threading.RLock()
         self._next = next_seq
-        st = os.fstat(fd)
-        #: the file this lease appends to: an inode held open is never reused
-        self._ident = (st.st_dev, st.st_ino)
+        st, folder = os.fstat(fd), os.fstat(dir_fd)
+        #: the file this lease appends to, and the folder it reached it through: an inode held open is never reused
+        self._ident, self._folder = (st.st_dev, st.st_ino), (folder.st_dev, folder.st_ino)
 
     # -- what the folder's stream writer needs besides the contract ---------------------
 
@@ -553,9 +553,8 @@ class FolderLease:
             now = os.stat(self.path.name if self._dir_fd is not None else self.path, dir_fd=self._dir_fd,
                           follow_symlinks=False)  # fmt: skip
             if self._dir_fd is not None:  # ``tasks/`` itself moved aside and another put in its place (a restore)
-                # followed: a ledger's root may be reached through a link; the folder it names now is compared
-                there, mine = os.stat(self.path.parent), os.fstat(self._dir_fd)
-                if (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+                there = os.stat(self.path.parent)  # followed: a ledger's root may be reached through a link
+                if (there.st_dev, there.st_ino) != self._folder:
                     return False
         except OSError:
             return False
